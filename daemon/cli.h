@@ -1,0 +1,16 @@
+// The `tessera` verbs. Each lives in daemon/cli_<verb>.cc and registers a
+// CLI11 sub-command; main.cc calls every Register* below.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace tessera {
+
+void RegisterInspectCommand(CLI::App& app);  // cli_inspect.cc
+void RegisterRunCommand(CLI::App& app);      // cli_run.cc
+void RegisterPlanCommand(CLI::App& app);     // cli_plan.cc
+void RegisterDemoCommand(CLI::App& app);     // cli_demo.cc
+
+}  // namespace tessera

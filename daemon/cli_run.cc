@@ -1,0 +1,135 @@
+// `tessera run MODEL [--input x.npy]... [--output y.npy]... [--threads N]`:
+// the single-device reference run, the oracle for every distributed result.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "daemon/cli.h"
+#include "daemon/cli_model_options.h"
+#include "daemon/executor.h"
+#include "daemon/npy.h"
+#include "daemon/seeded_input.h"
+
+namespace tessera {
+
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::vector<std::string> inputs, outputs;
+  int threads = 1;
+  int repeat = 1;
+  int warmup = 0;
+  bool json = false;
+};
+
+int RunRun(const RunOptions& ro) {
+  auto graph = LoadModel(ro.model);
+  if (!graph.ok()) return ReportError("run", graph.status());
+  if (!ro.inputs.empty() && ro.inputs.size() != graph->inputs.size())
+    return ReportError("run", Status::InvalidArgument("the model takes " + std::to_string(graph->inputs.size()) +
+                                                      " input(s); --input was given " +
+                                                      std::to_string(ro.inputs.size()) + " time(s)"));
+  if (!ro.outputs.empty() && ro.outputs.size() != graph->outputs.size())
+    return ReportError("run", Status::InvalidArgument("the model has " + std::to_string(graph->outputs.size()) +
+                                                      " output(s); --output was given " +
+                                                      std::to_string(ro.outputs.size()) + " time(s)"));
+  std::vector<TensorData> inputs;
+  for (size_t i = 0; i < graph->inputs.size(); ++i) {
+    const Value& v = graph->values[graph->inputs[i]];
+    if (ro.inputs.empty()) {
+      inputs.push_back(SeededInput(v.shape, ro.model.seed + i));
+      continue;
+    }
+    auto t = ReadNpy(ro.inputs[i]);
+    if (!t.ok()) return ReportError("run", t.status());
+    if (t->shape != v.shape && NumElements(t->shape) == NumElements(v.shape)) t->shape = v.shape;  // e.g. missing batch dim
+    if (t->shape != v.shape)
+      return ReportError("run", Status::InvalidArgument(ro.inputs[i] + ": shape " + ShapeToString(t->shape) +
+                                                        " does not match input '" + v.name + "' " +
+                                                        ShapeToString(v.shape) + " (use --input-shape to change it)"));
+    inputs.push_back(std::move(*t));
+  }
+
+  ExecutorOptions eo;
+  eo.threads = ro.threads;
+  auto ex = Executor::Create(*graph, eo);
+  if (!ex.ok()) return ReportError("run", ex.status());
+
+  std::vector<TensorData> outputs;
+  for (int w = 0; w < ro.warmup; ++w)
+    if (Status st = (*ex)->Run(inputs, &outputs); !st.ok()) return ReportError("run", st);
+  std::vector<double> ms;
+  for (int r = 0; r < std::max(1, ro.repeat); ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = (*ex)->Run(inputs, &outputs);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!st.ok()) return ReportError("run", st);
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+
+  for (size_t i = 0; i < ro.outputs.size(); ++i)
+    if (Status st = WriteNpy(ro.outputs[i], outputs[i]); !st.ok()) return ReportError("run", st);
+
+  nlohmann::json j;
+  j["model"] = ro.model.model_path;
+  j["threads"] = ro.threads;
+  j["arena_bytes"] = (*ex)->arena_bytes();
+  j["unplanned_bytes"] = (*ex)->unplanned_bytes();
+  j["runs"] = ms.size();
+  j["median_ms"] = median;
+  j["seconds"] = median / 1000.0;
+  j["outputs"] = nlohmann::json::array();
+  bool finite = true;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    double sum = 0, abs_sum = 0;
+    for (float x : outputs[i].values) {
+      sum += x;
+      abs_sum += std::fabs(x);
+      finite &= std::isfinite(x);
+    }
+    j["outputs"].push_back({{"name", graph->values[graph->outputs[i]].name},
+                            {"shape", outputs[i].shape},
+                            {"checksum", sum},
+                            {"abs_sum", abs_sum}});
+  }
+  j["finite"] = finite;
+  if (ro.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    for (const auto& o : j["outputs"])
+      std::printf("output %s: shape %s  checksum %.6g  abs-sum %.6g\n", o["name"].get<std::string>().c_str(),
+                  ShapeToString(o["shape"].get<Shape>()).c_str(), o["checksum"].get<double>(),
+                  o["abs_sum"].get<double>());
+    std::printf("arena: %zu bytes (%.2f MiB; %.2f MiB without the arena plan)\n", (*ex)->arena_bytes(),
+                (*ex)->arena_bytes() / 1048576.0, (*ex)->unplanned_bytes() / 1048576.0);
+    std::printf("time: %.3f ms median of %zu run(s), %d thread(s)\n", median, ms.size(), ro.threads);
+    if (!finite) std::printf("warning: the output contains NaN or infinity\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterRunCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Run a model on this device (the single-device reference)");
+  auto ro = std::make_shared<RunOptions>();
+  ro->model.AddTo(*cmd);
+  cmd->add_option("--input", ro->inputs, ".npy file for each model input, in order (default: seeded random)");
+  cmd->add_option("--output", ro->outputs, ".npy file to write for each model output, in order");
+  cmd->add_option("--threads", ro->threads, "Intra-op threads")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--repeat", ro->repeat, "Run this many times and report the median time")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", ro->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 1000));
+  cmd->add_flag("--json", ro->json, "Print JSON");
+  cmd->callback([ro] {
+    if (int rc = RunRun(*ro)) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace tessera

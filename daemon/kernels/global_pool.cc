@@ -1,0 +1,58 @@
+// GlobalAveragePool / GlobalMaxPool: one value per (batch, channel) plane,
+// over all spatial dimensions of an [N, C, ...] input; output [N, C, 1, ...].
+#include <algorithm>
+#include <limits>
+
+#include "daemon/kernels/kernel_factories.h"
+#include "daemon/kernels/node_checks.h"
+
+namespace tessera {
+namespace {
+
+class GlobalPoolKernel final : public Kernel {
+ public:
+  explicit GlobalPoolKernel(bool is_max) : is_max_(is_max) {}
+
+  Status Prepare(const KernelContext& ctx) override {
+    TS_RETURN_IF_ERROR(CheckArity(ctx, 1, 1));
+    const Shape& x = ctx.input_shapes[0];
+    if (x.size() < 3) return NodeInvalid(ctx, "input " + ShapeToString(x) + " needs rank >= 3 ([N, C, spatial...])");
+    planes_ = x[0] * x[1];
+    plane_size_ = NumElements(x) / std::max<int64_t>(planes_, 1);
+    Shape expected(x.size(), 1);
+    expected[0] = x[0];
+    expected[1] = x[1];
+    if (plane_size_ == 0) return NodeInvalid(ctx, "input " + ShapeToString(x) + " has an empty spatial extent");
+    return CheckOutputShape(ctx, 0, expected);
+  }
+
+  void Eval(const EvalContext& ctx) const override {
+    const float* x = ctx.inputs[0];
+    float* y = ctx.outputs[0];
+#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1)
+    for (int64_t p = 0; p < planes_; ++p) {
+      const float* xp = x + p * plane_size_;
+      if (is_max_) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < plane_size_; ++i) m = std::max(m, xp[i]);
+        y[p] = m;
+      } else {
+        // Double accumulator: planes can be large (e.g. 112x112) and the sum should not drift.
+        double s = 0.0;
+        for (int64_t i = 0; i < plane_size_; ++i) s += xp[i];
+        y[p] = static_cast<float>(s / static_cast<double>(plane_size_));
+      }
+    }
+  }
+
+ private:
+  const bool is_max_;
+  int64_t planes_ = 0, plane_size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeGlobalAveragePoolKernel() { return std::make_unique<GlobalPoolKernel>(false); }
+std::unique_ptr<Kernel> MakeGlobalMaxPoolKernel() { return std::make_unique<GlobalPoolKernel>(true); }
+
+}  // namespace tessera

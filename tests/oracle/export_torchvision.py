@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""Export torchvision CNNs with seeded random weights as an independent oracle.
+
+For each model this writes, into OUT_DIR:
+  NAME.onnx         the model (opset 13, fixed 1x3x224x224 input "input")
+  NAME.input.npy    a seeded N(0,1) float32 input
+  NAME.output.npy   PyTorch's output for that input (eval mode)
+
+Weights are random but reproducible (torch.manual_seed per model). Two
+choices keep the comparison meaningful:
+  * BatchNorm running statistics are *calibrated* on a seeded random batch
+    (so activations stay O(1) through deep nets instead of vanishing or
+    exploding) and the affine gamma/beta are randomised, so mean != 0,
+    var != 1, gamma != 1, beta != 0 and folding BN into the preceding conv is
+    actually exercised.
+  * The export uses TrainingMode.PRESERVE on an eval-mode model, which keeps
+    BatchNormalization nodes in the ONNX file (TrainingMode.EVAL would let
+    the exporter fold them itself and tessera's BN folding would go untested).
+
+Run with the Debian interpreter: /usr/bin/python3 export_torchvision.py OUT_DIR
+"""
+import argparse
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torchvision
+
+SEED = 20240601
+OPSET = 13
+
+
+def build(name):
+    m = torchvision.models
+    if name == "mobilenet_v2":
+        return m.mobilenet_v2(weights=None)
+    if name == "resnet18":
+        return m.resnet18(weights=None)
+    if name == "squeezenet1_0":
+        return m.squeezenet1_0(weights=None)
+    if name == "googlenet":
+        return m.googlenet(weights=None, aux_logits=False, init_weights=True)
+    if name == "mnasnet1_0":
+        return m.mnasnet1_0(weights=None)
+    raise ValueError(f"unknown model {name}")
+
+
+MODELS = ["mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0"]
+
+
+def calibrate_batchnorm(model, seed):
+    """Give every BatchNorm realistic, non-trivial statistics and affine terms."""
+    bns = [mod for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return 0
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        # Random gamma/beta first so the calibrated statistics see them.
+        for bn in bns:
+            bn.weight.copy_(torch.empty_like(bn.weight).uniform_(0.5, 1.5, generator=gen))
+            bn.bias.copy_(torch.randn(bn.bias.shape, generator=gen) * 0.2)
+            bn.reset_running_stats()
+            bn.momentum = None  # cumulative average over the calibration batches
+        model.train()
+        for _ in range(2):
+            model(torch.randn(4, 3, 224, 224, generator=gen))
+        # Perturb the variance a little so it is not exactly the batch statistic.
+        for bn in bns:
+            bn.running_var.mul_(torch.empty_like(bn.running_var).uniform_(0.8, 1.25, generator=gen))
+    model.eval()
+    return len(bns)
+
+
+def export_one(name, out_dir):
+    torch.manual_seed(SEED)
+    model = build(name)
+    n_bn = calibrate_batchnorm(model, SEED)
+    model.eval()
+
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
+    with torch.no_grad():
+        y = model(torch.from_numpy(x)).numpy().astype(np.float32)
+
+    # The exporter warns about constant folding under PRESERVE; the model is in
+    # eval mode, so folding cannot touch learnable state.
+    warnings.filterwarnings("ignore", message=".*constant folding.*")
+    onnx_path = os.path.join(out_dir, f"{name}.onnx")
+    tmp_path = onnx_path + ".tmp"
+    torch.onnx.export(
+        model,
+        torch.from_numpy(x),
+        tmp_path,
+        opset_version=OPSET,
+        input_names=["input"],
+        output_names=["output"],
+        training=torch.onnx.TrainingMode.PRESERVE,
+        do_constant_folding=True,
+    )
+    np.save(os.path.join(out_dir, f"{name}.input.npy"), x)
+    np.save(os.path.join(out_dir, f"{name}.output.npy"), y)
+    os.replace(tmp_path, onnx_path)  # the .onnx appears last: its presence means complete
+
+    import onnx  # only for the summary line; the export itself does not need it
+    ops = [n.op_type for n in onnx.load(onnx_path).graph.node]
+    print(f"{name}: {len(ops)} nodes, {ops.count('BatchNormalization')} BatchNormalization "
+          f"({n_bn} BN modules), output {tuple(y.shape)} max|y|={np.abs(y).max():.4g} "
+          f"std={y.std():.4g}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir")
+    ap.add_argument("--models", nargs="*", default=MODELS, choices=MODELS)
+    args = ap.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    for name in args.models:
+        export_one(name, args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
