@@ -1,0 +1,43 @@
+// The compiler's view of a Plan (proto/tessera.proto `Plan`, written by the
+// planner): for every graph layer, how it is cut and on which devices.
+// Kept free of protobuf so partition/ builds without it; the planner converts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+// METHODS §2.
+enum class LayerScheme {
+  kWhole,  // the whole layer on devices[0] (pipeline / layer split)
+  kFfmt,   // fused feature-map tiling over a grid; consecutive FFMT layers with
+           // the same devices and grid form one fused stack
+  kFdto,   // fan-out: output channels/neurons split by `split`
+  kFdti,   // fan-in: input channels split by `split`, partial sums merged on devices[0]
+  kFdt1,   // first of a fused pair: fan-out whose slices stay where they are
+  kFdt2,   // second of a fused pair: fan-in over the slices of the FDT1 before it
+  kPart,   // channel-wise layer carried per slice between FDT layers
+};
+
+const char* LayerSchemeName(LayerScheme scheme);  // "whole", "ffmt", "fdto", ...
+
+struct LayerAssignment {
+  LayerScheme scheme = LayerScheme::kWhole;
+  std::vector<int> devices;     // in split order; FDT merges and gathers happen on devices[0]
+  std::vector<int64_t> split;   // per device (FDT*/PART); empty = even split
+  int64_t grid_rows = 1, grid_cols = 1;                  // FFMT
+  std::vector<double> row_weights, col_weights;          // FFMT uneven grids; empty = even
+};
+
+struct PartitionPlan {
+  int num_devices = 1;
+  int source = 0;  // where model inputs arrive and outputs are collected
+  std::vector<LayerAssignment> layers;  // one per Graph::nodes entry, same order
+};
+
+// Every layer WHOLE on `device`: the trivial plan (a one-device run).
+PartitionPlan SingleDevicePlan(size_t layers, int device = 0);
+
+}  // namespace tessera

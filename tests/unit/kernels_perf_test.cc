@@ -1,0 +1,91 @@
+// Throughput of the heavy kernels (hidden: run with `kernels_perf_test "[perf]"`).
+// Prints GFLOP/s so regressions against the onnxruntime budget (1.5x, single
+// thread) are visible; asserts nothing about speed.
+#include <chrono>
+#include <cstdio>
+
+#include <Eigen/Core>
+
+#include "tests/unit/kernels_testing.h"
+
+namespace tessera {
+namespace {
+
+struct Timed {
+  double best_seconds = 1e30;
+};
+
+// Prepares once and times Eval `reps` times (best of).
+Timed TimeNode(const std::string& op, const Attributes& attrs, const std::vector<testing::TestTensor>& inputs,
+               const Shape& out_shape, int threads, int reps) {
+  Graph graph;
+  Node node;
+  node.name = "perf";
+  node.op = op;
+  node.attrs = attrs;
+  std::vector<const float*> ptrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& t = inputs[i];
+    node.inputs.push_back(t.constant ? graph.AddConstant("in" + std::to_string(i), TensorData{t.shape, t.values})
+                                     : graph.AddValue("in" + std::to_string(i), t.shape));
+    ptrs.push_back(t.values.data());
+  }
+  node.outputs.push_back(graph.AddValue("out", out_shape));
+  graph.AddNode(node);
+  auto kernel = FindKernel(op)();
+  KernelContext ctx{graph, graph.nodes.back(), {}, {out_shape}, {}, threads};
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ctx.input_shapes.push_back(inputs[i].shape);
+    ctx.constant_inputs.push_back(graph.ConstantData(graph.nodes.back().inputs[i]));
+  }
+  REQUIRE(kernel->Prepare(ctx).ok());
+  std::vector<float> scratch(kernel->ScratchBytes() / 4 + 16), out(NumElements(out_shape));
+  EvalContext e;
+  e.inputs = ptrs;
+  e.outputs = {out.data()};
+  e.scratch = scratch.data();
+  e.threads = threads;
+  Timed t;
+  for (int r = 0; r < reps; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    kernel->Eval(e);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    t.best_seconds = std::min(t.best_seconds, s);
+  }
+  return t;
+}
+
+void ReportConv(const char* label, int64_t c, int64_t o, int64_t hw, int64_t k, int64_t stride, int64_t group,
+                int threads) {
+  std::mt19937 rng(1);
+  const int64_t pad = k / 2, out = (hw + 2 * pad - k) / stride + 1;
+  Attributes a;
+  a.Set("strides", std::vector<int64_t>{stride, stride});
+  a.Set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+  a.Set("group", group);
+  a.Set("activation", std::string("relu"));
+  auto t = TimeNode("Conv", a,
+                    {testing::Activation({1, c, hw, hw}, testing::RandomValues(c * hw * hw, rng)),
+                     testing::Weights({o, c / group, k, k}, testing::RandomValues(o * (c / group) * k * k, rng)),
+                     testing::Weights({o}, testing::RandomValues(o, rng))},
+                    {1, o, out, out}, threads, 20);
+  const double flops = 2.0 * o * out * out * (c / group) * k * k;
+  std::printf("%-34s %2d thread(s): %8.3f ms  %7.2f GFLOP/s\n", label, threads, t.best_seconds * 1e3,
+              flops / t.best_seconds * 1e-9);
+}
+
+TEST_CASE("conv throughput on typical layers", "[.][perf]") {
+  for (int threads : {1, 2}) {
+    Eigen::setNbThreads(threads);  // what the executor does once
+    ReportConv("3x3 64->64 56x56", 64, 64, 56, 3, 1, 1, threads);
+    ReportConv("3x3 128->128 28x28", 128, 128, 28, 3, 1, 1, threads);
+    ReportConv("1x1 64->256 56x56", 64, 256, 56, 1, 1, 1, threads);
+    ReportConv("1x1 320->1280 7x7", 320, 1280, 7, 1, 1, 1, threads);
+    ReportConv("7x7/2 3->64 224x224 (stem)", 3, 64, 224, 7, 2, 1, threads);
+    ReportConv("dw 3x3 144 56x56", 144, 144, 56, 3, 1, 144, threads);
+    ReportConv("dw 3x3/2 96 112x112", 96, 96, 112, 3, 2, 96, threads);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
