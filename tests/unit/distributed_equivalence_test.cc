@@ -287,3 +287,66 @@ TEST_CASE("impossible schemes are refused naming the layer") {
   PartitionPlan short_plan{1, 0, {Whole(0)}};
   CHECK_FALSE(CompilePlan(g, short_plan).ok());
 }
+
+namespace {
+// METHODS §4 communication in values for one choice per layer over a dense
+// chain with input sizes M and output sizes K (written out here, separately
+// from the planner, as the test's oracle).
+double Methods4Communication(const std::vector<LayerScheme>& c, const std::vector<int64_t>& M,
+                             const std::vector<int64_t>& K, int N) {
+  const size_t L = c.size();
+  auto is = [&](size_t l, LayerScheme s) { return l < L && c[l] == s; };
+  auto r = [&](size_t l) {  // r_l = o_l·(o_{l+1} + f_{l+1}), r_L = 0
+    return is(l, LayerScheme::kFdto) && (is(l + 1, LayerScheme::kFdto) || is(l + 1, LayerScheme::kFdt1)) ? 1.0 : 0.0;
+  };
+  double total = 0;
+  for (size_t l = 0; l < L; ++l) {
+    const double r_prev = l == 0 ? 0.0 : r(l - 1);
+    switch (c[l]) {
+      case LayerScheme::kFdto:
+        total += (1 - r_prev) * M[l] * (N - 1) + r(l) * K[l] * (N - 1) + (1 - r(l)) * K[l] * (N - 1.0) / N;
+        break;
+      case LayerScheme::kFdti: total += M[l] * (N - 1.0) / N + K[l] * (N - 1); break;
+      case LayerScheme::kFdt1: total += (1 - r_prev) * M[l] * (N - 1); break;
+      case LayerScheme::kFdt2: total += K[l] * (N - 1); break;
+      default: break;
+    }
+  }
+  return total;
+}
+}  // namespace
+
+TEST_CASE("measured values sent equal METHODS §4's predicted communication for every valid choice") {
+  // The METHODS §4 sanity chain: dense 4→8→16→4→4, no biases.
+  const std::vector<int64_t> M = {4, 8, 16, 4}, K = {8, 16, 4, 4};
+  GraphMaker m({1, 4});
+  int y = m.input();
+  for (int64_t k : K) y = m.Dense(y, k);
+  Graph g = m.Finish(y);
+  const LayerScheme choices[] = {LayerScheme::kFdto, LayerScheme::kFdti, LayerScheme::kFdt1, LayerScheme::kFdt2};
+  for (int N : {2, 4}) {
+    int valid = 0;
+    for (int code = 0; code < 256; ++code) {
+      std::vector<LayerScheme> c;
+      for (int l = 0, x = code; l < 4; ++l, x /= 4) c.push_back(choices[x % 4]);
+      bool ok = c[0] != LayerScheme::kFdt2 && c[3] != LayerScheme::kFdt1;  // s_1 = 0, f_L = 0
+      for (int l = 0; l + 1 < 4; ++l)  // s_{l+1} = f_l
+        ok &= (c[l] == LayerScheme::kFdt1) == (c[l + 1] == LayerScheme::kFdt2);
+      if (!ok) continue;
+      ++valid;
+      PartitionPlan plan{N, 0, {}};
+      for (auto s : c) plan.layers.push_back(Split(s, Range(N)));
+      auto run = CheckEquivalent(g, plan);
+      INFO("N=" << N << " plan code " << code);
+      CHECK(run.total_bytes == static_cast<int64_t>(Methods4Communication(c, M, K, N) * 4));
+    }
+    CHECK(valid == 29);  // sequences of {o, i, (f s)} covering 4 layers: a(n) = 2a(n−1) + a(n−2)
+  }
+  // The hand-derived figures for N = 2: all-FDTO 34, all-FDTI 48, two pairs 40 values.
+  CHECK(Methods4Communication({LayerScheme::kFdto, LayerScheme::kFdto, LayerScheme::kFdto, LayerScheme::kFdto}, M, K,
+                              2) == 34);
+  CHECK(Methods4Communication({LayerScheme::kFdti, LayerScheme::kFdti, LayerScheme::kFdti, LayerScheme::kFdti}, M, K,
+                              2) == 48);
+  CHECK(Methods4Communication({LayerScheme::kFdt1, LayerScheme::kFdt2, LayerScheme::kFdt1, LayerScheme::kFdt2}, M, K,
+                              2) == 40);
+}
