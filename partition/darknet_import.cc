@@ -150,8 +150,8 @@ class SectionOptions {
 
   // "yolov2.cfg:27: [convolutional] (layer 1): "
   std::string Where(int line = 0) const {
-    return path_ + ":" + std::to_string(line ? line : section_.line) + ": [" + section_.type + "] (layer " +
-           std::to_string(layer_) + "): ";
+    const std::string layer = layer_ > 0 ? " (layer " + std::to_string(layer_) + ")" : "";
+    return path_ + ":" + std::to_string(line ? line : section_.line) + ": [" + section_.type + "]" + layer + ": ";
   }
   Status Invalid(const std::string& what) const { return Status::InvalidArgument(Where() + what); }
   Status Unsupported(const std::string& what) const { return Status::NotSupported(Where() + what); }
@@ -183,18 +183,15 @@ class SectionOptions {
     if (!text.empty() && *b == '+') ++b;
     auto [p, ec] = std::from_chars(b, e, v);
     if (ec != std::errc() || p != e || b == e)
-      return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' = '" + o.value +
-                                     "' is not an integer");
+      return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' = '" + o.value + "' is not an integer");
     return v;
   }
   Result<double> ParseFloat(const CfgOption& o, const std::string& text) const {
-    if (text.empty())
-      return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' has an empty value");
+    if (text.empty()) return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' has an empty value");
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
     if (end != text.c_str() + text.size() || !std::isfinite(v))
-      return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' = '" + o.value +
-                                     "' is not a number");
+      return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' = '" + o.value + "' is not a number");
     return v;
   }
 
@@ -217,10 +214,11 @@ std::string CanonicalSectionType(const std::string& t) {
 }
 
 bool IsKnownUnsupportedSection(const std::string& t) {
-  static const char* const kKnown[] = {"normalization", "batchnorm", "local", "deconvolutional", "crnn",
-                                       "gru",           "lstm",      "rnn",   "detection",       "iseg",
-                                       "l2norm",        "logistic",  "activation", "sam", "scale_channels",
-                                       "gaussian_yolo", "contrastive", "implicit_add", "implicit_mul"};
+  static const char* const kKnown[] = {"normalization", "batchnorm",    "local",          "deconvolutional",
+                                       "crnn",          "gru",          "lstm",           "rnn",
+                                       "detection",     "iseg",         "l2norm",         "logistic",
+                                       "activation",    "sam",          "scale_channels", "gaussian_yolo",
+                                       "contrastive",   "implicit_add", "implicit_mul"};
   for (const char* k : kKnown)
     if (t == k) return true;
   return false;
@@ -336,9 +334,9 @@ class DarknetWeightsFile final : public WeightSource {
   }
   Status ReadBytes(void* dst, int64_t bytes, const std::string& what) {
     if (offset_ + bytes > size_)
-      return Status::DataLoss(path_ + ": truncated darknet weights file: " + what + " need " +
-                              std::to_string(bytes) + " bytes at offset " + std::to_string(offset_) +
-                              ", the file has " + std::to_string(size_) + " (does the cfg match the weights?)");
+      return Status::DataLoss(path_ + ": truncated darknet weights file: " + what + " need " + std::to_string(bytes) +
+                              " bytes at offset " + std::to_string(offset_) + ", the file has " +
+                              std::to_string(size_) + " (does the cfg match the weights?)");
     in_.read(static_cast<char*>(dst), bytes);
     if (!in_) return Status::IOError(path_ + ": read error at offset " + std::to_string(offset_));
     offset_ += bytes;
@@ -359,8 +357,7 @@ class SeededWeights final : public WeightSource {
  public:
   explicit SeededWeights(uint64_t seed) : seed_(seed) {}
 
-  Status Conv(int layer, int64_t n, int64_t weights, bool bn, int64_t fan_in, float gain,
-              LayerParameters* p) override {
+  Status Conv(int layer, int64_t n, int64_t weights, bool bn, int64_t fan_in, float gain, LayerParameters* p) override {
     Generate(layer, n, weights, bn, fan_in, gain, p);
     return Status::OK();
   }
@@ -488,9 +485,8 @@ class DarknetGraphBuilder {
         return Status::InvalidArgument(path_ + ": input shape " + ShapeToString(s) +
                                        " must be [batch, channels, height, width] with positive dims");
       if (c > 0 && s[1] != c)
-        return Status::InvalidArgument(path_ + ": input shape " + ShapeToString(s) + " has " +
-                                       std::to_string(s[1]) + " channels, the [net] section says " +
-                                       std::to_string(c));
+        return Status::InvalidArgument(path_ + ": input shape " + ShapeToString(s) + " has " + std::to_string(s[1]) +
+                                       " channels, the [net] section says " + std::to_string(c));
       n = s[0];
       c = s[1];
       h = s[2];
@@ -619,8 +615,8 @@ class DarknetGraphBuilder {
 
     const int64_t cg = in.c / groups;
     LayerParameters p;
-    TS_RETURN_IF_ERROR(weights_->Conv(CurrentLayer(), n, n * cg * size * size, bn != 0, cg * size * size,
-                                      act.he_gain, &p));
+    TS_RETURN_IF_ERROR(
+        weights_->Conv(CurrentLayer(), n, n * cg * size * size, bn != 0, cg * size * size, act.he_gain, &p));
     FoldBatchNorm(n, &p);
     const int w_id = g_.AddConstant(node->name + ".weight", TensorData{{n, cg, size, size}, std::move(p.weights)});
     const int b_id = g_.AddConstant(node->name + ".bias", TensorData{{n}, std::move(p.biases)});
@@ -739,8 +735,8 @@ class DarknetGraphBuilder {
       const LayerOutput& next = *ins[i];
       if (next.flat != first.flat || (!first.flat && (next.h != first.h || next.w != first.w)))
         return o.Invalid("layers " + std::to_string(refs[0]) + " and " + std::to_string(refs[i]) +
-                         " have different spatial sizes (" + std::to_string(first.h) + "x" +
-                         std::to_string(first.w) + " vs " + std::to_string(next.h) + "x" + std::to_string(next.w) +
+                         " have different spatial sizes (" + std::to_string(first.h) + "x" + std::to_string(first.w) +
+                         " vs " + std::to_string(next.h) + "x" + std::to_string(next.w) +
                          "); route concatenates channels");
       out->c += next.c;
     }
@@ -823,9 +819,10 @@ class DarknetGraphBuilder {
       // darknet's reorg_cpu reads the input as [c/stride², h·stride, w·stride]
       // and needs both divisions exact to stay inside the buffer.
       if (in.h % stride != 0 || in.w % stride != 0 || in.c % s2 != 0)
-        return o.Invalid("reorg stride " + std::to_string(stride) + " needs height and width divisible by it and "
-                         "channels divisible by its square; input is " + std::to_string(in.c) + "x" +
-                         std::to_string(in.h) + "x" + std::to_string(in.w));
+        return o.Invalid("reorg stride " + std::to_string(stride) +
+                         " needs height and width divisible by it and "
+                         "channels divisible by its square; input is " +
+                         std::to_string(in.c) + "x" + std::to_string(in.h) + "x" + std::to_string(in.w));
       out->c = in.c * s2;
       out->h = in.h / stride;
       out->w = in.w / stride;
@@ -876,8 +873,8 @@ class DarknetGraphBuilder {
     const int64_t num = mask.empty() ? total : static_cast<int64_t>(mask.size());
     if (classes < 0 || num <= 0) return o.Invalid("classes must be >= 0 and num > 0");
     if (in.c != num * (classes + 5))
-      return o.Invalid("input has " + std::to_string(in.c) + " channels, yolo needs anchors·(classes+5) = " +
-                       std::to_string(num * (classes + 5)));
+      return o.Invalid("input has " + std::to_string(in.c) +
+                       " channels, yolo needs anchors·(classes+5) = " + std::to_string(num * (classes + 5)));
     node->op = "Region";
     node->inputs = {in.value};
     node->attrs.Set("num", num);

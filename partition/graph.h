@@ -8,22 +8,30 @@
 //             attrs  kernel_shape[2], strides[2], pads[4]=(top,left,bottom,right),
 //                    dilations[2], group
 //      Gemm   inputs [X(N, in), W(out, in), B(out)?]   (y = x·Wᵀ + b; ONNX
-//             alpha/beta/transA/transB are folded away at import)
+//             alpha/beta/transA/transB are folded away at import). With
+//             attr flatten_input=1, X may be [N, C, H, W] and is read as
+//             [N, C·H·W] (darknet's [connected] after a feature map).
 //  * A producer may carry a fused activation applied to its output
 //    (METHODS §1: "bias/BN/activation folded into the producer"):
 //      attr "activation" = "relu" | "leaky_relu" (alpha) | "clip" (min, max)
 //                        | "sigmoid" | "hard_sigmoid" (alpha, beta) | "tanh"
 //      with parameters in attrs "act_alpha", "act_beta" (clip: min, max).
-//    Absent or "" means linear. Conv and Gemm may carry one.
-//  * Identity, Dropout (inference), Constant and shape arithmetic are gone:
-//    Reshape carries its resolved target shape in attr "shape".
+//    Absent or "" means linear. Conv, Gemm and Add (darknet [shortcut]) may
+//    carry one.
+//  * ONNX imports lose Identity, Dropout (inference), Constant and shape
+//    arithmetic: Reshape carries its resolved target shape in attr "shape".
+//    darknet imports keep one node per cfg section, so [dropout], [cost] and
+//    one-input [route] stay as Identity nodes and layer numbers are darknet's.
 //  * Op names and attribute names follow ONNX where an ONNX op exists
 //    (MaxPool, AveragePool, GlobalAveragePool, Relu, LeakyRelu, Clip(min,max
 //    as attrs), Sigmoid, HardSigmoid, Add, Mul, Max, Concat, Reshape,
 //    Transpose, Softmax, Pad(pads attr), Resize(nearest; attr "scales"),
 //    BatchNormalization (only where it could not be folded), MatMul (two
-//    non-constant inputs)). darknet-only ops: "Reorg" (attr stride),
-//    "Region" (attrs num, classes, coords, softmax), "DarknetCrop".
+//    non-constant inputs)). darknet-only ops: "Reorg" (attrs stride,
+//    reverse), "Region" (attrs num, classes, coords, softmax, background,
+//    anchors, mask, darknet_layer; also [yolo]), "DarknetCrop",
+//    "DarknetShortcut" (adds the channels two maps of different sizes share,
+//    subsampling the larger, as darknet's [shortcut] does).
 #pragma once
 
 #include <cstdint>

@@ -92,9 +92,10 @@ Result<std::vector<TileLayerRegion>> BackPropagateTile(const std::vector<Spatial
 }
 
 std::vector<int64_t> SplitProportional(int64_t total, const std::vector<double>& weights) {
-  const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  if (weights.empty()) return {};
+  double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  if (sum <= 0) return SplitProportional(total, std::vector<double>(weights.size(), 1.0));  // no capacity known: equal
   std::vector<int64_t> parts(weights.size(), 0);
-  if (weights.empty() || sum <= 0) return parts;
   std::vector<std::pair<double, size_t>> remainders;
   int64_t assigned = 0;
   for (size_t i = 0; i < weights.size(); ++i) {

@@ -67,8 +67,9 @@ Result<SpatialWindow> SpatialWindowOf(const Graph& graph, const Node& node);
 Result<std::vector<TileLayerRegion>> BackPropagateTile(const std::vector<SpatialWindow>& stack,
                                                        const TileRegion& output_tile);
 
-// Splits `total` into parts proportional to `weights` (all > 0), largest
+// Splits `total` into parts proportional to `weights` (≥ 0), largest
 // remainders first, earlier parts first on ties: 64 over {1,1,1} -> 22,21,21.
+// A zero weight gets nothing; all-zero weights mean equal shares.
 std::vector<int64_t> SplitProportional(int64_t total, const std::vector<double>& weights);
 
 // The n×m grid over an output of `rows`×`cols` with the given row and column

@@ -66,6 +66,15 @@ const std::set<std::string>& PassThroughOps() {
   return ops;
 }
 
+// Ops with their own translation in TranslateNode.
+const std::set<std::string>& KnownOps() {
+  static const std::set<std::string> ops = {
+      "Identity", "Dropout", "Cast", "Conv", "MaxPool", "AveragePool", "Gemm", "MatMul", "BatchNormalization",
+      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Softmax", "Clip", "Pad", "Resize", "Upsample", "Slice",
+      "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Concat", "Transpose"};
+  return ops;
+}
+
 constexpr int64_t kMaxFoldPasses = 16;
 
 // What shape inference (or the declaration) says about a value.
@@ -178,6 +187,7 @@ class OnnxModelImporter {
   onnx::ModelProto model_;
   int64_t opset_ = 0;
   std::unordered_map<std::string, ValueInfo> infos_;
+  std::string inference_error_;  // what strict shape inference said, if it failed
   std::unordered_map<std::string, int> initializer_index_;  // name -> index in graph.initializer
   std::unordered_map<std::string, ConstTensor> const_cache_;
   std::unordered_set<std::string> runtime_inputs_;
@@ -216,7 +226,13 @@ Status OnnxModelImporter::Check() {
 Status OnnxModelImporter::ReadOpset() {
   for (const auto& o : model_.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
-  if (opset_ <= 0) return Status::InvalidArgument(origin_ + ": the model imports no version of the default ONNX opset");
+  if (opset_ <= 0) {
+    for (const auto& n : model_.graph().node())
+      if (!n.domain().empty() && n.domain() != "ai.onnx")
+        return Status::NotSupported(origin_ + ": node '" + n.name() + "' (" + n.op_type() + "): operator domain '" +
+                                    n.domain() + "' is not supported");
+    return Status::InvalidArgument(origin_ + ": the model imports no version of the default ONNX opset");
+  }
   // Nodes keep their names in errors; give the unnamed ones the name they get in the Graph.
   auto* g = model_.mutable_graph();
   for (int i = 0; i < g->node_size(); ++i) {
@@ -229,8 +245,18 @@ Status OnnxModelImporter::ReadOpset() {
 Status OnnxModelImporter::FixInputShapes() {
   auto* g = model_.mutable_graph();
   for (int i = 0; i < g->initializer_size(); ++i) initializer_index_[g->initializer(i).name()] = i;
-  std::set<std::string> unmatched;
-  for (const auto& [key, shape] : options_.input_shapes) unmatched.insert(key);
+  // Names in --input-shape must be inputs; check before anything else complains.
+  std::string input_names;
+  std::set<std::string> runtime_names;
+  for (const auto& in : g->input())
+    if (!initializer_index_.count(in.name())) {
+      input_names += (input_names.empty() ? "" : ", ") + in.name();
+      runtime_names.insert(in.name());
+    }
+  for (const auto& [key, shape] : options_.input_shapes)
+    if (!key.empty() && !runtime_names.count(key))
+      return Status::InvalidArgument(origin_ + ": --input-shape names '" + key +
+                                     "', which is not an input of the model (inputs: " + input_names + ")");
   bool first = true;
   for (int i = 0; i < g->input_size(); ++i) {
     auto* in = g->mutable_input(i);
@@ -248,10 +274,8 @@ Status OnnxModelImporter::FixInputShapes() {
     const Shape* given = nullptr;
     if (auto it = options_.input_shapes.find(name); it != options_.input_shapes.end()) {
       given = &it->second;
-      unmatched.erase(name);
     } else if (first && options_.input_shapes.count("")) {
       given = &options_.input_shapes.at("");
-      unmatched.erase("");
     }
     first = false;
     if (given != nullptr) {
@@ -270,7 +294,7 @@ Status OnnxModelImporter::FixInputShapes() {
                                      "--input-shape " + name + "=1,3,224,224 (for example)");
     for (int d = 0; d < tt->shape().dim_size(); ++d) {
       auto* dim = tt->mutable_shape()->mutable_dim(d);
-      if (dim->has_dim_value() && dim->dim_value() > 0) continue;
+      if (dim->has_dim_value() && dim->dim_value() >= 0) continue;
       if (d == 0) {
         dim->set_dim_value(options_.batch);  // a dynamic batch dim: the caller's batch
         continue;
@@ -280,13 +304,8 @@ Status OnnxModelImporter::FixInputShapes() {
                                      " is dynamic; give the input's shape with --input-shape " + name + "=...");
     }
   }
-  if (!unmatched.empty()) {
-    std::string names;
-    for (const std::string& n : runtime_inputs_) names += (names.empty() ? "" : ", ") + n;
-    return Status::InvalidArgument(origin_ + ": --input-shape names '" + *unmatched.begin() +
-                                   "', which is not an input of the model (inputs: " + names + ")");
-  }
-  if (runtime_inputs_.empty()) return Status::InvalidArgument(origin_ + ": the model has no (non-constant) input");
+  if (runtime_inputs_.empty())
+    return Status::NotSupported(origin_ + ": the model has no (non-constant) input, its outputs are constants");
   // Declared output shapes may hold the batch the exporter used; inference recomputes them.
   for (int i = 0; i < g->output_size(); ++i) {
     auto* type = g->mutable_output(i)->mutable_type();
@@ -298,13 +317,25 @@ Status OnnxModelImporter::FixInputShapes() {
 Status OnnxModelImporter::RunShapeInference() {
   auto* g = model_.mutable_graph();
   g->clear_value_info();
+  // Strict first, so that a node the ONNX library cannot type is reported
+  // with its own message; then lenient, so that one such node (often one we
+  // would reject anyway, or fold away) does not hide every other shape.
+  inference_error_.clear();
   try {
-    onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*error_mode=*/1, /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), opts);
+    onnx::ShapeInferenceOptions strict(/*check_type=*/false, /*error_mode=*/1, /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), strict);
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-    return Status::InvalidArgument(origin_ + ": ONNX shape inference failed: " + msg);
+    inference_error_ = e.what();
+    while (!inference_error_.empty() && (inference_error_.back() == '\n' || inference_error_.back() == ' '))
+      inference_error_.pop_back();
+    spdlog::debug("{}: ONNX shape inference: {}", origin_, inference_error_);
+    g->clear_value_info();
+    try {
+      onnx::ShapeInferenceOptions lenient(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/false);
+      onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), lenient);
+    } catch (const std::exception& e2) {
+      return Status::InvalidArgument(origin_ + ": ONNX shape inference failed: " + inference_error_ + "; " + e2.what());
+    }
   }
   infos_.clear();
   for (const auto& v : g->input()) infos_[v.name()] = InfoFromType(v.type());
@@ -439,7 +470,9 @@ Result<Shape> OnnxModelImporter::StaticShape(const onnx::NodeProto& node, const 
   auto it = infos_.find(name);
   if (it == infos_.end() || !it->second.Static())
     return NodeError(StatusCode::kInvalidArgument, node,
-                     "the shape of '" + name + "' could not be inferred; give the input shapes with --input-shape");
+                     "the shape of '" + name + "' could not be inferred" +
+                         (inference_error_.empty() ? std::string("; give the input shapes with --input-shape")
+                                                   : " (ONNX shape inference: " + inference_error_ + ")"));
   return Shape(it->second.dims.begin(), it->second.dims.end());
 }
 
@@ -987,10 +1020,12 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
   const std::string& op = node.op_type();
   if (!node.domain().empty() && node.domain() != "ai.onnx")
     return NodeError(StatusCode::kNotSupported, node, "operator domain '" + node.domain() + "' is not supported");
+  if (!KnownOps().count(op) && !PassThroughOps().count(op))
+    return NodeError(StatusCode::kNotSupported, node, "operator '" + op + "' is not supported by tessera");
   if (node.output_size() == 0 || node.output(0).empty())
     return NodeError(StatusCode::kInvalidArgument, node, "has no output");
-  if (node.input_size() == 0 && op != "Constant")
-    return NodeError(StatusCode::kNotSupported, node, "operator not supported by tessera (no inputs)");
+  if (node.input_size() == 0 || node.input(0).empty())
+    return NodeError(StatusCode::kNotSupported, node, "nodes without a first input are not supported");
   const std::string name = node.name();
 
   if (op == "Identity" || op == "Dropout") {
@@ -1064,6 +1099,18 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
       if (in.empty()) return NodeError(StatusCode::kNotSupported, node, "omitted optional inputs are not supported");
       TS_ASSIGN_OR_RETURN(int v, InputValue(node, in));
       inputs.push_back(v);
+    }
+    if (op == "PRelu" && opset_ < 7 && inputs.size() == 2 && graph_.IsConstant(inputs[1])) {
+      // Before opset 7 a 1-D slope of length C was per channel (axis 1);
+      // since then it broadcasts from the right. Make it [C,1,...,1].
+      const Shape x_shape = graph_.values[inputs[0]].shape;
+      const TensorData* slope = graph_.ConstantData(inputs[1]);
+      if (x_shape.size() > 2 && slope->shape.size() == 1 && slope->shape[0] == x_shape[1] && x_shape[1] != 1) {
+        TensorData per_channel = *slope;
+        per_channel.shape.assign(x_shape.size() - 1, 1);
+        per_channel.shape[0] = x_shape[1];
+        inputs[1] = graph_.AddConstant(name + "/slope", std::move(per_channel));
+      }
     }
     if (graph_.ActivationInputs(Node{"", op, inputs, {}, {}}).empty())
       return NodeError(StatusCode::kNotSupported, node, "all inputs are constant but the op could not be folded");
@@ -1141,6 +1188,9 @@ Status OnnxModelImporter::Compact() {
 Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
   TS_RETURN_IF_ERROR(Parse(bytes));
   TS_RETURN_IF_ERROR(Check());
+  // Before IR 4, shape inference only sees initializers that are also graph
+  // inputs; folded constants are not, so lift old models to IR 4 semantics.
+  if (model_.ir_version() < 4) model_.set_ir_version(4);
   TS_RETURN_IF_ERROR(ReadOpset());
   TS_RETURN_IF_ERROR(FixInputShapes());
   for (int pass = 0;; ++pass) {

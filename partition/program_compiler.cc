@@ -106,6 +106,42 @@ class SubgraphBuilder {
   std::set<std::string> names_;
 };
 
+// How a stack layer maps an output region back to each activation input.
+struct RegionMap {
+  bool window = false;
+  SpatialWindow w;
+};
+
+std::string LayerLabel(const Graph& g, int n) {
+  return "layer " + std::to_string(n + 1) + " ('" + g.nodes[n].name + "', " + g.nodes[n].op + ")";
+}
+
+Result<RegionMap> RegionMapOf(const Graph& g, int n) {
+  const Node& node = g.nodes[n];
+  for (int v : g.ActivationInputs(node))
+    if (g.values[v].shape.size() != 4)
+      return Status::InvalidArgument(LayerLabel(g, n) + " is not on a 4-D feature map and cannot be tiled (ffmt)");
+  if (node.outputs.size() != 1 || g.values[node.outputs[0]].shape.size() != 4)
+    return Status::InvalidArgument(LayerLabel(g, n) + " does not produce one 4-D feature map and cannot be tiled");
+  RegionMap m;
+  if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
+    TS_ASSIGN_OR_RETURN(m.w, SpatialWindowOf(g, node));
+    m.window = true;
+    return m;
+  }
+  const Shape& ys = g.values[node.outputs[0]].shape;
+  bool same_spatial = true;
+  for (int v : g.ActivationInputs(node)) {
+    const Shape& s = g.values[v].shape;
+    same_spatial &= s[2] == ys[2] && s[3] == ys[3];
+  }
+  if (same_spatial && (ElementwiseOps().count(node.op) || (node.op == "Concat" && node.attrs.Int("axis") == 1)))
+    return m;
+  return Status::InvalidArgument(LayerLabel(g, n) +
+                                 " has no spatial locality and cannot be inside an FFMT stack (only conv, pool, "
+                                 "element-wise and channel concat can)");
+}
+
 // The activation a producer carries (graph.h) as a separate node, for merges.
 Result<std::optional<Node>> ActivationNode(const Node& producer) {
   const std::string act = producer.attrs.String("activation");
@@ -195,9 +231,7 @@ class Compiler {
            a.grid_cols == b.grid_cols && a.row_weights == b.row_weights && a.col_weights == b.col_weights;
   }
 
-  std::string LayerName(int n) const {
-    return "layer " + std::to_string(n + 1) + " ('" + g_.nodes[n].name + "', " + g_.nodes[n].op + ")";
-  }
+  std::string LayerName(int n) const { return LayerLabel(g_, n); }
 
   std::vector<int> DevicesOf(int n) const {
     const auto& d = plan_.layers[n].devices;
@@ -575,38 +609,6 @@ class Compiler {
   }
 
   // ---- FFMT --------------------------------------------------------------------
-  // How a stack layer maps an output region back to each activation input.
-  struct RegionMap {
-    bool window = false;
-    SpatialWindow w;
-  };
-
-  Result<RegionMap> RegionMapOf(int n) const {
-    const Node& node = g_.nodes[n];
-    for (int v : g_.ActivationInputs(node))
-      if (g_.values[v].shape.size() != 4)
-        return Status::InvalidArgument(LayerName(n) + " is not on a 4-D feature map and cannot be tiled (ffmt)");
-    if (node.outputs.size() != 1 || g_.values[node.outputs[0]].shape.size() != 4)
-      return Status::InvalidArgument(LayerName(n) + " does not produce one 4-D feature map and cannot be tiled");
-    RegionMap m;
-    if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
-      TS_ASSIGN_OR_RETURN(m.w, SpatialWindowOf(g_, node));
-      m.window = true;
-      return m;
-    }
-    const Shape& ys = g_.values[node.outputs[0]].shape;
-    bool same_spatial = true;
-    for (int v : g_.ActivationInputs(node)) {
-      const Shape& s = g_.values[v].shape;
-      same_spatial &= s[2] == ys[2] && s[3] == ys[3];
-    }
-    if (same_spatial && (ElementwiseOps().count(node.op) || (node.op == "Concat" && node.attrs.Int("axis") == 1)))
-      return m;
-    return Status::InvalidArgument(LayerName(n) +
-                                   " has no spatial locality and cannot be inside an FFMT stack (only conv, pool, "
-                                   "element-wise and channel concat can)");
-  }
-
   // Splits the run [first, last] of FFMT layers into fused stacks whose only
   // value leaving the stack is the last layer's output, longest first.
   Status CompileFfmtRun(int first, int last) {
@@ -635,7 +637,7 @@ class Compiler {
   }
 
   Status CompileStack(int start, int end) {
-    for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(RegionMapOf(n).status());
+    for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(RegionMapOf(g_, n).status());
     const LayerAssignment& a = plan_.layers[start];
     const auto devices = DevicesOf(start);
     const int y = g_.nodes[end].outputs[0];
@@ -672,7 +674,7 @@ class Compiler {
         LayerView& lv = view[n - start];
         lv.used = true;
         const TileRegion out = it->second;
-        auto map = RegionMapOf(n);
+        auto map = RegionMapOf(g_, n);
         for (int v : g_.ActivationInputs(node)) {
           TileRegion in = out;
           if (map->window) {
@@ -761,6 +763,28 @@ class Compiler {
 };
 
 }  // namespace
+
+Status CheckTileable(const Graph& graph, int node) { return RegionMapOf(graph, node).status(); }
+
+bool CanSplitOutputs(const Graph& graph, int node, int devices) {
+  const Node& n = graph.nodes[node];
+  if (n.op == "Gemm") return graph.ConstantData(n.inputs.at(1)) != nullptr;
+  if (n.op != "Conv" || !graph.ConstantData(n.inputs.at(1))) return false;
+  const int64_t groups = n.attrs.Int("group", 1);
+  if (groups == 1) return true;
+  // Even slices must start and end on group boundaries.
+  const int64_t O = graph.values[n.outputs[0]].shape.at(1), og = O / groups;
+  int64_t edge = 0;
+  for (int64_t s : SplitProportional(O, std::vector<double>(devices, 1.0)))
+    if ((edge += s) % og != 0) return false;
+  return true;
+}
+
+bool CanSplitInputs(const Graph& graph, int node) {
+  const Node& n = graph.nodes[node];
+  if (!graph.ConstantData(n.inputs.at(1))) return false;
+  return n.op == "Gemm" || (n.op == "Conv" && n.attrs.Int("group", 1) == 1);
+}
 
 Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan) {
   Compiler c(graph, plan);

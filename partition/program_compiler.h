@@ -43,4 +43,13 @@ struct CompiledPlan {
 // about its scheme cannot be done (e.g. FDTI on a grouped conv).
 Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan);
 
+// What the compiler accepts, for planners and forced plans:
+// OK when node `node` may sit inside an FFMT stack (conv, pool, element-wise,
+// channel concat on 4-D maps); otherwise the reason, naming the layer.
+Status CheckTileable(const Graph& graph, int node);
+// FDTO/FDT1 over `devices` even slices (Conv whose groups allow it, Gemm).
+bool CanSplitOutputs(const Graph& graph, int node, int devices);
+// FDTI/FDT2 (ungrouped Conv, Gemm).
+bool CanSplitInputs(const Graph& graph, int node);
+
 }  // namespace tessera

@@ -30,8 +30,8 @@ bool HaveDarknetCfgs() { return fs::exists(std::string(kCfgDir) + "yolov2-tiny.c
 struct ScratchDir {
   fs::path path;
   ScratchDir() {
-    path = fs::temp_directory_path() / ("tessera_darknet_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++));
+    path =
+        fs::temp_directory_path() / ("tessera_darknet_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::create_directories(path);
   }
   ~ScratchDir() {
@@ -158,10 +158,11 @@ TEST_CASE("darknet maxpool output follows (w + padding - size)/stride + 1") {
   ScratchDir dir;
   // 9x9: size 3 stride 2 default padding 2 -> (9+2-3)/2+1 = 5, pads 1/1;
   // size 2 stride 2 on 5 -> (5+1-2)/2+1 = 3, pads 0/1; explicit padding=0.
-  auto g = ImportText(dir, "[net]\nwidth=9\nheight=9\nchannels=2\n"
-                           "[maxpool]\nsize=3\nstride=2\n"
-                           "[maxpool]\nsize=2\nstride=2\n"
-                           "[maxpool]\nsize=3\nstride=1\npadding=0\n");
+  auto g = ImportText(dir,
+                      "[net]\nwidth=9\nheight=9\nchannels=2\n"
+                      "[maxpool]\nsize=3\nstride=2\n"
+                      "[maxpool]\nsize=2\nstride=2\n"
+                      "[maxpool]\nsize=3\nstride=1\npadding=0\n");
   REQUIRE(g.ok());
   CHECK(OutputShape(*g, g->nodes[0]) == Shape{1, 2, 5, 5});
   CHECK(g->nodes[0].attrs.Ints("pads") == std::vector<int64_t>{1, 1, 1, 1});
@@ -288,9 +289,8 @@ const char* const kWeightsCfg =
     "[connected]\noutput=3\nactivation=linear\n";
 
 struct WeightsFixture {
-  std::vector<float> conv1_bias{0.5f, -0.25f}, conv1_scales{2.f, 0.5f}, conv1_mean{0.1f, -0.2f},
-      conv1_var{4.f, 0.25f}, conv1_w, conv2_bias{1.f, 2.f}, conv2_w{1.f, 2.f, 3.f, 4.f}, fc_bias{0.1f, 0.2f, 0.3f},
-      fc_w;
+  std::vector<float> conv1_bias{0.5f, -0.25f}, conv1_scales{2.f, 0.5f}, conv1_mean{0.1f, -0.2f}, conv1_var{4.f, 0.25f},
+      conv1_w, conv2_bias{1.f, 2.f}, conv2_w{1.f, 2.f, 3.f, 4.f}, fc_bias{0.1f, 0.2f, 0.3f}, fc_w;
   WeightsFixture() {
     for (int i = 0; i < 2 * 3 * 3 * 3; ++i) conv1_w.push_back(0.01f * static_cast<float>(i));
     for (int i = 0; i < 3 * 32; ++i) fc_w.push_back(static_cast<float>(i) - 40.f);
@@ -385,31 +385,36 @@ TEST_CASE("malformed darknet cfgs give one error naming file, line and section")
     std::vector<std::string> mentions;
   };
   const std::vector<Bad> cases = {
-      {std::string(kNet) + "[convolutional]\nfilters=4\n[frobnicate]\nx=1\n", StatusCode::kInvalidArgument,
+      {std::string(kNet) + "[convolutional]\nfilters=4\n[frobnicate]\nx=1\n",
+       StatusCode::kInvalidArgument,
        {"model.cfg:7:", "[frobnicate]", "layer 2", "unknown section"}},
-      {std::string(kNet) + "[convolutional]\nfilters=four\n", StatusCode::kInvalidArgument,
+      {std::string(kNet) + "[convolutional]\nfilters=four\n",
+       StatusCode::kInvalidArgument,
        {"model.cfg:6:", "[convolutional]", "filters", "'four'"}},
-      {std::string(kNet) + "[maxpool]\nsize=2\nstride=2.5\n", StatusCode::kInvalidArgument,
-       {"model.cfg:7:", "stride"}},
-      {std::string(kNet) + "[convolutional]\nfilters=4\n[route]\nlayers=-2\n", StatusCode::kInvalidArgument,
+      {std::string(kNet) + "[maxpool]\nsize=2\nstride=2.5\n", StatusCode::kInvalidArgument, {"model.cfg:7:", "stride"}},
+      {std::string(kNet) + "[convolutional]\nfilters=4\n[route]\nlayers=-2\n",
+       StatusCode::kInvalidArgument,
        {"model.cfg:7:", "[route]", "layer 2", "-2"}},
-      {std::string(kNet) + "[convolutional]\nfilters=4\n[route]\nlayers=5\n", StatusCode::kInvalidArgument,
+      {std::string(kNet) + "[convolutional]\nfilters=4\n[route]\nlayers=5\n",
+       StatusCode::kInvalidArgument,
        {"[route]", "layers", "5"}},
-      {std::string(kNet) + "[convolutional]\nfilters=4\n[route]\nlayers=1\n", StatusCode::kInvalidArgument,
+      {std::string(kNet) + "[convolutional]\nfilters=4\n[route]\nlayers=1\n",
+       StatusCode::kInvalidArgument,
        {"[route]", "not an earlier layer"}},
       {std::string(kNet) + "[route]\n", StatusCode::kInvalidArgument, {"[route]", "layers="}},
       {std::string(kNet) + "[shortcut]\nfrom=-3\n", StatusCode::kInvalidArgument, {"[shortcut]", "from"}},
       {"[convolutional]\nfilters=4\n", StatusCode::kInvalidArgument, {"model.cfg:1:", "[net]"}},
       {"width=3\n[net]\n", StatusCode::kInvalidArgument, {"model.cfg:1:", "before the first [section]"}},
-      {std::string(kNet) + "[convolutional]\nfilters\n", StatusCode::kInvalidArgument,
-       {"model.cfg:6:", "key=value"}},
-      {std::string(kNet) + "[convolutional]\nfilters=4\nactivation=mish\n", StatusCode::kNotSupported,
+      {std::string(kNet) + "[convolutional]\nfilters\n", StatusCode::kInvalidArgument, {"model.cfg:6:", "key=value"}},
+      {std::string(kNet) + "[convolutional]\nfilters=4\nactivation=mish\n",
+       StatusCode::kNotSupported,
        {"[convolutional]", "mish"}},
       {std::string(kNet) + "[local]\nfilters=4\n", StatusCode::kNotSupported, {"model.cfg:5:", "[local]"}},
       {std::string(kNet) + "[convolutional]\nfilters=10\nsize=1\n[region]\nnum=2\nclasses=1\ncoords=4\n",
        StatusCode::kInvalidArgument,
        {"[region]", "12"}},
-      {std::string(kNet) + "[convolutional]\nfilters=6\nsize=1\n[reorg]\nstride=2\n", StatusCode::kInvalidArgument,
+      {std::string(kNet) + "[convolutional]\nfilters=6\nsize=1\n[reorg]\nstride=2\n",
+       StatusCode::kInvalidArgument,
        {"[reorg]", "divisible"}},
       {"[net]\nwidth=8\nheight=8\n[convolutional]\n", StatusCode::kInvalidArgument, {"[net]", "channels"}},
       {std::string(kNet) + "[crop]\ncrop_height=9\ncrop_width=4\n", StatusCode::kInvalidArgument, {"[crop]"}},

@@ -1,0 +1,575 @@
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "planner/memory_split.h"
+#include "planner/placement.h"
+#include "planner/quantity.h"
+#include "planner/weight_partition.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int64_t kFloatBytes = 4;
+
+// Ops whose output rows depend only on a window of input rows, so they can
+// sit inside an FFMT fused stack (METHODS §2).
+bool SpatiallyTileable(const LayerFigures& f) {
+  static const char* kOps[] = {"Conv", "MaxPool", "AveragePool", "Relu", "LeakyRelu", "Clip", "Sigmoid",
+                               "HardSigmoid", "Tanh", "Add", "Mul", "Max", "Concat", "BatchNormalization",
+                               "Reorg", "Resize", "Pad"};
+  if (f.output_shape.size() != 4 || f.output_shape[2] < 2) return false;
+  for (const char* op : kOps)
+    if (f.op == op) return true;
+  return false;
+}
+
+// Input rows an FFMT tile of `out_rows` output rows reads (the halo of §2):
+// (rows−1)·stride + (kernel−1)·dilation + 1, at most the whole input.
+int64_t InputRowsForTile(const Node& node, const LayerFigures& f, int64_t out_rows) {
+  if (f.input_shapes.empty() || f.input_shapes[0].size() != 4) return out_rows;
+  const int64_t h_in = f.input_shapes[0][2];
+  const int64_t h_out = f.output_shape[2];
+  if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
+    const auto k = node.attrs.Ints("kernel_shape", {1, 1});
+    const auto s = node.attrs.Ints("strides", {1, 1});
+    const auto d = node.attrs.Ints("dilations", {1, 1});
+    const int64_t rows = (out_rows - 1) * (s.empty() ? 1 : s[0]) + ((k.empty() ? 1 : k[0]) - 1) * (d.empty() ? 1 : d[0]) + 1;
+    return std::min(h_in, std::max<int64_t>(rows, 1));
+  }
+  if (h_out > 0 && h_in != h_out) return std::min(h_in, (out_rows * h_in + h_out - 1) / h_out);
+  return std::min(h_in, out_rows);
+}
+
+int64_t Channels(const Shape& s) { return s.size() >= 2 ? s[1] : (s.empty() ? 1 : s.back()); }
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Per-layer traffic between devices, in values, for the device summary.
+struct Traffic {
+  std::vector<double> sent, received;
+  explicit Traffic(int d) : sent(d, 0), received(d, 0) {}
+  void Move(int from, int to, double values) {
+    if (from == to || values <= 0) return;
+    sent[from] += values;
+    received[to] += values;
+  }
+};
+
+Status CheckDeviceMemory(const Plan& plan, const std::vector<LayerFigures>& layers,
+                         const std::vector<std::vector<int64_t>>& buffer_of_layer) {
+  for (int i = 0; i < plan.cluster.size(); ++i) {
+    const Device& d = plan.cluster.devices[i];
+    const DeviceLoad& load = plan.loads[i];
+    if (load.weight_bytes > d.flash_bytes) {
+      return Status::ResourceExhausted(
+          "device " + d.name + " would hold " + FormatBytes(load.weight_bytes) + " of weights but has " +
+          FormatBytes(d.flash_bytes) + " flash: short by " + std::to_string(load.weight_bytes - d.flash_bytes) +
+          " bytes (switch layer " + std::to_string(plan.switch_layer) + "); add devices or use larger ones");
+    }
+    if (load.peak_buffer_bytes > d.ram_bytes) {
+      size_t worst = 0;
+      for (size_t l = 0; l < layers.size(); ++l)
+        if (buffer_of_layer[l][i] > buffer_of_layer[worst][i]) worst = l;
+      return Status::ResourceExhausted("layer " + std::to_string(layers[worst].index) + " '" + layers[worst].name + "' (" +
+                                       layers[worst].op + ") needs " + FormatBytes(buffer_of_layer[worst][i]) +
+                                       " of input+output buffers on device " + d.name + ", which has " +
+                                       FormatBytes(d.ram_bytes) + " RAM: short by " +
+                                       std::to_string(buffer_of_layer[worst][i] - d.ram_bytes) +
+                                       " bytes; add devices or use larger ones");
+    }
+  }
+  return Status::OK();
+}
+
+void FillModelTotals(const Graph& graph, const std::vector<LayerFigures>& layers, Plan* plan) {
+  const ModelTotals totals = ComputeTotals(layers);
+  plan->model_name = graph.name;
+  plan->model_layers = totals.layers;
+  plan->model_weights = totals.weights;
+  plan->model_macs = totals.macs;
+}
+
+// METHODS §3 + §4: FFMT before the switch, OWP after it.
+Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const PlanOptions& options,
+                      Plan* plan) {
+  const Cluster& c = plan->cluster;
+  const int n = c.size();
+  const bool use_cbc = options.solver.empty() || options.solver == "cbc";
+  if (!use_cbc && options.solver != "exact")
+    return Status::InvalidArgument("--solver " + options.solver + " is not available for --objective " +
+                                   ObjectiveName(options.objective) + "; use cbc or exact");
+  const auto start = std::chrono::steady_clock::now();
+
+  MemorySplit split;
+  if (use_cbc) {
+    TS_ASSIGN_OR_RETURN(split, SolveMemorySplitIlp(layers, n));
+  } else {
+    split = SolveMemorySplitExact(layers, n);
+  }
+  plan->sub_solvers.push_back(split.solver);
+  plan->switch_layer = split.switch_layer;
+  plan->footprint_single_bytes = SingleDeviceFootprint(layers) * kFloatBytes;
+  plan->footprint_per_device_bytes = split.footprint * kFloatBytes;
+
+  const std::vector<OwpLayer> chain = WeightPartitionedChain(graph, layers, split.switch_layer);
+  OwpPlan owp;
+  if (use_cbc) {
+    TS_ASSIGN_OR_RETURN(owp, SolveOwpIlp(chain, n));
+  } else {
+    owp = SolveOwpDp(chain, n);
+  }
+  plan->sub_solvers.push_back(owp.solver);
+  plan->communication_all_fdto_values = OwpCommunication(chain, std::vector<FdtScheme>(chain.size(), FdtScheme::kFanOut), n);
+  plan->communication_plan_values = owp.values;
+
+  const SolverReport& main = options.objective == Objective::kMemory ? split.solver : owp.solver;
+  plan->solver.name = use_cbc ? "cbc" : main.name;
+  plan->solver.optimal = split.solver.optimal && owp.solver.optimal;
+  plan->solver.nodes = split.solver.nodes + owp.solver.nodes;
+  plan->solver.seconds = Seconds(start);
+
+  // Capacities for unequal devices: memory objective by RAM (tiles) and
+  // flash (weight slices), otherwise by MAC rate.
+  std::vector<double> tile_capacity(n), slice_capacity(n);
+  for (int i = 0; i < n; ++i) {
+    const Device& d = c.devices[i];
+    if (options.objective == Objective::kMemory) {
+      tile_capacity[i] = d.ram_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.ram_bytes);
+      slice_capacity[i] = d.flash_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.flash_bytes);
+    } else {
+      tile_capacity[i] = slice_capacity[i] = d.macs_per_s;
+    }
+  }
+  if (c.Homogeneous()) std::fill(tile_capacity.begin(), tile_capacity.end(), 1.0), std::fill(slice_capacity.begin(), slice_capacity.end(), 1.0);
+
+  std::vector<int> chain_pos(layers.size() + 2, -1);
+  for (size_t k = 0; k < chain.size(); ++k) chain_pos[chain[k].index] = static_cast<int>(k);
+  // Layers carried per slice between linked weight layers (PART).
+  std::vector<char> part(layers.size() + 2, 0);
+  for (size_t k = 0; k + 1 < chain.size(); ++k)
+    if (chain[k].linked_to_next)
+      for (int idx = chain[k].index + 1; idx < chain[k + 1].index; ++idx) part[idx] = 1;
+
+  const int L = static_cast<int>(layers.size());
+  std::vector<std::vector<int64_t>> buffer_of_layer(L, std::vector<int64_t>(n, 0));
+  std::vector<double> weights(n, 0), compute_s(n, 0), macs(n, 0);
+  Traffic traffic(n);
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<int64_t> previous_slice;  // the channel split flowing into PART layers
+  bool in_ffmt_stack = false;
+  std::vector<double> latency_per_layer(L, 0);
+
+  for (int l = 0; l < L; ++l) {
+    const LayerFigures& f = layers[l];
+    const Node& node = graph.nodes[f.node];
+    PlannedLayer a;
+    a.index = f.index;
+    a.name = f.name;
+    a.op = f.op;
+    std::vector<double> share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0);
+    Traffic layer_traffic(n);
+    const double M = static_cast<double>(f.M), K = static_cast<double>(f.K), Q = static_cast<double>(f.Q);
+    const bool before_switch = split.switch_layer == 0 || f.index < split.switch_layer;
+
+    if (before_switch && SpatiallyTileable(f)) {
+      // FFMT: n×1 grid of row stripes of the output.
+      const int64_t rows = f.output_shape[2];
+      const int64_t h_in = (!f.input_shapes.empty() && f.input_shapes[0].size() == 4) ? f.input_shapes[0][2] : rows;
+      std::vector<double> cap = tile_capacity;
+      std::vector<int64_t> r = SplitProportional(rows, cap);
+      a.scheme = "ffmt";
+      a.split_axis = "rows";
+      for (int i = 0; i < n; ++i)
+        if (r[i] > 0) {
+          a.devices.push_back(i);
+          a.split.push_back(r[i]);
+        }
+      a.grid = {static_cast<int64_t>(a.devices.size()), 1};
+      for (int i = 0; i < n; ++i) {
+        if (r[i] == 0) continue;
+        const int64_t rin = InputRowsForTile(node, f, r[i]);
+        out_share[i] = static_cast<double>(r[i]) / rows;
+        in_share[i] = static_cast<double>(rin) / std::max<int64_t>(h_in, 1);
+        share[i] = out_share[i];
+        w_share[i] = 1.0;  // every tile needs all the weights
+      }
+      if (!in_ffmt_stack)  // the stack's input tiles come from device 0
+        for (int i = 1; i < n; ++i) layer_traffic.Move(0, i, M * in_share[i]);
+      in_ffmt_stack = true;
+      const bool stack_ends = l + 1 == L || !(split.switch_layer == 0 || layers[l + 1].index < split.switch_layer) ||
+                              !SpatiallyTileable(layers[l + 1]);
+      if (stack_ends)  // gather the output tiles on device 0
+        for (int i = 1; i < n; ++i) layer_traffic.Move(i, 0, K * out_share[i]);
+      if (stack_ends) in_ffmt_stack = false;
+    } else if (!before_switch && chain_pos[f.index] >= 0) {
+      const int k = chain_pos[f.index];
+      const FdtScheme x = owp.schemes[k];
+      a.scheme = FdtSchemeName(x);
+      const bool fan_out = x == FdtScheme::kFanOut || x == FdtScheme::kPairFirst;
+      const int64_t channels = fan_out ? Channels(f.output_shape)
+                                       : (f.input_shapes.empty() ? 1 : Channels(f.input_shapes[0]));
+      std::vector<int64_t> s = SplitProportional(channels, slice_capacity);
+      a.split_axis = fan_out ? "out_channels" : "in_channels";
+      for (int i = 0; i < n; ++i)
+        if (s[i] > 0) {
+          a.devices.push_back(i);
+          a.split.push_back(s[i]);
+        }
+      for (int i = 0; i < n; ++i) share[i] = static_cast<double>(s[i]) / std::max<int64_t>(channels, 1);
+      const int active = static_cast<int>(a.devices.size());
+      w_share = share;
+      const int prev = k > 0 ? static_cast<int>(owp.schemes[k - 1]) : -1;
+      const bool r_prev = k > 0 && chain[k - 1].linked_to_next && prev == static_cast<int>(FdtScheme::kFanOut) &&
+                          fan_out;
+      const int next = k + 1 < static_cast<int>(chain.size()) ? static_cast<int>(owp.schemes[k + 1]) : -1;
+      const bool r = chain[k].linked_to_next && x == FdtScheme::kFanOut &&
+                     (next == static_cast<int>(FdtScheme::kFanOut) || next == static_cast<int>(FdtScheme::kPairFirst));
+      if (fan_out) {
+        for (int i = 0; i < n; ++i) {
+          in_share[i] = share[i] > 0 ? 1.0 : 0.0;
+          out_share[i] = share[i];
+        }
+        if (!r_prev)
+          for (int i = 1; i < n; ++i)
+            if (share[i] > 0) layer_traffic.Move(0, i, M);  // distribute the whole input
+        if (x == FdtScheme::kFanOut) {
+          for (int i = 0; i < n; ++i) {
+            if (share[i] == 0) continue;
+            if (r) {  // share my slice with every peer (in-place reuse by l+1)
+              for (int h = 0; h < n; ++h)
+                if (h != i && share[h] > 0) layer_traffic.Move(i, h, K * share[i]);
+            } else {
+              layer_traffic.Move(i, 0, K * share[i]);  // back to the source for concatenation
+            }
+          }
+        }
+        (void)active;
+      } else {  // fan-in: input slices out, full-size partial sums back
+        for (int i = 0; i < n; ++i) {
+          in_share[i] = share[i];
+          out_share[i] = share[i] > 0 ? 1.0 : 0.0;
+        }
+        if (x == FdtScheme::kFanIn)
+          for (int i = 1; i < n; ++i) layer_traffic.Move(0, i, M * share[i]);
+        for (int i = 1; i < n; ++i)
+          if (share[i] > 0) layer_traffic.Move(i, 0, K);
+      }
+      previous_slice = s;
+    } else if (!before_switch && part[f.index]) {
+      a.scheme = "part";
+      a.split_axis = "out_channels";
+      std::vector<int64_t> s = previous_slice.empty() ? SplitProportional(Channels(f.output_shape), slice_capacity)
+                                                      : previous_slice;
+      const double total = std::max<double>(1.0, std::accumulate(s.begin(), s.end(), 0.0));
+      for (int i = 0; i < n; ++i) {
+        if (s[i] > 0) {
+          a.devices.push_back(i);
+          a.split.push_back(s[i]);
+        }
+        share[i] = in_share[i] = out_share[i] = w_share[i] = s[i] / total;
+      }
+    } else {
+      a.scheme = "whole";
+      a.devices = {0};
+      share[0] = in_share[0] = out_share[0] = w_share[0] = 1.0;
+      in_ffmt_stack = false;
+    }
+
+    double slowest = 0;
+    for (int i = 0; i < n; ++i) {
+      weights[i] += Q * w_share[i];
+      const double buf = M * in_share[i] + K * out_share[i];
+      buffer_of_layer[l][i] = static_cast<int64_t>(std::ceil(buf)) * kFloatBytes;
+      const double mac = static_cast<double>(f.R) * share[i];
+      macs[i] += mac;
+      const double t = mac / c.devices[i].macs_per_s;
+      compute_s[i] += t;
+      slowest = std::max(slowest, t);
+    }
+    double transfer_s = 0;
+    for (int i = 0; i < n; ++i) {
+      traffic.sent[i] += layer_traffic.sent[i];
+      traffic.received[i] += layer_traffic.received[i];
+      // Senders share the network with device 0 at its end; count them in turn.
+      if (layer_traffic.sent[i] > 0)
+        transfer_s += c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0,
+                                        static_cast<int64_t>(std::ceil(layer_traffic.sent[i])) * kFloatBytes);
+    }
+    latency_per_layer[l] = slowest + transfer_s;
+    plan->layers.push_back(std::move(a));
+  }
+
+  const double total_macs = std::max<double>(1.0, static_cast<double>(plan->model_macs));
+  plan->loads.assign(n, DeviceLoad{});
+  for (int i = 0; i < n; ++i) {
+    DeviceLoad& d = plan->loads[i];
+    d.weight_bytes = static_cast<int64_t>(std::ceil(weights[i])) * kFloatBytes;
+    for (int l = 0; l < L; ++l) d.peak_buffer_bytes = std::max(d.peak_buffer_bytes, buffer_of_layer[l][i]);
+    d.compute_s = compute_s[i];
+    d.compute_share = macs[i] / total_macs;
+    d.sent_bytes = static_cast<int64_t>(std::ceil(traffic.sent[i])) * kFloatBytes;
+    d.received_bytes = static_cast<int64_t>(std::ceil(traffic.received[i])) * kFloatBytes;
+    plan->footprint_plan_bytes = std::max(plan->footprint_plan_bytes, d.weight_bytes + d.peak_buffer_bytes);
+  }
+  plan->latency_s = std::accumulate(latency_per_layer.begin(), latency_per_layer.end(), 0.0);
+  // Every device takes part in every layer: one inference at a time.
+  plan->throughput_per_s = plan->latency_s > 0 ? 1.0 / plan->latency_s : 0.0;
+  return CheckDeviceMemory(*plan, layers, buffer_of_layer);
+}
+
+// METHODS §5: whole layers pipelined across devices.
+Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& layers, const PlanOptions& options,
+                         Plan* plan) {
+  const Cluster& c = plan->cluster;
+  const PlacementObjective objective =
+      options.objective == Objective::kLatency ? PlacementObjective::kLatency : PlacementObjective::kThroughput;
+  const PlacementProblem problem = MakePlacementProblem(graph, layers, c);
+  PlacementResult result;
+  const std::string& s = options.solver;
+  if (s.empty() || s == "exact") {
+    TS_ASSIGN_OR_RETURN(result, PlaceLayers(problem, objective));
+  } else if (s == "dp") {
+    if (objective != PlacementObjective::kLatency)
+      return Status::InvalidArgument("--solver dp solves --objective latency only; use bnb for throughput");
+    TS_ASSIGN_OR_RETURN(result, PlaceLatencyDp(problem));
+    if (!result.cost.feasible)
+      return Status::ResourceExhausted("the DP's placement breaks a flash limit (" + result.cost.infeasible_reason +
+                                       "); use --solver bnb");
+  } else if (s == "bnb") {
+    auto seed = PlaceBisection(problem, objective);
+    TS_ASSIGN_OR_RETURN(result, PlaceBranchAndBound(problem, objective, seed.ok() ? &seed.value() : nullptr));
+  } else if (s == "exhaustive") {
+    TS_ASSIGN_OR_RETURN(result, PlaceExhaustive(problem, objective));
+  } else if (s == "bisection") {
+    TS_ASSIGN_OR_RETURN(result, PlaceBisection(problem, objective));
+  } else {
+    return Status::InvalidArgument("--solver " + s + " is not available for --objective " +
+                                   ObjectiveName(options.objective) + "; use exact, dp, bnb, exhaustive or bisection");
+  }
+  plan->solver = result.solver;
+  plan->sub_solvers.push_back(result.solver);
+  const PlacementCost& cost = result.cost;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    PlannedLayer a;
+    a.index = layers[l].index;
+    a.name = layers[l].name;
+    a.op = layers[l].op;
+    a.scheme = "whole";
+    a.devices = {result.device_of_layer[l]};
+    plan->layers.push_back(std::move(a));
+  }
+  const double total_macs = std::max<double>(1.0, static_cast<double>(plan->model_macs));
+  plan->loads.assign(c.size(), DeviceLoad{});
+  double sent = 0;
+  for (int i = 0; i < c.size(); ++i) {
+    DeviceLoad& d = plan->loads[i];
+    d.weight_bytes = cost.weight_bytes[i];
+    d.peak_buffer_bytes = cost.peak_buffer_bytes[i];
+    d.compute_s = cost.compute_s[i];
+    d.compute_share = cost.compute_s[i] * c.devices[i].macs_per_s / total_macs;
+    d.sent_bytes = cost.sent_bytes[i];
+    d.received_bytes = cost.received_bytes[i];
+    sent += static_cast<double>(cost.sent_bytes[i]);
+    plan->footprint_plan_bytes = std::max(plan->footprint_plan_bytes, d.weight_bytes + d.peak_buffer_bytes);
+  }
+  plan->latency_s = cost.latency_s;
+  plan->throughput_per_s = cost.period_s > 0 ? 1.0 / cost.period_s : 0.0;
+  plan->communication_plan_values = sent / kFloatBytes;
+  // For reference: §3 on this cluster size (exact path, fast).
+  const MemorySplit split = SolveMemorySplitExact(layers, c.size());
+  plan->footprint_single_bytes = SingleDeviceFootprint(layers) * kFloatBytes;
+  plan->footprint_per_device_bytes = static_cast<double>(plan->footprint_plan_bytes);
+  const auto chain = WeightPartitionedChain(graph, layers, split.switch_layer);
+  plan->communication_all_fdto_values =
+      OwpCommunication(chain, std::vector<FdtScheme>(chain.size(), FdtScheme::kFanOut), c.size());
+  if (!cost.feasible) return Status::ResourceExhausted(cost.infeasible_reason);
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* ObjectiveName(Objective objective) {
+  switch (objective) {
+    case Objective::kMemory: return "memory";
+    case Objective::kCommunication: return "communication";
+    case Objective::kLatency: return "latency";
+    case Objective::kThroughput: return "throughput";
+  }
+  return "?";
+}
+
+Result<Objective> ParseObjective(const std::string& text) {
+  for (Objective o : {Objective::kMemory, Objective::kCommunication, Objective::kLatency, Objective::kThroughput})
+    if (text == ObjectiveName(o)) return o;
+  return Status::InvalidArgument("unknown objective '" + text + "'; use memory, communication, latency or throughput");
+}
+
+// SplitProportional lives in partition/halo.h (one definition for planner and compiler).
+
+Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
+                       const PlanOptions& options) {
+  if (cluster.size() == 0) return Status::InvalidArgument("the cluster has no devices");
+  Plan plan;
+  plan.cluster = cluster;
+  plan.objective = options.objective;
+  FillModelTotals(graph, layers, &plan);
+  if (options.objective == Objective::kMemory || options.objective == Objective::kCommunication) {
+    TS_RETURN_IF_ERROR(BuildSplitPlan(graph, layers, options, &plan));
+  } else {
+    TS_RETURN_IF_ERROR(BuildPipelinePlan(graph, layers, options, &plan));
+  }
+  return plan;
+}
+
+PartitionPlan ToPartitionPlan(const Plan& plan) {
+  PartitionPlan out;
+  out.num_devices = plan.cluster.size();
+  out.source = 0;
+  for (const PlannedLayer& a : plan.layers) {
+    LayerAssignment la;
+    if (a.scheme == "ffmt") la.scheme = LayerScheme::kFfmt;
+    else if (a.scheme == "fdto") la.scheme = LayerScheme::kFdto;
+    else if (a.scheme == "fdti") la.scheme = LayerScheme::kFdti;
+    else if (a.scheme == "fdt1") la.scheme = LayerScheme::kFdt1;
+    else if (a.scheme == "fdt2") la.scheme = LayerScheme::kFdt2;
+    else if (a.scheme == "part") la.scheme = LayerScheme::kPart;
+    else la.scheme = LayerScheme::kWhole;
+    la.devices = a.devices;
+    if (la.scheme == LayerScheme::kFfmt) {
+      la.grid_rows = static_cast<int64_t>(a.devices.size());
+      la.grid_cols = 1;
+      for (int64_t r : a.split) la.row_weights.push_back(static_cast<double>(r));
+    } else if (la.scheme != LayerScheme::kWhole) {
+      la.split = a.split;
+    }
+    out.layers.push_back(std::move(la));
+  }
+  return out;
+}
+
+nlohmann::ordered_json PlanToJson(const Plan& plan) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["model"] = {{"name", plan.model_name}, {"layers", plan.model_layers}, {"weights", plan.model_weights},
+                {"macs", plan.model_macs}};
+  j["devices"] = plan.cluster.size();
+  j["cluster"] = plan.cluster.origin;
+  j["objective"] = ObjectiveName(plan.objective);
+  j["switch_layer"] = plan.switch_layer;
+  j["footprint_single_bytes"] = static_cast<int64_t>(std::ceil(plan.footprint_single_bytes));
+  j["footprint_per_device_bytes"] = static_cast<int64_t>(std::ceil(plan.footprint_per_device_bytes));
+  j["footprint_plan_bytes"] = plan.footprint_plan_bytes;
+  j["communication"] = {{"all_fdto_values", plan.communication_all_fdto_values},
+                        {"plan_values", plan.communication_plan_values},
+                        {"plan_bytes", static_cast<int64_t>(std::ceil(plan.communication_plan_values * kFloatBytes))}};
+  j["latency_s"] = plan.latency_s;
+  j["throughput_per_s"] = plan.throughput_per_s;
+  j["solver"] = {{"name", plan.solver.name}, {"optimal", plan.solver.optimal}, {"seconds", plan.solver.seconds},
+                 {"nodes", plan.solver.nodes}};
+  json subs = json::array();
+  for (const auto& s : plan.sub_solvers)
+    subs.push_back({{"name", s.name}, {"optimal", s.optimal}, {"seconds", s.seconds}, {"nodes", s.nodes}});
+  j["solver"]["steps"] = subs;
+  json layers = json::array();
+  for (const auto& a : plan.layers) {
+    json names = json::array();
+    for (int d : a.devices) names.push_back(plan.cluster.devices[d].name);
+    json l = {{"index", a.index}, {"name", a.name}, {"op", a.op}, {"scheme", a.scheme}, {"devices", names}};
+    if (!a.split.empty()) {
+      l["split"] = a.split;
+      l["split_axis"] = a.split_axis;
+    }
+    if (!a.grid.empty()) l["grid"] = a.grid;
+    layers.push_back(l);
+  }
+  j["layers"] = layers;
+  json per_device = json::array();
+  for (int i = 0; i < plan.cluster.size(); ++i) {
+    const auto& d = plan.loads[i];
+    per_device.push_back({{"name", plan.cluster.devices[i].name},
+                          {"weight_bytes", d.weight_bytes},
+                          {"peak_buffer_bytes", d.peak_buffer_bytes},
+                          {"compute_share", d.compute_share},
+                          {"compute_s", d.compute_s},
+                          {"sent_bytes", d.sent_bytes},
+                          {"received_bytes", d.received_bytes}});
+  }
+  j["device_summary"] = per_device;
+  return j;
+}
+
+std::string FormatPlanTable(const Plan& plan) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "model %s: %lld layers, %lld weights (%s), %lld MACs; %d devices (%s); objective %s\n",
+                plan.model_name.c_str(), static_cast<long long>(plan.model_layers),
+                static_cast<long long>(plan.model_weights), FormatBytes(plan.model_weights * 4.0).c_str(),
+                static_cast<long long>(plan.model_macs), plan.cluster.size(), plan.cluster.origin.c_str(),
+                ObjectiveName(plan.objective));
+  out += line;
+  std::snprintf(line, sizeof line, "%5s  %-30s %-18s %-6s %s\n", "index", "name", "op", "scheme", "devices (split)");
+  out += line;
+  for (const auto& a : plan.layers) {
+    std::string devs;
+    for (size_t k = 0; k < a.devices.size(); ++k) {
+      devs += (k ? " " : "") + plan.cluster.devices[a.devices[k]].name;
+      if (k < a.split.size()) devs += ":" + std::to_string(a.split[k]);
+    }
+    if (a.devices.size() > 6) {
+      devs = "all " + std::to_string(a.devices.size());
+      if (!a.split.empty()) {
+        const auto [mn, mx] = std::minmax_element(a.split.begin(), a.split.end());
+        devs += " (" + std::to_string(*mn) + (*mn == *mx ? "" : ".." + std::to_string(*mx)) + " " + a.split_axis + ")";
+      }
+    } else if (!a.split_axis.empty()) {
+      devs += " " + a.split_axis;
+    }
+    const std::string name = a.name.size() > 30 ? a.name.substr(0, 27) + "..." : a.name;
+    std::snprintf(line, sizeof line, "%5d  %-30s %-18s %-6s %s\n", a.index, name.c_str(), a.op.c_str(),
+                  a.scheme.c_str(), devs.c_str());
+    out += line;
+  }
+  out += "\n";
+  std::snprintf(line, sizeof line, "%-14s %-6s %12s %12s %12s %8s %12s %12s %12s\n", "device", "kind", "weights",
+                "peak buffer", "RAM", "compute", "compute s", "sent", "received");
+  out += line;
+  for (int i = 0; i < plan.cluster.size(); ++i) {
+    const Device& dv = plan.cluster.devices[i];
+    const DeviceLoad& d = plan.loads[i];
+    std::snprintf(line, sizeof line, "%-14s %-6s %12s %12s %12s %7.1f%% %12.6f %12s %12s\n", dv.name.c_str(),
+                  DeviceKindName(dv.kind), FormatBytes(d.weight_bytes).c_str(), FormatBytes(d.peak_buffer_bytes).c_str(),
+                  dv.ram_bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(dv.ram_bytes).c_str(),
+                  d.compute_share * 100, d.compute_s, FormatBytes(d.sent_bytes).c_str(),
+                  FormatBytes(d.received_bytes).c_str());
+    out += line;
+  }
+  out += "\n";
+  std::snprintf(line, sizeof line,
+                "switch layer %d; footprint single device %s, per device (METHODS §3) %s, this plan's largest %s\n",
+                plan.switch_layer, FormatBytes(plan.footprint_single_bytes).c_str(),
+                FormatBytes(plan.footprint_per_device_bytes).c_str(), FormatBytes(plan.footprint_plan_bytes).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "communication: all-FDTO %.0f values, this plan %.0f values (%s)\n",
+                plan.communication_all_fdto_values, plan.communication_plan_values,
+                FormatBytes(plan.communication_plan_values * kFloatBytes).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "predicted latency %.6f s, throughput %.3f /s\n", plan.latency_s,
+                plan.throughput_per_s);
+  out += line;
+  std::snprintf(line, sizeof line, "solver %s (%s), %.4f s, %lld nodes\n", plan.solver.name.c_str(),
+                plan.solver.optimal ? "optimal" : "not proven optimal", plan.solver.seconds,
+                static_cast<long long>(plan.solver.nodes));
+  out += line;
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,94 @@
+// The Plan (ARCHITECTURE.md): for every layer its scheme, devices and split
+// sizes, plus what the planner predicts per device. BuildPlan runs the
+// searches of METHODS §3–§5 for one objective and assembles the result:
+//
+//  * memory / communication: FFMT tiles (row stripes) before the switch
+//    layer of §3, the OWP choice of §4 (FDTO / FDTI / fused pair, PART for
+//    layers carried per slice) from it on; splits proportional to device
+//    capacity (RAM and flash for memory, MAC rate for communication).
+//  * latency / throughput: whole layers pipelined across devices (§5).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "partition/graph.h"
+#include "partition/halo.h"  // SplitProportional
+#include "partition/metrics.h"
+#include "partition/partition_plan.h"
+#include "partition/status.h"
+#include "planner/cluster.h"
+#include "planner/solver_report.h"
+
+namespace tessera {
+
+enum class Objective { kMemory, kCommunication, kLatency, kThroughput };
+const char* ObjectiveName(Objective objective);
+Result<Objective> ParseObjective(const std::string& text);
+
+struct PlanOptions {
+  Objective objective = Objective::kMemory;
+  // memory/communication: "cbc" (default) | "exact";
+  // latency/throughput: "" (auto: dp, else bnb seeded by bisection) | "exact"
+  // (= auto) | "dp" | "bnb" | "exhaustive" | "bisection".
+  std::string solver;
+};
+
+struct PlannedLayer {
+  int index = 0;  // 1-based
+  std::string name, op;
+  std::string scheme;                // ffmt|fdto|fdti|fdt1|fdt2|part|whole
+  std::vector<int> devices;          // cluster device indices
+  std::vector<int64_t> split;        // per device: rows or channels
+  std::string split_axis;            // rows|out_channels|in_channels|""
+  std::vector<int64_t> grid;         // ffmt: [rows, cols]
+};
+
+struct DeviceLoad {
+  int64_t weight_bytes = 0;
+  int64_t peak_buffer_bytes = 0;
+  double compute_s = 0;
+  double compute_share = 0;  // of the model's MACs
+  int64_t sent_bytes = 0, received_bytes = 0;
+};
+
+struct Plan {
+  std::string model_name;
+  int64_t model_layers = 0, model_weights = 0, model_macs = 0;
+  Cluster cluster;
+  Objective objective = Objective::kMemory;
+  int switch_layer = 0;                    // §3, 1-based, 0 = none
+  double footprint_single_bytes = 0;       // §3, float32
+  double footprint_per_device_bytes = 0;   // §3 ILP figure, float32
+  int64_t footprint_plan_bytes = 0;        // largest weights+buffers of any device in this plan
+  double communication_all_fdto_values = 0;  // §4 over the weight-partitioned layers
+  double communication_plan_values = 0;
+  double latency_s = 0, throughput_per_s = 0;
+  SolverReport solver;
+  std::vector<SolverReport> sub_solvers;   // every search that ran, in order
+  std::vector<PlannedLayer> layers;
+  std::vector<DeviceLoad> loads;           // per cluster device
+};
+
+// REQUIRES: `layers` = ComputeLayerFigures(graph). Errors: InvalidArgument
+// for an unknown solver, ResourceExhausted (naming the layer, device and
+// shortfall in bytes) when the plan does not fit the devices.
+Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
+                       const PlanOptions& options);
+
+// The JSON of `tessera plan --json` (shape in issue 3).
+nlohmann::ordered_json PlanToJson(const Plan& plan);
+// The readable table: one row per layer, then one per device, then totals.
+std::string FormatPlanTable(const Plan& plan);
+// Writes the Plan protobuf (proto/tessera.proto) to `path`.
+Status WritePlanProto(const Plan& plan, const std::string& path);
+
+// The compiler's view (partition/partition_plan.h) of the plan: same
+// schemes, devices and split sizes, one entry per graph node.
+PartitionPlan ToPartitionPlan(const Plan& plan);
+
+
+}  // namespace tessera
