@@ -768,8 +768,8 @@ Status CheckTileable(const Graph& graph, int node) { return RegionMapOf(graph, n
 
 bool CanSplitOutputs(const Graph& graph, int node, int devices) {
   const Node& n = graph.nodes[node];
-  if (n.op == "Gemm") return graph.ConstantData(n.inputs.at(1)) != nullptr;
-  if (n.op != "Conv" || !graph.ConstantData(n.inputs.at(1))) return false;
+  if ((n.op != "Gemm" && n.op != "Conv") || n.inputs.size() < 2 || !graph.ConstantData(n.inputs[1])) return false;
+  if (n.op == "Gemm") return true;
   const int64_t groups = n.attrs.Int("group", 1);
   if (groups == 1) return true;
   // Even slices must start and end on group boundaries.
@@ -782,8 +782,8 @@ bool CanSplitOutputs(const Graph& graph, int node, int devices) {
 
 bool CanSplitInputs(const Graph& graph, int node) {
   const Node& n = graph.nodes[node];
-  if (!graph.ConstantData(n.inputs.at(1))) return false;
-  return n.op == "Gemm" || (n.op == "Conv" && n.attrs.Int("group", 1) == 1);
+  if ((n.op != "Gemm" && n.op != "Conv") || n.inputs.size() < 2 || !graph.ConstantData(n.inputs[1])) return false;
+  return n.op == "Gemm" || n.attrs.Int("group", 1) == 1;
 }
 
 Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan) {
