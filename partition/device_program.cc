@@ -126,6 +126,55 @@ Status CheckBufferBox(const DeviceProgram& p, size_t i, const ProgramStep& s, in
 
 }  // namespace
 
+Status ValidateProgram(const DeviceProgram& p, int num_devices) {
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const ProgramStep& s = p.steps[i];
+    switch (s.kind) {
+      case StepKind::kSend:
+      case StepKind::kRecv: {
+        const bool send = s.kind == StepKind::kSend;
+        TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, send ? s.src_buffer : s.dst_buffer, send ? s.src_box : s.dst_box));
+        if (s.peer < 0 || (num_devices >= 0 && s.peer >= num_devices) || s.peer == p.device)
+          return Status::InvalidArgument(Where(p.device, i, s) + " names peer " + std::to_string(s.peer) +
+                                         ", which is not another device of the plan");
+        break;
+      }
+      case StepKind::kCopy:
+        TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.src_buffer, s.src_box));
+        TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.dst_buffer, s.dst_box));
+        if (s.src_box.shape() != s.dst_box.shape())
+          return Status::InvalidArgument(Where(p.device, i, s) + " copies " + s.src_box.ToString() + " into " +
+                                         s.dst_box.ToString());
+        break;
+      case StepKind::kCompute:
+      case StepKind::kMerge: {
+        if (s.subgraph < 0 || s.subgraph >= static_cast<int>(p.subgraphs.size()))
+          return Status::InvalidArgument(Where(p.device, i, s) + " names a missing subgraph");
+        const Graph& g = p.subgraphs[s.subgraph];
+        if (g.inputs.size() != s.inputs.size() || g.outputs.size() != s.outputs.size())
+          return Status::InvalidArgument(Where(p.device, i, s) + ": subgraph arity does not match its buffers");
+        for (size_t k = 0; k < s.inputs.size(); ++k) {
+          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.inputs[k], Box{}));
+          if (p.buffers[s.inputs[k]].shape() != g.values[g.inputs[k]].shape)
+            return Status::InvalidArgument(Where(p.device, i, s) + ": input buffer " + p.buffers[s.inputs[k]].name +
+                                           " does not have the subgraph's input shape " +
+                                           ShapeToString(g.values[g.inputs[k]].shape));
+        }
+        for (size_t k = 0; k < s.outputs.size(); ++k) {
+          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.outputs[k], Box{}));
+          if (p.buffers[s.outputs[k]].shape() != g.values[g.outputs[k]].shape)
+            return Status::InvalidArgument(Where(p.device, i, s) + ": output buffer " + p.buffers[s.outputs[k]].name +
+                                           " does not have the subgraph's shape");
+        }
+        break;
+      }
+      default:
+        return Status::InvalidArgument(Where(p.device, i, s) + " has an unknown step kind");
+    }
+  }
+  return Status::OK();
+}
+
 Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
   struct End {
     int device;
@@ -138,51 +187,14 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
     if (p.device != static_cast<int>(d))
       return Status::InvalidArgument("program " + std::to_string(d) + " says it is for device " +
                                      std::to_string(p.device));
+    TS_RETURN_IF_ERROR(ValidateProgram(p, static_cast<int>(programs.size())));
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const ProgramStep& s = p.steps[i];
-      switch (s.kind) {
-        case StepKind::kSend:
-        case StepKind::kRecv: {
-          const bool send = s.kind == StepKind::kSend;
-          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, send ? s.src_buffer : s.dst_buffer, send ? s.src_box : s.dst_box));
-          if (s.peer < 0 || s.peer >= static_cast<int>(programs.size()) || s.peer == p.device)
-            return Status::InvalidArgument(Where(p.device, i, s) + " names peer " + std::to_string(s.peer) +
-                                           ", which is not another device of the plan");
-          auto& table = send ? sends : recvs;
-          if (!table.emplace(s.message, End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume()}).second)
-            return Status::InvalidArgument(Where(p.device, i, s) + " reuses message id " + std::to_string(s.message));
-          break;
-        }
-        case StepKind::kCopy:
-          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.src_buffer, s.src_box));
-          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.dst_buffer, s.dst_box));
-          if (s.src_box.shape() != s.dst_box.shape())
-            return Status::InvalidArgument(Where(p.device, i, s) + " copies " + s.src_box.ToString() + " into " +
-                                           s.dst_box.ToString());
-          break;
-        case StepKind::kCompute:
-        case StepKind::kMerge: {
-          if (s.subgraph < 0 || s.subgraph >= static_cast<int>(p.subgraphs.size()))
-            return Status::InvalidArgument(Where(p.device, i, s) + " names a missing subgraph");
-          const Graph& g = p.subgraphs[s.subgraph];
-          if (g.inputs.size() != s.inputs.size() || g.outputs.size() != s.outputs.size())
-            return Status::InvalidArgument(Where(p.device, i, s) + ": subgraph arity does not match its buffers");
-          for (size_t k = 0; k < s.inputs.size(); ++k) {
-            TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.inputs[k], Box{}));
-            if (p.buffers[s.inputs[k]].shape() != g.values[g.inputs[k]].shape)
-              return Status::InvalidArgument(Where(p.device, i, s) + ": input buffer " + p.buffers[s.inputs[k]].name +
-                                             " does not have the subgraph's input shape " +
-                                             ShapeToString(g.values[g.inputs[k]].shape));
-          }
-          for (size_t k = 0; k < s.outputs.size(); ++k) {
-            TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.outputs[k], Box{}));
-            if (p.buffers[s.outputs[k]].shape() != g.values[g.outputs[k]].shape)
-              return Status::InvalidArgument(Where(p.device, i, s) + ": output buffer " +
-                                             p.buffers[s.outputs[k]].name + " does not have the subgraph's shape");
-          }
-          break;
-        }
-      }
+      if (s.kind != StepKind::kSend && s.kind != StepKind::kRecv) continue;
+      const bool send = s.kind == StepKind::kSend;
+      auto& table = send ? sends : recvs;
+      if (!table.emplace(s.message, End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume()}).second)
+        return Status::InvalidArgument(Where(p.device, i, s) + " reuses message id " + std::to_string(s.message));
     }
   }
   for (const auto& [id, s] : sends) {

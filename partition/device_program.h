@@ -82,6 +82,8 @@ struct DeviceProgram {
 // mirrored peers, same box size) and vice versa. Errors name both ends:
 // "device 1 sends message 7 to device 2, which never receives it".
 Status ValidatePrograms(const std::vector<DeviceProgram>& programs);
+// The checks of one program alone (no pairing); num_devices < 0: unknown.
+Status ValidateProgram(const DeviceProgram& program, int num_devices = -1);
 
 }  // namespace tessera
 

@@ -71,7 +71,7 @@ const std::set<std::string>& KnownOps() {
   static const std::set<std::string> ops = {
       "Identity", "Dropout", "Cast", "Conv", "MaxPool", "AveragePool", "Gemm", "MatMul", "BatchNormalization",
       "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Softmax", "Clip", "Pad", "Resize", "Upsample", "Slice",
-      "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Concat", "Transpose"};
+      "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Concat", "Transpose", "Split"};
   return ops;
 }
 
@@ -157,6 +157,7 @@ class OnnxModelImporter {
   Status TranslateResize(const onnx::NodeProto& node, const std::string& name);
   Status TranslateSlice(const onnx::NodeProto& node, const std::string& name);
   Status TranslateReduce(const onnx::NodeProto& node, const std::string& name);
+  Status TranslateSplit(const onnx::NodeProto& node, const std::string& name);
   Status Compact();
 
   // --- helpers ---
@@ -171,16 +172,31 @@ class OnnxModelImporter {
   Result<Shape> StaticShape(const onnx::NodeProto& node, const std::string& name) const;
   // Creates the value of a node output (float32, static shape required).
   Result<int> OutputValue(const onnx::NodeProto& node, const std::string& name);
-  int AddIntermediate(const std::string& name, const Shape& shape) { return graph_.AddValue(name, shape); }
+  // A value the ONNX graph does not have (around rewrites); named uniquely.
+  int AddIntermediate(const std::string& name, const Shape& shape) {
+    std::string unique = name;
+    for (int k = 2; value_names_.count(unique); ++k) unique = name + "#" + std::to_string(k);
+    value_names_.insert(unique);
+    return graph_.AddValue(unique, shape);
+  }
   void AddNode(const std::string& name, const std::string& op, std::vector<int> inputs, std::vector<int> outputs,
                Attributes attrs);
   std::string UniqueNodeName(const std::string& base);
   // Extra outputs (Indices, mask, running stats) must be unused.
   Status RequireOnlyFirstOutputUsed(const onnx::NodeProto& node, const std::string& what) const;
-  // Explicit pads (top, left, bottom, right) of a 2-D window op, resolving auto_pad.
-  Result<std::vector<int64_t>> WindowPads(const onnx::NodeProto& node, const Shape& in, const Shape& out,
-                                          const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
-                                          const std::vector<int64_t>& dilations);
+  // Window (Conv/pool) geometry in 2-D terms: explicit pads (top, left,
+  // bottom, right) with auto_pad resolved; 1-D windows are lifted to a
+  // height-1 2-D window (`lifted`, in/out the 4-D shapes).
+  struct WindowGeometry {
+    bool lifted = false;
+    Shape in, out;
+    std::vector<int64_t> kernel, strides, dilations, pads;
+  };
+  Result<WindowGeometry> Geometry(const onnx::NodeProto& node, const Shape& x_shape, const Shape& y_shape,
+                                  const std::vector<int64_t>& default_kernel);
+  // Adds op(x, params...) -> y, wrapped in Reshapes when the window was lifted.
+  Status AddWindowNode(const std::string& name, const std::string& op, int x, std::vector<int> params, int y,
+                       const WindowGeometry& geo, Attributes attrs);
 
   const std::string origin_;
   const ImportOptions options_;
@@ -195,6 +211,7 @@ class OnnxModelImporter {
   std::unordered_map<std::string, std::string> alias_;  // Identity/Dropout output -> its input
   std::unordered_map<std::string, int> value_ids_;
   std::unordered_set<std::string> node_names_;
+  std::unordered_set<std::string> value_names_;  // every ONNX value name, and the intermediates added
   Graph graph_;
 };
 
@@ -515,100 +532,149 @@ Status OnnxModelImporter::RequireOnlyFirstOutputUsed(const onnx::NodeProto& node
   return Status::OK();
 }
 
-Result<std::vector<int64_t>> OnnxModelImporter::WindowPads(const onnx::NodeProto& node, const Shape& in,
-                                                           const Shape& out, const std::vector<int64_t>& kernel,
-                                                           const std::vector<int64_t>& strides,
-                                                           const std::vector<int64_t>& dilations) {
+Result<OnnxModelImporter::WindowGeometry> OnnxModelImporter::Geometry(const onnx::NodeProto& node,
+                                                                       const Shape& x_shape, const Shape& y_shape,
+                                                                       const std::vector<int64_t>& default_kernel) {
+  WindowGeometry geo;
+  if (x_shape.size() == 3 && y_shape.size() == 3) {
+    // 1-D (N, C, L) runs as 2-D (N, C, 1, L): a height-1 window over one row.
+    geo.lifted = true;
+    geo.in = {x_shape[0], x_shape[1], 1, x_shape[2]};
+    geo.out = {y_shape[0], y_shape[1], 1, y_shape[2]};
+    auto lift = [&](const char* attr, const std::vector<int64_t>& def, int64_t fill) -> Result<std::vector<int64_t>> {
+      const std::vector<int64_t> v = AttrInts(node, attr, def);
+      if (v.size() != 1)
+        return NodeError(StatusCode::kInvalidArgument, node, std::string(attr) + " needs 1 value for 1-D input");
+      return std::vector<int64_t>{fill, v[0]};
+    };
+    TS_ASSIGN_OR_RETURN(geo.kernel, lift("kernel_shape", default_kernel, 1));
+    TS_ASSIGN_OR_RETURN(geo.strides, lift("strides", {1}, 1));
+    TS_ASSIGN_OR_RETURN(geo.dilations, lift("dilations", {1}, 1));
+  } else if (x_shape.size() == 4 && y_shape.size() == 4) {
+    geo.in = x_shape;
+    geo.out = y_shape;
+    geo.kernel = AttrInts(node, "kernel_shape", default_kernel);
+    geo.strides = AttrInts(node, "strides", {1, 1});
+    geo.dilations = AttrInts(node, "dilations", {1, 1});
+    if (geo.kernel.size() != 2 || geo.strides.size() != 2 || geo.dilations.size() != 2)
+      return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape, strides and dilations need 2 values");
+  } else {
+    return NodeError(StatusCode::kNotSupported, node,
+                     "only 1-D and 2-D windows (NCL / NCHW input) are supported; input has shape " +
+                         ShapeToString(x_shape));
+  }
+  for (size_t i = 0; i < 2; ++i)
+    if (geo.kernel[i] < 1 || geo.strides[i] < 1 || geo.dilations[i] < 1)
+      return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape, strides and dilations must be >= 1");
   const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
-    std::vector<int64_t> pads = AttrInts(node, "pads", {0, 0, 0, 0});
-    if (pads.size() != 4) return NodeError(StatusCode::kInvalidArgument, node, "pads must have 4 values");
+    std::vector<int64_t> pads = AttrInts(node, "pads", std::vector<int64_t>(geo.lifted ? 2 : 4, 0));
+    if (pads.size() != (geo.lifted ? 2u : 4u))
+      return NodeError(StatusCode::kInvalidArgument, node, "pads must have 2 values per spatial dim");
     for (int64_t p : pads)
       if (p < 0) return NodeError(StatusCode::kNotSupported, node, "negative pads are not supported");
-    return pads;
+    geo.pads = geo.lifted ? std::vector<int64_t>{0, pads[0], 0, pads[1]} : pads;
+    return geo;
   }
-  if (auto_pad == "VALID") return std::vector<int64_t>{0, 0, 0, 0};
+  if (auto_pad == "VALID") {
+    geo.pads = {0, 0, 0, 0};
+    return geo;
+  }
   if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
     return NodeError(StatusCode::kInvalidArgument, node, "unknown auto_pad '" + auto_pad + "'");
-  std::vector<int64_t> pads(4, 0);
+  geo.pads.assign(4, 0);
   for (int i = 0; i < 2; ++i) {
-    const int64_t needed = (out[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1;
-    const int64_t total = std::max<int64_t>(0, needed - in[2 + i]);
+    const int64_t needed = (geo.out[2 + i] - 1) * geo.strides[i] + (geo.kernel[i] - 1) * geo.dilations[i] + 1;
+    const int64_t total = std::max<int64_t>(0, needed - geo.in[2 + i]);
     const int64_t small = total / 2, large = total - small;
-    pads[i] = auto_pad == "SAME_UPPER" ? small : large;       // begin
-    pads[i + 2] = auto_pad == "SAME_UPPER" ? large : small;   // end
+    geo.pads[i] = auto_pad == "SAME_UPPER" ? small : large;      // begin
+    geo.pads[i + 2] = auto_pad == "SAME_UPPER" ? large : small;  // end
   }
-  return pads;
+  return geo;
+}
+
+Status OnnxModelImporter::AddWindowNode(const std::string& name, const std::string& op, int x,
+                                        std::vector<int> params, int y, const WindowGeometry& geo, Attributes attrs) {
+  if (!geo.lifted) {
+    params.insert(params.begin(), x);
+    AddNode(name, op, params, {y}, std::move(attrs));
+    return Status::OK();
+  }
+  const int x2 = AddIntermediate(graph_.values[x].name + "/2d", geo.in);
+  const int y2 = AddIntermediate(graph_.values[y].name + "/2d", geo.out);
+  Attributes to2d, back;
+  to2d.Set("shape", geo.in);
+  back.Set("shape", graph_.values[y].shape);
+  AddNode(name + "/to_2d", "Reshape", {x}, {x2}, std::move(to2d));
+  params.insert(params.begin(), x2);
+  AddNode(name, op, params, {y2}, std::move(attrs));
+  AddNode(name + "/from_2d", "Reshape", {y2}, {y}, std::move(back));
+  return Status::OK();
 }
 
 Status OnnxModelImporter::TranslateConv(const onnx::NodeProto& node, const std::string& name) {
   if (node.input_size() < 2) return NodeError(StatusCode::kInvalidArgument, node, "needs inputs X and W");
   TS_ASSIGN_OR_RETURN(Shape x_shape, StaticShape(node, node.input(0)));
-  if (x_shape.size() != 4)
-    return NodeError(StatusCode::kNotSupported, node,
-                     "only 2-D convolution (NCHW input) is supported; input has shape " + ShapeToString(x_shape));
   if (!IsConst(node.input(1)))
     return NodeError(StatusCode::kNotSupported, node, "weights W must be constant (an initializer)");
   const bool has_bias = node.input_size() > 2 && !node.input(2).empty();
   if (has_bias && !IsConst(node.input(2)))
     return NodeError(StatusCode::kNotSupported, node, "bias B must be constant (an initializer)");
-  TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
+  TS_ASSIGN_OR_RETURN(Shape y_shape, StaticShape(node, node.output(0)));
   TS_ASSIGN_OR_RETURN(int w, InputValue(node, node.input(1)));
-  const Shape& w_shape = graph_.values[w].shape;
-  if (w_shape.size() != 4)
-    return NodeError(StatusCode::kInvalidArgument, node, "weights must have rank 4, have " + ShapeToString(w_shape));
-  std::vector<int> inputs = {x, w};
+  const Shape w_shape = graph_.values[w].shape;
+  if (w_shape.size() != x_shape.size() || w_shape.size() < 3)
+    return NodeError(StatusCode::kInvalidArgument, node,
+                     "weights " + ShapeToString(w_shape) + " do not match input " + ShapeToString(x_shape));
+  const std::vector<int64_t> default_kernel(w_shape.begin() + 2, w_shape.end());
+  TS_ASSIGN_OR_RETURN(WindowGeometry geo, Geometry(node, x_shape, y_shape, default_kernel));
+  if (geo.lifted) {  // W (O, C/g, k) -> (O, C/g, 1, k)
+    TensorData w4 = *graph_.ConstantData(w);
+    w4.shape = {w_shape[0], w_shape[1], 1, w_shape[2]};
+    w = graph_.AddConstant(name + "/W_2d", std::move(w4));
+  }
+  if (geo.kernel[0] != graph_.values[w].shape[2] || geo.kernel[1] != graph_.values[w].shape[3])
+    return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape does not match weights " + ShapeToString(w_shape));
+  std::vector<int> params = {w};
   if (has_bias) {
     TS_ASSIGN_OR_RETURN(int b, InputValue(node, node.input(2)));
-    inputs.push_back(b);
+    params.push_back(b);
   }
+  TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
   TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
-  const std::vector<int64_t> kernel = AttrInts(node, "kernel_shape", {w_shape[2], w_shape[3]});
-  const std::vector<int64_t> strides = AttrInts(node, "strides", {1, 1});
-  const std::vector<int64_t> dilations = AttrInts(node, "dilations", {1, 1});
-  if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2)
-    return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape, strides and dilations need 2 values");
-  TS_ASSIGN_OR_RETURN(auto pads, WindowPads(node, x_shape, graph_.values[y].shape, kernel, strides, dilations));
   Attributes a;
-  a.Set("kernel_shape", kernel);
-  a.Set("strides", strides);
-  a.Set("pads", pads);
-  a.Set("dilations", dilations);
+  a.Set("kernel_shape", geo.kernel);
+  a.Set("strides", geo.strides);
+  a.Set("pads", geo.pads);
+  a.Set("dilations", geo.dilations);
   a.Set("group", AttrInt(node, "group", 1));
-  AddNode(name, "Conv", inputs, {y}, std::move(a));
-  return Status::OK();
+  return AddWindowNode(name, "Conv", x, params, y, geo, std::move(a));
 }
 
 Status OnnxModelImporter::TranslatePool(const onnx::NodeProto& node, const std::string& name) {
   TS_RETURN_IF_ERROR(RequireOnlyFirstOutputUsed(node, "the Indices output"));
   TS_ASSIGN_OR_RETURN(Shape x_shape, StaticShape(node, node.input(0)));
-  if (x_shape.size() != 4)
-    return NodeError(StatusCode::kNotSupported, node,
-                     "only 2-D pooling (NCHW input) is supported; input has shape " + ShapeToString(x_shape));
+  TS_ASSIGN_OR_RETURN(Shape y_shape, StaticShape(node, node.output(0)));
+  if (!FindAttribute(node, "kernel_shape"))
+    return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape is required");
+  TS_ASSIGN_OR_RETURN(WindowGeometry geo, Geometry(node, x_shape, y_shape, {}));
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
   TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
-  const std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
-  const std::vector<int64_t> strides = AttrInts(node, "strides", {1, 1});
-  const std::vector<int64_t> dilations = AttrInts(node, "dilations", {1, 1});
-  if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2)
-    return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape, strides and dilations need 2 values");
-  TS_ASSIGN_OR_RETURN(auto pads, WindowPads(node, x_shape, graph_.values[y].shape, kernel, strides, dilations));
   Attributes a;
-  a.Set("kernel_shape", kernel);
-  a.Set("strides", strides);
-  a.Set("pads", pads);
+  a.Set("kernel_shape", geo.kernel);
+  a.Set("strides", geo.strides);
+  a.Set("pads", geo.pads);
   a.Set("ceil_mode", AttrInt(node, "ceil_mode", 0));
   if (node.op_type() == "MaxPool") {
     if (AttrInt(node, "storage_order", 0) != 0 && node.output_size() > 1)
       return NodeError(StatusCode::kNotSupported, node, "storage_order is not supported");
-    a.Set("dilations", dilations);
+    a.Set("dilations", geo.dilations);
   } else {
-    if (dilations != std::vector<int64_t>{1, 1})
+    if (geo.dilations != std::vector<int64_t>{1, 1})
       return NodeError(StatusCode::kNotSupported, node, "AveragePool with dilations is not supported");
     a.Set("count_include_pad", AttrInt(node, "count_include_pad", 0));
   }
-  AddNode(name, node.op_type(), {x}, {y}, std::move(a));
-  return Status::OK();
+  return AddWindowNode(name, node.op_type(), x, {}, y, geo, std::move(a));
 }
 
 // Gemm: Y = alpha·A'·B' + beta·C  ->  canonical Gemm X(N,in), W(out,in), B(out)
@@ -648,9 +714,22 @@ Status OnnxModelImporter::TranslateGemm(const onnx::NodeProto& node, const std::
   // C: a per-output bias becomes B(out); anything else (a matrix) a separate Add.
   int matrix_bias = -1;
   const bool has_c = node.input_size() > 2 && !node.input(2).empty();
+  if (has_c && beta != 0.0 && !IsConst(node.input(2))) {
+    // A computed C: Gemm, then Add(beta·C) (a Mul scales C when beta != 1).
+    TS_ASSIGN_OR_RETURN(int c, InputValue(node, node.input(2)));
+    TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
+    const int product = AddIntermediate(node.output(0) + "/product", {m, n_out});
+    AddNode(name, "Gemm", inputs, {product}, Attributes());
+    if (beta != 1.0) {
+      const int scaled = AddIntermediate(node.input(2) + "/scaled", graph_.values[c].shape);
+      const int beta_id = graph_.AddConstant(name + "/beta", TensorData{{}, {static_cast<float>(beta)}});
+      AddNode(name + "/scale_c", "Mul", {c, beta_id}, {scaled}, Attributes());
+      c = scaled;
+    }
+    AddNode(name + "/add_c", "Add", {product, c}, {y}, Attributes());
+    return Status::OK();
+  }
   if (has_c && beta != 0.0) {
-    if (!IsConst(node.input(2)))
-      return NodeError(StatusCode::kNotSupported, node, "only a constant C (bias) is supported");
     TS_ASSIGN_OR_RETURN(const ConstTensor* c, Const(node.input(2)));
     const int64_t nc = NumElements(c->dims);
     const bool per_output = (nc == n_out && !c->dims.empty() && c->dims.back() == n_out) || nc == 1;
@@ -1016,6 +1095,53 @@ Status OnnxModelImporter::TranslateReduce(const onnx::NodeProto& node, const std
   return Status::OK();
 }
 
+// Split: one Slice per output (the canonical set has no multi-output op).
+Status OnnxModelImporter::TranslateSplit(const onnx::NodeProto& node, const std::string& name) {
+  TS_ASSIGN_OR_RETURN(Shape shape, StaticShape(node, node.input(0)));
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = AttrInt(node, "axis", 0);
+  if (axis < -rank || axis >= rank) return NodeError(StatusCode::kInvalidArgument, node, "axis out of range");
+  if (axis < 0) axis += rank;
+  std::vector<int64_t> sizes;
+  if (opset_ < 13) {
+    sizes = AttrInts(node, "split");
+  } else if (node.input_size() > 1 && !node.input(1).empty()) {
+    if (!IsConst(node.input(1))) return NodeError(StatusCode::kNotSupported, node, "split must be a constant");
+    TS_ASSIGN_OR_RETURN(const ConstTensor* c, Const(node.input(1)));
+    sizes = c->Ints();
+  }
+  const int64_t parts = node.output_size();
+  if (sizes.empty()) {  // equal parts; the last one may be smaller (opset 18)
+    const int64_t each = (shape[axis] + parts - 1) / parts;
+    for (int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<int64_t>(0, std::min(each, shape[axis] - k * each)));
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes) {
+    if (v < 0) return NodeError(StatusCode::kInvalidArgument, node, "negative split size");
+    total += v;
+  }
+  if (static_cast<int64_t>(sizes.size()) != parts || total != shape[axis])
+    return NodeError(StatusCode::kInvalidArgument, node,
+                     "split sizes do not match the " + std::to_string(parts) + " outputs and dim " +
+                         std::to_string(shape[axis]));
+  TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
+  int64_t offset = 0;
+  for (int64_t k = 0; k < parts; ++k) {
+    const std::string& out = node.output(static_cast<int>(k));
+    if (!out.empty()) {
+      TS_ASSIGN_OR_RETURN(int y, OutputValue(node, out));
+      Attributes a;
+      a.Set("starts", std::vector<int64_t>{offset});
+      a.Set("ends", std::vector<int64_t>{offset + sizes[k]});
+      a.Set("axes", std::vector<int64_t>{axis});
+      a.Set("steps", std::vector<int64_t>{1});
+      AddNode(parts == 1 ? name : name + "/" + std::to_string(k), "Slice", {x}, {y}, std::move(a));
+    }
+    offset += sizes[k];
+  }
+  return Status::OK();
+}
+
 Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) {
   const std::string& op = node.op_type();
   if (!node.domain().empty() && node.domain() != "ai.onnx")
@@ -1064,6 +1190,7 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
   if (op == "Pad") return TranslatePad(node, name);
   if (op == "Resize" || op == "Upsample") return TranslateResize(node, name);
   if (op == "Slice") return TranslateSlice(node, name);
+  if (op == "Split") return TranslateSplit(node, name);
   if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin")
     return TranslateReduce(node, name);
   if (op == "Concat" || op == "Transpose") {
@@ -1109,7 +1236,7 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
         TensorData per_channel = *slope;
         per_channel.shape.assign(x_shape.size() - 1, 1);
         per_channel.shape[0] = x_shape[1];
-        inputs[1] = graph_.AddConstant(name + "/slope", std::move(per_channel));
+        inputs[1] = graph_.AddConstant(name + "/slope_per_channel", std::move(per_channel));
       }
     }
     if (graph_.ActivationInputs(Node{"", op, inputs, {}, {}}).empty())
@@ -1129,6 +1256,12 @@ Status OnnxModelImporter::BuildGraph() {
     for (const std::string& in : n.input())
       if (!in.empty()) used_names_.insert(in);
   for (const auto& o : g.output()) used_names_.insert(o.name());
+  for (const auto& n : g.node()) {
+    value_names_.insert(n.input().begin(), n.input().end());
+    value_names_.insert(n.output().begin(), n.output().end());
+  }
+  for (const auto& in : g.input()) value_names_.insert(in.name());
+  for (const auto& t : g.initializer()) value_names_.insert(t.name());
   for (const auto& in : g.input()) {
     if (!runtime_inputs_.count(in.name())) continue;
     Shape shape;

@@ -65,8 +65,7 @@ bool FoldBatchNorm(Graph* g, Node* p, const Node& bn) {
     }
     bias[c] = static_cast<float>((bias[c] - prm[2]->values[c]) * s + prm[1]->values[c]);
   }
-  const std::string w_name = g->values[p->inputs[1]].name + "@bn";
-  p->inputs[1] = g->AddConstant(w_name, std::move(w2));
+  p->inputs[1] = g->AddConstant(p->name + "/W@bn", std::move(w2));
   SetBias(g, p, std::move(bias), "bias@bn");
   return true;
 }

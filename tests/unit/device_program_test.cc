@@ -71,3 +71,59 @@ TEST_CASE("programs whose sends and receives do not pair up are rejected naming 
   p[1].steps[0].dst_box = Box::Full({4});
   CHECK(ValidatePrograms(p).ok());
 }
+
+#include "partition/program_codec.h"
+
+TEST_CASE("device programs survive serialisation, and corrupted bytes are refused") {
+  Graph g;
+  int x = g.AddValue("x", {1, 2});
+  int w = g.AddConstant("w", {{3, 2}, {1, 2, 3, 4, 5, 6}});
+  int y = g.AddValue("y", {1, 3});
+  Node n{"dense", "Gemm", {x, w}, {y}, {}};
+  n.attrs.Set("activation", std::string("relu"));
+  n.attrs.Set("alpha", 0.5);
+  n.attrs.Set("pads", std::vector<int64_t>{1, 2});
+  n.attrs.Set("scales", std::vector<double>{1.5});
+  n.attrs.Set("group", int64_t{2});
+  g.AddNode(n);
+  g.inputs = {x};
+  g.outputs = {y};
+  DeviceProgram p;
+  p.device = 1;
+  int bx = p.AddBuffer(0, Box::Full({1, 2}), "x");
+  int by = p.AddBuffer(1, Box::Full({1, 3}), "y");
+  p.subgraphs.push_back(g);
+  ProgramStep c;
+  c.kind = StepKind::kCompute;
+  c.subgraph = 0;
+  c.inputs = {bx};
+  c.outputs = {by};
+  c.layer = 4;
+  p.steps.push_back(c);
+  ProgramStep s;
+  s.kind = StepKind::kSend;
+  s.peer = 0;
+  s.message = 12;
+  s.src_buffer = by;
+  s.src_box = Box{{{0, 1}, {1, 3}}};
+  p.steps.push_back(s);
+  p.model_inputs = {{0, bx}};
+  std::string bytes = SerializeProgram(p, "plan-abc");
+  std::string id;
+  auto back = ParseProgram(bytes, "mem", &id);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(id == "plan-abc");
+  CHECK(back->device == 1);
+  CHECK(SerializeProgram(*back, "plan-abc") == bytes);
+  const Node& bn = back->subgraphs[0].nodes[0];
+  CHECK(bn.attrs.String("activation") == "relu");
+  CHECK(bn.attrs.Ints("pads") == std::vector<int64_t>{1, 2});
+  CHECK(back->subgraphs[0].ConstantData(w)->values[5] == 6.f);
+  CHECK(back->steps[1].src_box == s.src_box);
+  // Truncation and bit flips give an error, never a crash.
+  for (size_t cut : {size_t{1}, bytes.size() / 2, bytes.size() - 1}) CHECK_FALSE(ParseProgram(bytes.substr(0, cut), "cut", nullptr).ok());
+  std::string junk = bytes;
+  for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(junk[i] ^ 0x5a);
+  (void)ParseProgram(junk, "junk", nullptr);  // must not crash; may or may not parse
+}
