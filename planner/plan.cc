@@ -225,7 +225,6 @@ Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layer
           a.split.push_back(s[i]);
         }
       for (int i = 0; i < n; ++i) share[i] = static_cast<double>(s[i]) / std::max<int64_t>(channels, 1);
-      const int active = static_cast<int>(a.devices.size());
       w_share = share;
       const int prev = k > 0 ? static_cast<int>(owp.schemes[k - 1]) : -1;
       const bool r_prev = k > 0 && chain[k - 1].linked_to_next && prev == static_cast<int>(FdtScheme::kFanOut) &&
@@ -252,7 +251,6 @@ Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layer
             }
           }
         }
-        (void)active;
       } else {  // fan-in: input slices out, full-size partial sums back
         for (int i = 0; i < n; ++i) {
           in_share[i] = share[i];
@@ -263,8 +261,10 @@ Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layer
         for (int i = 1; i < n; ++i)
           if (share[i] > 0) layer_traffic.Move(i, 0, K);
       }
-      previous_slice = s;
-    } else if (!before_switch && part[f.index]) {
+      // After a fan-in merge the whole output sits on the source: channel-wise
+      // layers that follow run whole there (no slices to carry).
+      previous_slice = fan_out ? s : std::vector<int64_t>{};
+    } else if (!before_switch && part[f.index] && !previous_slice.empty()) {
       a.scheme = "part";
       a.split_axis = "out_channels";
       std::vector<int64_t> s = previous_slice.empty() ? SplitProportional(Channels(f.output_shape), slice_capacity)

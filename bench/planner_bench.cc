@@ -1,0 +1,88 @@
+// bench/planner: solve times of every planner objective, CBC vs the exact /
+// DP paths, on darknet's yolov2 and vgg-16 (and any extra model paths given
+// on the command line, e.g. a resnet50 .onnx), for N = 2, 6, 10, 16.
+// Targets (issue 3): exact/DP under 50 ms per plan, CBC under 1 s.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "partition/metrics.h"
+#include "partition/model_import.h"
+#include "planner/cluster.h"
+#include "planner/memory_split.h"
+#include "planner/placement.h"
+#include "planner/weight_partition.h"
+
+using namespace tessera;
+
+namespace {
+
+// Median wall time of `repeats` runs, in milliseconds.
+double MedianMs(int repeats, const std::function<void()>& run) {
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> models = {"/usr/share/darknet/cfg/yolov2.cfg", "/usr/share/darknet/cfg/vgg-16.cfg"};
+  for (int i = 1; i < argc; ++i) models.push_back(argv[i]);
+  std::printf("%-14s %3s  %10s %10s  %10s %10s  %12s %12s  %14s %12s  %s\n", "model", "N", "mem exact", "mem cbc",
+              "comm dp", "comm cbc", "lat dp", "lat bnb", "thr bnb", "thr bisect", "agree");
+  for (const auto& path : models) {
+    auto graph = ImportModel(path, ImportOptions{});
+    if (!graph.ok()) {
+      std::printf("%s: skipped (%s)\n", path.c_str(), graph.status().message().c_str());
+      continue;
+    }
+    const auto layers = ComputeLayerFigures(*graph);
+    std::string name = graph->name.size() > 14 ? graph->name.substr(0, 14) : graph->name;
+    for (int n : {2, 6, 10, 16}) {
+      MemorySplit exact, ilp;
+      OwpPlan dp, owp;
+      const double mem_exact = MedianMs(5, [&] { exact = SolveMemorySplitExact(layers, n); });
+      const double mem_cbc = MedianMs(3, [&] { ilp = *SolveMemorySplitIlp(layers, n); });
+      const auto chain = WeightPartitionedChain(*graph, layers, exact.switch_layer);
+      const double comm_dp = MedianMs(5, [&] { dp = SolveOwpDp(chain, n); });
+      const double comm_cbc = MedianMs(3, [&] { owp = *SolveOwpIlp(chain, n); });
+      const bool agree = std::abs(exact.footprint - ilp.footprint) <= 1e-9 * exact.footprint &&
+                         std::abs(dp.values - owp.values) <= 1e-9 * std::max(1.0, dp.values);
+
+      const Cluster cluster = UniformCluster(n);
+      const PlacementProblem problem = MakePlacementProblem(*graph, layers, cluster);
+      char lat_dp[32] = "n/a (DAG)", lat_bnb[32], thr_bnb[32], thr_bis[32];
+      if (problem.IsChain()) {
+        const double ms = MedianMs(3, [&] { (void)PlaceLatencyDp(problem); });
+        std::snprintf(lat_dp, sizeof lat_dp, "%.2f ms", ms);
+      }
+      auto seed_l = PlaceBisection(problem, PlacementObjective::kLatency);
+      Result<PlacementResult> bl = Status::Internal("not run");
+      const double bnb_ms = MedianMs(1, [&] {
+        bl = PlaceBranchAndBound(problem, PlacementObjective::kLatency, seed_l.ok() ? &seed_l.value() : nullptr, 200000);
+      });
+      std::snprintf(lat_bnb, sizeof lat_bnb, "%.1f ms%s", bnb_ms, bl.ok() && bl->solver.optimal ? "" : "*");
+      Result<PlacementResult> bis = Status::Internal("not run");
+      const double bis_ms = MedianMs(3, [&] { bis = PlaceBisection(problem, PlacementObjective::kThroughput); });
+      Result<PlacementResult> bt = Status::Internal("not run");
+      const double thr_ms = MedianMs(1, [&] {
+        bt = PlaceBranchAndBound(problem, PlacementObjective::kThroughput, bis.ok() ? &bis.value() : nullptr, 200000);
+      });
+      std::snprintf(thr_bnb, sizeof thr_bnb, "%.1f ms%s", thr_ms, bt.ok() && bt->solver.optimal ? "" : "*");
+      std::snprintf(thr_bis, sizeof thr_bis, "%.2f ms", bis_ms);
+      std::printf("%-14s %3d  %7.3f ms %7.2f ms  %7.3f ms %7.2f ms  %12s %12s  %14s %12s  %s\n", name.c_str(), n,
+                  mem_exact, mem_cbc, comm_dp, comm_cbc, lat_dp, lat_bnb, thr_bnb, thr_bis, agree ? "yes" : "NO");
+    }
+  }
+  std::printf("* = branch-and-bound stopped at its 200000-node limit (best found, not proven optimal)\n");
+  return 0;
+}

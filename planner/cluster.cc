@@ -1,0 +1,459 @@
+#include "planner/cluster.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "planner/quantity.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+const char* DeviceKindName(DeviceKind kind) { return kind == DeviceKind::kMcu ? "mcu" : "linux"; }
+
+int Cluster::Find(const std::string& name) const {
+  for (int i = 0; i < size(); ++i)
+    if (devices[i].name == name) return i;
+  return -1;
+}
+
+const Link* Cluster::DirectLink(int a, int b) const {
+  auto it = links.find({std::min(a, b), std::max(a, b)});
+  if (it != links.end()) return &it->second;
+  // An mcu hanging off a linux device is not on the default network.
+  const Device& da = devices[a];
+  const Device& db = devices[b];
+  if ((da.kind == DeviceKind::kMcu && !da.via.empty()) || (db.kind == DeviceKind::kMcu && !db.via.empty()))
+    return nullptr;
+  return has_default_link ? &default_link : nullptr;
+}
+
+double Cluster::TransferSeconds(int from, int to, int64_t bytes) const {
+  if (from == to || bytes <= 0) return 0.0;
+  if (const Link* l = DirectLink(from, to)) return l->latency_s + static_cast<double>(bytes) / l->bytes_per_s;
+  // Route through the via device(s): mcu -> via -> ... -> other. The loader
+  // guarantees these hops exist.
+  const Device& df = devices[from];
+  if (df.kind == DeviceKind::kMcu && !df.via.empty()) {
+    const int v = Find(df.via);
+    if (v >= 0 && v != from) return TransferSeconds(from, v, bytes) + TransferSeconds(v, to, bytes);
+  }
+  const Device& dt = devices[to];
+  if (dt.kind == DeviceKind::kMcu && !dt.via.empty()) {
+    const int v = Find(dt.via);
+    if (v >= 0 && v != to) return TransferSeconds(from, v, bytes) + TransferSeconds(v, to, bytes);
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+double Cluster::BytesPerSecond(int from, int to) const {
+  const double t = TransferSeconds(from, to, 1 << 20) ;
+  return t > 0 ? (1 << 20) / t : std::numeric_limits<double>::infinity();
+}
+
+bool Cluster::Homogeneous() const {
+  for (const auto& d : devices) {
+    const auto& d0 = devices.front();
+    if (d.ram_bytes != d0.ram_bytes || d.flash_bytes != d0.flash_bytes || d.macs_per_s != d0.macs_per_s) return false;
+    if (d.kind == DeviceKind::kMcu && !d.via.empty()) return false;
+  }
+  return links.empty();
+}
+
+std::vector<std::string> PresetDirectories() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("TESSERA_SHARED_DIR"); env && *env) candidates.push_back(fs::path(env) / "devices");
+#ifdef TESSERA_SOURCE_DIR
+  candidates.push_back(fs::path(TESSERA_SOURCE_DIR) / ".." / "shared" / "devices");
+  candidates.push_back(fs::path(TESSERA_SOURCE_DIR) / "configs" / "devices");
+#endif
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "devices");
+    candidates.push_back(exe.parent_path() / ".." / "share" / "tessera" / "devices");
+    // A build directory inside the repository: <repo>/build-x/tessera.
+    candidates.push_back(exe.parent_path() / ".." / ".." / "shared" / "devices");
+    candidates.push_back(exe.parent_path() / ".." / "configs" / "devices");
+  }
+  std::vector<std::string> dirs;
+  std::set<std::string> seen;
+  for (const auto& c : candidates) {
+    if (!fs::is_directory(c, ec)) continue;
+    const std::string canon = fs::weakly_canonical(c, ec).string();
+    if (seen.insert(canon).second) dirs.push_back(canon);
+  }
+  return dirs;
+}
+
+namespace {
+
+// Collects "file:line: message" lines; the loader reports them all at once.
+class ClusterErrors {
+ public:
+  explicit ClusterErrors(std::string origin) : origin_(std::move(origin)) {}
+  void Add(const YAML::Node& at, const std::string& message) { Add(at.Mark(), message); }
+  void Add(const YAML::Mark& mark, const std::string& message) {
+    std::ostringstream os;
+    os << origin_;
+    if (mark.line >= 0) os << ":" << mark.line + 1;
+    os << ": " << message;
+    lines_.push_back(os.str());
+  }
+  bool empty() const { return lines_.empty(); }
+  size_t count() const { return lines_.size(); }
+  Status ToStatus() const {
+    std::string all;
+    for (size_t i = 0; i < lines_.size(); ++i) all += (i ? "\n" : "") + lines_[i];
+    return Status::InvalidArgument(all);
+  }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  std::string origin_;
+  std::vector<std::string> lines_;
+};
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s;
+}
+
+// Checks a map's keys against the allowed ones; one error per unknown or
+// repeated key.
+void CheckKeys(const YAML::Node& map, const std::vector<std::string>& allowed, const std::string& what,
+               ClusterErrors* errors) {
+  std::set<std::string> seen;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      errors->Add(it->first, "unknown key '" + key + "' in " + what + "; allowed keys: " + Join(allowed));
+    else if (!seen.insert(key).second)
+      errors->Add(it->first, "key '" + key + "' appears twice in " + what + "; keep one");
+  }
+}
+
+bool IsScalar(const YAML::Node& n) { return n && n.IsScalar(); }
+
+// A device preset: the fields of one entry of a presets file.
+struct Preset {
+  YAML::Node node;
+  std::string file;
+};
+
+const std::vector<std::string> kPresetKeys = {"name", "kind", "ram", "flash", "cpu_hz", "cycles_per_mac", "macs_per_s"};
+const std::vector<std::string> kDeviceKeys = {"name",  "kind",   "preset", "address", "serial",         "baud",
+                                              "via",   "ram",    "flash",  "cpu_hz",  "cycles_per_mac", "macs_per_s"};
+
+std::map<std::string, Preset> LoadPresets(const std::vector<std::string>& dirs) {
+  std::map<std::string, Preset> presets;
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".yaml" || e.path().extension() == ".yml") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      YAML::Node root;
+      try {
+        root = YAML::LoadFile(f.string());
+      } catch (const YAML::Exception& e) {
+        spdlog::warn("device presets {}: not readable YAML ({}); skipped", f.string(), e.what());
+        continue;
+      }
+      if (!root.IsSequence()) {
+        spdlog::warn("device presets {}: expected a list of devices; skipped", f.string());
+        continue;
+      }
+      for (const auto& entry : root) {
+        if (!entry.IsMap() || !IsScalar(entry["name"])) continue;
+        presets.emplace(entry["name"].Scalar(), Preset{entry, f.string()});  // first directory wins
+      }
+    }
+  }
+  return presets;
+}
+
+// Applies memory/speed/kind fields of `node` onto `d` (preset first, then
+// the device's own entry). `origin` labels errors.
+void ApplyDeviceFields(const YAML::Node& node, Device* d, ClusterErrors* errors, const std::string& where) {
+  if (const auto k = node["kind"]) {
+    if (k.Scalar() == "linux") d->kind = DeviceKind::kLinux;
+    else if (k.Scalar() == "mcu") d->kind = DeviceKind::kMcu;
+    else errors->Add(k, "device " + where + ": kind '" + k.Scalar() + "' is not linux or mcu; write kind: linux or kind: mcu");
+  }
+  auto size = [&](const char* key, int64_t* out) {
+    if (const auto v = node[key]) {
+      auto r = ParseByteSize(v.Scalar());
+      if (!r.ok()) errors->Add(v, "device " + where + ": " + key + ": " + r.status().message());
+      else if (*r <= 0) errors->Add(v, "device " + where + ": " + key + " must be positive");
+      else *out = *r;
+    }
+  };
+  size("ram", &d->ram_bytes);
+  size("flash", &d->flash_bytes);
+  if (const auto v = node["cpu_hz"]) {
+    auto r = ParseFrequency(v.Scalar());
+    if (!r.ok()) errors->Add(v, "device " + where + ": cpu_hz: " + r.status().message());
+    else d->cpu_hz = *r;
+  }
+  auto positive = [&](const char* key, double* out) {
+    if (const auto v = node[key]) {
+      char* end = nullptr;
+      const double x = std::strtod(v.Scalar().c_str(), &end);
+      if (end == v.Scalar().c_str() || *end != '\0' || !(x > 0) || !std::isfinite(x))
+        errors->Add(v, "device " + where + ": " + key + " '" + v.Scalar() + "' is not a positive number");
+      else *out = x;
+    }
+  };
+  positive("cycles_per_mac", &d->cycles_per_mac);
+  double macs = 0;
+  positive("macs_per_s", &macs);
+  if (macs > 0) d->macs_per_s = macs;
+}
+
+}  // namespace
+
+Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& origin,
+                             const std::vector<std::string>& preset_dirs) {
+  ClusterErrors errors(origin);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    errors.Add(e.mark, "not valid YAML: " + e.msg + "; check indentation and brackets near this line");
+    return errors.ToStatus();
+  }
+  if (!root.IsMap()) {
+    errors.Add(root, "a cluster file is a map with keys 'devices' and 'links'");
+    return errors.ToStatus();
+  }
+  CheckKeys(root, {"devices", "links"}, "the cluster file", &errors);
+  const YAML::Node devs = root["devices"];
+  if (!devs || !devs.IsSequence() || devs.size() == 0) {
+    errors.Add(devs ? devs : root, "'devices' must be a non-empty list of devices (- name: pi1 ...)");
+    return errors.ToStatus();
+  }
+
+  std::map<std::string, Preset> presets;
+  bool presets_loaded = false;
+  Cluster cluster;
+  cluster.origin = origin;
+  std::vector<YAML::Node> device_nodes;
+  for (const auto& dn : devs) {
+    if (!dn.IsMap()) {
+      errors.Add(dn, "a device must be a map (name: ..., ram: ..., ...)");
+      continue;
+    }
+    CheckKeys(dn, kDeviceKeys, "a device", &errors);
+    Device d;
+    if (!IsScalar(dn["name"]) || dn["name"].Scalar().empty()) {
+      errors.Add(dn, "device without a name; add name: <unique name>");
+      continue;
+    }
+    d.name = dn["name"].Scalar();
+    if (cluster.Find(d.name) >= 0) {
+      errors.Add(dn["name"], "duplicate device name '" + d.name + "'; device names must be unique");
+      continue;
+    }
+    d.ram_bytes = d.flash_bytes = 0;  // required: from preset or entry
+    if (dn["serial"]) d.kind = DeviceKind::kMcu;
+    if (const auto p = dn["preset"]) {
+      if (!presets_loaded) {
+        presets = LoadPresets(preset_dirs);
+        presets_loaded = true;
+      }
+      auto it = presets.find(p.Scalar());
+      if (it == presets.end()) {
+        std::vector<std::string> names;
+        for (const auto& [n, _] : presets) names.push_back(n);
+        errors.Add(p, "unknown preset '" + p.Scalar() + "'; known presets: " +
+                          (names.empty() ? std::string("none (no preset directory found; set TESSERA_SHARED_DIR)")
+                                         : Join(names)));
+      } else {
+        d.preset = p.Scalar();
+        ClusterErrors preset_errors(it->second.file);
+        CheckKeys(it->second.node, kPresetKeys, "preset " + d.preset, &preset_errors);
+        ApplyDeviceFields(it->second.node, &d, &preset_errors, "preset " + d.preset);
+        if (!preset_errors.empty()) errors.Add(p, preset_errors.ToStatus().message());
+      }
+    }
+    ApplyDeviceFields(dn, &d, &errors, d.name);
+    if (d.macs_per_s <= 0) {
+      if (d.cpu_hz > 0 && d.cycles_per_mac > 0) d.macs_per_s = d.cpu_hz / d.cycles_per_mac;
+      else
+        errors.Add(dn, "device " + d.name + " has no speed; add cpu_hz and cycles_per_mac, or macs_per_s, or a preset");
+    }
+    if (d.ram_bytes <= 0) errors.Add(dn, "device " + d.name + " has no ram; add e.g. ram: 512KiB, or a preset");
+    if (d.flash_bytes <= 0) errors.Add(dn, "device " + d.name + " has no flash; add e.g. flash: 2MiB, or a preset");
+    if (const auto a = dn["address"]) {
+      d.address = a.Scalar();
+      const auto colon = d.address.rfind(':');
+      if (colon == std::string::npos || colon + 1 == d.address.size() ||
+          d.address.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+        errors.Add(a, "device " + d.name + ": address '" + d.address + "' needs a port; write host:port, e.g. 10.0.0.11:7070");
+      if (d.kind == DeviceKind::kMcu)
+        errors.Add(a, "device " + d.name + " is an mcu; give serial, baud and via instead of address");
+    }
+    if (const auto s = dn["serial"]) d.serial = s.Scalar();
+    if (const auto b = dn["baud"]) {
+      std::string text = b.Scalar();
+      if (text.find("baud") == std::string::npos) text += "baud";
+      auto bw = ParseBandwidth(text);
+      if (!bw.ok()) errors.Add(b, "device " + d.name + ": baud: " + bw.status().message());
+      else d.baud = static_cast<int64_t>(std::llround(bw->bytes_per_s * 10));
+    }
+    if (const auto v = dn["via"]) d.via = v.Scalar();
+    if (d.kind == DeviceKind::kLinux && (!d.via.empty() || !d.serial.empty()))
+      errors.Add(dn, "device " + d.name + " is linux but has serial/via; write kind: mcu or remove them");
+    cluster.devices.push_back(d);
+    device_nodes.push_back(dn);
+  }
+  // `via` must name a linux device; it also makes the UART link.
+  for (size_t i = 0; i < cluster.devices.size(); ++i) {
+    const Device& d = cluster.devices[i];
+    if (d.via.empty()) continue;
+    const int v = cluster.Find(d.via);
+    if (v < 0) {
+      errors.Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' is not a device in this file");
+    } else if (cluster.devices[v].kind != DeviceKind::kLinux) {
+      errors.Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' must be a linux device");
+    } else if (d.baud > 0) {
+      Link uart;
+      uart.bytes_per_s = d.baud / 10.0;
+      uart.uart = true;
+      cluster.links[{std::min<int>(i, v), std::max<int>(i, v)}] = uart;
+    }
+  }
+
+  if (const YAML::Node links = root["links"]) {
+    if (!links.IsMap()) {
+      errors.Add(links, "'links' must be a map with 'default' and/or 'pairs'");
+    } else {
+      CheckKeys(links, {"default", "pairs"}, "links", &errors);
+      auto parse_link = [&](const YAML::Node& n, const std::vector<std::string>& allowed, const std::string& what,
+                            Link* out) {
+        CheckKeys(n, allowed, what, &errors);
+        if (!n["bandwidth"]) {
+          errors.Add(n, what + " has no bandwidth; add e.g. bandwidth: 1Gbit/s");
+        } else {
+          auto bw = ParseBandwidth(n["bandwidth"].Scalar());
+          if (!bw.ok()) errors.Add(n["bandwidth"], what + ": " + bw.status().message());
+          else {
+            out->bytes_per_s = bw->bytes_per_s;
+            out->uart = bw->uart;
+          }
+        }
+        if (const auto l = n["latency"]) {
+          auto lat = ParseDuration(l.Scalar());
+          if (!lat.ok()) errors.Add(l, what + ": " + lat.status().message());
+          else out->latency_s = *lat;
+        }
+      };
+      if (const auto def = links["default"]) {
+        if (!def.IsMap()) errors.Add(def, "links.default must be a map, e.g. { bandwidth: 1Gbit/s, latency: 0.2ms }");
+        else {
+          parse_link(def, {"bandwidth", "latency"}, "links.default", &cluster.default_link);
+          cluster.has_default_link = true;
+        }
+      }
+      std::set<std::pair<int, int>> explicit_pairs;
+      if (const auto pairs = links["pairs"]) {
+        if (!pairs.IsSequence()) errors.Add(pairs, "links.pairs must be a list of { between: [a, b], bandwidth: ... }");
+        else
+          for (const auto& p : pairs) {
+            if (!p.IsMap()) {
+              errors.Add(p, "a link must be a map { between: [a, b], bandwidth: ..., latency: ... }");
+              continue;
+            }
+            const auto between = p["between"];
+            if (!between || !between.IsSequence() || between.size() != 2) {
+              errors.Add(p, "a link needs between: [device, device]");
+              continue;
+            }
+            const int a = cluster.Find(between[0].Scalar());
+            const int b = cluster.Find(between[1].Scalar());
+            for (int k = 0; k < 2; ++k)
+              if ((k == 0 ? a : b) < 0)
+                errors.Add(between[k], "link names device '" + between[k].Scalar() + "', which is not in 'devices'");
+            if (a < 0 || b < 0) continue;
+            if (a == b) {
+              errors.Add(between, "a link joins two different devices, not '" + between[0].Scalar() + "' with itself");
+              continue;
+            }
+            const std::string what = "link " + between[0].Scalar() + "-" + between[1].Scalar();
+            Link link;
+            parse_link(p, {"between", "bandwidth", "latency"}, what, &link);
+            auto key = std::make_pair(std::min(a, b), std::max(a, b));
+            if (!explicit_pairs.insert(key).second) {
+              errors.Add(p, what + " is given twice; keep one entry per pair");
+              continue;
+            }
+            cluster.links[key] = link;  // overrides the link made by baud/via
+          }
+      }
+    }
+  }
+  // Every pair must be reachable: a direct link, the default, or via hops.
+  if (errors.empty()) {
+    int missing = 0;
+    for (int a = 0; a < cluster.size(); ++a)
+      for (int b = a + 1; b < cluster.size(); ++b) {
+        if (std::isfinite(cluster.TransferSeconds(a, b, 1))) continue;
+        if (++missing > 10) continue;
+        const Device& da = cluster.devices[a];
+        const Device& db = cluster.devices[b];
+        std::string fix = "add links: default: { bandwidth: 1Gbit/s } or a pair { between: [" + da.name + ", " +
+                          db.name + "], bandwidth: ... }";
+        if (da.kind == DeviceKind::kMcu && da.via.empty()) fix += ", or give " + da.name + " via: and baud:";
+        if (db.kind == DeviceKind::kMcu && db.via.empty()) fix += ", or give " + db.name + " via: and baud:";
+        errors.Add(root["links"] ? root["links"] : root, "no link between " + da.name + " and " + db.name + "; " + fix);
+      }
+  }
+  if (!errors.empty()) return errors.ToStatus();
+  return cluster;
+}
+
+Result<Cluster> LoadClusterFile(const std::string& path, std::vector<std::string> preset_dirs) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cluster file " + path + " cannot be opened; check the path given to --cluster");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (preset_dirs.empty()) {
+    preset_dirs = PresetDirectories();
+    std::error_code ec;
+    const fs::path local = fs::path(path).parent_path() / "devices";
+    if (fs::is_directory(local, ec)) preset_dirs.push_back(local.string());
+  }
+  return ParseCluster(text.str(), path, preset_dirs);
+}
+
+Cluster UniformCluster(int n) {
+  Cluster c;
+  c.origin = "--devices " + std::to_string(n);
+  for (int i = 0; i < n; ++i) {
+    Device d;
+    d.name = "dev" + std::to_string(i + 1);
+    d.kind = DeviceKind::kLinux;
+    d.cpu_hz = 1.5e9;
+    d.cycles_per_mac = 0.4;
+    d.macs_per_s = d.cpu_hz / d.cycles_per_mac;
+    c.devices.push_back(d);
+  }
+  c.has_default_link = true;
+  c.default_link.bytes_per_s = 1e9 / 8;
+  c.default_link.latency_s = 0.2e-3;
+  return c;
+}
+
+}  // namespace tessera

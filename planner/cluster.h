@@ -1,0 +1,114 @@
+// The cluster model (ARCHITECTURE.md "Cluster file"): devices with memory,
+// clock and cycles per MAC, and the links between them. Loaded from a YAML
+// cluster file, or made up for `--devices N`.
+//
+// Cluster file:
+//   devices:
+//     - name: pi1                 # unique
+//       kind: linux               # linux | mcu (default: mcu when `serial` is given)
+//       preset: RPi4-4GB          # optional: ram/flash/clock/CpM from a preset file
+//       address: 10.0.0.11:7070   # linux: gRPC endpoint
+//       ram: 4GiB                 # largest live buffers
+//       flash: 32GiB              # storage for weights
+//       cpu_hz: 1.5e9             # with cycles_per_mac ...
+//       cycles_per_mac: 0.4
+//       # macs_per_s: 3.7e9       # ... or a measured rate instead
+//     - name: mcu1
+//       preset: STM32F446RE
+//       serial: /dev/ttyUSB0      # mcu: port on the `via` device
+//       baud: 115200              # makes the mcu<->via link (UART 8N1)
+//       via: pi1
+//   links:
+//     default: { bandwidth: 1Gbit/s, latency: 0.2ms }
+//     pairs:
+//       - { between: [pi1, pi2], bandwidth: 100Mbit/s, latency: 1ms }
+//
+// A pair without an entry uses `default`, except that an mcu with `via`
+// reaches everyone through its via device (two hops). Presets are looked up
+// by name in every *.yaml under the preset directories (PresetDirectories).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "partition/status.h"
+
+namespace tessera {
+
+inline constexpr int64_t kUnlimitedBytes = std::numeric_limits<int64_t>::max();
+
+enum class DeviceKind { kLinux, kMcu };
+const char* DeviceKindName(DeviceKind kind);
+
+struct Device {
+  std::string name;
+  DeviceKind kind = DeviceKind::kLinux;
+  std::string preset;   // preset name used, if any
+  std::string address;  // linux: host:port
+  std::string serial;   // mcu: serial port
+  int64_t baud = 0;     // mcu: UART rate
+  std::string via;      // mcu: the linux device it hangs off
+  int64_t ram_bytes = kUnlimitedBytes;
+  int64_t flash_bytes = kUnlimitedBytes;
+  double macs_per_s = 0;  // cpu_hz / cycles_per_mac, or measured
+  double cpu_hz = 0;
+  double cycles_per_mac = 0;
+
+  // METHODS §5: L_ij = MAC_j · CpM_i / f_i.
+  double ComputeSeconds(int64_t macs) const { return static_cast<double>(macs) / macs_per_s; }
+};
+
+struct Link {
+  double bytes_per_s = 0;  // payload rate (UART: baud/10)
+  double latency_s = 0;    // per message
+  bool uart = false;
+};
+
+class Cluster {
+ public:
+  std::vector<Device> devices;
+  std::string origin;  // file name, or "--devices N"
+
+  int size() const { return static_cast<int>(devices.size()); }
+  // Index of a device by name, -1 when absent.
+  int Find(const std::string& name) const;
+  // METHODS §5: T_ih = bytes / bandwidth_ih (+ per-message latency), through
+  // the `via` device for an mcu without a direct link. 0 for from == to.
+  double TransferSeconds(int from, int to, int64_t bytes) const;
+  // Effective payload rate between two devices (for tables).
+  double BytesPerSecond(int from, int to) const;
+  // True when every device has the same memory, speed and links (splits even).
+  bool Homogeneous() const;
+
+  // Filled by the loader. Direct links by ordered pair (a < b).
+  std::map<std::pair<int, int>, Link> links;
+  bool has_default_link = false;
+  Link default_link;
+
+ private:
+  // The direct link between two devices, or nullptr (then: route via).
+  const Link* DirectLink(int a, int b) const;
+};
+
+// Directories searched for device presets, in order: $TESSERA_SHARED_DIR/devices,
+// <repo>/../shared/devices, <repo>/configs/devices, and next to the binary
+// (<bin>/devices, <bin>/../share/tessera/devices). Only existing ones.
+std::vector<std::string> PresetDirectories();
+
+// Parses a cluster file. Every mistake (unknown key, duplicate name, bad
+// unit, missing link, unknown preset) is one line "file:line: what; how to
+// fix"; all of them are returned together in one InvalidArgument.
+// `preset_dirs` empty = PresetDirectories() plus <file dir>/devices.
+Result<Cluster> LoadClusterFile(const std::string& path, std::vector<std::string> preset_dirs = {});
+Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& origin,
+                             const std::vector<std::string>& preset_dirs);
+
+// `--devices N`: N identical linux devices with unlimited memory, each a
+// Raspberry Pi 4 class CPU (1.5 GHz, 0.4 cycles per MAC), 1 Gbit/s links.
+Cluster UniformCluster(int n);
+
+}  // namespace tessera

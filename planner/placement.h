@@ -1,0 +1,100 @@
+// METHODS §5: whole layers assigned to heterogeneous devices (pipelining),
+// minimising the latency of one inference or the time between outputs of a
+// stream.
+//
+//   L_ij = MAC_j · CpM_i / f_i            compute of layer j on device i
+//   T_ih = bytes_ih / bandwidth_ih        transfer (UART 8N1: 10 bits/byte)
+//   latency = Σ compute + Σ transfers
+//   period  = compute(ī) + out-transfers(ī) + Σ compute of layers between
+//             ī's first and last layer that run elsewhere,
+//   with ī the device of largest total compute; throughput = 1 / period.
+//
+// Feasible: every device's flash ≥ Σ weights of its layers and RAM ≥ the
+// largest input+output pair among its layers.
+//
+// Searches: exhaustive (d^n, refused above a limit), bisection heuristic on
+// the period with contiguous greedy packing (linear per probe, not exact),
+// branch-and-bound (exact; bound = cost so far + fastest compute of every
+// unassigned layer, communication ignored), and a dynamic program over
+// (layer, device of previous layer), exact for latency on chains when the
+// flash sums do not bind.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "partition/graph.h"
+#include "partition/metrics.h"
+#include "partition/status.h"
+#include "planner/cluster.h"
+#include "planner/solver_report.h"
+
+namespace tessera {
+
+enum class PlacementObjective { kLatency, kThroughput };
+
+struct PlacementProblem {
+  const Cluster* cluster = nullptr;  // borrowed
+  std::vector<std::string> names;    // "12 conv5 (Conv)" for messages
+  std::vector<int64_t> macs;         // R_j
+  std::vector<int64_t> weight_bytes; // Q_j · 4
+  std::vector<int64_t> buffer_bytes; // (M_j + K_j) · 4
+  std::vector<int64_t> output_bytes; // K_j · 4
+  std::vector<std::vector<int>> producers;  // 0-based layers whose outputs layer j reads
+
+  int layers() const { return static_cast<int>(macs.size()); }
+  // Every layer reads only the previous one.
+  bool IsChain() const;
+};
+
+// From a graph (edges from the graph) or from figures alone (a chain).
+PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<LayerFigures>& layers,
+                                      const Cluster& cluster);
+PlacementProblem MakeChainPlacementProblem(const std::vector<LayerFigures>& layers, const Cluster& cluster);
+
+struct PlacementCost {
+  bool feasible = false;
+  std::string infeasible_reason;  // the first device over its flash or RAM
+  double latency_s = 0;
+  double period_s = 0;        // METHODS §5 definition (with in-between layers)
+  double naive_period_s = 0;  // max over devices of compute + out-transfers
+  int bottleneck = -1;        // ī
+  std::vector<double> compute_s;      // per device
+  std::vector<int64_t> sent_bytes;    // per device
+  std::vector<int64_t> received_bytes;
+  std::vector<int64_t> weight_bytes;  // per device
+  std::vector<int64_t> peak_buffer_bytes;
+};
+
+PlacementCost EvaluatePlacement(const PlacementProblem& problem, const std::vector<int>& device_of_layer);
+double PlacementObjectiveValue(const PlacementCost& cost, PlacementObjective objective);
+
+struct PlacementResult {
+  std::vector<int> device_of_layer;
+  PlacementCost cost;
+  SolverReport solver;
+};
+
+// ResourceExhausted naming the layer, the device closest to holding it and
+// the shortfall in bytes when a layer fits on no device, or when the
+// weights exceed the total flash.
+Status CheckPlacementFeasible(const PlacementProblem& problem);
+
+Result<PlacementResult> PlaceExhaustive(const PlacementProblem& problem, PlacementObjective objective,
+                                        double max_assignments = 5e6);
+Result<PlacementResult> PlaceBisection(const PlacementProblem& problem, PlacementObjective objective);
+// `incumbent` (optional) seeds the upper bound. Stops after `node_limit`
+// nodes with the best found so far (solver.optimal = false).
+Result<PlacementResult> PlaceBranchAndBound(const PlacementProblem& problem, PlacementObjective objective,
+                                            const PlacementResult* incumbent = nullptr,
+                                            int64_t node_limit = 20'000'000);
+// Latency only, chains only (FailedPrecondition otherwise). When the result
+// breaks a flash sum, cost.feasible is false and the caller should use B&B.
+Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& problem);
+
+// The default: DP for latency on chains when feasible, else B&B seeded by
+// the bisection heuristic.
+Result<PlacementResult> PlaceLayers(const PlacementProblem& problem, PlacementObjective objective);
+
+}  // namespace tessera

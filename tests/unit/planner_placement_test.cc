@@ -1,0 +1,175 @@
+// METHODS §5: whole layers on heterogeneous devices; latency and throughput.
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "planner/placement.h"
+#include "planner_test_chains.h"
+
+using namespace tessera;
+using tessera::planner_test::DenseChain;
+using tessera::planner_test::HandCluster;
+
+namespace {
+
+// A chain whose layers cost `macs[j]` MACs and hold `q[j]` weight values.
+std::vector<LayerFigures> MacsChain(const std::vector<int64_t>& macs, const std::vector<int64_t>& q = {}) {
+  std::vector<LayerFigures> layers;
+  for (size_t j = 0; j < macs.size(); ++j) {
+    LayerFigures f;
+    f.index = static_cast<int>(j) + 1;
+    f.name = "l" + std::to_string(j + 1);
+    f.op = "Gemm";
+    f.M = f.K = 1;
+    f.R = macs[j];
+    f.Q = q.empty() ? 0 : q[j];
+    layers.push_back(f);
+  }
+  return layers;
+}
+
+}  // namespace
+
+// METHODS §4 sanity chain as a two-way pipeline: layers 1–2 on A, 3–4 on B.
+// Weights 32+128 = 160 and 64+16 = 80 values; A sends layer 2's 16 outputs.
+TEST_CASE("placement: the sanity chain as a two-way pipeline", "[planner][placement]") {
+  const auto layers = DenseChain({4, 8, 16, 4, 4});
+  const Cluster c = HandCluster({100, 100}, kUnlimitedBytes, kUnlimitedBytes, /*bytes_per_s=*/64);
+  const auto p = MakeChainPlacementProblem(layers, c);
+  const PlacementCost cost = EvaluatePlacement(p, {0, 0, 1, 1});
+  CHECK(cost.weight_bytes[0] == 160 * 4);
+  CHECK(cost.weight_bytes[1] == 80 * 4);
+  CHECK(cost.sent_bytes[0] == 16 * 4);
+  CHECK(cost.received_bytes[1] == 16 * 4);
+  // Compute: (32+128)/100 = 1.6 s on A, (64+16)/100 = 0.8 s on B; transfer 64 B / 64 B/s = 1 s.
+  CHECK(cost.compute_s[0] == Approx(1.6));
+  CHECK(cost.compute_s[1] == Approx(0.8));
+  CHECK(cost.latency_s == Approx(3.4));
+  // ī = A: period = 1.6 + 1 (its outgoing transfer), no layers in between.
+  CHECK(cost.bottleneck == 0);
+  CHECK(cost.period_s == Approx(2.6));
+}
+
+// Two equal devices (1 MAC/s), layers of 2, 3 and 2 MACs, free links.
+//   A,B,A: A computes 4, B 3. The naive period max(4, 3) = 4 assumes A runs
+//   layer 1 of inference k+1 while B runs layer 2 of inference k — but A is
+//   also due to run layer 3 of inference k in that window. Ours adds the
+//   in-between layer: 4 + 3 = 7.
+//   Contiguous splits: A,A,B -> 5 (A), A,B,B -> 5 (B); both definitions agree.
+// So the naive optimum (4, A,B,A) double-books A; ours is 5.
+TEST_CASE("placement: throughput counts the layers between a device's sub-models", "[planner][placement]") {
+  const auto layers = MacsChain({2, 3, 2});
+  const Cluster c = HandCluster({1, 1});
+  const auto p = MakeChainPlacementProblem(layers, c);
+  const PlacementCost aba = EvaluatePlacement(p, {0, 1, 0});
+  CHECK(aba.naive_period_s == Approx(4));
+  CHECK(aba.period_s == Approx(7));
+  const PlacementCost aab = EvaluatePlacement(p, {0, 0, 1});
+  CHECK(aab.naive_period_s == Approx(5));
+  CHECK(aab.period_s == Approx(5));
+  CHECK(aba.naive_period_s < aab.naive_period_s);  // the naive definition would pick A,B,A
+
+  auto best = PlaceBranchAndBound(p, PlacementObjective::kThroughput);
+  REQUIRE(best.ok());
+  CHECK(best->cost.period_s == Approx(5));
+  CHECK(best->device_of_layer != std::vector<int>{0, 1, 0});
+  CHECK(best->solver.optimal);
+  auto all = PlaceExhaustive(p, PlacementObjective::kThroughput);
+  REQUIRE(all.ok());
+  CHECK(all->cost.period_s == Approx(5));
+  CHECK(all->solver.nodes == 8);  // 2^3 assignments
+}
+
+TEST_CASE("placement: latency on heterogeneous devices with flash limits", "[planner][placement]") {
+  // A: 10 MAC/s, B: 1 MAC/s; links 1 B/s. Layers 10, 10, 10 MACs; weights 1 value (4 B) each.
+  // With unlimited flash all on A: latency 3 s. With A holding only 8 B (two layers),
+  // one layer goes to B: cheapest is the last (10 s compute + 4 B transfer = 4 s):
+  //   1 + 1 + 4 + 10 = 16 s.
+  const auto layers = MacsChain({10, 10, 10}, {1, 1, 1});
+  Cluster c = HandCluster({10, 1}, kUnlimitedBytes, kUnlimitedBytes, 1.0);
+  auto p = MakeChainPlacementProblem(layers, c);
+  auto dp = PlaceLatencyDp(p);
+  REQUIRE(dp.ok());
+  CHECK(dp->cost.latency_s == Approx(3));
+  CHECK(dp->device_of_layer == std::vector<int>{0, 0, 0});
+
+  c.devices[0].flash_bytes = 8;
+  p = MakeChainPlacementProblem(layers, c);
+  auto dp2 = PlaceLatencyDp(p);
+  REQUIRE(dp2.ok());
+  CHECK_FALSE(dp2->cost.feasible);  // the DP ignores flash sums: B&B takes over
+  auto bnb = PlaceBranchAndBound(p, PlacementObjective::kLatency);
+  REQUIRE(bnb.ok());
+  CHECK(bnb->cost.latency_s == Approx(16));
+  auto ex = PlaceExhaustive(p, PlacementObjective::kLatency);
+  REQUIRE(ex.ok());
+  CHECK(ex->cost.latency_s == Approx(16));
+  auto auto_pick = PlaceLayers(p, PlacementObjective::kLatency);
+  REQUIRE(auto_pick.ok());
+  CHECK(auto_pick->cost.latency_s == Approx(16));
+  CHECK(auto_pick->solver.name == "bnb");
+}
+
+TEST_CASE("placement: exhaustive, B&B and DP agree; bisection is never better", "[planner][placement]") {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 6);
+    const int d = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> macs(n), q(n);
+    for (int j = 0; j < n; ++j) {
+      macs[j] = 1 + static_cast<int64_t>(rng() % 1000);
+      q[j] = static_cast<int64_t>(rng() % 100);
+    }
+    std::vector<double> speed(d);
+    for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 100);
+    Cluster c = HandCluster(speed, 4 * 100 * n, kUnlimitedBytes, 50.0 + static_cast<double>(rng() % 500));
+    c.devices[0].flash_bytes = 4 * 150;  // the first device may not hold everything
+    const auto p = MakeChainPlacementProblem(MacsChain(macs, q), c);
+    INFO("trial " << trial);
+    for (auto objective : {PlacementObjective::kLatency, PlacementObjective::kThroughput}) {
+      auto ex = PlaceExhaustive(p, objective);
+      auto bnb = PlaceBranchAndBound(p, objective);
+      REQUIRE(ex.ok() == bnb.ok());
+      if (!ex.ok()) continue;
+      const double best = PlacementObjectiveValue(ex->cost, objective);
+      CHECK(PlacementObjectiveValue(bnb->cost, objective) == Approx(best).epsilon(1e-9));
+      CHECK(bnb->solver.nodes <= ex->solver.nodes * 2);
+      auto bis = PlaceBisection(p, objective);
+      if (bis.ok()) CHECK(PlacementObjectiveValue(bis->cost, objective) >= best * (1 - 1e-9));
+      if (objective == PlacementObjective::kLatency) {
+        auto dp = PlaceLatencyDp(p);
+        REQUIRE(dp.ok());
+        if (dp->cost.feasible) CHECK(dp->cost.latency_s == Approx(best).epsilon(1e-9));
+      }
+    }
+  }
+}
+
+TEST_CASE("placement: a layer that fits nowhere is named with the shortfall", "[planner][placement]") {
+  // Layer 2 holds 1000 weight values = 4000 B; the devices have 1000 and 3000 B flash.
+  const auto layers = MacsChain({1, 1, 1}, {10, 1000, 10});
+  Cluster c = HandCluster({1, 1}, 3000);
+  c.devices[0].flash_bytes = 1000;
+  const auto p = MakeChainPlacementProblem(layers, c);
+  const Status st = CheckPlacementFeasible(p);
+  REQUIRE(st.code() == StatusCode::kResourceExhausted);
+  CHECK(st.message().find("layer 2 'l2'") != std::string::npos);
+  CHECK(st.message().find("B") != std::string::npos);               // closest device: B (3000 B)
+  CHECK(st.message().find("short by 1000 bytes") != std::string::npos);
+  auto r = PlaceLayers(p, PlacementObjective::kLatency);
+  CHECK_FALSE(r.ok());
+
+  // Total flash too small although each layer fits somewhere.
+  const auto small = MacsChain({1, 1, 1}, {200, 200, 200});  // 2400 B
+  const Cluster c2 = HandCluster({1, 1}, 1000);             // 2000 B in all
+  const Status total = CheckPlacementFeasible(MakeChainPlacementProblem(small, c2));
+  REQUIRE(total.code() == StatusCode::kResourceExhausted);
+  CHECK(total.message().find("by 400 bytes") != std::string::npos);
+}
+
+TEST_CASE("placement: exhaustive search refuses large cases", "[planner][placement]") {
+  const auto layers = MacsChain(std::vector<int64_t>(30, 1));
+  const Cluster c = HandCluster({1, 1, 1});
+  auto r = PlaceExhaustive(MakeChainPlacementProblem(layers, c), PlacementObjective::kLatency);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kNotSupported);
+}
