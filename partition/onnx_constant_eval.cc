@@ -86,6 +86,20 @@ void ForEachIndex(const Shape& shape, const std::function<void(int64_t, const st
   }
 }
 
+// Folding makes constants that live in the Graph; a file asking for more
+// than this (ConstantOfShape of a huge shape, ...) keeps the node instead.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
+
+Status CheckFoldSize(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return Status::InvalidArgument("negative dimension");
+    if (d != 0 && n > kMaxFoldedElements / d) return Status::NotSupported("result too large to fold at import");
+    n *= d;
+  }
+  return Status::OK();
+}
+
 Result<ConstTensor> Elementwise(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in,
                                 int32_t out_type, const std::function<double(const std::vector<double>&)>& f) {
   std::vector<Shape> shapes;
@@ -94,6 +108,7 @@ Result<ConstTensor> Elementwise(const onnx::NodeProto& node, const std::vector<c
     shapes.push_back(t->dims);
   }
   TS_ASSIGN_OR_RETURN(Shape out_shape, BroadcastShapes(node, shapes));
+  TS_RETURN_IF_ERROR(CheckFoldSize(out_shape));
   ConstTensor out;
   out.elem_type = out_type;
   out.dims = out_shape;
@@ -574,8 +589,7 @@ Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& nod
       fill = v.data[0];
     }
     out.dims = in[0]->Ints();
-    for (int64_t d : out.dims)
-      if (d < 0) return Invalid(node, "negative dim");
+    TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
     out.data.assign(static_cast<size_t>(NumElements(out.dims)), fill);
     return std::vector<ConstTensor>{std::move(out)};
   }
@@ -595,8 +609,7 @@ Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& nod
     TS_RETURN_IF_ERROR(need(2));
     ConstTensor shape_as_tensor;
     shape_as_tensor.dims = in[1]->Ints();
-    for (int64_t d : shape_as_tensor.dims)
-      if (d < 0) return Invalid(node, "negative dim");
+    TS_RETURN_IF_ERROR(CheckFoldSize(shape_as_tensor.dims));
     // Broadcast against a tensor of the requested shape whose values are unused.
     shape_as_tensor.data.assign(static_cast<size_t>(NumElements(shape_as_tensor.dims)), 0.0);
     return one(Elementwise(node, {in[0], &shape_as_tensor}, in[0]->elem_type,
@@ -611,8 +624,10 @@ Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& nod
     out.elem_type = x.elem_type;
     for (size_t i = 0; i < reps.size(); ++i) {
       if (reps[i] < 0) return Invalid(node, "negative repeat");
+      if (reps[i] > kMaxFoldedElements) return Status::NotSupported("Tile: too large to fold");
       out.dims.push_back(x.dims[i] * reps[i]);
     }
+    TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
     out.data.resize(static_cast<size_t>(NumElements(out.dims)));
     auto strides = RowMajorStrides(x.dims);
     ForEachIndex(out.dims, [&](int64_t k, const std::vector<int64_t>& idx) {

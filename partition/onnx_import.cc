@@ -139,6 +139,7 @@ class OnnxModelImporter {
   Status Parse(const std::string& bytes);
   Status Check();
   Status ReadOpset();
+  Status CheckPositiveAttributes() const;
   Status FixInputShapes();
   Status RunShapeInference();
   Status FoldConstantNodes(bool* changed);
@@ -237,6 +238,24 @@ Status OnnxModelImporter::Check() {
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     return Status::InvalidArgument(origin_ + ": the ONNX checker rejects the model: " + msg);
   }
+  return Status::OK();
+}
+
+// ONNX 1.12's shape inference divides by some attributes without checking
+// them (a zero stride is SIGFPE inside the library), and the checker does not
+// look at their values: reject such values here, naming the node.
+Status OnnxModelImporter::CheckPositiveAttributes() const {
+  static const std::set<std::string> kPositive = {"strides", "dilations", "kernel_shape", "blocksize", "group",
+                                                  "num_outputs"};
+  for (const auto& n : model_.graph().node())
+    for (const auto& a : n.attribute()) {
+      if (!kPositive.count(a.name())) continue;
+      bool ok = true;
+      if (a.type() == onnx::AttributeProto::INT) ok = a.i() >= 1;
+      for (int64_t v : a.ints()) ok &= v >= 1;
+      if (!ok)
+        return NodeError(StatusCode::kInvalidArgument, n, "attribute '" + a.name() + "' must be >= 1");
+    }
   return Status::OK();
 }
 
@@ -1325,6 +1344,7 @@ Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
   // inputs; folded constants are not, so lift old models to IR 4 semantics.
   if (model_.ir_version() < 4) model_.set_ir_version(4);
   TS_RETURN_IF_ERROR(ReadOpset());
+  TS_RETURN_IF_ERROR(CheckPositiveAttributes());
   TS_RETURN_IF_ERROR(FixInputShapes());
   for (int pass = 0;; ++pass) {
     TS_RETURN_IF_ERROR(RunShapeInference());
@@ -1349,7 +1369,15 @@ Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
 
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const ImportOptions& options) {
   OnnxModelImporter importer(origin, options);
-  return importer.Import(bytes);
+  try {
+    return importer.Import(bytes);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(origin + ": out of memory while importing (a tensor's dims are too large?)");
+  } catch (const std::exception& e) {
+    // The ONNX library reports some malformed models by throwing from places
+    // the importer does not wrap one by one.
+    return Status::InvalidArgument(origin + ": not a valid ONNX model: " + e.what());
+  }
 }
 
 Result<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {

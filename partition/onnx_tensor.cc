@@ -127,6 +127,31 @@ Status ForEachElement(const TensorProto& t, int64_t n, Emit emit) {
   }
 }
 
+// Elements the tensor actually stores, so that dims are checked against the
+// data before anything is allocated from them.
+int64_t StoredElementCount(const TensorProto& t) {
+  if (t.has_raw_data()) {
+    const size_t elem = RawElementSize(t.data_type());
+    return elem == 0 ? -1 : static_cast<int64_t>(t.raw_data().size() / elem);
+  }
+  switch (t.data_type()) {
+    case TensorProto::FLOAT: return t.float_data_size();
+    case TensorProto::DOUBLE: return t.double_data_size();
+    case TensorProto::INT64: return t.int64_data_size();
+    case TensorProto::UINT32: case TensorProto::UINT64: return t.uint64_data_size();
+    default: return t.int32_data_size();
+  }
+}
+
+Status CheckStoredCount(const TensorProto& t, int64_t n) {
+  if (t.data_location() == TensorProto::EXTERNAL) return Status::OK();  // ForEachElement reports it
+  const int64_t stored = StoredElementCount(t);
+  if (stored >= 0 && stored != n)
+    return Status::DataLoss(TensorLabel(t) + " holds " + std::to_string(stored) + " values, its dims need " +
+                            std::to_string(n) + " (truncated or corrupted file)");
+  return Status::OK();
+}
+
 }  // namespace
 
 bool ConstTensor::IsFloat() const {
@@ -165,10 +190,7 @@ Result<ConstTensor> ReadConstTensor(const onnx::TensorProto& t) {
   ConstTensor c;
   c.elem_type = t.data_type();
   c.dims.assign(t.dims().begin(), t.dims().end());
-  // Bound the allocation by what the file can actually hold before trusting dims.
-  if (t.has_raw_data() && RawElementSize(t.data_type()) != 0 &&
-      static_cast<uint64_t>(n) > t.raw_data().size() / RawElementSize(t.data_type()) + 1)
-    return Status::DataLoss("tensor '" + t.name() + "' is shorter than its dims (truncated or corrupted file)");
+  TS_RETURN_IF_ERROR(CheckStoredCount(t, n));
   c.data.resize(static_cast<size_t>(n));
   TS_RETURN_IF_ERROR(ForEachElement(t, n, [&](size_t i, double v) { c.data[i] = v; }));
   return c;
@@ -176,9 +198,7 @@ Result<ConstTensor> ReadConstTensor(const onnx::TensorProto& t) {
 
 Result<std::vector<float>> ReadFloats(const onnx::TensorProto& t) {
   TS_ASSIGN_OR_RETURN(int64_t n, TensorElementCount(t));
-  if (t.has_raw_data() && RawElementSize(t.data_type()) != 0 &&
-      static_cast<uint64_t>(n) > t.raw_data().size() / RawElementSize(t.data_type()) + 1)
-    return Status::DataLoss("tensor '" + t.name() + "' is shorter than its dims (truncated or corrupted file)");
+  TS_RETURN_IF_ERROR(CheckStoredCount(t, n));
   std::vector<float> out;
   if (t.data_type() == TensorProto::FLOAT && t.has_raw_data() && t.data_location() != TensorProto::EXTERNAL) {
     // Fast path for the common case: float32 weights stored raw.

@@ -4,17 +4,22 @@
 // Three evaluation strategies, picked in Prepare:
 //  * pointwise — 1x1 kernel, stride 1, no pad: the input plane already is the
 //    GEMM operand, so Y_g[O/g, HW] = W_g[O/g, C/g] · X_g[C/g, HW] directly.
-//  * depthwise — one input channel per group: a direct loop per output plane
-//    whose inner loop runs along a row (vectorises for stride 1); a GEMM of
-//    K = kH·kW would waste the packing.
+//  * depthwise — one input channel per group: the input plane is copied with
+//    zero borders into per-thread scratch, then a direct loop per output row
+//    whose taps are unrolled (3x3, 5x5 at stride 1/2) and whose loop over
+//    output columns vectorises; a GEMM of K = kH·kW would waste the packing.
 //  * general — im2col of one group into scratch, then one Eigen GEMM
 //    Y_g[O/g, OH·OW] = W_g[O/g, C/g·kH·kW] · col[C/g·kH·kW, OH·OW].
-// Bias and activation are applied per output row right after its GEMM, while
-// the rows are still in cache.
+// The GEMM paths run in column tiles of OH·OW sized to stay in L2 (im2col
+// tile, output tile); bias and activation are applied to each output tile
+// right after its GEMM, while it is still in cache. With several threads the
+// tiles are spread over threads.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <Eigen/Core>
+#include <omp.h>
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
@@ -87,7 +92,8 @@ class ConvKernel final : public Kernel {
       return NodeNotSupported(ctx, "auto_pad '" + auto_pad + "'");
     }
     pt_ = pads[0], pl_ = pads[1];
-    const int64_t pb = pads[2], pr = pads[3];
+    pb_ = pads[2], pr_ = pads[3];
+    const int64_t pb = pb_, pr = pr_;
     oh_ = (h_ + pt_ + pb - dh_ * (kh_ - 1) - 1) / sh_ + 1;
     ow_ = (w_ + pl_ + pr - dw_ * (kw_ - 1) - 1) / sw_ + 1;
     if (h_ + pt_ + pb < dh_ * (kh_ - 1) + 1 || w_ + pl_ + pr < dw_ * (kw_ - 1) + 1)
@@ -101,14 +107,16 @@ class ConvKernel final : public Kernel {
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
     act_ = *act;
 
+    prepared_threads_ = std::max(1, ctx.threads);
+    tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
     if (cg_ == 1 && group_ > 1) {
       strategy_ = kDepthwise;
-      // Per kernel column, the output columns whose input column is inside the image.
-      col_lo_.resize(kw_);
-      col_hi_.resize(kw_);
-      for (int64_t j = 0; j < kw_; ++j) ValidRange(j * dw_ - pl_, sw_, w_, ow_, &col_lo_[j], &col_hi_[j]);
     } else if (kh_ == 1 && kw_ == 1 && sh_ == 1 && sw_ == 1 && pt_ == 0 && pl_ == 0 && pb == 0 && pr == 0) {
       strategy_ = kPointwise;
+    } else if (kh_ == 3 && kw_ == 3 && sh_ == 1 && sw_ == 1 && dh_ == 1 && dw_ == 1 && group_ == 1 && c_ >= 16 &&
+               o_ >= 16 && oh_ >= 4 && ow_ >= 4 && ConstantOrNull(ctx, 1) != nullptr) {
+      strategy_ = kWinograd;
+      PrepareWinograd(ctx.constant_inputs[1]->values.data());
     } else {
       strategy_ = kIm2col;
       col_lo_.resize(kw_);
@@ -119,8 +127,12 @@ class ConvKernel final : public Kernel {
   }
 
   size_t ScratchBytes() const override {
-    if (strategy_ != kIm2col) return 0;
-    return static_cast<size_t>(cg_ * kh_ * kw_ * oh_ * ow_) * sizeof(float);
+    if (strategy_ == kWinograd)  // transformed inputs V and products M of one chunk of tiles
+      return static_cast<size_t>(16 * (c_ + o_) * wino_chunk_) * sizeof(float);
+    if (strategy_ == kDepthwise)  // one zero-padded input plane per thread
+      return static_cast<size_t>(prepared_threads_ * (h_ + pt_ + pb_) * (w_ + pl_ + pr_)) * sizeof(float);
+    if (strategy_ != kIm2col) return 0;  // one im2col tile per thread
+    return static_cast<size_t>(prepared_threads_ * cg_ * kh_ * kw_ * tile_) * sizeof(float);
   }
 
   void Eval(const EvalContext& ctx) const override {
@@ -132,75 +144,233 @@ class ConvKernel final : public Kernel {
       case kIm2col:
         EvalGemm(ctx);
         return;
+      case kWinograd:
+        EvalWinograd(ctx);
+        return;
     }
   }
 
  private:
-  enum Strategy { kIm2col, kPointwise, kDepthwise };
+  enum Strategy { kIm2col, kPointwise, kDepthwise, kWinograd };
+
+  // Winograd F(2x2, 3x3) (Lavin & Gray 2016) for 3x3 stride-1 dense convs:
+  // each 2x2 output tile comes from a 4x4 input patch d as
+  //   Y = Aᵀ [ Σ_c (G g_oc Gᵀ) ⊙ (Bᵀ d_c B) ] A,
+  // i.e. 16 GEMMs M_ξ[O, tiles] = U_ξ[O, C] · V_ξ[C, tiles], one per position
+  // ξ of the 4x4 transformed tile — 2.25x fewer multiplies than im2col.
+  // U = G g Gᵀ is computed once here from the constant weights.
+  void PrepareWinograd(const float* weights) {
+    wino_u_.assign(static_cast<size_t>(16 * o_ * c_), 0.f);
+    for (int64_t o = 0; o < o_; ++o)
+      for (int64_t c = 0; c < c_; ++c) {
+        const float* g = weights + (o * c_ + c) * 9;
+        float t[4][3];  // G g
+        for (int j = 0; j < 3; ++j) {
+          t[0][j] = g[j];
+          t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+          t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+          t[3][j] = g[6 + j];
+        }
+        for (int i = 0; i < 4; ++i) {
+          const float u[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
+                              t[i][2]};
+          for (int j = 0; j < 4; ++j) wino_u_[((i * 4 + j) * o_ + o) * c_ + c] = u[j];
+        }
+      }
+    tiles_h_ = (oh_ + 1) / 2;
+    tiles_w_ = (ow_ + 1) / 2;
+    // Chunk of tiles whose V and M (16·(C+O)·chunk floats) stay within ~2 MiB.
+    const int64_t budget = (2 << 20) / static_cast<int64_t>(sizeof(float));
+    wino_chunk_ = std::clamp<int64_t>(budget / (16 * (c_ + o_)), 32, tiles_h_ * tiles_w_);
+  }
+
+  void EvalWinograd(const EvalContext& ctx) const {
+    const float* x = ctx.inputs[0];
+    const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
+    float* y = ctx.outputs[0];
+    const int64_t tiles = tiles_h_ * tiles_w_;
+    float* v = ctx.scratch;                     // [16][C][chunk]
+    float* m = ctx.scratch + 16 * c_ * wino_chunk_;  // [16][O][chunk]
+    const int threads = std::max(1, ctx.threads);
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* xn = x + n * c_ * h_ * w_;
+      float* yn = y + n * o_ * oh_ * ow_;
+      for (int64_t t0 = 0; t0 < tiles; t0 += wino_chunk_) {
+        const int64_t count = std::min(wino_chunk_, tiles - t0);
+        // Input transform V = Bᵀ d B for every channel and tile of the chunk.
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+        for (int64_t c = 0; c < c_; ++c) {
+          const float* xc = xn + c * h_ * w_;
+          for (int64_t k = 0; k < count; ++k) {
+            const int64_t t = t0 + k, ty = t / tiles_w_, tx = t % tiles_w_;
+            const int64_t r0 = 2 * ty - pt_, c0 = 2 * tx - pl_;
+            float d[4][4];
+            for (int i = 0; i < 4; ++i) {
+              const int64_t r = r0 + i;
+              for (int j = 0; j < 4; ++j) {
+                const int64_t col = c0 + j;
+                d[i][j] = (r >= 0 && r < h_ && col >= 0 && col < w_) ? xc[r * w_ + col] : 0.f;
+              }
+            }
+            float bd[4][4];  // Bᵀ d
+            for (int j = 0; j < 4; ++j) {
+              bd[0][j] = d[0][j] - d[2][j];
+              bd[1][j] = d[1][j] + d[2][j];
+              bd[2][j] = d[2][j] - d[1][j];
+              bd[3][j] = d[1][j] - d[3][j];
+            }
+            for (int i = 0; i < 4; ++i) {
+              const float e[4] = {bd[i][0] - bd[i][2], bd[i][1] + bd[i][2], bd[i][2] - bd[i][1], bd[i][1] - bd[i][3]};
+              for (int j = 0; j < 4; ++j) v[((i * 4 + j) * c_ + c) * wino_chunk_ + k] = e[j];
+            }
+          }
+        }
+        // 16 GEMMs; Eigen parallelises each with the executor's thread count.
+        for (int xi = 0; xi < 16; ++xi) {
+          ConstMatrixMap u(wino_u_.data() + xi * o_ * c_, o_, c_);
+          Eigen::Map<const RowMajorMatrix, 0, Eigen::OuterStride<>> vm(v + xi * c_ * wino_chunk_, c_, count,
+                                                                      Eigen::OuterStride<>(wino_chunk_));
+          Eigen::Map<RowMajorMatrix, 0, Eigen::OuterStride<>> mm(m + xi * o_ * wino_chunk_, o_, count,
+                                                                 Eigen::OuterStride<>(wino_chunk_));
+          mm.noalias() = u * vm;
+        }
+        // Output transform Y = Aᵀ M A (+ bias), clipped at odd output edges.
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+        for (int64_t o = 0; o < o_; ++o) {
+          const float b = bias ? bias[o] : 0.f;
+          float* yo = yn + o * oh_ * ow_;
+          for (int64_t k = 0; k < count; ++k) {
+            float q[4][4];
+            for (int xi = 0; xi < 16; ++xi) q[xi / 4][xi % 4] = m[(xi * o_ + o) * wino_chunk_ + k];
+            float a[2][4];  // Aᵀ q
+            for (int j = 0; j < 4; ++j) {
+              a[0][j] = q[0][j] + q[1][j] + q[2][j];
+              a[1][j] = q[1][j] - q[2][j] - q[3][j];
+            }
+            const int64_t t = t0 + k, oy = 2 * (t / tiles_w_), ox = 2 * (t % tiles_w_);
+            for (int i = 0; i < 2 && oy + i < oh_; ++i) {
+              const float out0 = a[i][0] + a[i][1] + a[i][2] + b;
+              const float out1 = a[i][1] - a[i][2] - a[i][3] + b;
+              float* row = yo + (oy + i) * ow_ + ox;
+              row[0] = out0;
+              if (ox + 1 < ow_) row[1] = out1;
+            }
+          }
+        }
+      }
+      if (act_.kind != FusedActivation::kNone) {
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+        for (int64_t o = 0; o < o_; ++o) act_.Apply(yn + o * oh_ * ow_, static_cast<size_t>(oh_ * ow_));
+      }
+    }
+  }
+
 
   // Bias and activation over one output row of `len` values.
   void FinishRow(float* row, int64_t len, float bias) const {
-    if (bias != 0.f)
-      for (int64_t i = 0; i < len; ++i) row[i] += bias;
+    if (bias != 0.f) Eigen::Map<Eigen::ArrayXf>(row, len) += bias;
     act_.Apply(row, static_cast<size_t>(len));
   }
 
-  // Fills col[(c*kH + i)*kW + j][oh*OW + ow] = x[c][oh*sh - pt + i*dh][ow*sw - pl + j*dw] (0 outside).
-  void Im2col(const float* x, float* col, int threads) const {
-    const int64_t plane = oh_ * ow_;
-#pragma omp parallel for num_threads(threads) if (threads > 1)
+  // im2col of output columns [p0, p0 + len) of one group:
+  // col[(c*kH + i)*kW + j][p - p0] = x[c][oh*sh - pt + i*dh][ow*sw - pl + j*dw]
+  // with p = oh*OW + ow, and 0 where that falls in the padding.
+  void Im2colTile(const float* x, int64_t p0, int64_t len, float* col) const {
+    const int64_t first_row = p0 / ow_, last_row = (p0 + len - 1) / ow_;
     for (int64_t c = 0; c < cg_; ++c) {
       const float* xc = x + c * h_ * w_;
       for (int64_t i = 0; i < kh_; ++i) {
         for (int64_t j = 0; j < kw_; ++j) {
-          float* dst = col + ((c * kh_ + i) * kw_ + j) * plane;
+          float* dst = col + ((c * kh_ + i) * kw_ + j) * len - p0;  // indexed by p
           const int64_t lo = col_lo_[j], hi = col_hi_[j];
           const int64_t col_offset = j * dw_ - pl_;
-          for (int64_t oh = 0; oh < oh_; ++oh) {
-            float* d = dst + oh * ow_;
+          for (int64_t oh = first_row; oh <= last_row; ++oh) {
+            const int64_t row_start = oh * ow_;
+            const int64_t b = std::max<int64_t>(0, p0 - row_start);            // first ow in the tile
+            const int64_t e = std::min<int64_t>(ow_, p0 + len - row_start);    // end ow in the tile
+            float* d = dst + row_start;
             const int64_t ih = oh * sh_ - pt_ + i * dh_;
             if (ih < 0 || ih >= h_) {
-              std::memset(d, 0, sizeof(float) * ow_);
+              for (int64_t ow = b; ow < e; ++ow) d[ow] = 0.f;
               continue;
             }
             const float* src = xc + ih * w_;
-            for (int64_t ow = 0; ow < lo; ++ow) d[ow] = 0.f;
+            const int64_t vb = std::clamp(lo, b, e), ve = std::clamp(hi, vb, e);
+            for (int64_t ow = b; ow < vb; ++ow) d[ow] = 0.f;
             if (sw_ == 1) {
-              if (hi > lo) std::memcpy(d + lo, src + lo + col_offset, sizeof(float) * (hi - lo));
+              if (ve > vb) std::memcpy(d + vb, src + vb + col_offset, sizeof(float) * (ve - vb));
             } else {
-              for (int64_t ow = lo; ow < hi; ++ow) d[ow] = src[ow * sw_ + col_offset];
+              const int64_t stride = sw_;
+#pragma omp simd
+              for (int64_t ow = vb; ow < ve; ++ow) d[ow] = src[ow * stride + col_offset];
             }
-            for (int64_t ow = hi; ow < ow_; ++ow) d[ow] = 0.f;
+            for (int64_t ow = ve; ow < e; ++ow) d[ow] = 0.f;
           }
         }
       }
     }
   }
 
+  // Columns per GEMM tile: the im2col tile and the output tile should both
+  // stay in L2, so bias/activation run on cached rows and im2col never
+  // streams the whole expanded input through memory.
+  static int64_t TileColumns(int64_t k, int64_t rows, int64_t plane) {
+    constexpr int64_t kBudgetFloats = 256 * 1024;  // 256 KiB per operand
+    int64_t t = std::min(kBudgetFloats / std::max<int64_t>(k, 1), kBudgetFloats / std::max<int64_t>(rows, 1));
+    t = std::max<int64_t>(256, t);
+    if (t >= plane) return plane;
+    // Even out the tiles so the last one is not a sliver.
+    const int64_t tiles = (plane + t - 1) / t;
+    return std::min(plane, ((plane + tiles - 1) / tiles + 15) / 16 * 16);
+  }
+
   void EvalGemm(const EvalContext& ctx) const {
+    using StridedConstMap = Eigen::Map<const RowMajorMatrix, 0, Eigen::OuterStride<>>;
+    using StridedMap = Eigen::Map<RowMajorMatrix, 0, Eigen::OuterStride<>>;
     const float* x = ctx.inputs[0];
     const float* wt = ctx.inputs[1];
     const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
     float* y = ctx.outputs[0];
     const int64_t plane = oh_ * ow_;
     const int64_t k = cg_ * kh_ * kw_;
-    for (int64_t n = 0; n < n_; ++n) {
-      for (int64_t g = 0; g < group_; ++g) {
-        const float* xg = x + (n * c_ + g * cg_) * h_ * w_;
-        const float* operand = xg;
-        if (strategy_ == kIm2col) {
-          Im2col(xg, ctx.scratch, ctx.threads);
-          operand = ctx.scratch;
-        }
-        float* yg = y + (n * o_ + g * og_) * plane;
-        ConstMatrixMap wmat(wt + g * og_ * k, og_, k);
-        ConstMatrixMap cmat(operand, k, plane);
-        MatrixMap ymat(yg, og_, plane);
-        ymat.noalias() = wmat * cmat;
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1)
-        for (int64_t o = 0; o < og_; ++o) FinishRow(yg + o * plane, plane, bias ? bias[g * og_ + o] : 0.f);
+    const int64_t tiles = (plane + tile_ - 1) / tile_;
+    const int64_t items = n_ * group_ * tiles;
+    // Enough tiles: one per thread, each GEMM single-threaded (Eigen runs
+    // sequentially inside a parallel region). Too few: tiles in sequence
+    // and Eigen parallelises inside each GEMM instead.
+    const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+    const bool tile_parallel = threads > 1 && items >= 2 * threads;
+#pragma omp parallel for num_threads(threads) if (tile_parallel) schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t t = item % tiles, g = (item / tiles) % group_, n = item / (tiles * group_);
+      const int64_t p0 = t * tile_, len = std::min(tile_, plane - p0);
+      const float* xg = x + (n * c_ + g * cg_) * h_ * w_;
+      float* yg = y + (n * o_ + g * og_) * plane;
+      ConstMatrixMap wmat(wt + g * og_ * k, og_, k);
+      StridedMap ymat(yg + p0, og_, len, Eigen::OuterStride<>(plane));
+      if (strategy_ == kPointwise) {
+        ymat.noalias() = wmat * StridedConstMap(xg + p0, k, len, Eigen::OuterStride<>(plane));
+      } else {
+        float* col = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * k * tile_;
+        Im2colTile(xg, p0, len, col);
+        ymat.noalias() = wmat * ConstMatrixMap(col, k, len);
       }
+      for (int64_t o = 0; o < og_; ++o) FinishRow(yg + o * plane + p0, len, bias ? bias[g * og_ + o] : 0.f);
     }
+  }
+
+  // Copies channel plane `x` into `padded` ((H+pt+pb) x (W+pl+pr)) with
+  // zero borders, so the depthwise inner loops need no bounds checks.
+  void PadPlane(const float* x, float* padded) const {
+    const int64_t wp = w_ + pl_ + pr_;
+    std::memset(padded, 0, sizeof(float) * pt_ * wp);
+    for (int64_t r = 0; r < h_; ++r) {
+      float* row = padded + (pt_ + r) * wp;
+      for (int64_t c = 0; c < pl_; ++c) row[c] = 0.f;
+      std::memcpy(row + pl_, x + r * w_, sizeof(float) * w_);
+      for (int64_t c = pl_ + w_; c < wp; ++c) row[c] = 0.f;
+    }
+    std::memset(padded + (pt_ + h_) * wp, 0, sizeof(float) * pb_ * wp);
   }
 
   void EvalDepthwise(const EvalContext& ctx) const {
@@ -210,41 +380,81 @@ class ConvKernel final : public Kernel {
     float* y = ctx.outputs[0];
     const int64_t multiplier = og_;  // output channels per input channel
     const int64_t planes = n_ * o_;
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1)
+    const int64_t padded_size = (h_ + pt_ + pb_) * (w_ + pl_ + pr_);
+    const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+#pragma omp parallel for num_threads(threads) if (threads > 1)
     for (int64_t p = 0; p < planes; ++p) {
       const int64_t n = p / o_, o = p % o_;
-      const float* xc = x + (n * c_ + o / multiplier) * h_ * w_;
+      float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * padded_size;
+      PadPlane(x + (n * c_ + o / multiplier) * h_ * w_, padded);
       const float* kernel = wt + o * kh_ * kw_;
       float* yp = y + p * oh_ * ow_;
       const float b = bias ? bias[o] : 0.f;
-      for (int64_t oh = 0; oh < oh_; ++oh) {
-        float* yrow = yp + oh * ow_;
-        for (int64_t ow = 0; ow < ow_; ++ow) yrow[ow] = b;
-        for (int64_t i = 0; i < kh_; ++i) {
-          const int64_t ih = oh * sh_ - pt_ + i * dh_;
-          if (ih < 0 || ih >= h_) continue;
-          const float* xrow = xc + ih * w_;
-          for (int64_t j = 0; j < kw_; ++j) {
-            const float kv = kernel[i * kw_ + j];
-            const int64_t offset = j * dw_ - pl_;
-            const int64_t lo = col_lo_[j], hi = col_hi_[j];
-            if (sw_ == 1) {
-              const float* src = xrow + lo + offset;  // in bounds: lo + offset >= 0
-              float* dst = yrow + lo;
-              for (int64_t t = 0; t < hi - lo; ++t) dst[t] += kv * src[t];
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += kv * xrow[ow * sw_ + offset];
-            }
-          }
-        }
+      if (kh_ == 3 && kw_ == 3 && dh_ == 1 && dw_ == 1 && sh_ == 1 && sw_ == 1) {
+        DepthwisePlane<3, 3, 1>(padded, kernel, b, yp);
+      } else if (kh_ == 3 && kw_ == 3 && dh_ == 1 && dw_ == 1 && sh_ == 2 && sw_ == 2) {
+        DepthwisePlane<3, 3, 2>(padded, kernel, b, yp);
+      } else if (kh_ == 5 && kw_ == 5 && dh_ == 1 && dw_ == 1 && sh_ == 1 && sw_ == 1) {
+        DepthwisePlane<5, 5, 1>(padded, kernel, b, yp);
+      } else if (kh_ == 5 && kw_ == 5 && dh_ == 1 && dw_ == 1 && sh_ == 2 && sw_ == 2) {
+        DepthwisePlane<5, 5, 2>(padded, kernel, b, yp);
+      } else {
+        DepthwisePlaneAny(padded, kernel, b, yp);
       }
       act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
     }
   }
 
+  // One output plane of a depthwise conv with compile-time kernel size and
+  // stride (the common MobileNet cases): taps are unrolled and held in
+  // registers, the loop over output columns vectorises.
+  template <int KH, int KW, int S>
+  void DepthwisePlane(const float* padded, const float* kernel, float bias, float* y) const {
+    const int64_t wp = w_ + pl_ + pr_;
+    float k[KH * KW];
+    for (int t = 0; t < KH * KW; ++t) k[t] = kernel[t];
+    for (int64_t oh = 0; oh < oh_; ++oh) {
+      const float* base = padded + oh * S * wp;
+      float* yr = y + oh * ow_;
+#pragma omp simd
+      for (int64_t ow = 0; ow < ow_; ++ow) {
+        float acc = bias;
+        // Unrolled before vectorisation; fma because ISO C++ mode disables contraction.
+#pragma GCC unroll 8
+        for (int i = 0; i < KH; ++i)
+#pragma GCC unroll 8
+          for (int j = 0; j < KW; ++j) acc = std::fma(k[i * KW + j], base[i * wp + ow * S + j], acc);
+        yr[ow] = acc;
+      }
+    }
+  }
+
+  void DepthwisePlaneAny(const float* padded, const float* kernel, float bias, float* y) const {
+    const int64_t wp = w_ + pl_ + pr_;
+    for (int64_t oh = 0; oh < oh_; ++oh) {
+      const float* base = padded + oh * sh_ * wp;
+      float* yr = y + oh * ow_;
+      for (int64_t ow = 0; ow < ow_; ++ow) yr[ow] = bias;
+      for (int64_t i = 0; i < kh_; ++i)
+        for (int64_t j = 0; j < kw_; ++j) {
+          const float kv = kernel[i * kw_ + j];
+          const float* src = base + i * dh_ * wp + j * dw_;
+          const int64_t stride = sw_, n = ow_;
+#pragma omp simd
+          for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::fma(kv, src[ow * stride], yr[ow]);
+        }
+    }
+  }
+
   Strategy strategy_ = kIm2col;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, o_ = 0, group_ = 1, cg_ = 0, og_ = 0;
-  int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0, oh_ = 0, ow_ = 0;
+  int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0, pb_ = 0, pr_ = 0;
+  int64_t oh_ = 0, ow_ = 0;
+  int prepared_threads_ = 1;
+  int64_t tile_ = 1;  // output columns per GEMM tile
+  // Winograd: transformed weights U[16][O][C], tile grid, tiles per chunk.
+  std::vector<float> wino_u_;
+  int64_t tiles_h_ = 0, tiles_w_ = 0, wino_chunk_ = 1;
   bool has_bias_ = false;
   FusedActivation act_;
   std::vector<int64_t> col_lo_, col_hi_;

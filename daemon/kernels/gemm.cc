@@ -76,6 +76,7 @@ class GemmKernel final : public Kernel {
           for (int64_t o = 0; o < out_; ++o) row[o] += beta_ * b[0];
           break;
         case kRowBias:
+#pragma omp simd
           for (int64_t o = 0; o < out_; ++o) row[o] += beta_ * b[o];
           break;
         case kColumnBias:

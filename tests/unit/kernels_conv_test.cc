@@ -182,6 +182,43 @@ TEST_CASE("typical CNN layer shapes match the reference", "[kernels][conv]") {
   CheckConv(pw, rng);
 }
 
+TEST_CASE("large planes split into GEMM tiles give the same result, serial and threaded", "[kernels][conv]") {
+  std::mt19937 rng(20);
+  ConvCase wide;  // K = 64·9 = 576 -> tiles of 256 output columns over a 30x30 plane
+  wide.n = 2, wide.c = 64, wide.o = 8, wide.h = wide.w = 30, wide.pt = wide.pl = wide.pb = wide.pr = 1;
+  wide.activation = "relu";
+  ConvCase deep_pointwise;  // K = 600, pointwise path with strided output tiles
+  deep_pointwise.c = 600, deep_pointwise.o = 5, deep_pointwise.h = deep_pointwise.w = 23;
+  deep_pointwise.kh = deep_pointwise.kw = 1;
+  for (int threads : {1, 2}) {
+    CheckConv(wide, rng, threads);
+    CheckConv(deep_pointwise, rng, threads);
+  }
+}
+
+TEST_CASE("3x3 stride-1 convolutions on the Winograd path match the reference", "[kernels][conv]") {
+  std::mt19937 rng(25);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  static const char* kActs[] = {"", "relu", "clip"};
+  for (int trial = 0; trial < 16; ++trial) {
+    ConvCase k;
+    k.n = pick(1, 2);
+    k.c = pick(16, 40);
+    k.o = pick(16, 40);
+    k.h = pick(4, 21);
+    k.w = pick(4, 21);
+    k.pt = pick(0, 2), k.pl = pick(0, 2), k.pb = pick(0, 2), k.pr = pick(0, 2);
+    k.bias = trial % 3 != 0;
+    k.activation = kActs[trial % 3];
+    CheckConv(k, rng, trial % 2 + 1);
+  }
+  ConvCase many_tiles;  // more tiles than one chunk holds
+  many_tiles.c = 64, many_tiles.o = 64, many_tiles.h = many_tiles.w = 56;
+  many_tiles.pt = many_tiles.pl = many_tiles.pb = many_tiles.pr = 1;
+  many_tiles.activation = "relu";
+  CheckConv(many_tiles, rng);
+}
+
 TEST_CASE("SAME_UPPER auto_pad pads the end more than the beginning", "[kernels][conv]") {
   std::mt19937 rng(17);
   ConvCase k;

@@ -74,6 +74,38 @@ void ReportConv(const char* label, int64_t c, int64_t o, int64_t hw, int64_t k, 
               flops / t.best_seconds * 1e-9);
 }
 
+void ReportPool(const char* label, const char* op, int64_t c, int64_t hw, int64_t k, int64_t stride, int threads) {
+  std::mt19937 rng(2);
+  const int64_t pad = k / 2, out = (hw + 2 * pad - k) / stride + 1;
+  Attributes a;
+  a.Set("kernel_shape", std::vector<int64_t>{k, k});
+  a.Set("strides", std::vector<int64_t>{stride, stride});
+  a.Set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+  auto t = TimeNode(op, a, {testing::Activation({1, c, hw, hw}, testing::RandomValues(c * hw * hw, rng))},
+                    {1, c, out, out}, threads, 20);
+  std::printf("%-34s %2d thread(s): %8.3f ms  %7.2f Gelem/s out\n", label, threads, t.best_seconds * 1e3,
+              c * out * out / t.best_seconds * 1e-9);
+}
+
+void ReportAdd(const char* label, const Shape& a, const Shape& b, int threads) {
+  std::mt19937 rng(3);
+  auto t = TimeNode("Add", {},
+                    {testing::Activation(a, testing::RandomValues(NumElements(a), rng)),
+                     testing::Activation(b, testing::RandomValues(NumElements(b), rng))},
+                    a, threads, 20);
+  std::printf("%-34s %2d thread(s): %8.3f ms  %7.2f GB/s\n", label, threads, t.best_seconds * 1e3,
+              3.0 * 4 * NumElements(a) / t.best_seconds * 1e-9);
+}
+
+TEST_CASE("pool and elementwise throughput", "[.][perf]") {
+  for (int threads : {1, 2}) {
+    ReportPool("maxpool 3x3/2 64x112x112", "MaxPool", 64, 112, 3, 2, threads);
+    ReportPool("avgpool 3x3/1 256x28x28", "AveragePool", 256, 28, 3, 1, threads);
+    ReportAdd("add 64x56x56 + same", {1, 64, 56, 56}, {1, 64, 56, 56}, threads);
+    ReportAdd("add 64x56x56 + [64,1,1]", {1, 64, 56, 56}, {64, 1, 1}, threads);
+  }
+}
+
 TEST_CASE("conv throughput on typical layers", "[.][perf]") {
   for (int threads : {1, 2}) {
     Eigen::setNbThreads(threads);  // what the executor does once
@@ -84,6 +116,10 @@ TEST_CASE("conv throughput on typical layers", "[.][perf]") {
     ReportConv("7x7/2 3->64 224x224 (stem)", 3, 64, 224, 7, 2, 1, threads);
     ReportConv("dw 3x3 144 56x56", 144, 144, 56, 3, 1, 144, threads);
     ReportConv("dw 3x3/2 96 112x112", 96, 96, 112, 3, 2, 96, threads);
+    ReportConv("mbv2 stem 3x3/2 3->32 224x224", 3, 32, 224, 3, 2, 1, threads);
+    ReportConv("mbv2 1x1 16->96 112x112", 16, 96, 112, 1, 1, 1, threads);
+    ReportConv("mbv2 1x1 144->24 56x56", 144, 24, 56, 1, 1, 1, threads);
+    ReportConv("squeezenet 1x1 16->64 55x55", 16, 64, 55, 1, 1, 1, threads);
   }
 }
 
