@@ -13,6 +13,7 @@
 #include "daemon/npy.h"
 #include "daemon/plan_file.h"
 #include "daemon/program_runner.h"
+#include "partition/forced_plan.h"
 #include "partition/program_compiler.h"
 #include "daemon/seeded_input.h"
 
@@ -28,6 +29,9 @@ struct RunOptions {
   int warmup = 0;
   bool json = false;
   std::string plan_path;
+  std::string force;      // ffmt|fdto|fdti|pairs|pipeline
+  int devices = 2;        // with --force
+  std::string grid = "2x2";  // with --force ffmt: RxC
 };
 
 // max |a − b| and max |a − b| / max |b| over all outputs (relative to the
@@ -46,10 +50,31 @@ std::pair<double, double> Differences(const std::vector<TensorData>& got, const 
 // one thread each, over in-process links; compared with the unsplit run.
 int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<TensorData>& inputs,
                const std::vector<TensorData>& reference) {
-  auto loaded = ReadPlanFile(ro.plan_path, graph);
-  if (!loaded.ok()) return ReportError("run", loaded.status());
+  LoadedPlan plan;
+  if (!ro.force.empty()) {
+    auto scheme = ParseForcedScheme(ro.force);
+    if (!scheme.ok()) return ReportError("run", scheme.status().WithContext("--force"));
+    ForcedPlanOptions fo;
+    fo.devices = ro.devices;
+    auto grid = ParseShape(ro.grid);
+    if (!grid.ok() || grid->size() != 2)
+      return ReportError("run", Status::InvalidArgument("--grid must look like 2x2 (rows x columns)"));
+    fo.grid_rows = (*grid)[0];
+    fo.grid_cols = (*grid)[1];
+    auto forced = MakeForcedPlan(graph, *scheme, fo);
+    if (!forced.ok()) return ReportError("run", forced.status());
+    plan.plan = std::move(*forced);
+    plan.id = "forced-" + ro.force;
+    for (int d = 0; d < ro.devices; ++d) plan.device_names.push_back("dev" + std::to_string(d + 1));
+  } else {
+    auto loaded = ReadPlanFile(ro.plan_path, graph);
+    if (!loaded.ok()) return ReportError("run", loaded.status());
+    plan = std::move(*loaded);
+  }
+  const std::string plan_name = ro.force.empty() ? ro.plan_path : "--force " + ro.force;
+  auto* loaded = &plan;
   auto compiled = CompilePlan(graph, loaded->plan);
-  if (!compiled.ok()) return ReportError("run", compiled.status().WithContext(ro.plan_path));
+  if (!compiled.ok()) return ReportError("run", compiled.status().WithContext(plan_name));
   RunnerOptions opts;
   opts.threads = ro.threads;
   auto run = RunProgramsInProcess(graph, compiled->programs, inputs, opts);
@@ -57,7 +82,7 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
   auto [max_abs, max_rel] = Differences(run->outputs, reference);
   nlohmann::json j;
   j["model"] = ro.model.model_path;
-  j["plan"] = ro.plan_path;
+  j["plan"] = plan_name;
   j["devices"] = compiled->programs.size();
   j["max_abs_diff"] = max_abs;
   j["max_rel_diff"] = max_rel;
@@ -72,7 +97,7 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
   if (ro.json) {
     std::printf("%s\n", j.dump(1).c_str());
   } else {
-    std::printf("plan %s: %zu devices, in-process links\n", ro.plan_path.c_str(), compiled->programs.size());
+    std::printf("plan %s: %zu devices, in-process links\n", plan_name.c_str(), compiled->programs.size());
     for (const auto& l : j["links"])
       std::printf("  link %-12s -> %-12s %12lld bytes\n", l["from"].get<std::string>().c_str(),
                   l["to"].get<std::string>().c_str(), static_cast<long long>(l["bytes"].get<int64_t>()));
@@ -126,7 +151,7 @@ int RunRun(const RunOptions& ro) {
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (!st.ok()) return ReportError("run", st);
   }
-  if (!ro.plan_path.empty()) return RunPlanned(ro, *graph, inputs, outputs);
+  if (!ro.plan_path.empty() || !ro.force.empty()) return RunPlanned(ro, *graph, inputs, outputs);
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
@@ -187,6 +212,10 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_flag("--json", ro->json, "Print JSON");
   cmd->add_option("--plan", ro->plan_path,
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");
+  cmd->add_option("--force", ro->force,
+                  "Instead of a plan file, force one scheme wherever it applies: ffmt|fdto|fdti|pairs|pipeline");
+  cmd->add_option("--devices", ro->devices, "Devices for --force")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--grid", ro->grid, "FFMT tile grid for --force ffmt, ROWSxCOLS")->capture_default_str();
   cmd->callback([ro] {
     if (int rc = RunRun(*ro)) throw CLI::RuntimeError(rc);
   });

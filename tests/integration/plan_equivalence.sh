@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 4 proof on torchvision exports: every forced scheme and the planner's
+# default plan, N = 2, 3, 4, 6 devices, run in one process over in-process
+# links (`tessera run --force/--plan`), must equal the unsplit run with
+# max|a − b| / max|b| ≤ 1e-5.
+#
+#   plan_equivalence.sh TESSERA BUILD_DIR
+# Models come from tests/oracle/export_torchvision.py (cached in
+# BUILD_DIR/oracle, shared with torch_oracle.sh). Exit 0 pass, 1 fail, 77 skip.
+set -u
+tessera=${1:?usage: plan_equivalence.sh TESSERA BUILD_DIR}
+build=${2:?usage: plan_equivalence.sh TESSERA BUILD_DIR}
+build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+python=/usr/bin/python3
+out=$build/oracle
+models=(mobilenet_v2 resnet18 googlenet)
+tol=1e-5
+
+if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
+  echo "SKIP: $python lacks torch/torchvision (deploy/install-deps.sh installs them)"
+  exit 77
+fi
+mkdir -p "$out"
+for m in "${models[@]}"; do
+  if [[ ! -f $out/$m.onnx ]]; then
+    "$python" "$repo/tests/oracle/export_torchvision.py" "$out" --models "${models[@]}" || { echo "FAIL: export"; exit 1; }
+    break
+  fi
+done
+
+passed=0 failed=0
+check() {  # label, then tessera run arguments
+  local label=$1
+  shift
+  local json
+  if ! json=$("$tessera" run "$@" --json 2>&1); then
+    echo "FAIL $label: ${json##*$'\n'}"
+    failed=$((failed + 1))
+    return
+  fi
+  local verdict
+  verdict=$(printf '%s' "$json" | "$python" -c "
+import json, sys
+j = json.load(sys.stdin)
+ok = j['max_rel_diff'] <= $tol
+print(('PASS' if ok else 'FAIL') + ' max_rel_diff=%.3g bytes=%d halo_macs=%d' % (j['max_rel_diff'], j['total_bytes'], j['halo_mac_overhead']))
+")
+  echo "${verdict%% *} $label: ${verdict#* }"
+  if [[ $verdict == PASS* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+
+for m in "${models[@]}"; do
+  model=$out/$m.onnx
+  for n in 2 3 4 6; do
+    check "$m ffmt 2x2 N=$n" "$model" --force ffmt --grid 2x2 --devices $n
+    check "$m ffmt 3x3 N=$n" "$model" --force ffmt --grid 3x3 --devices $n
+    check "$m ffmt 3x1 N=$n" "$model" --force ffmt --grid 3x1 --devices $n
+    for s in fdto fdti pairs pipeline; do check "$m $s N=$n" "$model" --force $s --devices $n; done
+    plan=$build/oracle/$m.plan$n.pb
+    if "$tessera" plan "$model" --devices $n --objective memory --out "$plan" >/dev/null 2>"$plan.log"; then
+      check "$m default plan N=$n" "$model" --plan "$plan"
+    else
+      echo "FAIL $m default plan N=$n: $(tail -1 "$plan.log")"
+      failed=$((failed + 1))
+    fi
+  done
+done
+echo "$passed passed, $failed failed"
+[[ $failed == 0 ]]
