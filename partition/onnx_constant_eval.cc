@@ -19,8 +19,14 @@ std::vector<int64_t> RowMajorStrides(const Shape& shape) {
 
 bool IsIntegerType(int32_t t) {
   switch (t) {
-    case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
-    case TensorProto::UINT8: case TensorProto::UINT16: case TensorProto::UINT32: case TensorProto::UINT64:
+    case TensorProto::INT8:
+    case TensorProto::INT16:
+    case TensorProto::INT32:
+    case TensorProto::INT64:
+    case TensorProto::UINT8:
+    case TensorProto::UINT16:
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
     case TensorProto::BOOL:
       return true;
     default:
@@ -56,8 +62,10 @@ Result<Shape> BroadcastShapes(const onnx::NodeProto& node, const std::vector<Sha
       int64_t& o = out[rank - s.size() + i];
       int64_t d = s[i];
       if (d == o || d == 1) continue;
-      if (o == 1) o = d;
-      else return Invalid(node, "shapes " + ShapeToString(s) + " and " + ShapeToString(out) + " do not broadcast");
+      if (o == 1)
+        o = d;
+      else
+        return Invalid(node, "shapes " + ShapeToString(s) + " and " + ShapeToString(out) + " do not broadcast");
     }
   }
   return out;
@@ -65,7 +73,8 @@ Result<Shape> BroadcastShapes(const onnx::NodeProto& node, const std::vector<Sha
 
 // Offset into `in` (of shape in_shape, right-aligned against out) of the
 // output element with multi-index `idx`.
-int64_t BroadcastOffset(const Shape& in_shape, const std::vector<int64_t>& in_strides, const std::vector<int64_t>& idx) {
+int64_t BroadcastOffset(const Shape& in_shape, const std::vector<int64_t>& in_strides,
+                        const std::vector<int64_t>& idx) {
   const size_t lead = idx.size() - in_shape.size();
   int64_t off = 0;
   for (size_t i = 0; i < in_shape.size(); ++i)
@@ -124,12 +133,60 @@ Result<ConstTensor> Elementwise(const onnx::NodeProto& node, const std::vector<c
 }
 
 const std::set<std::string>& EvaluableOps() {
-  static const std::set<std::string> ops = {
-      "Constant", "Identity", "Dropout", "Cast", "CastLike", "Neg", "Abs", "Sqrt", "Floor", "Ceil", "Reciprocal",
-      "Exp", "Log", "Relu", "Sigmoid", "Tanh", "Not", "Sign", "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal",
-      "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Sum", "Mean", "Where",
-      "Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Concat", "Slice", "Transpose", "ConstantOfShape",
-      "Range", "Expand", "Tile", "ReduceProd", "ReduceSum", "ReduceMin", "ReduceMax", "ReduceMean"};
+  static const std::set<std::string> ops = {"Constant",
+                                            "Identity",
+                                            "Dropout",
+                                            "Cast",
+                                            "CastLike",
+                                            "Neg",
+                                            "Abs",
+                                            "Sqrt",
+                                            "Floor",
+                                            "Ceil",
+                                            "Reciprocal",
+                                            "Exp",
+                                            "Log",
+                                            "Relu",
+                                            "Sigmoid",
+                                            "Tanh",
+                                            "Not",
+                                            "Sign",
+                                            "Add",
+                                            "Sub",
+                                            "Mul",
+                                            "Div",
+                                            "Pow",
+                                            "Mod",
+                                            "Equal",
+                                            "Less",
+                                            "Greater",
+                                            "LessOrEqual",
+                                            "GreaterOrEqual",
+                                            "And",
+                                            "Or",
+                                            "Xor",
+                                            "Max",
+                                            "Min",
+                                            "Sum",
+                                            "Mean",
+                                            "Where",
+                                            "Gather",
+                                            "Unsqueeze",
+                                            "Squeeze",
+                                            "Reshape",
+                                            "Flatten",
+                                            "Concat",
+                                            "Slice",
+                                            "Transpose",
+                                            "ConstantOfShape",
+                                            "Range",
+                                            "Expand",
+                                            "Tile",
+                                            "ReduceProd",
+                                            "ReduceSum",
+                                            "ReduceMin",
+                                            "ReduceMax",
+                                            "ReduceMean"};
   return ops;
 }
 
@@ -204,7 +261,8 @@ Result<ConstTensor> Gather(const onnx::NodeProto& node, const ConstTensor& data,
     for (double iv : indices.data) {
       int64_t j = static_cast<int64_t>(iv);
       if (j < 0) j += n_axis;
-      if (j < 0 || j >= n_axis) return Invalid(node, "index " + std::to_string(static_cast<int64_t>(iv)) + " out of range");
+      if (j < 0 || j >= n_axis)
+        return Invalid(node, "index " + std::to_string(static_cast<int64_t>(iv)) + " out of range");
       for (int64_t i = 0; i < inner; ++i) out.data.push_back(data.data[(o * n_axis + j) * inner + i]);
     }
   return out;
@@ -312,7 +370,7 @@ Result<ConstTensor> Reduce(const onnx::NodeProto& node, const std::vector<const 
   for (int64_t i = 0; i < rank; ++i) kept_shape.push_back(reduce[i] ? 1 : x.dims[i]);
   ConstTensor out;
   out.elem_type = x.elem_type;
-  const double init = op == "ReduceProd" ? 1.0
+  const double init = op == "ReduceProd"  ? 1.0
                       : op == "ReduceMin" ? std::numeric_limits<double>::infinity()
                       : op == "ReduceMax" ? -std::numeric_limits<double>::infinity()
                                           : 0.0;
@@ -324,13 +382,18 @@ Result<ConstTensor> Reduce(const onnx::NodeProto& node, const std::vector<const 
       if (!reduce[i]) off += idx[i] * out_strides[i];
     double& acc = out.data[off];
     const double v = x.data[k];
-    if (op == "ReduceProd") acc *= v;
-    else if (op == "ReduceMin") acc = std::min(acc, v);
-    else if (op == "ReduceMax") acc = std::max(acc, v);
-    else acc += v;
+    if (op == "ReduceProd")
+      acc *= v;
+    else if (op == "ReduceMin")
+      acc = std::min(acc, v);
+    else if (op == "ReduceMax")
+      acc = std::max(acc, v);
+    else
+      acc += v;
   });
   if (op == "ReduceMean") {
-    const double n = static_cast<double>(NumElements(x.dims)) / std::max<double>(1.0, static_cast<double>(out.data.size()));
+    const double n =
+        static_cast<double>(NumElements(x.dims)) / std::max<double>(1.0, static_cast<double>(out.data.size()));
     for (double& v : out.data) v /= n;
   }
   for (double& v : out.data) v = Narrow(v, out.elem_type);
@@ -420,8 +483,8 @@ Result<Shape> ResolveReshape(const Shape& input, const std::vector<int64_t>& tar
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == 0 && !allowzero) {
       if (i >= input.size())
-        return Status::InvalidArgument("Reshape: target " + ShapeToString(target) + " copies dim " +
-                                       std::to_string(i) + " that input " + ShapeToString(input) + " lacks");
+        return Status::InvalidArgument("Reshape: target " + ShapeToString(target) + " copies dim " + std::to_string(i) +
+                                       " that input " + ShapeToString(input) + " lacks");
       out[i] = input[i];
     }
     if (out[i] == -1) {
@@ -474,15 +537,15 @@ Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& nod
     for (double& v : out.data) v = Narrow(v, out.elem_type);
     return std::vector<ConstTensor>{std::move(out)};
   }
-  static const std::set<std::string> kUnary = {"Neg",  "Abs",  "Sqrt",    "Floor", "Ceil", "Reciprocal", "Exp",
-                                               "Log",  "Relu", "Sigmoid", "Tanh",  "Not",  "Sign"};
+  static const std::set<std::string> kUnary = {"Neg", "Abs",  "Sqrt",    "Floor", "Ceil", "Reciprocal", "Exp",
+                                               "Log", "Relu", "Sigmoid", "Tanh",  "Not",  "Sign"};
   if (kUnary.count(op)) {
     TS_RETURN_IF_ERROR(need(1));
     const int32_t type = in[0]->elem_type;
     return one(Elementwise(node, {in[0]}, type, [&](const std::vector<double>& a) { return Unary(op, a[0]); }));
   }
-  static const std::set<std::string> kCompare = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                                 "And",   "Or",   "Xor"};
+  static const std::set<std::string> kCompare = {"Equal",          "Less", "Greater", "LessOrEqual",
+                                                 "GreaterOrEqual", "And",  "Or",      "Xor"};
   static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "Mod"};
   if (kCompare.count(op) || kBinary.count(op)) {
     TS_RETURN_IF_ERROR(need(2));

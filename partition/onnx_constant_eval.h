@@ -25,8 +25,7 @@ bool IsConstantEvaluable(const std::string& op_type);
 // caller then leaves the node in the graph); InvalidArgument when the node is
 // inconsistent (wrong ranks, out-of-range indices).
 Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& node,
-                                                      const std::vector<const ConstTensor*>& inputs,
-                                                      int64_t opset);
+                                                      const std::vector<const ConstTensor*>& inputs, int64_t opset);
 
 // ONNX Reshape target resolution: 0 copies the input dim (unless allowzero),
 // one -1 is inferred from the element count.
@@ -37,8 +36,7 @@ const onnx::AttributeProto* FindAttribute(const onnx::NodeProto& node, const std
 int64_t AttrInt(const onnx::NodeProto& node, const std::string& name, int64_t def);
 float AttrFloat(const onnx::NodeProto& node, const std::string& name, float def);
 std::string AttrString(const onnx::NodeProto& node, const std::string& name, const std::string& def);
-std::vector<int64_t> AttrInts(const onnx::NodeProto& node, const std::string& name,
-                              std::vector<int64_t> def = {});
+std::vector<int64_t> AttrInts(const onnx::NodeProto& node, const std::string& name, std::vector<int64_t> def = {});
 std::vector<float> AttrFloats(const onnx::NodeProto& node, const std::string& name, std::vector<float> def = {});
 
 }  // namespace tessera::onnx_import

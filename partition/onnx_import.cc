@@ -55,23 +55,28 @@ using onnx_import::FindAttribute;
 // (Identity, Dropout, Flatten, Squeeze, Unsqueeze, Upsample, Cast) are
 // dispatched separately in TranslateNode.
 const std::set<std::string>& PassThroughOps() {
-  static const std::set<std::string> ops = {
-      // unary element-wise
-      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Abs", "Ceil", "Floor", "Exp", "Log", "Neg",
-      "Reciprocal", "Sqrt", "Softplus", "Elu", "HardSwish",
-      // broadcasting binary / variadic
-      "Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum", "Mean",
-      // whole-plane pooling
-      "GlobalAveragePool", "GlobalMaxPool"};
+  static const std::set<std::string> ops = {// unary element-wise
+                                            "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Abs", "Ceil",
+                                            "Floor", "Exp", "Log", "Neg", "Reciprocal", "Sqrt", "Softplus", "Elu",
+                                            "HardSwish",
+                                            // broadcasting binary / variadic
+                                            "Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum", "Mean",
+                                            // whole-plane pooling
+                                            "GlobalAveragePool", "GlobalMaxPool"};
   return ops;
 }
 
 // Ops with their own translation in TranslateNode.
 const std::set<std::string>& KnownOps() {
-  static const std::set<std::string> ops = {
-      "Identity", "Dropout", "Cast", "Conv", "MaxPool", "AveragePool", "Gemm", "MatMul", "BatchNormalization",
-      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Softmax", "Clip", "Pad", "Resize", "Upsample", "Slice",
-      "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Concat", "Transpose", "Split"};
+  static const std::set<std::string> ops = {"Identity",  "Dropout",    "Cast",
+                                            "Conv",      "MaxPool",    "AveragePool",
+                                            "Gemm",      "MatMul",     "BatchNormalization",
+                                            "Reshape",   "Flatten",    "Squeeze",
+                                            "Unsqueeze", "Softmax",    "Clip",
+                                            "Pad",       "Resize",     "Upsample",
+                                            "Slice",     "ReduceMean", "ReduceSum",
+                                            "ReduceMax", "ReduceMin",  "Concat",
+                                            "Transpose", "Split"};
   return ops;
 }
 
@@ -104,17 +109,22 @@ ValueInfo InfoFromType(const onnx::TypeProto& type) {
 }
 
 bool IsFloatElem(int32_t t) {
-  return t == TensorProto::FLOAT || t == TensorProto::DOUBLE || t == TensorProto::FLOAT16 ||
-         t == TensorProto::BFLOAT16;
+  return t == TensorProto::FLOAT || t == TensorProto::DOUBLE || t == TensorProto::FLOAT16 || t == TensorProto::BFLOAT16;
 }
 
 Attributes CopyAttributes(const onnx::NodeProto& node, std::string* unsupported) {
   Attributes attrs;
   for (const auto& a : node.attribute()) {
     switch (a.type()) {
-      case onnx::AttributeProto::INT: attrs.Set(a.name(), static_cast<int64_t>(a.i())); break;
-      case onnx::AttributeProto::FLOAT: attrs.Set(a.name(), static_cast<double>(a.f())); break;
-      case onnx::AttributeProto::STRING: attrs.Set(a.name(), a.s()); break;
+      case onnx::AttributeProto::INT:
+        attrs.Set(a.name(), static_cast<int64_t>(a.i()));
+        break;
+      case onnx::AttributeProto::FLOAT:
+        attrs.Set(a.name(), static_cast<double>(a.f()));
+        break;
+      case onnx::AttributeProto::STRING:
+        attrs.Set(a.name(), a.s());
+        break;
       case onnx::AttributeProto::INTS:
         attrs.Set(a.name(), std::vector<int64_t>(a.ints().begin(), a.ints().end()));
         break;
@@ -132,14 +142,17 @@ class OnnxModelImporter {
  public:
   OnnxModelImporter(std::string origin, const ImportOptions& options) : origin_(std::move(origin)), options_(options) {}
 
-  Result<Graph> Import(const std::string& bytes);
+  // Exactly one of bytes / stream is non-null.
+  Result<Graph> Import(const std::string* bytes, std::istream* stream);
 
  private:
   // --- ONNX-level stages ---
-  Status Parse(const std::string& bytes);
+  // From `bytes`, or from `stream` when bytes is null.
+  Status Parse(const std::string* bytes, std::istream* stream);
   Status Check();
   Status ReadOpset();
   Status CheckPositiveAttributes() const;
+  Status PinConvKernelShapes();
   Status FixInputShapes();
   Status RunShapeInference();
   Status FoldConstantNodes(bool* changed);
@@ -204,11 +217,11 @@ class OnnxModelImporter {
   onnx::ModelProto model_;
   int64_t opset_ = 0;
   std::unordered_map<std::string, ValueInfo> infos_;
-  std::string inference_error_;  // what strict shape inference said, if it failed
+  std::string inference_error_;                             // what strict shape inference said, if it failed
   std::unordered_map<std::string, int> initializer_index_;  // name -> index in graph.initializer
   std::unordered_map<std::string, ConstTensor> const_cache_;
   std::unordered_set<std::string> runtime_inputs_;
-  std::unordered_set<std::string> used_names_;  // read by some node or a graph output
+  std::unordered_set<std::string> used_names_;          // read by some node or a graph output
   std::unordered_map<std::string, std::string> alias_;  // Identity/Dropout output -> its input
   std::unordered_map<std::string, int> value_ids_;
   std::unordered_set<std::string> node_names_;
@@ -220,10 +233,12 @@ Status OnnxModelImporter::NodeError(StatusCode code, const onnx::NodeProto& node
   return Status(code, origin_ + ": node '" + node.name() + "' (" + node.op_type() + "): " + what);
 }
 
-Status OnnxModelImporter::Parse(const std::string& bytes) {
-  if (bytes.empty()) return Status::InvalidArgument(origin_ + ": empty file, not an ONNX model");
-  if (!model_.ParseFromString(bytes))
-    return Status::DataLoss(origin_ + ": not a valid ONNX model (protobuf parsing failed: truncated, corrupted "
+Status OnnxModelImporter::Parse(const std::string* bytes, std::istream* stream) {
+  const bool empty = bytes ? bytes->empty() : stream->peek() == std::char_traits<char>::eof();
+  if (empty) return Status::InvalidArgument(origin_ + ": empty file, not an ONNX model");
+  if (!(bytes ? model_.ParseFromString(*bytes) : model_.ParseFromIstream(stream)))
+    return Status::DataLoss(origin_ +
+                            ": not a valid ONNX model (protobuf parsing failed: truncated, corrupted "
                             "or not an .onnx file)");
   if (!model_.has_graph() || model_.graph().output_size() == 0)
     return Status::InvalidArgument(origin_ + ": not a valid ONNX model (no graph or no graph outputs)");
@@ -245,18 +260,43 @@ Status OnnxModelImporter::Check() {
 // them (a zero stride is SIGFPE inside the library), and the checker does not
 // look at their values: reject such values here, naming the node.
 Status OnnxModelImporter::CheckPositiveAttributes() const {
-  static const std::set<std::string> kPositive = {"strides", "dilations", "kernel_shape", "blocksize", "group",
-                                                  "num_outputs"};
+  static const std::set<std::string> kPositive = {"strides",   "dilations", "kernel_shape",
+                                                  "blocksize", "group",     "num_outputs"};
   for (const auto& n : model_.graph().node())
     for (const auto& a : n.attribute()) {
       if (!kPositive.count(a.name())) continue;
       bool ok = true;
       if (a.type() == onnx::AttributeProto::INT) ok = a.i() >= 1;
       for (int64_t v : a.ints()) ok &= v >= 1;
-      if (!ok)
-        return NodeError(StatusCode::kInvalidArgument, n, "attribute '" + a.name() + "' must be >= 1");
+      if (!ok) return NodeError(StatusCode::kInvalidArgument, n, "attribute '" + a.name() + "' must be >= 1");
     }
   return Status::OK();
+}
+
+// ONNX 1.12's conv shape inference takes the window rank from the weights
+// when kernel_shape is absent and then indexes strides/dilations with it: a
+// weight rank that does not match the input reads out of bounds. Give every
+// conv its kernel_shape from the (constant) weights so that the library
+// compares ranks and throws instead.
+Status OnnxModelImporter::PinConvKernelShapes() {
+  auto* g = model_.mutable_graph();
+  for (int i = 0; i < g->node_size(); ++i) {
+    onnx::NodeProto* n = g->mutable_node(i);
+    const std::string& op = n->op_type();
+    const int w_index = op == "QLinearConv" ? 3 : 1;
+    if ((op != "Conv" && op != "ConvTranspose" && op != "ConvInteger" && op != "QLinearConv") ||
+        FindAttribute(*n, "kernel_shape") != nullptr)
+      continue;
+    if (n->input_size() <= w_index || !initializer_index_.count(n->input(w_index)))
+      return NodeError(StatusCode::kNotSupported, *n, "weights W must be constant (an initializer)");
+    const onnx::TensorProto& w = g->initializer(initializer_index_.at(n->input(w_index)));
+    if (w.dims_size() < 3) return NodeError(StatusCode::kInvalidArgument, *n, "weights must have rank >= 3");
+    auto* a = n->add_attribute();
+    a->set_name("kernel_shape");
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int d = 2; d < w.dims_size(); ++d) a->add_ints(w.dims(d));
+  }
+  return CheckPositiveAttributes();
 }
 
 Status OnnxModelImporter::ReadOpset() {
@@ -301,12 +341,13 @@ Status OnnxModelImporter::FixInputShapes() {
     const std::string& name = in->name();
     runtime_inputs_.insert(name);
     if (!in->type().has_tensor_type())
-      return Status::NotSupported(origin_ + ": input '" + name + "' is not a tensor (sequences, maps and optionals "
+      return Status::NotSupported(origin_ + ": input '" + name +
+                                  "' is not a tensor (sequences, maps and optionals "
                                   "are not supported)");
     auto* tt = in->mutable_type()->mutable_tensor_type();
     if (tt->elem_type() != TensorProto::FLOAT)
-      return Status::NotSupported(origin_ + ": input '" + name + "' has element type " +
-                                  ElemTypeName(tt->elem_type()) + "; tessera runs float32 models only");
+      return Status::NotSupported(origin_ + ": input '" + name + "' has element type " + ElemTypeName(tt->elem_type()) +
+                                  "; tessera runs float32 models only");
     const Shape* given = nullptr;
     if (auto it = options_.input_shapes.find(name); it != options_.input_shapes.end()) {
       given = &it->second;
@@ -326,8 +367,10 @@ Status OnnxModelImporter::FixInputShapes() {
       continue;
     }
     if (!tt->has_shape())
-      return Status::InvalidArgument(origin_ + ": input '" + name + "' declares no shape; give it with "
-                                     "--input-shape " + name + "=1,3,224,224 (for example)");
+      return Status::InvalidArgument(origin_ + ": input '" + name +
+                                     "' declares no shape; give it with "
+                                     "--input-shape " +
+                                     name + "=1,3,224,224 (for example)");
     for (int d = 0; d < tt->shape().dim_size(); ++d) {
       auto* dim = tt->mutable_shape()->mutable_dim(d);
       if (dim->has_dim_value() && dim->dim_value() >= 0) continue;
@@ -551,9 +594,9 @@ Status OnnxModelImporter::RequireOnlyFirstOutputUsed(const onnx::NodeProto& node
   return Status::OK();
 }
 
-Result<OnnxModelImporter::WindowGeometry> OnnxModelImporter::Geometry(const onnx::NodeProto& node,
-                                                                       const Shape& x_shape, const Shape& y_shape,
-                                                                       const std::vector<int64_t>& default_kernel) {
+Result<OnnxModelImporter::WindowGeometry> OnnxModelImporter::Geometry(const onnx::NodeProto& node, const Shape& x_shape,
+                                                                      const Shape& y_shape,
+                                                                      const std::vector<int64_t>& default_kernel) {
   WindowGeometry geo;
   if (x_shape.size() == 3 && y_shape.size() == 3) {
     // 1-D (N, C, L) runs as 2-D (N, C, 1, L): a height-1 window over one row.
@@ -578,9 +621,9 @@ Result<OnnxModelImporter::WindowGeometry> OnnxModelImporter::Geometry(const onnx
     if (geo.kernel.size() != 2 || geo.strides.size() != 2 || geo.dilations.size() != 2)
       return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape, strides and dilations need 2 values");
   } else {
-    return NodeError(StatusCode::kNotSupported, node,
-                     "only 1-D and 2-D windows (NCL / NCHW input) are supported; input has shape " +
-                         ShapeToString(x_shape));
+    return NodeError(
+        StatusCode::kNotSupported, node,
+        "only 1-D and 2-D windows (NCL / NCHW input) are supported; input has shape " + ShapeToString(x_shape));
   }
   for (size_t i = 0; i < 2; ++i)
     if (geo.kernel[i] < 1 || geo.strides[i] < 1 || geo.dilations[i] < 1)
@@ -612,8 +655,8 @@ Result<OnnxModelImporter::WindowGeometry> OnnxModelImporter::Geometry(const onnx
   return geo;
 }
 
-Status OnnxModelImporter::AddWindowNode(const std::string& name, const std::string& op, int x,
-                                        std::vector<int> params, int y, const WindowGeometry& geo, Attributes attrs) {
+Status OnnxModelImporter::AddWindowNode(const std::string& name, const std::string& op, int x, std::vector<int> params,
+                                        int y, const WindowGeometry& geo, Attributes attrs) {
   if (!geo.lifted) {
     params.insert(params.begin(), x);
     AddNode(name, op, params, {y}, std::move(attrs));
@@ -653,7 +696,8 @@ Status OnnxModelImporter::TranslateConv(const onnx::NodeProto& node, const std::
     w = graph_.AddConstant(name + "/W_2d", std::move(w4));
   }
   if (geo.kernel[0] != graph_.values[w].shape[2] || geo.kernel[1] != graph_.values[w].shape[3])
-    return NodeError(StatusCode::kInvalidArgument, node, "kernel_shape does not match weights " + ShapeToString(w_shape));
+    return NodeError(StatusCode::kInvalidArgument, node,
+                     "kernel_shape does not match weights " + ShapeToString(w_shape));
   std::vector<int> params = {w};
   if (has_bias) {
     TS_ASSIGN_OR_RETURN(int b, InputValue(node, node.input(2)));
@@ -920,8 +964,7 @@ Status OnnxModelImporter::TranslateClip(const onnx::NodeProto& node, const std::
   } else {
     for (int i = 1; i <= 2 && i < node.input_size(); ++i) {
       if (node.input(i).empty()) continue;
-      if (!IsConst(node.input(i)))
-        return NodeError(StatusCode::kNotSupported, node, "min/max must be constants");
+      if (!IsConst(node.input(i))) return NodeError(StatusCode::kNotSupported, node, "min/max must be constants");
       TS_ASSIGN_OR_RETURN(const ConstTensor* c, Const(node.input(i)));
       if (c->data.size() != 1) return NodeError(StatusCode::kInvalidArgument, node, "min/max must be scalars");
       (i == 1 ? lo : hi) = c->data[0];
@@ -1018,8 +1061,7 @@ Status OnnxModelImporter::TranslateResize(const onnx::NodeProto& node, const std
       if (node.input_size() < 4 || node.input(3).empty() || !IsConst(node.input(3)))
         return NodeError(StatusCode::kNotSupported, node, "needs constant scales or sizes");
       for (size_t i = 0; i < in_shape.size(); ++i)
-        scales.push_back(in_shape[i] == 0 ? 1.0
-                                          : static_cast<double>(out_shape[i]) / static_cast<double>(in_shape[i]));
+        scales.push_back(in_shape[i] == 0 ? 1.0 : static_cast<double>(out_shape[i]) / static_cast<double>(in_shape[i]));
     }
   }
   if (scales.size() != in_shape.size())
@@ -1140,9 +1182,9 @@ Status OnnxModelImporter::TranslateSplit(const onnx::NodeProto& node, const std:
     total += v;
   }
   if (static_cast<int64_t>(sizes.size()) != parts || total != shape[axis])
-    return NodeError(StatusCode::kInvalidArgument, node,
-                     "split sizes do not match the " + std::to_string(parts) + " outputs and dim " +
-                         std::to_string(shape[axis]));
+    return NodeError(
+        StatusCode::kInvalidArgument, node,
+        "split sizes do not match the " + std::to_string(parts) + " outputs and dim " + std::to_string(shape[axis]));
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
   int64_t offset = 0;
   for (int64_t k = 0; k < parts; ++k) {
@@ -1203,7 +1245,8 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
   if (op == "Gemm") return TranslateGemm(node, name);
   if (op == "MatMul") return TranslateMatMul(node, name);
   if (op == "BatchNormalization") return TranslateBatchNorm(node, name);
-  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return TranslateReshapeLike(node, name);
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze")
+    return TranslateReshapeLike(node, name);
   if (op == "Softmax") return TranslateSoftmax(node, name);
   if (op == "Clip") return TranslateClip(node, name);
   if (op == "Pad") return TranslatePad(node, name);
@@ -1245,6 +1288,25 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
       if (in.empty()) return NodeError(StatusCode::kNotSupported, node, "omitted optional inputs are not supported");
       TS_ASSIGN_OR_RETURN(int v, InputValue(node, in));
       inputs.push_back(v);
+    }
+    if (opset_ < 7 && a.Int("broadcast", 0) != 0 && inputs.size() == 2) {
+      // Before opset 7, B broadcast against A from dim `axis` on (not from the
+      // right): give a constant B trailing unit dims so that it broadcasts
+      // numpy-style like the canonical ops do.
+      const Shape a_shape = graph_.values[inputs[0]].shape, b_shape = graph_.values[inputs[1]].shape;
+      int64_t axis = a.Int("axis", static_cast<int64_t>(a_shape.size() - b_shape.size()));
+      if (axis < 0) axis += static_cast<int64_t>(a_shape.size());
+      const int64_t trailing = static_cast<int64_t>(a_shape.size()) - axis - static_cast<int64_t>(b_shape.size());
+      if (trailing < 0) return NodeError(StatusCode::kInvalidArgument, node, "broadcast axis out of range");
+      if (trailing > 0) {
+        if (!graph_.IsConstant(inputs[1]))
+          return NodeError(StatusCode::kNotSupported, node, "legacy axis broadcasting of a computed B");
+        TensorData b = *graph_.ConstantData(inputs[1]);
+        b.shape.insert(b.shape.end(), trailing, 1);
+        inputs[1] = graph_.AddConstant(name + "/B_broadcast", std::move(b));
+      }
+      a.Erase("broadcast");
+      a.Erase("axis");
     }
     if (op == "PRelu" && opset_ < 7 && inputs.size() == 2 && graph_.IsConstant(inputs[1])) {
       // Before opset 7 a 1-D slope of length C was per channel (axis 1);
@@ -1298,7 +1360,8 @@ Status OnnxModelImporter::BuildGraph() {
                                   ElemTypeName(info->second.elem_type) + "; tessera runs float32 models only");
     auto it = value_ids_.find(name);
     if (it == value_ids_.end() && IsConst(name))
-      return Status::NotSupported(origin_ + ": output '" + o.name() + "' is a constant (computed at import from "
+      return Status::NotSupported(origin_ + ": output '" + o.name() +
+                                  "' is a constant (computed at import from "
                                   "initializers alone); tessera needs outputs that depend on an input");
     if (it == value_ids_.end() || graph_.IsConstant(it->second))
       return Status::InvalidArgument(origin_ + ": output '" + o.name() + "' is never produced");
@@ -1337,8 +1400,8 @@ Status OnnxModelImporter::Compact() {
   return graph_.Validate();
 }
 
-Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
-  TS_RETURN_IF_ERROR(Parse(bytes));
+Result<Graph> OnnxModelImporter::Import(const std::string* bytes, std::istream* stream) {
+  TS_RETURN_IF_ERROR(Parse(bytes, stream));
   TS_RETURN_IF_ERROR(Check());
   // Before IR 4, shape inference only sees initializers that are also graph
   // inputs; folded constants are not, so lift old models to IR 4 semantics.
@@ -1346,6 +1409,13 @@ Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
   TS_RETURN_IF_ERROR(ReadOpset());
   TS_RETURN_IF_ERROR(CheckPositiveAttributes());
   TS_RETURN_IF_ERROR(FixInputShapes());
+  {
+    // Constant nodes and what depends on them alone need no shapes: fold them
+    // first, so weights given as Constant count as initializers below.
+    bool changed = false;
+    TS_RETURN_IF_ERROR(FoldConstantNodes(&changed));
+  }
+  TS_RETURN_IF_ERROR(PinConvKernelShapes());
   for (int pass = 0;; ++pass) {
     TS_RETURN_IF_ERROR(RunShapeInference());
     bool changed = false;
@@ -1357,6 +1427,9 @@ Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
     }
   }
   TS_RETURN_IF_ERROR(BuildGraph());
+  // The Graph holds its own copy of every weight now; free the protobuf's.
+  model_.Clear();
+  const_cache_.clear();
   TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_));
   Status st = Compact();
   if (!st.ok()) return st.WithContext(origin_ + ": ");
@@ -1367,10 +1440,13 @@ Result<Graph> OnnxModelImporter::Import(const std::string& bytes) {
 
 }  // namespace
 
-Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const ImportOptions& options) {
+namespace {
+
+Result<Graph> RunImporter(const std::string* bytes, std::istream* stream, const std::string& origin,
+                          const ImportOptions& options) {
   OnnxModelImporter importer(origin, options);
   try {
-    return importer.Import(bytes);
+    return importer.Import(bytes, stream);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(origin + ": out of memory while importing (a tensor's dims are too large?)");
   } catch (const std::exception& e) {
@@ -1380,13 +1456,17 @@ Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origi
   }
 }
 
+}  // namespace
+
+Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const ImportOptions& options) {
+  return RunImporter(&bytes, nullptr, origin, options);
+}
+
 Result<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::FromErrno(errno, path);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return Status::IOError(path + ": read failed");
-  return ImportOnnxBytes(buf.str(), path, options);
+  // Parsed straight from the file: a large model is not held twice.
+  return RunImporter(nullptr, &in, path, options);
 }
 
 }  // namespace tessera

@@ -125,8 +125,8 @@ Status FoldIntoProducers(Graph* graph) {
   std::vector<bool> is_output(g.values.size(), false);
   for (int v : g.outputs) is_output[v] = true;
   std::vector<bool> removed(g.nodes.size(), false);
-  static const std::set<std::string> kFoldable = {"BatchNormalization", "Add",         "Relu", "LeakyRelu",
-                                                   "Clip",               "HardSigmoid", "Sigmoid", "Tanh"};
+  static const std::set<std::string> kFoldable = {"BatchNormalization", "Add",     "Relu", "LeakyRelu", "Clip",
+                                                  "HardSigmoid",        "Sigmoid", "Tanh"};
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& c = g.nodes[n];
     if (!kFoldable.count(c.op) || c.outputs.size() != 1) continue;
@@ -141,9 +141,12 @@ Status FoldIntoProducers(Graph* graph) {
     if (!IsFoldTarget(p) || p.outputs[0] != v) continue;
     if (g.values[c.outputs[0]].shape != g.values[v].shape) continue;
     bool folded = false;
-    if (c.op == "BatchNormalization") folded = FoldBatchNorm(&g, &p, c);
-    else if (c.op == "Add") folded = FoldBiasAdd(&g, &p, c, v);
-    else folded = FoldActivation(&p, c);
+    if (c.op == "BatchNormalization")
+      folded = FoldBatchNorm(&g, &p, c);
+    else if (c.op == "Add")
+      folded = FoldBiasAdd(&g, &p, c, v);
+    else
+      folded = FoldActivation(&p, c);
     if (!folded) continue;
     p.outputs[0] = c.outputs[0];
     g.values[c.outputs[0]].producer = pi;

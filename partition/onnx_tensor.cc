@@ -14,9 +14,12 @@ using onnx::TensorProto;
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, frac = h & 0x3ffu;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(frac), -24);
-  else if (exp == 31) v = frac ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  else v = std::ldexp(static_cast<float>(frac | 0x400u), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(frac), -24);
+  else if (exp == 31)
+    v = frac ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else
+    v = std::ldexp(static_cast<float>(frac | 0x400u), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 
@@ -30,11 +33,25 @@ float Bfloat16ToFloat(uint16_t b) {
 // Bytes per element in raw_data; 0 for types we do not read.
 size_t RawElementSize(int32_t t) {
   switch (t) {
-    case TensorProto::FLOAT: case TensorProto::INT32: case TensorProto::UINT32: return 4;
-    case TensorProto::DOUBLE: case TensorProto::INT64: case TensorProto::UINT64: return 8;
-    case TensorProto::INT16: case TensorProto::UINT16: case TensorProto::FLOAT16: case TensorProto::BFLOAT16: return 2;
-    case TensorProto::INT8: case TensorProto::UINT8: case TensorProto::BOOL: return 1;
-    default: return 0;
+    case TensorProto::FLOAT:
+    case TensorProto::INT32:
+    case TensorProto::UINT32:
+      return 4;
+    case TensorProto::DOUBLE:
+    case TensorProto::INT64:
+    case TensorProto::UINT64:
+      return 8;
+    case TensorProto::INT16:
+    case TensorProto::UINT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+      return 2;
+    case TensorProto::INT8:
+    case TensorProto::UINT8:
+    case TensorProto::BOOL:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -48,20 +65,34 @@ T LoadLittleEndian(const char* p) {
 // Element i of raw bytes of type `t`, as double.
 double RawElement(const char* base, int32_t t, size_t i) {
   switch (t) {
-    case TensorProto::FLOAT: return LoadLittleEndian<float>(base + 4 * i);
-    case TensorProto::INT32: return LoadLittleEndian<int32_t>(base + 4 * i);
-    case TensorProto::UINT32: return LoadLittleEndian<uint32_t>(base + 4 * i);
-    case TensorProto::DOUBLE: return LoadLittleEndian<double>(base + 8 * i);
-    case TensorProto::INT64: return static_cast<double>(LoadLittleEndian<int64_t>(base + 8 * i));
-    case TensorProto::UINT64: return static_cast<double>(LoadLittleEndian<uint64_t>(base + 8 * i));
-    case TensorProto::INT16: return LoadLittleEndian<int16_t>(base + 2 * i);
-    case TensorProto::UINT16: return LoadLittleEndian<uint16_t>(base + 2 * i);
-    case TensorProto::FLOAT16: return HalfToFloat(LoadLittleEndian<uint16_t>(base + 2 * i));
-    case TensorProto::BFLOAT16: return Bfloat16ToFloat(LoadLittleEndian<uint16_t>(base + 2 * i));
-    case TensorProto::INT8: return static_cast<int8_t>(base[i]);
-    case TensorProto::UINT8: return static_cast<uint8_t>(base[i]);
-    case TensorProto::BOOL: return base[i] != 0 ? 1.0 : 0.0;
-    default: return 0.0;
+    case TensorProto::FLOAT:
+      return LoadLittleEndian<float>(base + 4 * i);
+    case TensorProto::INT32:
+      return LoadLittleEndian<int32_t>(base + 4 * i);
+    case TensorProto::UINT32:
+      return LoadLittleEndian<uint32_t>(base + 4 * i);
+    case TensorProto::DOUBLE:
+      return LoadLittleEndian<double>(base + 8 * i);
+    case TensorProto::INT64:
+      return static_cast<double>(LoadLittleEndian<int64_t>(base + 8 * i));
+    case TensorProto::UINT64:
+      return static_cast<double>(LoadLittleEndian<uint64_t>(base + 8 * i));
+    case TensorProto::INT16:
+      return LoadLittleEndian<int16_t>(base + 2 * i);
+    case TensorProto::UINT16:
+      return LoadLittleEndian<uint16_t>(base + 2 * i);
+    case TensorProto::FLOAT16:
+      return HalfToFloat(LoadLittleEndian<uint16_t>(base + 2 * i));
+    case TensorProto::BFLOAT16:
+      return Bfloat16ToFloat(LoadLittleEndian<uint16_t>(base + 2 * i));
+    case TensorProto::INT8:
+      return static_cast<int8_t>(base[i]);
+    case TensorProto::UINT8:
+      return static_cast<uint8_t>(base[i]);
+    case TensorProto::BOOL:
+      return base[i] != 0 ? 1.0 : 0.0;
+    default:
+      return 0.0;
   }
 }
 
@@ -73,7 +104,8 @@ std::string TensorLabel(const TensorProto& t) {
 template <typename Emit>
 Status ForEachElement(const TensorProto& t, int64_t n, Emit emit) {
   if (t.data_location() == TensorProto::EXTERNAL)
-    return Status::NotSupported(TensorLabel(t) + " keeps its data in an external file; save the model with "
+    return Status::NotSupported(TensorLabel(t) +
+                                " keeps its data in an external file; save the model with "
                                 "the weights embedded");
   const int32_t type = t.data_type();
   const size_t count = static_cast<size_t>(n);
@@ -106,16 +138,22 @@ Status ForEachElement(const TensorProto& t, int64_t n, Emit emit) {
       TS_RETURN_IF_ERROR(check(t.int64_data_size()));
       for (size_t i = 0; i < count; ++i) emit(i, static_cast<double>(t.int64_data(static_cast<int>(i))));
       return Status::OK();
-    case TensorProto::UINT32: case TensorProto::UINT64:
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
       TS_RETURN_IF_ERROR(check(t.uint64_data_size()));
       for (size_t i = 0; i < count; ++i) emit(i, static_cast<double>(t.uint64_data(static_cast<int>(i))));
       return Status::OK();
-    case TensorProto::INT32: case TensorProto::INT16: case TensorProto::INT8: case TensorProto::UINT16:
-    case TensorProto::UINT8: case TensorProto::BOOL:
+    case TensorProto::INT32:
+    case TensorProto::INT16:
+    case TensorProto::INT8:
+    case TensorProto::UINT16:
+    case TensorProto::UINT8:
+    case TensorProto::BOOL:
       TS_RETURN_IF_ERROR(check(t.int32_data_size()));
       for (size_t i = 0; i < count; ++i) emit(i, static_cast<double>(t.int32_data(static_cast<int>(i))));
       return Status::OK();
-    case TensorProto::FLOAT16: case TensorProto::BFLOAT16:
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
       TS_RETURN_IF_ERROR(check(t.int32_data_size()));
       for (size_t i = 0; i < count; ++i) {
         uint16_t bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
@@ -135,11 +173,17 @@ int64_t StoredElementCount(const TensorProto& t) {
     return elem == 0 ? -1 : static_cast<int64_t>(t.raw_data().size() / elem);
   }
   switch (t.data_type()) {
-    case TensorProto::FLOAT: return t.float_data_size();
-    case TensorProto::DOUBLE: return t.double_data_size();
-    case TensorProto::INT64: return t.int64_data_size();
-    case TensorProto::UINT32: case TensorProto::UINT64: return t.uint64_data_size();
-    default: return t.int32_data_size();
+    case TensorProto::FLOAT:
+      return t.float_data_size();
+    case TensorProto::DOUBLE:
+      return t.double_data_size();
+    case TensorProto::INT64:
+      return t.int64_data_size();
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
+      return t.uint64_data_size();
+    default:
+      return t.int32_data_size();
   }
 }
 
@@ -232,7 +276,8 @@ onnx::TensorProto WriteTensorProto(const std::string& name, const ConstTensor& c
     case TensorProto::INT64:
       for (double v : c.data) t.add_int64_data(static_cast<int64_t>(v));
       break;
-    case TensorProto::UINT32: case TensorProto::UINT64:
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
       for (double v : c.data) t.add_uint64_data(static_cast<uint64_t>(v));
       break;
     default:  // int32 and narrower, bool

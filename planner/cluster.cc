@@ -26,7 +26,7 @@ int Cluster::Find(const std::string& name) const {
   return -1;
 }
 
-const Link* Cluster::DirectLink(int a, int b) const {
+const LinkSpec* Cluster::DirectLink(int a, int b) const {
   auto it = links.find({std::min(a, b), std::max(a, b)});
   if (it != links.end()) return &it->second;
   // An mcu hanging off a linux device is not on the default network.
@@ -39,7 +39,7 @@ const Link* Cluster::DirectLink(int a, int b) const {
 
 double Cluster::TransferSeconds(int from, int to, int64_t bytes) const {
   if (from == to || bytes <= 0) return 0.0;
-  if (const Link* l = DirectLink(from, to)) return l->latency_s + static_cast<double>(bytes) / l->bytes_per_s;
+  if (const LinkSpec* l = DirectLink(from, to)) return l->latency_s + static_cast<double>(bytes) / l->bytes_per_s;
   // Route through the via device(s): mcu -> via -> ... -> other. The loader
   // guarantees these hops exist.
   const Device& df = devices[from];
@@ -329,7 +329,7 @@ Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& or
     } else if (cluster.devices[v].kind != DeviceKind::kLinux) {
       errors.Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' must be a linux device");
     } else if (d.baud > 0) {
-      Link uart;
+      LinkSpec uart;
       uart.bytes_per_s = d.baud / 10.0;
       uart.uart = true;
       cluster.links[{std::min<int>(i, v), std::max<int>(i, v)}] = uart;
@@ -342,7 +342,7 @@ Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& or
     } else {
       CheckKeys(links, {"default", "pairs"}, "links", &errors);
       auto parse_link = [&](const YAML::Node& n, const std::vector<std::string>& allowed, const std::string& what,
-                            Link* out) {
+                            LinkSpec* out) {
         CheckKeys(n, allowed, what, &errors);
         if (!n["bandwidth"]) {
           errors.Add(n, what + " has no bandwidth; add e.g. bandwidth: 1Gbit/s");
@@ -392,7 +392,7 @@ Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& or
               continue;
             }
             const std::string what = "link " + between[0].Scalar() + "-" + between[1].Scalar();
-            Link link;
+            LinkSpec link;
             parse_link(p, {"between", "bandwidth", "latency"}, what, &link);
             auto key = std::make_pair(std::min(a, b), std::max(a, b));
             if (!explicit_pairs.insert(key).second) {

@@ -62,7 +62,7 @@ struct Device {
   double ComputeSeconds(int64_t macs) const { return static_cast<double>(macs) / macs_per_s; }
 };
 
-struct Link {
+struct LinkSpec {
   double bytes_per_s = 0;  // payload rate (UART: baud/10)
   double latency_s = 0;    // per message
   bool uart = false;
@@ -85,13 +85,13 @@ class Cluster {
   bool Homogeneous() const;
 
   // Filled by the loader. Direct links by ordered pair (a < b).
-  std::map<std::pair<int, int>, Link> links;
+  std::map<std::pair<int, int>, LinkSpec> links;
   bool has_default_link = false;
-  Link default_link;
+  LinkSpec default_link;
 
  private:
   // The direct link between two devices, or nullptr (then: route via).
-  const Link* DirectLink(int a, int b) const;
+  const LinkSpec* DirectLink(int a, int b) const;
 };
 
 // Directories searched for device presets, in order: $TESSERA_SHARED_DIR/devices,

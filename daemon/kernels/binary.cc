@@ -161,6 +161,10 @@ class BroadcastKernel final : public Kernel {
     TS_RETURN_IF_ERROR(CheckOutputShape(ctx, 0, out));
     size_ = NumElements(out);
     inputs_ = static_cast<int>(ctx.input_shapes.size());
+    // darknet's [shortcut] is an Add carrying an activation (graph.h).
+    auto act = FusedActivation::FromAttributes(ctx.node.attrs);
+    if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
+    act_ = *act;
     steps_.clear();
     if (inputs_ >= 2) {
       steps_.push_back(PlanStep(0, ctx.input_shapes[0], 1, ctx.input_shapes[1], out));
@@ -213,12 +217,14 @@ class BroadcastKernel final : public Kernel {
 #pragma omp simd
       for (int64_t i = 0; i < size_; ++i) y[i] *= inv;
     }
+    act_.Apply(y, static_cast<size_t>(size_));
   }
 
  private:
   BinaryOp op_ = BinaryOp::kAdd;
   int inputs_ = 0;
   int64_t size_ = 0;
+  FusedActivation act_;
   std::vector<BroadcastStep> steps_;
 };
 

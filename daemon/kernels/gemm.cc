@@ -16,14 +16,19 @@ class GemmKernel final : public Kernel {
  public:
   Status Prepare(const KernelContext& ctx) override {
     TS_RETURN_IF_ERROR(CheckArity(ctx, 2, 3));
-    TS_RETURN_IF_ERROR(CheckRank(ctx, 0, 2));
-    TS_RETURN_IF_ERROR(CheckRank(ctx, 1, 2));
     const auto& a = ctx.node.attrs;
+    // flatten_input=1 (graph.h): X [N, C, H, W] is read as [N, C·H·W] —
+    // row-major, so the same memory serves without a copy.
+    const bool flatten = a.Int("flatten_input", 0) != 0;
+    if (!flatten) TS_RETURN_IF_ERROR(CheckRank(ctx, 0, 2));
+    TS_RETURN_IF_ERROR(CheckRank(ctx, 1, 2));
     if (a.Int("transA", 0) != 0) return NodeNotSupported(ctx, "transA=1 (the importer should fold it)");
     alpha_ = static_cast<float>(a.Float("alpha", 1.0));
     beta_ = static_cast<float>(a.Float("beta", 1.0));
     w_transposed_ = a.Int("transB", 1) != 0;  // canonical: W is [out, in]
-    const Shape& x = ctx.input_shapes[0];
+    Shape x = ctx.input_shapes[0];
+    if (flatten && !x.empty()) x = {x[0], NumElements(x) / std::max<int64_t>(1, x[0])};
+    if (x.size() != 2) return NodeInvalid(ctx, "input must have rank 2, has shape " + ShapeToString(x));
     const Shape& w = ctx.input_shapes[1];
     rows_ = x[0];
     in_ = x[1];

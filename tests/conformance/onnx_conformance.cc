@@ -162,8 +162,7 @@ std::string CompareOutput(const std::string& name, const TensorData& got, const 
   if (got.shape != want.shape) {
     // A rank-0 reference and a [1] result, etc.: accept when only unit dims differ.
     if (got.values.size() != want.values.size())
-      return "output '" + name + "' has shape " + ShapeToString(got.shape) + ", expected " +
-             ShapeToString(want.shape);
+      return "output '" + name + "' has shape " + ShapeToString(got.shape) + ", expected " + ShapeToString(want.shape);
   }
   size_t bad = 0, first_bad = 0;
   double worst = 0;
@@ -250,7 +249,8 @@ CaseResult RunCase(const fs::path& dir, const Options& opt) {
         continue;
       }
       const onnx::TensorProto& value = inputs[pos - runtime_inputs.begin()];
-      const bool is_float = in.type().has_tensor_type() && in.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
+      const bool is_float =
+          in.type().has_tensor_type() && in.type().tensor_type().elem_type() == onnx::TensorProto::FLOAT;
       if (!in.type().has_tensor_type())
         return Skip(FirstOpType(model) + " (non-tensor I/O)", "input '" + in.name() + "' is not a tensor");
       if (!is_float && !parameter_inputs.count(in.name()))
@@ -285,7 +285,7 @@ CaseResult RunCase(const fs::path& dir, const Options& opt) {
         std::string op = OpFromMessage(st.message());
         if (op.empty())
           op = st.message().find("float32") != std::string::npos ? FirstOpType(model) + " (non-float32 I/O)"
-                                                                   : FirstOpType(model) + " (other)";
+                                                                 : FirstOpType(model) + " (other)";
         return Skip(op, st.message());
       }
       return Fail("import: " + st.ToString());
@@ -333,8 +333,10 @@ CaseResult RunCase(const fs::path& dir, const Options& opt) {
       std::string diff = CompareOutput(g->output(k).name(), outputs[k], want, opt.verbose);
       if (!diff.empty()) set_failures += (set_failures.empty() ? "" : "; ") + diff;
     }
-    if (set_failures.empty()) ++passed_sets;
-    else failures += (failures.empty() ? "" : "; ") + set_dir.filename().string() + ": " + set_failures;
+    if (set_failures.empty())
+      ++passed_sets;
+    else
+      failures += (failures.empty() ? "" : "; ") + set_dir.filename().string() + ": " + set_failures;
   }
   if (!failures.empty()) return Fail(failures);
   return CaseResult{Outcome::kPass, "", std::to_string(passed_sets) + " data set(s)"};
@@ -351,11 +353,16 @@ int main(int argc, char** argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--root" && i + 1 < argc) opt.root = argv[++i];
-    else if (a == "--filter" && i + 1 < argc) opt.filter = argv[++i];
-    else if (a == "--verbose" || a == "-v") opt.verbose = true;
-    else if (a == "--import-only") opt.import_only = true;
-    else return Usage(argv[0]);
+    if (a == "--root" && i + 1 < argc)
+      opt.root = argv[++i];
+    else if (a == "--filter" && i + 1 < argc)
+      opt.filter = argv[++i];
+    else if (a == "--verbose" || a == "-v")
+      opt.verbose = true;
+    else if (a == "--import-only")
+      opt.import_only = true;
+    else
+      return Usage(argv[0]);
   }
   if (!fs::is_directory(opt.root / "node")) {
     std::printf("ONNX test data not found under %s (install libonnx-testdata); skipping\n", opt.root.c_str());
