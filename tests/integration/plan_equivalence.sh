@@ -12,22 +12,10 @@ tessera=${1:?usage: plan_equivalence.sh TESSERA BUILD_DIR}
 build=${2:?usage: plan_equivalence.sh TESSERA BUILD_DIR}
 build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-python=/usr/bin/python3
-out=$build/oracle
 models=(mobilenet_v2 resnet18 googlenet)
 tol=1e-5
 
-if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
-  echo "SKIP: $python lacks torch/torchvision (deploy/install-deps.sh installs them)"
-  exit 77
-fi
-mkdir -p "$out"
-for m in "${models[@]}"; do
-  if [[ ! -f $out/$m.onnx ]]; then
-    "$python" "$repo/tests/oracle/export_torchvision.py" "$out" --models "${models[@]}" || { echo "FAIL: export"; exit 1; }
-    break
-  fi
-done
+source "$repo/tests/oracle/ensure_models.sh"
 
 passed=0 failed=0
 check() {  # label, then tessera run arguments

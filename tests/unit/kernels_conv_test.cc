@@ -77,7 +77,7 @@ Attributes ConvAttributes(const ConvCase& k) {
   return a;
 }
 
-void CheckConv(const ConvCase& k, std::mt19937& rng, int threads = 1) {
+void CheckConv(const ConvCase& k, std::mt19937& rng, int threads = 1, int64_t winograd_min_channels = 96) {
   INFO(k.Describe() << " threads " << threads);
   auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
   auto w = RandomValues(k.o * (k.c / k.group) * k.kh * k.kw, rng);
@@ -85,7 +85,9 @@ void CheckConv(const ConvCase& k, std::mt19937& rng, int threads = 1) {
   std::vector<testing::TestTensor> inputs = {testing::Activation({k.n, k.c, k.h, k.w}, x),
                                              testing::Weights({k.o, k.c / k.group, k.kh, k.kw}, w)};
   if (k.bias) inputs.push_back(testing::Weights({k.o}, b));
-  auto run = RunNode("Conv", ConvAttributes(k), inputs, {{k.n, k.o, k.OutH(), k.OutW()}}, threads);
+  Attributes attrs = ConvAttributes(k);
+  attrs.Set("winograd_min_channels", winograd_min_channels);
+  auto run = RunNode("Conv", attrs, inputs, {{k.n, k.o, k.OutH(), k.OutW()}}, threads);
   REQUIRE(run.status.ok());
   ExpectClose(run.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
 }
@@ -205,18 +207,21 @@ TEST_CASE("3x3 stride-1 convolutions on the Winograd path match the reference", 
     k.n = pick(1, 2);
     k.c = pick(16, 40);
     k.o = pick(16, 40);
-    k.h = pick(4, 21);
-    k.w = pick(4, 21);
+    k.h = pick(8, 21);
+    k.w = pick(8, 21);
     k.pt = pick(0, 2), k.pl = pick(0, 2), k.pb = pick(0, 2), k.pr = pick(0, 2);
     k.bias = trial % 3 != 0;
     k.activation = kActs[trial % 3];
-    CheckConv(k, rng, trial % 2 + 1);
+    CheckConv(k, rng, trial % 2 + 1, /*winograd_min_channels=*/16);
   }
   ConvCase many_tiles;  // more tiles than one chunk holds
   many_tiles.c = 64, many_tiles.o = 64, many_tiles.h = many_tiles.w = 56;
   many_tiles.pt = many_tiles.pl = many_tiles.pb = many_tiles.pr = 1;
   many_tiles.activation = "relu";
-  CheckConv(many_tiles, rng);
+  CheckConv(many_tiles, rng, 1, 16);
+  ConvCase wide;  // the default threshold picks Winograd for >= 96 channels
+  wide.c = wide.o = 128, wide.h = wide.w = 12, wide.pt = wide.pl = wide.pb = wide.pr = 1;
+  CheckConv(wide, rng);
 }
 
 TEST_CASE("SAME_UPPER auto_pad pads the end more than the beginning", "[kernels][conv]") {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Multi-process cluster on loopback (issue 5): `tessera demo` starts real
+# worker processes on 127.0.0.1, plans, deploys over gRPC and checks every
+# answer against the single-device run (max rel diff <= 1e-5).
+# Args: path to tessera, build dir. Exit 77 = skipped.
+set -u
+TESSERA=${1:?tessera binary}
+CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
+[ -f "$CFG" ] || { echo "skip: $CFG missing (Debian package darknet)"; exit 77; }
+fail=0
+check() {  # name, json
+  local name=$1 json=$2
+  if echo "$json" | /usr/bin/python3 -c '
+import json,sys
+j=json.load(sys.stdin)
+ok = j["all_match"] and j["answered"]==j["requests"] and j["max_rel_diff"]<=1e-5
+ok = ok and j["measured_payload_bytes"]==j["expected_payload_bytes"]
+print("  devices=%d requests=%d clients=%d max_rel_diff=%.3g latency_ms=%.2f single_ms=%.2f thr=%.1f/s wire/payload=%.5f" % (
+  j["devices"], j["requests"], j["clients"], j["max_rel_diff"], j["latency_ms"], j["single_device_latency_ms"],
+  j["throughput_per_s"], j["measured_wire_bytes"]/max(1,j["measured_payload_bytes"])))
+sys.exit(0 if ok else 1)'; then echo "PASS $name"; else echo "FAIL $name"; echo "$json" | head -50; fail=1; fi
+}
+for n in 4 6; do
+  out=$(timeout 300 "$TESSERA" demo --devices $n --input-shape 1x3x160x160 --requests 12 --json) || { echo "FAIL demo $n: rc=$?"; echo "$out"; fail=1; continue; }
+  check "yolov2-tiny on $n workers" "$out"
+done
+# 200 requests, 8 concurrent clients: all answered, all correct.
+out=$(timeout 300 "$TESSERA" demo --devices 4 --input-shape 1x3x128x128 --requests 200 --clients 8 --json) || { echo "FAIL concurrent: rc=$?"; echo "$out"; fail=1; }
+[ -n "$out" ] && check "200 requests x 8 clients on 4 workers" "$out"
+# A forced pipeline plan (whole layers on different workers).
+out=$(timeout 300 "$TESSERA" demo --devices 3 --input-shape 1x3x128x128 --requests 4 --force pipeline --json) || { echo "FAIL pipeline: rc=$?"; echo "$out"; fail=1; }
+[ -n "$out" ] && check "forced pipeline on 3 workers" "$out"
+exit $fail
