@@ -44,10 +44,13 @@ def build(name):
         return m.googlenet(weights=None, aux_logits=False, init_weights=True)
     if name == "mnasnet1_0":
         return m.mnasnet1_0(weights=None)
+    if name == "resnet50":  # for bench/planner, not the default test set
+        return m.resnet50(weights=None)
     raise ValueError(f"unknown model {name}")
 
 
 MODELS = ["mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0"]
+EXTRA_MODELS = ["resnet50"]
 
 
 def calibrate_batchnorm(model, seed):
@@ -113,7 +116,7 @@ def export_one(name, out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
-    ap.add_argument("--models", nargs="*", default=MODELS, choices=MODELS)
+    ap.add_argument("--models", nargs="*", default=MODELS, choices=MODELS + EXTRA_MODELS)
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
