@@ -12,5 +12,9 @@ void RegisterInspectCommand(CLI::App& app);  // cli_inspect.cc
 void RegisterRunCommand(CLI::App& app);      // cli_run.cc
 void RegisterPlanCommand(CLI::App& app);     // cli_plan.cc
 void RegisterDemoCommand(CLI::App& app);     // cli_demo.cc
+void RegisterWorkerCommand(CLI::App& app);   // cli_worker.cc
+void RegisterGatewayCommand(CLI::App& app);  // cli_gateway.cc
+void RegisterDeployCommand(CLI::App& app);   // cli_deploy.cc
+void RegisterInferCommand(CLI::App& app);    // cli_infer.cc
 
 }  // namespace tessera

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   tessera::RegisterRunCommand(app);
   tessera::RegisterPlanCommand(app);
   tessera::RegisterDemoCommand(app);
+  tessera::RegisterWorkerCommand(app);
+  tessera::RegisterGatewayCommand(app);
+  tessera::RegisterDeployCommand(app);
+  tessera::RegisterInferCommand(app);
 
   // A verb that fails throws CLI::RuntimeError(exit_code) after printing its
   // one-line error; app.exit() returns that code without printing more.

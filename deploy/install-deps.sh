@@ -14,7 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 # Build toolchain and libraries (ARCHITECTURE.md "Dependencies").
 BUILD_PKGS=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libboost-dev libboost-system-dev
   libeigen3-dev libspdlog-dev libfmt-dev catch2

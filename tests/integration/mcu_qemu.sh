@@ -47,8 +47,8 @@ boot
 "$CHECK" --model kws --serial "$PTY" --baud 115200 --runs 2
 halt
 
-echo "== noisy line: corrupt/drop/duplicate 2e-4 per byte each way"
+echo "== noisy line: corrupt/drop/duplicate 5e-5 per byte each way"
 boot
-"$CHECK" --model kws --serial "$PTY" --baud 921600 --runs 2 --faults 2e-4
+"$CHECK" --model kws --serial "$PTY" --baud 921600 --runs 2 --faults 5e-5
 halt
 echo "PASS"

@@ -1,0 +1,32 @@
+// `tessera worker --listen ADDR [--name NAME] [--data-dir DIR]`: the daemon
+// on every Linux device (daemon/worker.h).
+#include <CLI/CLI.hpp>
+
+#include "daemon/cli.h"
+#include "daemon/cli_model_options.h"
+#include "daemon/worker.h"
+
+namespace tessera {
+
+void RegisterWorkerCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("worker", "Run the worker daemon of one device (gRPC Worker service)");
+  struct Args {
+    std::string listen = "127.0.0.1:7070", port_file;
+    WorkerOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--listen", a->listen, "gRPC address to listen on (port 0: any free port)")->capture_default_str();
+  cmd->add_option("--name", a->options.name, "Name in logs and health replies")->capture_default_str();
+  cmd->add_option("--data-dir", a->options.data_dir, "Directory keeping the loaded program (restart resumes)");
+  cmd->add_option("--threads", a->options.threads, "Intra-op threads per request")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--max-in-flight", a->options.max_in_flight, "Requests run at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
+  cmd->add_flag("--insecure", a->options.security.allow_plaintext_remote,
+                "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
+  cmd->callback([a] {
+    if (Status st = ServeWorker(a->listen, a->options, a->port_file); !st.ok())
+      throw CLI::RuntimeError(ReportError("worker", st));
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,426 @@
+#include "daemon/worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "partition/program_codec.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+proto::TensorMsg ToTensorMsg(const TensorData& tensor) {
+  proto::TensorMsg m;
+  m.set_dtype("float32");
+  for (int64_t d : tensor.shape) m.add_shape(d);
+  m.set_data(reinterpret_cast<const char*>(tensor.values.data()), tensor.values.size() * sizeof(float));
+  return m;
+}
+
+Result<TensorData> FromTensorMsg(const proto::TensorMsg& msg, const std::string& what) {
+  if (!msg.dtype().empty() && msg.dtype() != "float32")
+    return tessera::Status::InvalidArgument(what + " has dtype '" + msg.dtype() + "'; only float32 is accepted");
+  TensorData t;
+  int64_t n = 1;
+  for (int64_t d : msg.shape()) {
+    if (d < 0 || d > (int64_t{1} << 31)) return tessera::Status::InvalidArgument(what + " has a bad dimension " + std::to_string(d));
+    t.shape.push_back(d);
+    n *= d;
+    if (n > (int64_t{1} << 31)) return tessera::Status::InvalidArgument(what + " is too large");
+  }
+  if (static_cast<int64_t>(msg.data().size()) != n * 4)
+    return tessera::Status::InvalidArgument(what + " has " + std::to_string(msg.data().size()) + " bytes of data, its shape " +
+                                   ShapeToString(t.shape) + " needs " + std::to_string(n * 4));
+  t.values.resize(static_cast<size_t>(n));
+  if (n) std::memcpy(t.values.data(), msg.data().data(), msg.data().size());
+  return t;
+}
+
+// One loaded program and everything that serves it. In-flight requests hold
+// a shared_ptr, so a reload never pulls a program from under a running request.
+struct WorkerService::Loaded {
+  proto::ProgramChunk header;  // plan id, device, peers (data cleared)
+  DeviceProgram program;
+  ExchangeInbox inbox;
+  std::map<int, std::unique_ptr<PeerSender>> senders;       // devices this program sends to
+  std::map<int, std::unique_ptr<proto::Worker::Stub>> stubs;  // every other device (fan-out)
+  int64_t memory_bytes = 0, weight_bytes = 0;
+
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<ProgramRunner>> idle;  // GUARDED_BY(pool_mu)
+  int runners = 0;                                   // GUARDED_BY(pool_mu)
+
+  ~Loaded() { inbox.Close(); }
+};
+
+WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {}
+WorkerService::~WorkerService() = default;
+
+std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loaded_;
+}
+
+tessera::Status WorkerService::Install(const std::string& program_bytes, const proto::ProgramChunk& header,
+                                       bool persist, proto::LoadProgramReply* reply) {
+  auto loaded = std::make_shared<Loaded>();
+  loaded->header = header;
+  loaded->header.clear_data();
+  std::string plan_id;
+  TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(program_bytes, "program for device " +
+                                                                       std::to_string(header.device()), &plan_id));
+  if (plan_id != header.plan_id())
+    return tessera::Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +
+                                   header.plan_id());
+  if (loaded->program.device != header.device())
+    return tessera::Status::InvalidArgument("the program is for device " + std::to_string(loaded->program.device) +
+                                   " but the load request says device " + std::to_string(header.device()));
+  if (header.num_devices() < 1 || header.device() < 0 || header.device() >= header.num_devices())
+    return tessera::Status::InvalidArgument("device " + std::to_string(header.device()) + " of " +
+                                   std::to_string(header.num_devices()) + " devices is out of range");
+  TS_RETURN_IF_ERROR(ValidateProgram(loaded->program, header.num_devices()));
+  const int me = header.device();
+  for (int d = 0; d < header.num_devices(); ++d)
+    if (d != me && !header.peers().count(d))
+      return tessera::Status::InvalidArgument("the load request gives no address for device " + std::to_string(d));
+
+  // One runner now: proves every subgraph prepares, and measures memory.
+  RunnerOptions ro;
+  ro.threads = options_.threads;
+  TS_ASSIGN_OR_RETURN(auto runner, ProgramRunner::Create(loaded->program, ro));
+  loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
+  loaded->weight_bytes = loaded->program.WeightValues() * 4;
+  loaded->idle.push_back(std::move(runner));
+  loaded->runners = 1;
+
+  std::set<int> send_to;
+  for (const auto& s : loaded->program.steps)
+    if (s.kind == StepKind::kSend) send_to.insert(s.peer);
+  for (const auto& [d, address] : header.peers()) {
+    if (d == me) continue;
+    TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, options_.security));
+    loaded->stubs[d] = proto::Worker::NewStub(channel);
+    if (send_to.count(d)) {
+      TS_ASSIGN_OR_RETURN(auto exchange_channel, OpenChannel(address, options_.security));
+      loaded->senders[d] = std::make_unique<PeerSender>(exchange_channel, header.plan_id(), me, d, address);
+    }
+  }
+
+  if (persist && !options_.data_dir.empty()) {
+    // Written beside and renamed: a crash mid-write leaves the old program.
+    std::error_code ec;
+    fs::create_directories(options_.data_dir, ec);
+    const fs::path dir(options_.data_dir);
+    for (auto [name, bytes] : {std::pair<const char*, std::string>{"program.pb", program_bytes},
+                               std::pair<const char*, std::string>{"program.header", header.SerializeAsString()}}) {
+      const fs::path tmp = dir / (std::string(name) + ".tmp");
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      out.close();
+      if (!out) return tessera::Status::IOError("cannot write " + tmp.string() + "; check --data-dir is writable");
+      fs::rename(tmp, dir / name, ec);
+      if (ec) return tessera::Status::IOError("cannot rename " + tmp.string() + ": " + ec.message());
+    }
+  }
+  if (reply) {
+    reply->set_plan_id(header.plan_id());
+    reply->set_device(me);
+    reply->set_bytes(static_cast<int64_t>(program_bytes.size()));
+    reply->set_memory_bytes(loaded->memory_bytes);
+    reply->set_weight_bytes(loaded->weight_bytes);
+  }
+  spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps)", options_.name, header.plan_id(), me,
+               header.num_devices(), program_bytes.size(), loaded->program.steps.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  loaded_ = std::move(loaded);
+  return tessera::Status::OK();
+}
+
+tessera::Status WorkerService::ResumeFromDisk() {
+  if (options_.data_dir.empty()) return tessera::Status::OK();
+  const fs::path dir(options_.data_dir);
+  if (!fs::exists(dir / "program.pb") || !fs::exists(dir / "program.header")) return tessera::Status::OK();
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  proto::ProgramChunk header;
+  if (!header.ParseFromString(slurp(dir / "program.header")))
+    return tessera::Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
+  return Install(slurp(dir / "program.pb"), header, /*persist=*/false, nullptr)
+      .WithContext("resuming from " + options_.data_dir);
+}
+
+grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::ServerReader<proto::ProgramChunk>* reader,
+                                        proto::LoadProgramReply* reply) {
+  proto::ProgramChunk chunk, header;
+  std::string bytes;
+  int64_t expected_seq = 0;
+  while (reader->Read(&chunk)) {
+    if (chunk.seq() != expected_seq)
+      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunk " + std::to_string(chunk.seq()) +
+                                                  " arrived, expected " + std::to_string(expected_seq)));
+    if (expected_seq == 0) {
+      header = chunk;
+      if (header.total_bytes() <= 0 || header.total_bytes() > (int64_t{8} << 30))
+        return ToGrpcStatus(tessera::Status::InvalidArgument("program size " + std::to_string(header.total_bytes()) +
+                                                    " is out of range"));
+      bytes.reserve(static_cast<size_t>(header.total_bytes()));
+    } else if (chunk.plan_id() != header.plan_id() && !chunk.plan_id().empty()) {
+      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks of two plans in one load"));
+    }
+    bytes += chunk.data();
+    if (static_cast<int64_t>(bytes.size()) > header.total_bytes())
+      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks exceed the announced " +
+                                                  std::to_string(header.total_bytes()) + " bytes"));
+    ++expected_seq;
+  }
+  if (expected_seq == 0) return ToGrpcStatus(tessera::Status::InvalidArgument("empty program load"));
+  if (static_cast<int64_t>(bytes.size()) != header.total_bytes())
+    return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(bytes.size()) + " of " +
+                                         std::to_string(header.total_bytes()) + " bytes"));
+  tessera::Status st = Install(bytes, header, /*persist=*/true, reply);
+  if (!st.ok()) spdlog::warn("worker {}: load refused: {}", options_.name, st.ToString());
+  return ToGrpcStatus(st);
+}
+
+grpc::Status WorkerService::Health(grpc::ServerContext*, const proto::HealthRequest* request,
+                                   proto::HealthReply* reply) {
+  auto loaded = current();
+  reply->set_name(options_.name);
+  reply->set_seq(request->seq());
+  reply->set_plan_id(loaded ? loaded->header.plan_id() : "");
+  reply->set_device(loaded ? loaded->header.device() : -1);
+  reply->set_serving(request->plan_id().empty() || (loaded && loaded->header.plan_id() == request->plan_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Status(grpc::ServerContext*, const proto::StatusRequest* request,
+                                   proto::WorkerStatusReply* reply) {
+  auto loaded = current();
+  reply->set_name(options_.name);
+  reply->set_seq(request->seq());
+  reply->set_requests_ok(requests_ok_);
+  reply->set_requests_failed(requests_failed_);
+  reply->set_in_flight(in_flight_);
+  if (!loaded) return grpc::Status::OK;
+  reply->set_plan_id(loaded->header.plan_id());
+  reply->set_device(loaded->header.device());
+  reply->set_num_devices(loaded->header.num_devices());
+  reply->set_memory_bytes(loaded->memory_bytes);
+  reply->set_weight_bytes(loaded->weight_bytes);
+  for (const auto& [d, sender] : loaded->senders) {
+    const LinkCountersSnapshot c = sender->counters();
+    auto* l = reply->add_links();
+    l->set_from_device(c.from);
+    l->set_to_device(c.to);
+    l->set_payload_bytes(c.payload_bytes);
+    l->set_wire_bytes(c.wire_bytes);
+    l->set_messages(c.messages);
+  }
+  return grpc::Status::OK;
+}
+
+tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply) {
+  const DeviceProgram& program = loaded.program;
+  const int me = loaded.header.device();
+  const std::string who = "worker " + options_.name + " (device " + std::to_string(me) + ")";
+  if (request.request_id() >= (1u << 31))
+    return tessera::Status::InvalidArgument("request id " + std::to_string(request.request_id()) + " must be below 2^31");
+  const uint32_t request_id = static_cast<uint32_t>(request.request_id());
+  const int64_t now_ms = UnixMillisNow();
+  const int64_t deadline_ms = request.deadline_unix_ms() > 0 ? request.deadline_unix_ms() : now_ms + 60000;
+  if (deadline_ms <= now_ms) return tessera::Status::DeadlineExceeded("request " + std::to_string(request_id) + " arrived after its deadline");
+  const auto steady_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms - now_ms);
+
+  // Inputs: matched by graph value id against the buffers the program fills.
+  std::vector<TensorData> inputs(program.model_inputs.size());
+  std::vector<bool> given(program.model_inputs.size(), false);
+  if (request.inputs_size() != request.input_values_size())
+    return tessera::Status::InvalidArgument("the request has " + std::to_string(request.inputs_size()) + " inputs but " +
+                                   std::to_string(request.input_values_size()) + " input value ids");
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    size_t k = 0;
+    while (k < program.model_inputs.size() && program.model_inputs[k].first != request.input_values(i)) ++k;
+    if (k == program.model_inputs.size())
+      return tessera::Status::InvalidArgument(who + " does not take graph value " + std::to_string(request.input_values(i)) +
+                                     " as a model input");
+    TS_ASSIGN_OR_RETURN(inputs[k], FromTensorMsg(request.inputs(i), "input " + std::to_string(i)));
+    const Shape want = program.buffers[program.model_inputs[k].second].shape();
+    if (inputs[k].shape != want)
+      return tessera::Status::InvalidArgument("input " + std::to_string(i) + " has shape " + ShapeToString(inputs[k].shape) +
+                                     ", the model expects " + ShapeToString(want));
+    given[k] = true;
+  }
+  for (size_t k = 0; k < given.size(); ++k)
+    if (!given[k])
+      return tessera::Status::InvalidArgument(who + " needs model input (graph value " +
+                                     std::to_string(program.model_inputs[k].first) + ") and the request lacks it");
+
+  // A runner from the pool (one per in-flight request).
+  std::unique_ptr<ProgramRunner> runner;
+  {
+    std::lock_guard<std::mutex> lock(loaded.pool_mu);
+    if (!loaded.idle.empty()) {
+      runner = std::move(loaded.idle.back());
+      loaded.idle.pop_back();
+    } else if (loaded.runners >= options_.max_in_flight) {
+      return tessera::Status::ResourceExhausted(who + " already runs " + std::to_string(loaded.runners) + " requests");
+    } else {
+      ++loaded.runners;
+    }
+  }
+  if (!runner) {
+    RunnerOptions ro;
+    ro.threads = options_.threads;
+    auto created = ProgramRunner::Create(program, ro);
+    if (!created.ok()) {
+      std::lock_guard<std::mutex> lock(loaded.pool_mu);
+      --loaded.runners;
+      return created.status();
+    }
+    runner = std::move(*created);
+  }
+
+  // The source starts the request on every other device of the plan.
+  std::vector<std::pair<int, std::future<grpc::Status>>> peers_done;
+  if (request.fan_out()) {
+    for (auto& [d, stub] : loaded.stubs) {
+      proto::Worker::Stub* s = stub.get();
+      proto::RunRequest peer_request;
+      peer_request.set_plan_id(request.plan_id());
+      peer_request.set_request_id(request.request_id());
+      peer_request.set_deadline_unix_ms(deadline_ms);
+      peer_request.set_fan_out(false);
+      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, deadline_ms] {
+                                grpc::ClientContext ctx;
+                                ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
+                                proto::RunReply r;
+                                return s->Run(&ctx, peer_request, &r);
+                              }));
+    }
+  }
+
+  std::vector<std::unique_ptr<GrpcLink>> links;
+  std::vector<Link*> peers(static_cast<size_t>(loaded.header.num_devices()), nullptr);
+  for (int d = 0; d < loaded.header.num_devices(); ++d) {
+    if (d == me) continue;
+    auto it = loaded.senders.find(d);
+    links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(),
+                                               &loaded.inbox, d, request_id, steady_deadline));
+    peers[d] = links.back().get();
+  }
+  std::vector<TensorData> outputs;
+  const auto t0 = std::chrono::steady_clock::now();
+  tessera::Status st = runner->Run(peers, inputs, &outputs).WithContext(who + ", request " + std::to_string(request_id));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(loaded.pool_mu);
+    loaded.idle.push_back(std::move(runner));
+  }
+  for (auto& [d, done] : peers_done) {
+    grpc::Status ps = done.get();
+    if (!ps.ok() && st.ok())
+      st = FromGrpcStatus(ps, "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")");
+  }
+  if (!st.ok()) {
+    loaded.inbox.DropRequest(request_id);
+    return st;
+  }
+  reply->set_plan_id(request.plan_id());
+  reply->set_request_id(request.request_id());
+  reply->set_seconds(seconds);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    *reply->add_outputs() = ToTensorMsg(outputs[k]);
+    reply->add_output_values(program.model_outputs[k].first);
+  }
+  return tessera::Status::OK();
+}
+
+grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* request, proto::RunReply* reply) {
+  auto loaded = current();
+  if (!loaded)
+    return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name +
+                                                   " holds no program; deploy one first (tessera deploy)"));
+  if (request->plan_id() != loaded->header.plan_id())
+    return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name + " holds plan " +
+                                                   loaded->header.plan_id() + ", not plan '" + request->plan_id() + "'"));
+  ++in_flight_;
+  tessera::Status st = RunRequest(*loaded, *request, reply);
+  --in_flight_;
+  if (st.ok()) {
+    ++requests_ok_;
+  } else {
+    ++requests_failed_;
+    spdlog::warn("worker {}: request {} failed: {}", options_.name, request->request_id(), st.ToString());
+  }
+  return ToGrpcStatus(st);
+}
+
+grpc::Status WorkerService::Exchange(grpc::ServerContext*,
+                                     grpc::ServerReaderWriter<proto::ExchangeAck, proto::TensorFrame>* stream) {
+  proto::TensorFrame frame;
+  while (stream->Read(&frame)) {
+    auto loaded = current();
+    tessera::Status st;
+    if (!loaded || frame.plan_id() != loaded->header.plan_id()) {
+      st = tessera::Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() + "'");
+    } else if (frame.from_device() < 0 || frame.from_device() >= loaded->header.num_devices()) {
+      st = tessera::Status::InvalidArgument("frame from unknown device " + std::to_string(frame.from_device()));
+    } else {
+      st = loaded->inbox.Deliver(frame.from_device(), frame.message(), frame.offset(), frame.total_bytes(),
+                                 frame.data());
+    }
+    if (!st.ok()) {
+      proto::ExchangeAck ack;
+      ack.set_seq(frame.seq());
+      ack.set_code(static_cast<int>(st.code()));
+      ack.set_error(st.message());
+      if (!stream->Write(ack)) break;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnStopSignal(int) { g_stop = true; }
+}  // namespace
+
+Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file) {
+  WorkerService service(options);
+  if (tessera::Status st = service.ResumeFromDisk(); !st.ok())
+    spdlog::warn("worker {}: not resuming: {}", options.name, st.ToString());
+  TS_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(listen, options.security));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, credentials, &port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return tessera::Status::Unavailable("cannot listen on " + listen + " (address in use?)");
+  const std::string bound = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    { std::ofstream(tmp) << bound << "\n"; }
+    std::filesystem::rename(tmp, port_file);
+  }
+  spdlog::info("worker {} listening on {}", options.name, bound);
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return tessera::Status::OK();
+}
+
+}  // namespace tessera

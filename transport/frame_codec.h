@@ -1,0 +1,247 @@
+// UART frame codec (ARCHITECTURE.md "Wire rules": delimiter-based framing,
+// length, type, CRC). Header-only and freestanding — <cstdint>/<cstddef>
+// only, no allocation, no exceptions — because the same code is compiled
+// into the host's UartLink and into the Cortex-M firmware (firmware/).
+//
+// On the wire one frame is
+//     COBS( header[28] | payload[length] | crc32[4] ) 0x00
+// COBS removes every zero byte from the encoded body, so 0x00 only ever
+// marks the end of a frame: a receiver that lost sync (noise, a dropped
+// byte) resynchronises at the next delimiter and loses at most the frame it
+// was in. The CRC-32 (IEEE 802.3 polynomial, reflected) covers header and
+// payload; all integers are little-endian.
+//
+// Header fields:
+//   type      FrameType
+//   flags     reserved, 0
+//   length    payload bytes in this frame (<= kMaxPayload)
+//   plan_id   32-bit hash of the plan the frame belongs to (0: none)
+//   session   random per link instance: a peer restarted is a new session
+//   sequence  per-direction, per-session counter of *reliable* frames
+//             (DATA, PROGRAM, STATUS); an ACK carries the next sequence
+//             the receiver expects (cumulative acknowledgement)
+//   message   message id (tensor id) the payload belongs to
+//   offset    byte offset of this payload inside the message
+//   total     total bytes of the message
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace tessera::wire {
+
+enum FrameType : uint8_t {
+  kFrameData = 1,     // a chunk of a tensor message
+  kFrameAck = 2,      // cumulative ack: `sequence` = next expected
+  kFrameProgram = 3,  // a chunk of a device program (MCU: the compact program)
+  kFrameStatus = 4,   // status request (length 0) or reply (payload: McuStatus)
+};
+
+inline bool IsKnownFrameType(uint8_t t) { return t >= kFrameData && t <= kFrameStatus; }
+inline bool IsReliableFrameType(uint8_t t) { return t == kFrameData || t == kFrameProgram || t == kFrameStatus; }
+
+constexpr size_t kHeaderBytes = 28;
+constexpr size_t kCrcBytes = 4;
+constexpr size_t kMaxPayload = 1024;
+constexpr size_t kMaxRawFrame = kHeaderBytes + kMaxPayload + kCrcBytes;
+// COBS adds one byte per 254 plus one; +1 for the delimiter.
+constexpr size_t kMaxEncodedFrame = kMaxRawFrame + kMaxRawFrame / 254 + 2;
+
+struct FrameHeader {
+  uint8_t type = kFrameData;
+  uint8_t flags = 0;
+  uint16_t length = 0;
+  uint32_t plan_id = 0;
+  uint32_t session = 0;
+  uint32_t sequence = 0;
+  uint32_t message = 0;
+  uint32_t offset = 0;
+  uint32_t total = 0;
+};
+
+// --- CRC-32 (reflected 0xEDB88320), table built at compile time. ---------
+struct Crc32Table {
+  uint32_t v[256];
+  constexpr Crc32Table() : v() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) ? (0xEDB88320u ^ (c >> 1)) : (c >> 1);
+      v[i] = c;
+    }
+  }
+};
+inline constexpr Crc32Table kCrc32Table{};
+
+// Incremental: Crc32(b, Crc32(a)) == Crc32(a ++ b). Crc32("123456789") == 0xCBF43926.
+inline uint32_t Crc32(const uint8_t* data, size_t n, uint32_t crc = 0) {
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = kCrc32Table.v[(crc ^ data[i]) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+// --- little-endian helpers ---------------------------------------------------
+inline void PutU16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
+inline void PutU32(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v >> 16); p[3] = uint8_t(v >> 24);
+}
+inline uint16_t GetU16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+inline uint32_t GetU32(const uint8_t* p) {
+  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+
+// --- COBS ----------------------------------------------------------------
+// Encodes n bytes into `out` (capacity >= n + n/254 + 1); returns bytes written.
+// The output contains no zero byte.
+inline size_t CobsEncode(const uint8_t* in, size_t n, uint8_t* out) {
+  size_t code_at = 0, w = 1;
+  uint8_t code = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (in[i] == 0) {
+      out[code_at] = code;
+      code_at = w++;
+      code = 1;
+    } else {
+      out[w++] = in[i];
+      if (++code == 0xFF) {
+        out[code_at] = code;
+        code_at = w++;
+        code = 1;
+      }
+    }
+  }
+  out[code_at] = code;
+  return w;
+}
+
+// Decodes n COBS bytes (no delimiter) into `out` (capacity `cap`). Returns
+// the decoded length, or -1 when the input is not valid COBS (a zero byte, a
+// code running past the end) or does not fit.
+inline long CobsDecode(const uint8_t* in, size_t n, uint8_t* out, size_t cap) {
+  size_t r = 0, w = 0;
+  while (r < n) {
+    uint8_t code = in[r++];
+    if (code == 0) return -1;
+    for (uint8_t k = 1; k < code; ++k) {
+      if (r >= n || in[r] == 0 || w >= cap) return -1;
+      out[w++] = in[r++];
+    }
+    if (code != 0xFF && r < n) {
+      if (w >= cap) return -1;
+      out[w++] = 0;
+    }
+  }
+  return long(w);
+}
+
+// Serialises header + payload + CRC, COBS-encodes it and appends the 0x00
+// delimiter. `out` needs kMaxEncodedFrame bytes; `scratch` kMaxRawFrame.
+// REQUIRES: header.length <= kMaxPayload. Returns bytes written to `out`.
+inline size_t EncodeFrame(const FrameHeader& h, const uint8_t* payload, uint8_t* scratch, uint8_t* out) {
+  uint8_t* p = scratch;
+  p[0] = h.type;
+  p[1] = h.flags;
+  PutU16(p + 2, h.length);
+  PutU32(p + 4, h.plan_id);
+  PutU32(p + 8, h.session);
+  PutU32(p + 12, h.sequence);
+  PutU32(p + 16, h.message);
+  PutU32(p + 20, h.offset);
+  PutU32(p + 24, h.total);
+  for (size_t i = 0; i < h.length; ++i) p[kHeaderBytes + i] = payload[i];
+  size_t raw = kHeaderBytes + h.length;
+  PutU32(p + raw, Crc32(p, raw));
+  raw += kCrcBytes;
+  size_t n = CobsEncode(p, raw, out);
+  out[n++] = 0;
+  return n;
+}
+
+// Why a delimited chunk of bytes was not a frame. Counted by receivers.
+enum class FrameError : uint8_t {
+  kNone = 0,
+  kOverflow,   // more bytes than any valid frame before a delimiter
+  kCobs,       // not valid COBS
+  kTooShort,   // shorter than header + CRC
+  kLength,     // header length disagrees with the bytes received, or > kMaxPayload
+  kCrc,        // CRC mismatch
+  kType,       // unknown frame type (CRC was fine: a newer peer)
+  kRange,      // offset + length > total
+};
+constexpr int kNumFrameErrors = 8;
+
+inline const char* FrameErrorName(FrameError e) {
+  switch (e) {
+    case FrameError::kNone: return "none";
+    case FrameError::kOverflow: return "overflow";
+    case FrameError::kCobs: return "cobs";
+    case FrameError::kTooShort: return "too_short";
+    case FrameError::kLength: return "length";
+    case FrameError::kCrc: return "crc";
+    case FrameError::kType: return "type";
+    case FrameError::kRange: return "range";
+  }
+  return "?";
+}
+
+// Streaming decoder: feed bytes one at a time; a complete, checked frame is
+// reported once its delimiter arrives. No allocation (two fixed buffers).
+class FrameDecoder {
+ public:
+  enum class Event : uint8_t { kNone, kFrame, kError };
+
+  // On kFrame, header()/payload() describe the frame until the next Feed.
+  // On kError, error() says why the bytes since the last delimiter were dropped.
+  Event Feed(uint8_t byte) {
+    if (byte != 0) {
+      if (n_ < sizeof(encoded_)) {
+        encoded_[n_++] = byte;
+      } else {
+        overflow_ = true;
+      }
+      return Event::kNone;
+    }
+    size_t n = n_;
+    bool overflow = overflow_;
+    n_ = 0;
+    overflow_ = false;
+    if (overflow) return Fail(FrameError::kOverflow);
+    if (n == 0) return Event::kNone;  // back-to-back delimiters: idle line
+    long raw = CobsDecode(encoded_, n, raw_, sizeof(raw_));
+    if (raw < 0) return Fail(FrameError::kCobs);
+    if (size_t(raw) < kHeaderBytes + kCrcBytes) return Fail(FrameError::kTooShort);
+    const size_t body = size_t(raw) - kCrcBytes;
+    const uint16_t length = GetU16(raw_ + 2);
+    if (length > kMaxPayload || kHeaderBytes + length != body) return Fail(FrameError::kLength);
+    if (Crc32(raw_, body) != GetU32(raw_ + body)) return Fail(FrameError::kCrc);
+    if (!IsKnownFrameType(raw_[0])) return Fail(FrameError::kType);
+    h_.type = raw_[0];
+    h_.flags = raw_[1];
+    h_.length = length;
+    h_.plan_id = GetU32(raw_ + 4);
+    h_.session = GetU32(raw_ + 8);
+    h_.sequence = GetU32(raw_ + 12);
+    h_.message = GetU32(raw_ + 16);
+    h_.offset = GetU32(raw_ + 20);
+    h_.total = GetU32(raw_ + 24);
+    if (uint64_t(h_.offset) + h_.length > h_.total && h_.type != kFrameAck) return Fail(FrameError::kRange);
+    return Event::kFrame;
+  }
+
+  const FrameHeader& header() const { return h_; }
+  const uint8_t* payload() const { return raw_ + kHeaderBytes; }
+  FrameError error() const { return error_; }
+
+ private:
+  Event Fail(FrameError e) {
+    error_ = e;
+    return Event::kError;
+  }
+  uint8_t encoded_[kMaxEncodedFrame];
+  uint8_t raw_[kMaxRawFrame];
+  size_t n_ = 0;
+  bool overflow_ = false;
+  FrameHeader h_{};
+  FrameError error_ = FrameError::kNone;
+};
+
+}  // namespace tessera::wire

@@ -1,0 +1,85 @@
+#include "transport/grpc/grpc_channel.h"
+
+#include <chrono>
+
+namespace tessera {
+
+bool IsLoopbackAddress(const std::string& address) {
+  std::string host = address;
+  if (!host.empty() && host[0] == '[') {  // [::1]:7070
+    host = host.substr(1, host.find(']') == std::string::npos ? std::string::npos : host.find(']') - 1);
+  } else if (auto colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
+    host = host.substr(0, colon);
+  }
+  if (host.rfind("ipv4:", 0) == 0) host = host.substr(5);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const TransportSecurity& security) {
+  if (!IsLoopbackAddress(address) && !security.allow_plaintext_remote)
+    return Status::FailedPrecondition("refusing a plaintext gRPC channel to " + address +
+                                      ": only loopback addresses may be plaintext; pass --insecure to allow "
+                                      "plaintext on a trusted network (TLS is not implemented yet)");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  // Each caller gets its own TCP connection (peer exchange streams must not
+  // queue behind large Run requests on a shared one).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std::string& listen_address,
+                                                                      const TransportSecurity& security) {
+  if (!IsLoopbackAddress(listen_address) && !security.allow_plaintext_remote)
+    return Status::FailedPrecondition("refusing to listen in plaintext on " + listen_address +
+                                      ": use a loopback address, or pass --insecure on a trusted network "
+                                      "(TLS is not implemented yet)");
+  return grpc::InsecureServerCredentials();
+}
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (status.code()) {
+    case StatusCode::kOk: code = grpc::StatusCode::OK; break;
+    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kNotSupported: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kDataLoss: code = grpc::StatusCode::DATA_LOSS; break;
+    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kIOError: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(code, status.message());
+}
+
+Status FromGrpcStatus(const grpc::Status& status, const std::string& context) {
+  if (status.ok()) return Status::OK();
+  std::string m = context.empty() ? status.error_message() : context + ": " + status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: return Status::InvalidArgument(m);
+    case grpc::StatusCode::UNIMPLEMENTED: return Status::NotSupported(m);
+    case grpc::StatusCode::NOT_FOUND: return Status::NotFound(m);
+    case grpc::StatusCode::FAILED_PRECONDITION: return Status::FailedPrecondition(m);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return Status::ResourceExhausted(m);
+    case grpc::StatusCode::UNAVAILABLE: return Status::Unavailable(m);
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return Status::DeadlineExceeded(m);
+    case grpc::StatusCode::DATA_LOSS: return Status::DataLoss(m);
+    default: return Status::Internal(m);
+  }
+}
+
+int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::chrono::system_clock::time_point DeadlineFromUnixMillis(int64_t unix_ms) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(unix_ms));
+}
+
+}  // namespace tessera

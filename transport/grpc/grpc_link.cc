@@ -1,0 +1,203 @@
+#include "transport/grpc/grpc_link.h"
+
+#include <spdlog/spdlog.h>
+
+#include "transport/grpc/grpc_channel.h"
+
+namespace tessera {
+
+Result<int64_t> ComposeMessageId(uint32_t request, int64_t message) {
+  if (message < 0 || message >= (int64_t{1} << 32))
+    return Status::InvalidArgument("message id " + std::to_string(message) + " does not fit 32 bits");
+  if (request >= (1u << 31)) return Status::InvalidArgument("request id " + std::to_string(request) + " >= 2^31");
+  return (static_cast<int64_t>(request) << 32) | message;
+}
+
+// ---- ExchangeInbox ----------------------------------------------------------
+
+Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t total, const std::string& data) {
+  const auto key = std::make_pair(from, message);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (total < 0 || offset < 0 || offset + static_cast<int64_t>(data.size()) > total) {
+      partial_.erase(key);
+      return Status::DataLoss("frame of message " + std::to_string(message) + " from device " + std::to_string(from) +
+                              " lies outside the message (offset " + std::to_string(offset) + ", total " +
+                              std::to_string(total) + ")");
+    }
+    if (offset == 0 && static_cast<int64_t>(data.size()) == total) {
+      complete_[key] = data;
+    } else {
+      Partial& p = partial_[key];
+      if (offset == 0) p = Partial{std::string(), total};
+      if (p.total != total || static_cast<int64_t>(p.bytes.size()) != offset) {
+        partial_.erase(key);
+        return Status::DataLoss("frame of message " + std::to_string(message) + " from device " +
+                                std::to_string(from) + " arrived out of order");
+      }
+      if (p.bytes.empty()) p.bytes.reserve(static_cast<size_t>(total));
+      p.bytes += data;
+      if (static_cast<int64_t>(p.bytes.size()) < total) return Status::OK();
+      complete_[key] = std::move(p.bytes);
+      partial_.erase(key);
+    }
+  }
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Result<std::string> ExchangeInbox::Take(int from, int64_t message, std::chrono::milliseconds timeout) {
+  const auto key = std::make_pair(from, message);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return complete_.count(key) != 0 || closed_; }))
+    return Status::DeadlineExceeded("message " + std::to_string(message & 0xffffffff) + " of request " +
+                                    std::to_string(message >> 32) + " from device " + std::to_string(from) +
+                                    " did not arrive within " + std::to_string(timeout.count()) + " ms");
+  auto it = complete_.find(key);
+  if (it == complete_.end()) return Status::Unavailable("exchange closed (program unloaded or worker stopping)");
+  std::string out = std::move(it->second);
+  complete_.erase(it);
+  return out;
+}
+
+void ExchangeInbox::DropRequest(uint32_t request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto belongs = [&](int64_t id) { return static_cast<uint32_t>(id >> 32) == request; };
+  for (auto it = complete_.begin(); it != complete_.end();) it = belongs(it->first.second) ? complete_.erase(it) : std::next(it);
+  for (auto it = partial_.begin(); it != partial_.end();) it = belongs(it->first.second) ? partial_.erase(it) : std::next(it);
+}
+
+void ExchangeInbox::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---- PeerSender -------------------------------------------------------------
+
+PeerSender::PeerSender(std::shared_ptr<grpc::Channel> channel, std::string plan_id, int from, int to,
+                       std::string address)
+    : plan_id_(std::move(plan_id)), from_(from), to_(to), address_(std::move(address)),
+      stub_(proto::Worker::NewStub(channel)) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+PeerSender::~PeerSender() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+}
+
+Status PeerSender::Send(int64_t message, std::string bytes) {
+  payload_bytes_ += static_cast<int64_t>(bytes.size());
+  ++messages_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Unavailable("link to device " + std::to_string(to_) + " is closed");
+    queue_.emplace_back(message, std::move(bytes));
+  }
+  cv_.notify_all();
+  return Status::OK();
+}
+
+LinkCountersSnapshot PeerSender::counters() const {
+  return {from_, to_, payload_bytes_.load(), wire_bytes_.load(), messages_.load()};
+}
+
+bool PeerSender::OpenStream() {
+  context_ = std::make_unique<grpc::ClientContext>();
+  context_->set_wait_for_ready(true);  // the peer may still be starting
+  stream_ended_ = false;
+  stream_ = stub_->Exchange(context_.get());
+  if (!stream_) return false;
+  ack_reader_ = std::thread([this, stream = stream_.get()] {
+    proto::ExchangeAck ack;
+    while (stream->Read(&ack))
+      if (ack.code() != 0)
+        spdlog::warn("device {} refused frame {} from device {}: {}", to_, ack.seq(), from_, ack.error());
+    stream_ended_ = true;  // the peer went away: reopen before the next message
+  });
+  return true;
+}
+
+void PeerSender::CloseStream() {
+  if (!stream_) return;
+  context_->TryCancel();
+  if (ack_reader_.joinable()) ack_reader_.join();
+  stream_->Finish();
+  stream_.reset();
+  context_.reset();
+}
+
+bool PeerSender::WriteMessage(int64_t message, const std::string& bytes) {
+  const int64_t total = static_cast<int64_t>(bytes.size());
+  int64_t offset = 0;
+  do {
+    const size_t n = std::min(kChunkBytes, bytes.size() - static_cast<size_t>(offset));
+    proto::TensorFrame frame;
+    frame.set_plan_id(plan_id_);
+    frame.set_from_device(from_);
+    frame.set_message(message);
+    frame.set_offset(offset);
+    frame.set_total_bytes(total);
+    frame.set_data(bytes.substr(static_cast<size_t>(offset), n));
+    frame.set_seq(frame_seq_++);
+    wire_bytes_ += static_cast<int64_t>(frame.ByteSizeLong());
+    if (!stream_->Write(frame)) return false;
+    offset += static_cast<int64_t>(n);
+  } while (offset < total);
+  return true;
+}
+
+void PeerSender::WriterLoop() {
+  for (;;) {
+    std::pair<int64_t, std::string> item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) break;  // stopping and drained
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    // A stream found broken (the peer restarted) is reopened and the
+    // message sent again from its start, once.
+    bool sent = false;
+    if (stream_ && stream_ended_) CloseStream();
+    for (int attempt = 0; attempt < 2 && !sent; ++attempt) {
+      if (!stream_ && !OpenStream()) break;
+      sent = WriteMessage(item.first, item.second);
+      if (!sent) {
+        spdlog::warn("exchange stream {} -> {} ({}) broke; reopening", from_, to_, address_);
+        CloseStream();
+      }
+    }
+    if (!sent) spdlog::warn("message {} for device {} ({}) could not be sent", item.first, to_, address_);
+  }
+  CloseStream();
+}
+
+// ---- GrpcLink ---------------------------------------------------------------
+
+Status GrpcLink::Send(int64_t message, std::string bytes) {
+  if (!sender_) return Status::FailedPrecondition("no exchange stream to device " + std::to_string(peer_));
+  TS_ASSIGN_OR_RETURN(int64_t id, ComposeMessageId(request_, message));
+  bytes_sent_ += static_cast<int64_t>(bytes.size());
+  return sender_->Send(id, std::move(bytes));
+}
+
+Result<std::string> GrpcLink::Recv(int64_t message, std::chrono::milliseconds timeout) {
+  TS_ASSIGN_OR_RETURN(int64_t id, ComposeMessageId(request_, message));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+  return inbox_->Take(peer_, id, std::max(std::chrono::milliseconds(0), std::min(timeout, left)));
+}
+
+std::string GrpcLink::description() const {
+  return "grpc " + (sender_ ? sender_->address() : std::string("?")) + " (device " + std::to_string(peer_) + ")";
+}
+
+}  // namespace tessera

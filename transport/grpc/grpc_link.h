@@ -1,0 +1,123 @@
+// The gRPC Link between worker daemons (ARCHITECTURE.md "Wire rules").
+//
+// Every ordered pair of workers that exchanges tensors has one long-lived
+// Worker.Exchange stream, opened by the sender (PeerSender). Frames of all
+// in-flight requests share it; a message id on the wire is request-scoped,
+// (request << 32) | program message id, so several requests can be in flight
+// without a change to the Link contract. Messages larger than kChunkBytes
+// travel in several frames; the receiving worker feeds frames into its
+// ExchangeInbox, where GrpcLink::Recv picks complete messages up.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "proto/services.grpc.pb.h"
+#include "transport/link.h"
+
+namespace tessera {
+
+// Request-scoped message id; InvalidArgument when `message` does not fit 32 bits.
+Result<int64_t> ComposeMessageId(uint32_t request, int64_t message);
+
+// Messages arriving from peers, by (sending device, request-scoped id).
+class ExchangeInbox {
+ public:
+  // Accepts one frame. DataLoss when a chunk does not continue its message
+  // (offset or total out of step) — the message is discarded.
+  Status Deliver(int from, int64_t message, int64_t offset, int64_t total, const std::string& data);
+  Result<std::string> Take(int from, int64_t message, std::chrono::milliseconds timeout);
+  // Discards what is left of a request (after it failed half-way).
+  void DropRequest(uint32_t request);
+  // Wakes every waiter with Unavailable (program unloaded, shutdown).
+  void Close();
+
+ private:
+  struct Partial {
+    std::string bytes;
+    int64_t total = 0;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, int64_t>, std::string> complete_;  // GUARDED_BY(mu_)
+  std::map<std::pair<int, int64_t>, Partial> partial_;       // GUARDED_BY(mu_)
+  bool closed_ = false;                                       // GUARDED_BY(mu_)
+};
+
+struct LinkCountersSnapshot {
+  int from = 0, to = 0;
+  int64_t payload_bytes = 0, wire_bytes = 0, messages = 0;
+};
+
+// The outgoing side of one (this device -> peer) exchange stream. Send
+// queues and returns; a writer thread cuts messages into frames and writes
+// them. A broken stream is reopened for the next message (the lost messages
+// surface as a Recv deadline on the peer, failing that request only).
+class PeerSender {
+ public:
+  PeerSender(std::shared_ptr<grpc::Channel> channel, std::string plan_id, int from, int to, std::string address);
+  ~PeerSender();
+  PeerSender(const PeerSender&) = delete;
+  PeerSender& operator=(const PeerSender&) = delete;
+
+  Status Send(int64_t message, std::string bytes);
+  LinkCountersSnapshot counters() const;
+  const std::string& address() const { return address_; }
+
+ private:
+  void WriterLoop();
+  bool OpenStream();
+  bool WriteMessage(int64_t message, const std::string& bytes);
+  void CloseStream();
+
+  const std::string plan_id_;
+  const int from_, to_;
+  const std::string address_;
+  std::unique_ptr<proto::Worker::Stub> stub_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int64_t, std::string>> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                               // GUARDED_BY(mu_)
+
+  // Writer-thread state.
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<proto::TensorFrame, proto::ExchangeAck>> stream_;
+  std::thread ack_reader_;
+  int64_t frame_seq_ = 0;
+  std::atomic<bool> stream_ended_{false};
+
+  std::atomic<int64_t> payload_bytes_{0}, wire_bytes_{0}, messages_{0};
+  std::thread writer_;
+};
+
+// One request's view of the link to one peer. Recv waits at most until the
+// request's `deadline`, whatever timeout the runner asks for.
+class GrpcLink final : public Link {
+ public:
+  GrpcLink(PeerSender* sender, ExchangeInbox* inbox, int peer, uint32_t request,
+           std::chrono::steady_clock::time_point deadline)
+      : sender_(sender), inbox_(inbox), peer_(peer), request_(request), deadline_(deadline) {}
+  Status Send(int64_t message, std::string bytes) override;
+  Result<std::string> Recv(int64_t message, std::chrono::milliseconds timeout) override;
+  int64_t bytes_sent() const override { return bytes_sent_; }
+  std::string description() const override;
+
+ private:
+  PeerSender* const sender_;
+  ExchangeInbox* const inbox_;
+  const int peer_;
+  const uint32_t request_;
+  const std::chrono::steady_clock::time_point deadline_;
+  std::atomic<int64_t> bytes_sent_{0};
+};
+
+}  // namespace tessera
