@@ -1,0 +1,252 @@
+// tessera_mcu_check: proves the MCU path end to end (issue 6).
+//
+//  1. builds a model (the keyword-spotting CNN, or a graph of the other MCU
+//     ops) with seeded weights and input, runs it with the host executor
+//     (daemon/executor.h: the oracle);
+//  2. compiles it to the compact MCU program and runs the firmware's own
+//     interpreter and kernels (firmware/mcu_kernels.h) on the host: kernel
+//     parity on the same inputs;
+//  3. with --serial: talks to the firmware (e.g. QEMU's `-serial pty`)
+//     through the real UartLink serial-port path — STATUS, PROGRAM upload,
+//     input tensor, output tensor — and compares the MCU's answer with the
+//     oracle. --faults puts a SerialRelay with byte faults between the link
+//     and the port.
+// Prints one `key: value` line per figure; exit 0 when every check passes.
+#include <fcntl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/executor.h"
+#include "firmware/host/mcu_program_builder.h"
+#include "firmware/mcu_kernels.h"
+#include "firmware/mcu_program.h"
+#include "transport/fault_relay.h"
+#include "transport/uart_link.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct Args {
+  std::string model = "kws";
+  std::string serial;
+  uint32_t baud = 115200;
+  double faults = 0;
+  double tolerance = 1e-5;
+  int runs = 2;
+};
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+// max |a - b| / max |b|: relative to the output's scale (single outputs near
+// zero make element-wise relative error meaningless).
+double MaxRelError(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+    scale = std::max(scale, double(std::fabs(want[i])));
+  }
+  return diff / scale;
+}
+
+Result<std::vector<float>> RunOnHostInterpreter(const McuProgramImage& image, const std::vector<float>& input) {
+  // The firmware's arena, 8-byte aligned, program first.
+  size_t program_aligned = (image.bytes.size() + 7) & ~size_t{7};
+  std::vector<uint64_t> arena((program_aligned + 4 * size_t{image.activation_floats}) / 8 + 1);
+  std::memcpy(arena.data(), image.bytes.data(), image.bytes.size());
+  mcu::ProgramView view;
+  uint32_t err = mcu::ValidateProgram(arena.data(), static_cast<uint32_t>(image.bytes.size()), arena.size() * 8, &view);
+  if (err != mcu::kErrNone) return Status::Internal("host interpreter rejected the program: error " + std::to_string(err));
+  float* act = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(arena.data()) + program_aligned);
+  std::memcpy(act + view.inputs[0].offset, input.data(), input.size() * 4);
+  mcu::RunProgram(view, act);
+  const mcu::IoEntry& out = view.outputs[0];
+  return std::vector<float>(act + out.offset, act + out.offset + out.count);
+}
+
+Result<mcu::McuStatus> QueryStatus(UartLink& link, uint32_t id) {
+  TS_RETURN_IF_ERROR(link.SendTyped(wire::kFrameStatus, id, ""));
+  TS_ASSIGN_OR_RETURN(std::string bytes, link.RecvTyped(wire::kFrameStatus, id, 10s));
+  mcu::McuStatus s;
+  if (bytes.size() != sizeof s) return Status::DataLoss("status reply of " + std::to_string(bytes.size()) + " bytes");
+  std::memcpy(&s, bytes.data(), sizeof s);
+  if (s.magic != mcu::kStatusMagic) return Status::DataLoss("status reply without its magic");
+  return s;
+}
+
+void PrintStatus(const char* when, const mcu::McuStatus& s) {
+  std::printf("mcu_status_%s: state=%u plan=%08x arena=%u free=%u error=%u runs=%u last_run_ms=%u bad_frames=%u refused=%u\n",
+              when, s.state, s.plan_id, s.arena_bytes, s.free_bytes, s.last_error, s.runs, s.last_run_ms,
+              s.bad_frames, s.refused_frames);
+}
+
+Status Check(bool ok, const std::string& what) { return ok ? Status::OK() : Status::Internal(what); }
+
+Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t plan_id, const std::vector<float>& input,
+                     const std::vector<float>& want, uint32_t input_message, uint32_t output_message) {
+  // Optional noisy cable: link <-> pty <-> relay(faults) <-> the port.
+  RawPty pty;
+  int port_fd = -1;
+  std::unique_ptr<SerialRelay> relay;
+  UartLinkOptions options;
+  options.device = args.serial;
+  options.baud = args.baud;
+  if (args.faults > 0) {
+    TS_ASSIGN_OR_RETURN(pty, OpenRawPty());
+    port_fd = open(args.serial.c_str(), O_RDWR | O_NOCTTY);
+    if (port_fd < 0) return Status::FromErrno(errno, args.serial);
+    termios tio{};
+    tcgetattr(port_fd, &tio);
+    cfmakeraw(&tio);
+    tcsetattr(port_fd, TCSANOW, &tio);
+    ByteFaults f{args.faults, args.faults, args.faults, 5};
+    relay = std::make_unique<SerialRelay>(pty.master, port_fd, f, ByteFaults{args.faults, args.faults, args.faults, 6});
+    options.device = pty.slave_path;
+  }
+  TS_ASSIGN_OR_RETURN(auto link, UartLink::Open(options));
+
+  auto t0 = Clock::now();
+  TS_ASSIGN_OR_RETURN(mcu::McuStatus before, QueryStatus(*link, 1));
+  PrintStatus("boot", before);
+  std::printf("status_round_trip_s: %.3f\n", Seconds(t0));
+
+  t0 = Clock::now();
+  TS_RETURN_IF_ERROR(link->SendTyped(wire::kFrameProgram, 1, image.bytes));
+  TS_RETURN_IF_ERROR(link->Flush(120s));
+  double upload = Seconds(t0);
+  std::printf("program_upload_s: %.3f (%zu bytes, %.0f%% of the %u-baud line)\n", upload, image.bytes.size(),
+              100.0 * image.bytes.size() * 10 / args.baud / upload, args.baud);
+  TS_ASSIGN_OR_RETURN(mcu::McuStatus loaded, QueryStatus(*link, 2));
+  PrintStatus("loaded", loaded);
+  TS_RETURN_IF_ERROR(Check(loaded.state == mcu::kStateLoaded && loaded.plan_id == plan_id,
+                           "the MCU did not load the program (state " + std::to_string(loaded.state) + ", error " +
+                               std::to_string(loaded.last_error) + ")"));
+  TS_RETURN_IF_ERROR(Check(loaded.free_bytes == loaded.arena_bytes - (((image.bytes.size() + 7) & ~size_t{7}) +
+                                                                      4 * size_t{image.activation_floats}),
+                           "the MCU reports free RAM that disagrees with the program's arena size"));
+
+  // A tensor for another plan is refused, counted, and never computed on.
+  link->set_plan_id(plan_id ^ 0x5A5A5A5A);
+  std::string in_bytes(reinterpret_cast<const char*>(input.data()), input.size() * 4);
+  TS_RETURN_IF_ERROR(link->Send(input_message, in_bytes));
+  TS_RETURN_IF_ERROR(link->Flush(30s));
+  link->set_plan_id(plan_id);
+
+  double worst = 0;
+  for (int run = 0; run < args.runs; ++run) {
+    t0 = Clock::now();
+    TS_RETURN_IF_ERROR(link->Send(input_message, in_bytes));
+    TS_ASSIGN_OR_RETURN(std::string out, link->Recv(output_message, 60s));
+    double latency = Seconds(t0);
+    TS_RETURN_IF_ERROR(Check(out.size() == want.size() * 4, "output of " + std::to_string(out.size()) + " bytes"));
+    std::vector<float> got(want.size());
+    std::memcpy(got.data(), out.data(), out.size());
+    double rel = MaxRelError(got, want);
+    worst = std::max(worst, rel);
+    std::printf("mcu_inference_%d: latency_s=%.3f max_rel=%.3g\n", run, latency, rel);
+  }
+  TS_ASSIGN_OR_RETURN(mcu::McuStatus after, QueryStatus(*link, 3));
+  PrintStatus("after", after);
+  UartLinkCounters c = link->counters();
+  std::printf("host_link: frames_sent=%llu retransmissions=%llu bad_frames=%llu (%s) duplicates=%llu\n",
+              (unsigned long long)c.frames_sent, (unsigned long long)c.retransmissions,
+              (unsigned long long)c.bad_frames.total(), c.bad_frames.ToString().c_str(),
+              (unsigned long long)c.duplicates);
+  if (relay) {
+    auto ab = relay->a_to_b(), ba = relay->b_to_a();
+    std::printf("injected_faults: corrupted=%llu dropped=%llu duplicated=%llu\n",
+                (unsigned long long)(ab.corrupted + ba.corrupted), (unsigned long long)(ab.dropped + ba.dropped),
+                (unsigned long long)(ab.duplicated + ba.duplicated));
+  }
+  TS_RETURN_IF_ERROR(Check(after.runs == loaded.runs + uint32_t(args.runs), "the MCU ran the wrong number of times"));
+  TS_RETURN_IF_ERROR(Check(after.refused_frames > loaded.refused_frames, "the tensor of another plan was not refused"));
+  TS_RETURN_IF_ERROR(Check(worst <= args.tolerance, "MCU output differs from the host executor: max rel " +
+                                                         std::to_string(worst)));
+  link.reset();
+  relay.reset();
+  if (port_fd >= 0) close(port_fd);
+  ClosePty(&pty);
+  return Status::OK();
+}
+
+Status Main(const Args& args) {
+  Graph graph = args.model == "ops" ? MakeMcuOpsGraph() : MakeKeywordSpottingGraph();
+  TS_RETURN_IF_ERROR(graph.Validate());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  TensorData input;
+  input.shape = graph.values[graph.inputs[0]].shape;
+  input.values.resize(NumElements(input.shape));
+  for (float& v : input.values) v = u(rng);
+
+  TS_ASSIGN_OR_RETURN(auto executor, Executor::Create(graph, ExecutorOptions{}));
+  std::vector<TensorData> want;
+  TS_RETURN_IF_ERROR(executor->Run({input}, &want));
+
+  const uint32_t plan_id = PlanIdHash(graph.name + "/seed1");
+  McuProgramOptions options;
+  options.plan_id = plan_id;
+  const uint32_t input_message = 100, output_message = 200;
+  options.input_messages[graph.inputs[0]] = input_message;
+  options.output_messages[graph.outputs[0]] = output_message;
+  TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(graph, options));
+  std::printf("model: %s macs=%lld program_bytes=%zu activation_bytes=%u arena_bytes=%zu\n", graph.name.c_str(),
+              (long long)image.macs, image.bytes.size(), image.activation_floats * 4, image.arena_bytes());
+
+  TS_ASSIGN_OR_RETURN(std::vector<float> host_mcu, RunOnHostInterpreter(image, input.values));
+  double rel = MaxRelError(host_mcu, want[0].values);
+  std::printf("host_mcu_kernels_max_rel: %.3g\n", rel);
+  TS_RETURN_IF_ERROR(Check(rel <= args.tolerance, "MCU kernels on the host differ from the host executor"));
+
+  if (!args.serial.empty())
+    TS_RETURN_IF_ERROR(RunOverSerial(args, image, plan_id, input.values, want[0].values, input_message, output_message));
+  return Status::OK();
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::Args args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") args.model = next();
+    else if (a == "--serial") args.serial = next();
+    else if (a == "--baud") args.baud = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--faults") args.faults = std::stod(next());
+    else if (a == "--tolerance") args.tolerance = std::stod(next());
+    else if (a == "--runs") args.runs = std::stoi(next());
+    else {
+      std::fprintf(stderr,
+                   "usage: tessera_mcu_check [--model kws|ops] [--serial PTY] [--baud N] [--faults P] "
+                   "[--tolerance T] [--runs N]\n");
+      return 2;
+    }
+  }
+  tessera::Status st = tessera::Main(args);
+  if (!st.ok()) {
+    std::fprintf(stderr, "tessera_mcu_check: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::printf("result: OK\n");
+  return 0;
+}

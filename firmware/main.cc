@@ -1,0 +1,290 @@
+// tessera MCU worker (issue 6): bare-metal Cortex-M4 firmware for QEMU's
+// mps2-an386 (CMSDK APB UART0). It speaks the UART frame protocol of
+// transport/frame_codec.h — the same code the host's UartLink compiles — and
+// follows the same reliability rules (in-order acceptance, cumulative ACKs,
+// per-boot session, retransmission on timeout), so from the host it is just
+// a UartLink peer:
+//   PROGRAM message  -> stored in the static arena, validated, plan adopted
+//   STATUS request   -> McuStatus reply (state, plan id, free RAM, counters)
+//   DATA (inputs)    -> written into the activation region; when every input
+//                       of the program has arrived the program runs and each
+//                       output goes back as a DATA message
+// Memory: one static arena (TESSERA_MCU_ARENA_BYTES) holding the program
+// (with its weights) followed by its activation region; no heap at all.
+// RX is polled: QEMU's UART model holds the host back until a byte is read;
+// on a real board the RX path would be an interrupt-fed ring buffer.
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "firmware/mcu_kernels.h"
+#include "firmware/mcu_program.h"
+#include "transport/frame_codec.h"
+
+#ifndef TESSERA_MCU_ARENA_BYTES
+#define TESSERA_MCU_ARENA_BYTES (256 * 1024)
+#endif
+
+namespace {
+
+using namespace tessera;
+
+// --- hardware ----------------------------------------------------------------
+struct CmsdkUart {
+  volatile uint32_t data, state, ctrl, intstatus, bauddiv;
+};
+CmsdkUart* const kUart0 = reinterpret_cast<CmsdkUart*>(0x40004000);
+constexpr uint32_t kUartTxFull = 1u, kUartRxFull = 2u;
+constexpr uint32_t kUartTxEnable = 1u, kUartRxEnable = 2u;
+constexpr uint32_t kSysClockHz = 25000000;  // mps2 peripheral/system clock
+
+struct SysTickRegs {
+  volatile uint32_t csr, rvr, cvr, calib;
+};
+SysTickRegs* const kSysTick = reinterpret_cast<SysTickRegs*>(0xE000E010);
+
+volatile uint32_t g_ms = 0;
+
+void HardwareInit() {
+  kUart0->bauddiv = kSysClockHz / 115200;
+  kUart0->ctrl = kUartTxEnable | kUartRxEnable;
+  kSysTick->rvr = kSysClockHz / 1000 - 1;
+  kSysTick->cvr = 0;
+  kSysTick->csr = 7;  // enable, interrupt, processor clock
+}
+
+void PutByte(uint8_t b) {
+  while (kUart0->state & kUartTxFull) {
+  }
+  kUart0->data = b;
+}
+void PutBytes(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) PutByte(p[i]);
+}
+
+// --- state -------------------------------------------------------------------
+alignas(8) uint8_t g_arena[TESSERA_MCU_ARENA_BYTES];
+wire::FrameDecoder g_decoder;
+uint8_t g_tx_scratch[wire::kMaxRawFrame];
+uint8_t g_tx_frame[wire::kMaxEncodedFrame];
+
+struct Worker {
+  // receive side
+  bool rx_known = false;
+  uint32_t rx_session = 0, rx_expected = 0;
+  // send side
+  uint32_t tx_session = 0, tx_next = 0;
+  bool tx_waiting = false;
+  uint32_t tx_waiting_seq = 0;
+  // program
+  mcu::ProgramView program;
+  bool loaded = false;
+  uint32_t plan_id = 0;
+  uint32_t program_bytes = 0;  // received so far
+  float* act = nullptr;
+  uint64_t inputs_ready = 0;
+  bool run_pending = false;
+  bool status_pending = false;
+  uint32_t status_message = 0;
+  // counters
+  uint32_t state = mcu::kStateIdle, last_error = mcu::kErrNone;
+  uint32_t runs = 0, last_run_ms = 0, bad_frames = 0, refused = 0;
+} g;
+
+bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+
+void SendFrame(wire::FrameHeader h, const uint8_t* payload) {
+  size_t n = wire::EncodeFrame(h, payload, g_tx_scratch, g_tx_frame);
+  PutBytes(g_tx_frame, n);
+}
+
+void SendAck() {
+  wire::FrameHeader h;
+  h.type = wire::kFrameAck;
+  h.plan_id = g.plan_id;
+  h.session = g.rx_session;
+  h.sequence = g.rx_expected;
+  SendFrame(h, nullptr);
+}
+
+void Fail(uint32_t error) {
+  g.last_error = error;
+  g.state = mcu::kStateError;
+  g.loaded = false;
+}
+
+void OnProgramChunk(const wire::FrameHeader& h, const uint8_t* payload) {
+  if (h.offset == 0) {  // a new program replaces the old one
+    g.loaded = false;
+    g.state = mcu::kStateIdle;
+    g.last_error = mcu::kErrNone;
+    g.program_bytes = 0;
+    g.inputs_ready = 0;
+    g.run_pending = false;
+  }
+  if (h.total > sizeof(g_arena)) {
+    if (h.offset == 0) Fail(mcu::kErrProgramTooLarge);
+    return;
+  }
+  if (h.offset != g.program_bytes) return;  // in-order link: cannot happen
+  memcpy(g_arena + h.offset, payload, h.length);
+  g.program_bytes += h.length;
+  if (g.program_bytes != h.total) return;
+  mcu::ProgramView view;
+  uint32_t err = mcu::ValidateProgram(g_arena, h.total, sizeof(g_arena), &view);
+  if (err != mcu::kErrNone) {
+    Fail(err);
+    return;
+  }
+  g.program = view;
+  g.act = reinterpret_cast<float*>(g_arena + ((h.total + 7u) & ~7u));
+  g.plan_id = view.header->plan_id;
+  g.loaded = true;
+  g.state = mcu::kStateLoaded;
+}
+
+void OnTensorChunk(const wire::FrameHeader& h, const uint8_t* payload) {
+  if (!g.loaded || h.plan_id != g.plan_id) {
+    ++g.refused;
+    g.last_error = mcu::kErrTensorRefused;
+    return;
+  }
+  const mcu::ProgramHeader& ph = *g.program.header;
+  for (uint32_t i = 0; i < ph.num_inputs; ++i) {
+    const mcu::IoEntry& in = g.program.inputs[i];
+    if (in.message != h.message) continue;
+    if (h.total != in.count * 4u) break;
+    // Validated: in.offset + in.count <= activation_floats; decoder: offset + length <= total.
+    memcpy(reinterpret_cast<uint8_t*>(g.act + in.offset) + h.offset, payload, h.length);
+    if (h.offset + h.length == h.total) g.inputs_ready |= uint64_t{1} << i;
+    if (g.inputs_ready == (ph.num_inputs >= 64 ? ~uint64_t{0} : (uint64_t{1} << ph.num_inputs) - 1)) {
+      g.run_pending = true;
+    }
+    return;
+  }
+  ++g.refused;
+  g.last_error = mcu::kErrTensorRefused;
+}
+
+void OnFrame(const wire::FrameHeader& h, const uint8_t* payload) {
+  if (h.type == wire::kFrameAck) {
+    if (g.tx_waiting && h.session == g.tx_session && SeqBefore(g.tx_waiting_seq, h.sequence)) g.tx_waiting = false;
+    return;
+  }
+  if (!g.rx_known || h.session != g.rx_session) {
+    if (h.sequence != 0) return;  // an old session of the host
+    g.rx_known = true;
+    g.rx_session = h.session;
+    g.rx_expected = 0;
+    // A new host session: our sends start a new session too, or the host's
+    // fresh link would take them for a stale session.
+    g.tx_session = 0;
+    g.tx_next = 0;
+  }
+  if (h.sequence != g.rx_expected) {  // duplicate or ahead of a lost frame
+    SendAck();
+    return;
+  }
+  ++g.rx_expected;
+  SendAck();
+  switch (h.type) {
+    case wire::kFrameProgram: OnProgramChunk(h, payload); break;
+    case wire::kFrameData: OnTensorChunk(h, payload); break;
+    case wire::kFrameStatus:
+      g.status_pending = true;
+      g.status_message = h.message;
+      break;
+    default: break;
+  }
+}
+
+void Poll() {
+  while (kUart0->state & kUartRxFull) {
+    uint8_t b = static_cast<uint8_t>(kUart0->data);
+    switch (g_decoder.Feed(b)) {
+      case wire::FrameDecoder::Event::kFrame: OnFrame(g_decoder.header(), g_decoder.payload()); break;
+      case wire::FrameDecoder::Event::kError: ++g.bad_frames; break;
+      default: break;
+    }
+  }
+}
+
+// Sends one message reliably (stop-and-wait per frame); false when the host
+// stopped acknowledging. Keeps serving received frames meanwhile.
+bool SendMessage(uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t total) {
+  if (g.tx_session == 0) g.tx_session = (g.rx_session * 2654435761u) ^ kSysTick->cvr ^ (g_ms << 16) ^ 1u;
+  uint32_t offset = 0;
+  do {
+    uint32_t n = total - offset < wire::kMaxPayload ? total - offset : uint32_t(wire::kMaxPayload);
+    wire::FrameHeader h;
+    h.type = type;
+    h.length = static_cast<uint16_t>(n);
+    h.plan_id = g.plan_id;
+    h.session = g.tx_session;
+    h.sequence = g.tx_next;
+    h.message = message;
+    h.offset = offset;
+    h.total = total;
+    g.tx_waiting = true;
+    g.tx_waiting_seq = h.sequence;
+    int attempts = 0;
+    while (g.tx_waiting) {
+      if (++attempts > 50) return false;
+      SendFrame(h, bytes + offset);
+      uint32_t start = g_ms;
+      while (g.tx_waiting && g_ms - start < 250) Poll();
+    }
+    ++g.tx_next;
+    offset += n;
+  } while (offset < total);
+  return true;
+}
+
+void SendStatus() {
+  mcu::McuStatus s{};
+  s.magic = mcu::kStatusMagic;
+  s.state = g.state;
+  s.plan_id = g.loaded ? g.plan_id : 0;
+  s.arena_bytes = sizeof(g_arena);
+  uint32_t used = g.loaded ? ((g.program.bytes + 7u) & ~7u) + g.program.header->activation_floats * 4u : 0;
+  s.free_bytes = sizeof(g_arena) - used;
+  s.last_error = g.last_error;
+  s.runs = g.runs;
+  s.last_run_ms = g.last_run_ms;
+  s.bad_frames = g.bad_frames;
+  s.refused_frames = g.refused;
+  SendMessage(wire::kFrameStatus, g.status_message, reinterpret_cast<const uint8_t*>(&s), sizeof s);
+}
+
+void RunAndReply() {
+  uint32_t start = g_ms;
+  mcu::RunProgram(g.program, g.act);
+  g.last_run_ms = g_ms - start;
+  ++g.runs;
+  g.inputs_ready = 0;
+  const mcu::ProgramHeader& ph = *g.program.header;
+  for (uint32_t i = 0; i < ph.num_outputs; ++i) {
+    const mcu::IoEntry& out = g.program.outputs[i];
+    SendMessage(wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act + out.offset), out.count * 4u);
+  }
+}
+
+}  // namespace
+
+extern "C" void SysTick_Handler() { g_ms = g_ms + 1; }
+
+int main() {
+  HardwareInit();
+  PutByte(0);  // a lone delimiter: ends any partial frame the host holds
+  for (;;) {
+    Poll();
+    if (g.status_pending) {
+      g.status_pending = false;
+      SendStatus();
+    }
+    if (g.run_pending && g.loaded) {
+      g.run_pending = false;
+      RunAndReply();
+    }
+  }
+}

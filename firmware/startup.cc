@@ -1,0 +1,46 @@
+// Cortex-M4 start-up for the tessera MCU worker: vector table, .data copy,
+// .bss zeroing, FPU enable, static constructors, then main(). No heap.
+#include <stdint.h>
+
+extern "C" {
+extern uint32_t __data_start, __data_end, __data_load, __bss_start, __bss_end, __stack_top;
+extern void (*__init_array_start[])();
+extern void (*__init_array_end[])();
+int main();
+void SysTick_Handler();
+[[noreturn]] void Reset_Handler();
+[[noreturn]] void Default_Handler();
+}
+
+extern "C" [[noreturn]] void Default_Handler() {
+  for (;;) {
+  }
+}
+
+extern "C" [[noreturn]] void Reset_Handler() {
+  for (uint32_t *src = &__data_load, *dst = &__data_start; dst < &__data_end;) *dst++ = *src++;
+  for (uint32_t* dst = &__bss_start; dst < &__bss_end;) *dst++ = 0;
+  // CPACR: full access to CP10/CP11 (the FPU) before any float instruction.
+  *reinterpret_cast<volatile uint32_t*>(0xE000ED88) |= 0xFu << 20;
+  __asm volatile("dsb\n isb" ::: "memory");
+  for (auto* f = __init_array_start; f < __init_array_end; ++f) (*f)();
+  main();
+  Default_Handler();
+}
+
+using Handler = void (*)();
+__attribute__((section(".vectors"), used)) const Handler kVectors[16] = {
+    reinterpret_cast<Handler>(&__stack_top),
+    Reset_Handler,
+    Default_Handler,  // NMI
+    Default_Handler,  // HardFault
+    Default_Handler,  // MemManage
+    Default_Handler,  // BusFault
+    Default_Handler,  // UsageFault
+    nullptr, nullptr, nullptr, nullptr,
+    Default_Handler,  // SVCall
+    Default_Handler,  // DebugMon
+    nullptr,
+    Default_Handler,  // PendSV
+    SysTick_Handler,
+};
