@@ -15,6 +15,9 @@ struct Executor::Step {
   std::unique_ptr<Kernel> kernel;
   size_t scratch_bytes = 0;
   size_t scratch_offset = 0;
+  // Input/output/scratch pointers, fixed once the arena exists (end of
+  // Create), so Run allocates nothing (kernel.h: no allocation in Eval).
+  EvalContext eval;
 };
 
 Executor::~Executor() { std::free(arena_); }
@@ -100,6 +103,20 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   ex->arena_ = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
   if (ex->arena_ == nullptr)
     return Status::ResourceExhausted("cannot allocate an arena of " + std::to_string(alloc) + " bytes");
+
+  // 4. Every step's EvalContext, pointing into the arena and the constants.
+  char* base = reinterpret_cast<char*>(ex->arena_);
+  for (Step& step : ex->steps_) {
+    EvalContext& ctx = step.eval;
+    ctx.threads = ex->options_.threads;
+    for (int v : step.node->inputs) {
+      if (v < 0) ctx.inputs.push_back(nullptr);
+      else if (graph.values[v].constant) ctx.inputs.push_back(graph.ConstantData(v)->values.data());
+      else ctx.inputs.push_back(reinterpret_cast<const float*>(base + ex->offsets_[v]));
+    }
+    for (int v : step.node->outputs) ctx.outputs.push_back(reinterpret_cast<float*>(base + ex->offsets_[v]));
+    ctx.scratch = step.scratch_bytes ? reinterpret_cast<float*>(base + step.scratch_offset) : nullptr;
+  }
   return ex;
 }
 
@@ -121,32 +138,26 @@ Status Executor::Run(const std::vector<TensorData>& inputs, std::vector<TensorDa
       std::memcpy(base + offsets_[g.inputs[i]], inputs[i].values.data(), inputs[i].values.size() * sizeof(float));
   }
   Eigen::setNbThreads(options_.threads);
-  EvalContext ctx;
-  ctx.threads = options_.threads;
-  for (const Step& step : steps_) {
-    const Node& node = *step.node;
-    ctx.inputs.clear();
-    ctx.outputs.clear();
-    for (int v : node.inputs) {
-      if (v < 0) ctx.inputs.push_back(nullptr);
-      else if (g.values[v].constant) ctx.inputs.push_back(g.ConstantData(v)->values.data());
-      else ctx.inputs.push_back(reinterpret_cast<const float*>(base + offsets_[v]));
-    }
-    for (int v : node.outputs) ctx.outputs.push_back(reinterpret_cast<float*>(base + offsets_[v]));
-    ctx.scratch = step.scratch_bytes ? reinterpret_cast<float*>(base + step.scratch_offset) : nullptr;
-    step.kernel->Eval(ctx);
+  for (const Step& step : steps_) step.kernel->Eval(step.eval);
+  // Outputs: reuse the caller's tensors when they already have the right
+  // shapes, so a steady-state Run allocates nothing at all.
+  const bool reuse = outputs->size() == g.outputs.size() &&
+                     std::equal(g.outputs.begin(), g.outputs.end(), outputs->begin(),
+                                [&](int v, const TensorData& t) { return t.shape == g.values[v].shape; });
+  if (!reuse) {
+    outputs->clear();
+    outputs->resize(g.outputs.size());
   }
-  outputs->clear();
-  for (int v : g.outputs) {
-    TensorData t;
-    t.shape = g.values[v].shape;
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const int v = g.outputs[i];
+    TensorData& t = (*outputs)[i];
+    if (!reuse) t.shape = g.values[v].shape;
     if (g.values[v].constant) {
       t.values = g.ConstantData(v)->values;
     } else {
       const float* src = reinterpret_cast<const float*>(base + offsets_[v]);
       t.values.assign(src, src + NumElements(t.shape));
     }
-    outputs->push_back(std::move(t));
   }
   return Status::OK();
 }

@@ -6,6 +6,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -44,8 +45,7 @@ class BatchNormalizationKernel final : public Kernel {
     const float* x = ctx.inputs[0];
     float* y = ctx.outputs[0];
     const int64_t planes = n_ * c_;
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1 && planes * plane_ > 65536)
-    for (int64_t p = 0; p < planes; ++p) {
+    ParallelFor(planes, (ctx.threads > 1 && planes * plane_ > 65536) ? ctx.threads : 1, [&](int64_t p) {
       const int64_t c = p % c_;
       float a, b;
       if (folded_) {
@@ -58,7 +58,7 @@ class BatchNormalizationKernel final : public Kernel {
       float* yp = y + p * plane_;
 #pragma omp simd
       for (int64_t i = 0; i < plane_; ++i) yp[i] = xp[i] * a + b;
-    }
+    });
   }
 
  private:

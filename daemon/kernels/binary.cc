@@ -13,6 +13,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -98,8 +99,7 @@ void RunStep(const BroadcastStep& step, const float* lhs, const float* rhs, floa
   const size_t rank = step.dims.size();
   const int64_t len = step.dims[rank - 1];
   const int64_t ls = step.lhs_strides[rank - 1], rs = step.rhs_strides[rank - 1];
-#pragma omp parallel for num_threads(threads) if (threads > 1 && step.rows > 1 && step.rows * len > 16384)
-  for (int64_t row = 0; row < step.rows; ++row) {
+  ParallelFor(step.rows, (threads > 1 && step.rows > 1 && step.rows * len > 16384) ? threads : 1, [&](int64_t row) {
     int64_t lo = 0, ro = 0, rest = row;
     for (int64_t i = static_cast<int64_t>(rank) - 2; i >= 0; --i) {
       const int64_t idx = rest % step.dims[i];
@@ -126,7 +126,7 @@ void RunStep(const BroadcastStep& step, const float* lhs, const float* rhs, floa
       const float v = f(a[0], b[0]);
       for (int64_t k = 0; k < len; ++k) y[k] = v;
     }
-  }
+  });
 }
 
 class BroadcastKernel final : public Kernel {

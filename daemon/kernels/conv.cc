@@ -20,9 +20,14 @@
 
 #include <Eigen/Core>
 #include <omp.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
+#include "daemon/kernels/packed_gemm.h"
 
 namespace tessera {
 namespace {
@@ -106,12 +111,16 @@ class ConvKernel final : public Kernel {
     auto act = FusedActivation::FromAttributes(a);
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
     act_ = *act;
+    act_clamped_ = act_.kind == FusedActivation::kRelu || act_.kind == FusedActivation::kClip;
+    clamp_lo_ = act_.kind == FusedActivation::kRelu ? 0.f : act_.kind == FusedActivation::kClip ? act_.alpha : -INFINITY;
+    clamp_hi_ = act_.kind == FusedActivation::kClip ? act_.beta : INFINITY;
 
     prepared_threads_ = std::max(1, ctx.threads);
     wino_min_channels_ = a.Int("winograd_min_channels", 96);
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
     if (cg_ == 1 && group_ > 1) {
       strategy_ = kDepthwise;
+      PrepareDepthwise();
     } else if (kh_ == 1 && kw_ == 1 && sh_ == 1 && sw_ == 1 && pt_ == 0 && pl_ == 0 && pb == 0 && pr == 0) {
       strategy_ = kPointwise;
     } else if (kh_ == 3 && kw_ == 3 && sh_ == 1 && sw_ == 1 && dh_ == 1 && dw_ == 1 && group_ == 1 &&
@@ -128,6 +137,14 @@ class ConvKernel final : public Kernel {
       col_hi_.resize(kw_);
       for (int64_t j = 0; j < kw_; ++j) ValidRange(j * dw_ - pl_, sw_, w_, ow_, &col_lo_[j], &col_hi_[j]);
     }
+    packed_.clear();
+    if ((strategy_ == kIm2col || strategy_ == kPointwise) && ConstantOrNull(ctx, 1) != nullptr) {
+      // Constant weights: packed once for PackedGemm, one matrix per group.
+      const float* wt = ctx.constant_inputs[1]->values.data();
+      const int64_t k = cg_ * kh_ * kw_;
+      packed_.resize(group_);
+      for (int64_t g = 0; g < group_; ++g) packed_[g].Pack(wt + g * og_ * k, og_, k, k);
+    }
     return Status::OK();
   }
 
@@ -135,8 +152,8 @@ class ConvKernel final : public Kernel {
     if (strategy_ == kWinograd)  // padded input planes, then V and M of one chunk of tiles
       return static_cast<size_t>(c_ * (2 * tiles_h_ + 2) * (2 * tiles_w_ + 2) + 16 * (c_ + o_) * wino_chunk_) *
              sizeof(float);
-    if (strategy_ == kDepthwise)  // one zero-padded input plane per thread
-      return static_cast<size_t>(prepared_threads_ * (h_ + pt_ + pb_) * (w_ + pl_ + pr_)) * sizeof(float);
+    if (strategy_ == kDepthwise)  // polyphase input plane and flat output per thread
+      return static_cast<size_t>(prepared_threads_ * DepthwiseScratchFloats()) * sizeof(float);
     if (strategy_ != kIm2col) return 0;  // one im2col tile per thread
     return static_cast<size_t>(prepared_threads_ * cg_ * kh_ * kw_ * tile_) * sizeof(float);
   }
@@ -183,6 +200,10 @@ class ConvKernel final : public Kernel {
           for (int j = 0; j < 4; ++j) wino_u_[((i * 4 + j) * o_ + o) * c_ + c] = u[j];
         }
       }
+    wino_packed_.resize(16);
+    for (int xi = 0; xi < 16; ++xi) wino_packed_[xi].Pack(wino_u_.data() + xi * o_ * c_, o_, c_, c_);
+    wino_u_.clear();
+    wino_u_.shrink_to_fit();
     tiles_h_ = (oh_ + 1) / 2;
     tiles_w_ = (ow_ + 1) / 2;
     // Chunk of tiles whose V and M (16·(C+O)·chunk floats) stay within ~2 MiB.
@@ -205,19 +226,17 @@ class ConvKernel final : public Kernel {
     for (int64_t n = 0; n < n_; ++n) {
       const float* xn = x + n * c_ * h_ * w_;
       float* yn = y + n * o_ * oh_ * ow_;
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-      for (int64_t c = 0; c < c_; ++c) {
+      ParallelFor(c_, threads, [&](int64_t c) {
         float* pc = padded + c * hp * wp;
         std::fill(pc, pc + hp * wp, 0.f);
         const int64_t rows = std::min(h_, hp - pt_), cols = std::min(w_, wp - pl_);
         for (int64_t r = 0; r < rows; ++r) std::memcpy(pc + (r + pt_) * wp + pl_, xn + (c * h_ + r) * w_, sizeof(float) * cols);
-      }
+      });
       for (int64_t ty0 = 0; ty0 < tiles_h_; ty0 += rows_per_chunk) {
         const int64_t ty1 = std::min(tiles_h_, ty0 + rows_per_chunk);
         const int64_t count = (ty1 - ty0) * tiles_w_;
         // Input transform V = Bᵀ d B, vectorised across the tiles of a row.
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-        for (int64_t c = 0; c < c_; ++c) {
+        ParallelFor(c_, threads, [&](int64_t c) {
           for (int64_t ty = ty0; ty < ty1; ++ty) {
             const float* p0 = padded + (c * hp + 2 * ty) * wp;
             const float *p1 = p0 + wp, *p2 = p1 + wp, *p3 = p2 + wp;
@@ -246,20 +265,14 @@ class ConvKernel final : public Kernel {
               }
             }
           }
-        }
+        });
         // 16 GEMMs; Eigen parallelises each with the executor's thread count.
-        for (int xi = 0; xi < 16; ++xi) {
-          ConstMatrixMap u(wino_u_.data() + xi * o_ * c_, o_, c_);
-          Eigen::Map<const RowMajorMatrix, 0, Eigen::OuterStride<>> vm(v + xi * c_ * wino_chunk_, c_, count,
-                                                                      Eigen::OuterStride<>(wino_chunk_));
-          Eigen::Map<RowMajorMatrix, 0, Eigen::OuterStride<>> mm(m + xi * o_ * wino_chunk_, o_, count,
-                                                                 Eigen::OuterStride<>(wino_chunk_));
-          mm.noalias() = u * vm;
-        }
+        for (int xi = 0; xi < 16; ++xi)
+          PackedGemm(wino_packed_[xi], v + xi * c_ * wino_chunk_, wino_chunk_, count, m + xi * o_ * wino_chunk_,
+                     wino_chunk_, nullptr, FusedActivation{}, threads);
         // Output transform Y = Aᵀ M A + bias, vectorised across a tile row;
         // odd output edges are finished by WinogradEdge.
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-        for (int64_t o = 0; o < o_; ++o) {
+        ParallelFor(o_, threads, [&](int64_t o) {
           const float b = bias ? bias[o] : 0.f;
           float* yo = yn + o * oh_ * ow_;
           const float* mo = m + o * wino_chunk_;
@@ -292,11 +305,11 @@ class ConvKernel final : public Kernel {
               if (second_row) y1[2 * tx] = q[4] - q[8] - q[12] + q[5] - q[9] - q[13] + q[6] - q[10] - q[14] + b;
             }
           }
-        }
+        });
       }
       if (act_.kind != FusedActivation::kNone) {
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-        for (int64_t o = 0; o < o_; ++o) act_.Apply(yn + o * oh_ * ow_, static_cast<size_t>(oh_ * ow_));
+        ParallelFor(o_, threads,
+                    [&](int64_t o) { act_.Apply(yn + o * oh_ * ow_, static_cast<size_t>(oh_ * ow_)); });
       }
     }
   }
@@ -375,12 +388,23 @@ class ConvKernel final : public Kernel {
     // and Eigen parallelises inside each GEMM instead.
     const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
     const bool tile_parallel = threads > 1 && items >= 2 * threads;
-#pragma omp parallel for num_threads(threads) if (tile_parallel) schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
+    ParallelFor(items, (tile_parallel) ? threads : 1, [&](int64_t item) {
       const int64_t t = item % tiles, g = (item / tiles) % group_, n = item / (tiles * group_);
       const int64_t p0 = t * tile_, len = std::min(tile_, plane - p0);
       const float* xg = x + (n * c_ + g * cg_) * h_ * w_;
       float* yg = y + (n * o_ + g * og_) * plane;
+      const int gemm_threads = tile_parallel ? 1 : threads;
+      if (!packed_.empty()) {
+        const float* gb = bias ? bias + g * og_ : nullptr;
+        if (strategy_ == kPointwise) {
+          PackedGemm(packed_[g], xg + p0, plane, len, yg + p0, plane, gb, act_, gemm_threads);
+        } else {
+          float* col = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * k * tile_;
+          Im2colTile(xg, p0, len, col);
+          PackedGemm(packed_[g], col, len, len, yg + p0, plane, gb, act_, gemm_threads);
+        }
+        return;
+      }
       ConstMatrixMap wmat(wt + g * og_ * k, og_, k);
       StridedMap ymat(yg + p0, og_, len, Eigen::OuterStride<>(plane));
       if (strategy_ == kPointwise) {
@@ -391,21 +415,59 @@ class ConvKernel final : public Kernel {
         ymat.noalias() = wmat * ConstMatrixMap(col, k, len);
       }
       for (int64_t o = 0; o < og_; ++o) FinishRow(yg + o * plane + p0, len, bias ? bias[g * og_ + o] : 0.f);
-    }
+    });
   }
 
-  // Copies channel plane `x` into `padded` ((H+pt+pb) x (W+pl+pr)) with
-  // zero borders, so the depthwise inner loops need no bounds checks.
-  void PadPlane(const float* x, float* padded) const {
-    const int64_t wp = w_ + pl_ + pr_;
-    std::memset(padded, 0, sizeof(float) * pt_ * wp);
+  // Depthwise planes are evaluated in "polyphase" form: the zero-padded
+  // input plane is split by (row mod stride, column mod stride) into
+  // sh·sw sub-planes of width ws, so every tap (i, j) of output position
+  // q = oh·ws + ow reads sub-plane ((i·dh) mod sh, (j·dw) mod sw) at
+  // q + ⌊i·dh/sh⌋·ws + ⌊j·dw/sw⌋ — a contiguous, unit-stride stream for
+  // any stride and dilation. The whole output plane (ws − OW junk columns
+  // per row included) is then one flat vectorised loop per tap set, even for
+  // 7x7 planes where a loop over one output row would be mostly remainder;
+  // the valid columns are copied out with the activation.
+  void PrepareDepthwise() {
+    const int64_t hp = std::max(h_ + pt_ + pb_, (oh_ - 1) * sh_ + (kh_ - 1) * dh_ + 1);
+    const int64_t wp = std::max(w_ + pl_ + pr_, (ow_ - 1) * sw_ + (kw_ - 1) * dw_ + 1);
+    dw_sub_w_ = (wp + sw_ - 1) / sw_;
+    const int64_t sub_h = (hp + sh_ - 1) / sh_;
+    // One spare row: the junk columns of the last output row read past the end.
+    dw_sub_size_ = ((sub_h + 1) * dw_sub_w_ + 15) / 16 * 16;
+    dw_flat_size_ = (oh_ * dw_sub_w_ + 15) / 16 * 16;
+    dw_tap_offsets_.clear();
+    for (int64_t i = 0; i < kh_; ++i)
+      for (int64_t j = 0; j < kw_; ++j) {
+        const int64_t sub = ((i * dh_) % sh_) * sw_ + (j * dw_) % sw_;
+        dw_tap_offsets_.push_back(sub * dw_sub_size_ + (i * dh_ / sh_) * dw_sub_w_ + j * dw_ / sw_);
+      }
+  }
+
+  int64_t DepthwiseScratchFloats() const { return sh_ * sw_ * dw_sub_size_ + dw_flat_size_; }
+
+  // Scatters input plane x into the polyphase sub-planes (zero elsewhere).
+  void PolyphasePlane(const float* x, float* poly) const {
+    std::memset(poly, 0, sizeof(float) * sh_ * sw_ * dw_sub_size_);
     for (int64_t r = 0; r < h_; ++r) {
-      float* row = padded + (pt_ + r) * wp;
-      for (int64_t c = 0; c < pl_; ++c) row[c] = 0.f;
-      std::memcpy(row + pl_, x + r * w_, sizeof(float) * w_);
-      for (int64_t c = pl_ + w_; c < wp; ++c) row[c] = 0.f;
+      const int64_t pr = r + pt_;
+      const float* src = x + r * w_;
+      float* row = poly + (pr % sh_) * sw_ * dw_sub_size_ + (pr / sh_) * dw_sub_w_;
+      if (sw_ == 1) {
+        std::memcpy(row + pl_, src, sizeof(float) * w_);
+      } else if (sw_ == 2) {  // de-interleave: padded column pc goes to phase pc % 2, position pc / 2
+        float* phase[2] = {row, row + dw_sub_size_};
+        const int64_t first = pl_ % 2;  // phase of input column 0
+        float* even = phase[first] + pl_ / 2;                 // input columns 0, 2, 4, ...
+        float* odd = phase[1 - first] + (pl_ + 1) / 2;        // input columns 1, 3, 5, ...
+        for (int64_t c = 0; 2 * c < w_; ++c) even[c] = src[2 * c];
+        for (int64_t c = 0; 2 * c + 1 < w_; ++c) odd[c] = src[2 * c + 1];
+      } else {
+        for (int64_t c = 0; c < w_; ++c) {
+          const int64_t pc = c + pl_;
+          row[(pc % sw_) * dw_sub_size_ + pc / sw_] = src[c];
+        }
+      }
     }
-    std::memset(padded + (pt_ + h_) * wp, 0, sizeof(float) * pb_ * wp);
   }
 
   void EvalDepthwise(const EvalContext& ctx) const {
@@ -415,70 +477,97 @@ class ConvKernel final : public Kernel {
     float* y = ctx.outputs[0];
     const int64_t multiplier = og_;  // output channels per input channel
     const int64_t planes = n_ * o_;
-    const int64_t padded_size = (h_ + pt_ + pb_) * (w_ + pl_ + pr_);
+    const int64_t per_thread = DepthwiseScratchFloats();
     const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-    for (int64_t p = 0; p < planes; ++p) {
+    ParallelFor(planes, threads, [&](int64_t p) {
       const int64_t n = p / o_, o = p % o_;
-      float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * padded_size;
-      PadPlane(x + (n * c_ + o / multiplier) * h_ * w_, padded);
+      float* poly = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * per_thread;
+      float* flat = poly + sh_ * sw_ * dw_sub_size_;
+      // With a channel multiplier the same input plane serves consecutive outputs.
+      if (multiplier == 1 || o % multiplier == 0 || p == 0 || omp_get_num_threads() > 1)
+        PolyphasePlane(x + (n * c_ + o / multiplier) * h_ * w_, poly);
       const float* kernel = wt + o * kh_ * kw_;
-      float* yp = y + p * oh_ * ow_;
       const float b = bias ? bias[o] : 0.f;
-      if (kh_ == 3 && kw_ == 3 && dh_ == 1 && dw_ == 1 && sh_ == 1 && sw_ == 1) {
-        DepthwisePlane<3, 3, 1>(padded, kernel, b, yp);
-      } else if (kh_ == 3 && kw_ == 3 && dh_ == 1 && dw_ == 1 && sh_ == 2 && sw_ == 2) {
-        DepthwisePlane<3, 3, 2>(padded, kernel, b, yp);
-      } else if (kh_ == 5 && kw_ == 5 && dh_ == 1 && dw_ == 1 && sh_ == 1 && sw_ == 1) {
-        DepthwisePlane<5, 5, 1>(padded, kernel, b, yp);
-      } else if (kh_ == 5 && kw_ == 5 && dh_ == 1 && dw_ == 1 && sh_ == 2 && sw_ == 2) {
-        DepthwisePlane<5, 5, 2>(padded, kernel, b, yp);
-      } else {
-        DepthwisePlaneAny(padded, kernel, b, yp);
+      float* yp = y + p * oh_ * ow_;
+      if (ow_ >= 32) {  // long rows: straight into the output, row by row
+        for (int64_t r = 0; r < oh_; ++r) DepthwiseTapsDispatch(poly + r * dw_sub_w_, kernel, b, ow_, yp + r * ow_);
+      } else {  // short rows: the whole plane as one flat loop, then the valid columns
+        DepthwiseTapsDispatch(poly, kernel, b, oh_ * dw_sub_w_, flat);
+        for (int64_t r = 0; r < oh_; ++r) std::memcpy(yp + r * ow_, flat + r * dw_sub_w_, sizeof(float) * ow_);
       }
-      act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+      if (!act_clamped_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+    });
+  }
+
+  void DepthwiseTapsDispatch(const float* poly, const float* kernel, float bias, int64_t count, float* out) const {
+    switch (dw_tap_offsets_.size()) {
+      case 9:
+        DepthwiseTaps<9>(poly, kernel, bias, count, out);
+        return;
+      case 25:
+        DepthwiseTaps<25>(poly, kernel, bias, count, out);
+        return;
+      default:
+        DepthwiseTapsAny(poly, kernel, bias, count, out);
+        return;
     }
   }
 
-  // One output plane of a depthwise conv with compile-time kernel size and
-  // stride (the common MobileNet cases): taps are unrolled and held in
-  // registers, the loop over output columns vectorises.
-  template <int KH, int KW, int S>
-  void DepthwisePlane(const float* padded, const float* kernel, float bias, float* y) const {
-    const int64_t wp = w_ + pl_ + pr_;
-    float k[KH * KW];
-    for (int t = 0; t < KH * KW; ++t) k[t] = kernel[t];
-    for (int64_t oh = 0; oh < oh_; ++oh) {
-      const float* base = padded + oh * S * wp;
-      float* yr = y + oh * ow_;
-#pragma omp simd
-      for (int64_t ow = 0; ow < ow_; ++ow) {
-        float acc = bias;
-        // Unrolled before vectorisation; fma because ISO C++ mode disables contraction.
-#pragma GCC unroll 8
-        for (int i = 0; i < KH; ++i)
-#pragma GCC unroll 8
-          for (int j = 0; j < KW; ++j) acc = std::fma(k[i * KW + j], base[i * wp + ow * S + j], acc);
-        yr[ow] = acc;
+  // flat[q] = bias + Σ_t kernel[t] · poly[q + offset[t]], taps unrolled and
+  // held in registers (3x3 and 5x5: the MobileNet/MnasNet cases).
+  template <int T>
+  void DepthwiseTaps(const float* poly, const float* kernel, float bias, int64_t count, float* flat) const {
+    float k[T];
+    int64_t off[T];
+    for (int t = 0; t < T; ++t) k[t] = kernel[t], off[t] = dw_tap_offsets_[t];
+    const float lo = clamp_lo_, hi = clamp_hi_;
+#if defined(__AVX512F__)
+    // Explicit vectors: left to itself GCC vectorises the short tap loop
+    // (a 9-way gather reduction) instead of the loop over positions.
+    __m512 kv[T];
+    for (int t = 0; t < T; ++t) kv[t] = _mm512_set1_ps(k[t]);
+    const __m512 vb = _mm512_set1_ps(bias), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    int64_t q = 0;
+    for (; q + 32 <= count; q += 32) {
+      __m512 a0 = vb, a1 = vb;
+#pragma GCC unroll 25
+      for (int t = 0; t < T; ++t) {
+        a0 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + off[t]), a0);
+        a1 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + 16 + off[t]), a1);
       }
+      _mm512_storeu_ps(flat + q, _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi));
+      _mm512_storeu_ps(flat + q + 16, _mm512_min_ps(_mm512_max_ps(a1, vlo), vhi));
     }
+    for (; q < count; q += 16) {
+      const __mmask16 m =
+          count - q >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (count - q)) - 1u);
+      __m512 a0 = vb;
+#pragma GCC unroll 25
+      for (int t = 0; t < T; ++t) a0 = _mm512_fmadd_ps(kv[t], _mm512_maskz_loadu_ps(m, poly + q + off[t]), a0);
+      _mm512_mask_storeu_ps(flat + q, m, _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi));
+    }
+#else
+#pragma omp simd
+    for (int64_t q = 0; q < count; ++q) {
+      float acc = bias;
+      // fma because ISO C++ mode disables contraction.
+#pragma GCC unroll 25
+      for (int t = 0; t < T; ++t) acc = std::fma(k[t], poly[q + off[t]], acc);
+      flat[q] = std::min(std::max(acc, lo), hi);  // relu/clip in registers (±inf otherwise)
+    }
+#endif
   }
 
-  void DepthwisePlaneAny(const float* padded, const float* kernel, float bias, float* y) const {
-    const int64_t wp = w_ + pl_ + pr_;
-    for (int64_t oh = 0; oh < oh_; ++oh) {
-      const float* base = padded + oh * sh_ * wp;
-      float* yr = y + oh * ow_;
-      for (int64_t ow = 0; ow < ow_; ++ow) yr[ow] = bias;
-      for (int64_t i = 0; i < kh_; ++i)
-        for (int64_t j = 0; j < kw_; ++j) {
-          const float kv = kernel[i * kw_ + j];
-          const float* src = base + i * dh_ * wp + j * dw_;
-          const int64_t stride = sw_, n = ow_;
+  void DepthwiseTapsAny(const float* poly, const float* kernel, float bias, int64_t count, float* flat) const {
+    for (int64_t q = 0; q < count; ++q) flat[q] = bias;
+    for (size_t t = 0; t < dw_tap_offsets_.size(); ++t) {
+      const float kv = kernel[t];
+      const float* src = poly + dw_tap_offsets_[t];
 #pragma omp simd
-          for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::fma(kv, src[ow * stride], yr[ow]);
-        }
+      for (int64_t q = 0; q < count; ++q) flat[q] = std::fma(kv, src[q], flat[q]);
     }
+    if (act_clamped_)
+      for (int64_t q = 0; q < count; ++q) flat[q] = std::min(std::max(flat[q], clamp_lo_), clamp_hi_);
   }
 
   Strategy strategy_ = kIm2col;
@@ -489,11 +578,19 @@ class ConvKernel final : public Kernel {
   int64_t tile_ = 1;  // output columns per GEMM tile
   // Winograd: transformed weights U[16][O][C], tile grid, tiles per chunk.
   std::vector<float> wino_u_;
+  std::vector<PackedMatrix> wino_packed_;  // wino_u_ packed per position ξ
+  std::vector<PackedMatrix> packed_;       // im2col/pointwise weights per group (constant weights only)
   int64_t tiles_h_ = 0, tiles_w_ = 0, wino_chunk_ = 1;
   int64_t wino_min_channels_ = 96;  // tests lower it through attr "winograd_min_channels"
   bool has_bias_ = false;
   FusedActivation act_;
+  bool act_clamped_ = false;  // relu/clip: applied as min/max where the output is produced
+  float clamp_lo_ = -INFINITY, clamp_hi_ = INFINITY;
   std::vector<int64_t> col_lo_, col_hi_;
+  // Depthwise polyphase layout: sub-plane width and size, flat output size,
+  // and each tap's offset from the output position (kh·kw entries).
+  int64_t dw_sub_w_ = 0, dw_sub_size_ = 0, dw_flat_size_ = 0;
+  std::vector<int64_t> dw_tap_offsets_;
 };
 
 }  // namespace

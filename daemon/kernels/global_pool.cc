@@ -6,6 +6,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -30,14 +31,13 @@ class GlobalPoolKernel final : public Kernel {
   void Eval(const EvalContext& ctx) const override {
     const float* x = ctx.inputs[0];
     float* y = ctx.outputs[0];
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1)
-    for (int64_t p = 0; p < planes_; ++p) {
+    ParallelFor(planes_, ctx.threads, [&](int64_t p) {
       const float* xp = x + p * plane_size_;
       // Eigen's reductions are vectorised with per-lane partial sums, which
       // also keeps the float sum of a large plane (112x112) accurate.
       Eigen::Map<const Eigen::ArrayXf> plane(xp, plane_size_);
       y[p] = is_max_ ? plane.maxCoeff() : plane.sum() / static_cast<float>(plane_size_);
-    }
+    });
   }
 
  private:

@@ -20,6 +20,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -138,12 +139,11 @@ class PoolKernel : public Kernel {
     float* y = ctx.outputs[0];
     const int64_t planes = n_ * c_;
     const int threads = std::max(1, std::min(ctx.threads, threads_));
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-    for (int64_t p = 0; p < planes; ++p) {
+    ParallelFor(planes, threads, [&](int64_t p) {
       float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * padded_h_ * padded_w_;
       PadPlane(x + p * h_ * w_, padded);
       PoolPlane(padded, y + p * oh_ * ow_);
-    }
+    });
   }
 
  private:

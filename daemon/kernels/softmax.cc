@@ -9,6 +9,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -33,18 +34,16 @@ class SoftmaxKernel final : public Kernel {
     const float* x = ctx.inputs[0];
     float* y = ctx.outputs[0];
     if (inner_ == 1) {
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1 && outer_ > 1)
-      for (int64_t o = 0; o < outer_; ++o) {
+      ParallelFor(outer_, (ctx.threads > 1 && outer_ > 1) ? ctx.threads : 1, [&](int64_t o) {
         Eigen::Map<const Eigen::ArrayXf> xr(x + o * len_, len_);
         Eigen::Map<Eigen::ArrayXf> yr(y + o * len_, len_);
         yr = (xr - xr.maxCoeff()).exp();
         yr /= yr.sum();
-      }
+      });
       return;
     }
     // Strided axis: process `inner` columns at once, walking the axis.
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1 && outer_ > 1)
-    for (int64_t o = 0; o < outer_; ++o) {
+    ParallelFor(outer_, (ctx.threads > 1 && outer_ > 1) ? ctx.threads : 1, [&](int64_t o) {
       const float* xo = x + o * len_ * inner_;
       float* yo = y + o * len_ * inner_;
       for (int64_t i = 0; i < inner_; ++i) {
@@ -59,7 +58,7 @@ class SoftmaxKernel final : public Kernel {
         const float inv = 1.f / sum;
         for (int64_t a = 0; a < len_; ++a) yo[a * inner_ + i] *= inv;
       }
-    }
+    });
   }
 
  private:

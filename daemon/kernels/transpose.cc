@@ -8,6 +8,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -67,8 +68,7 @@ class TransposeKernel final : public Kernel {
     const size_t rank = dims_.size();
     const int64_t inner = dims_[rank - 1], inner_stride = strides_[rank - 1];
     const int64_t rows = size_ / inner;
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1 && size_ > 65536)
-    for (int64_t r = 0; r < rows; ++r) {
+    ParallelFor(rows, (ctx.threads > 1 && size_ > 65536) ? ctx.threads : 1, [&](int64_t r) {
       int64_t offset = 0, rest = r;
       for (int64_t i = static_cast<int64_t>(rank) - 2; i >= 0; --i) {
         offset += (rest % dims_[i]) * strides_[i];
@@ -78,7 +78,7 @@ class TransposeKernel final : public Kernel {
       const float* src = x + offset;
 #pragma omp simd
       for (int64_t k = 0; k < inner; ++k) dst[k] = src[k * inner_stride];
-    }
+    });
   }
 
  private:

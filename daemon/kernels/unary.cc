@@ -11,6 +11,7 @@
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
+#include "daemon/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -82,11 +83,10 @@ class UnaryKernel final : public Kernel {
 
   void Eval(const EvalContext& ctx) const override {
     const int64_t chunks = (size_ + kChunk - 1) / kChunk;
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1 && chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    ParallelFor(chunks, (ctx.threads > 1 && chunks > 1) ? ctx.threads : 1, [&](int64_t c) {
       const int64_t begin = c * kChunk, len = std::min(kChunk, size_ - begin);
       Apply(ctx.inputs[0] + begin, ctx.outputs[0] + begin, len);
-    }
+    });
   }
 
  private:

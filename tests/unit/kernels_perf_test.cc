@@ -1,11 +1,17 @@
 // Throughput of the heavy kernels (hidden: run with `kernels_perf_test "[perf]"`).
 // Prints GFLOP/s so regressions against the onnxruntime budget (1.5x, single
 // thread) are visible; asserts nothing about speed.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
 
 #include <Eigen/Core>
 
+#include "daemon/executor.h"
+#include "partition/model_import.h"
 #include "tests/unit/kernels_testing.h"
 
 namespace tessera {
@@ -120,6 +126,68 @@ TEST_CASE("conv throughput on typical layers", "[.][perf]") {
     ReportConv("mbv2 1x1 16->96 112x112", 16, 96, 112, 1, 1, 1, threads);
     ReportConv("mbv2 1x1 144->24 56x56", 144, 24, 56, 1, 1, 1, threads);
     ReportConv("squeezenet 1x1 16->64 55x55", 16, 64, 55, 1, 1, 1, threads);
+  }
+}
+
+// Whole models, and every node of them timed alone, grouped by op (conv by
+// kind). Models come from TESSERA_PERF_MODELS (colon-separated .onnx/.cfg
+// paths, e.g. BUILD/oracle/resnet18.onnx from the torch oracle). Prints the
+// best and median of 30 runs: the best is robust to a loaded machine.
+std::string NodeKind(const Graph& g, const Node& node) {
+  if (node.op != "Conv") return node.op;
+  const Shape& w = g.values[node.inputs[1]].shape;
+  const int64_t group = node.attrs.Int("group", 1);
+  const int64_t c = g.values[node.inputs[0]].shape[1];
+  if (group > 1 && group == c) return "Conv dw" + std::to_string(w[2]) + "x" + std::to_string(w[3]);
+  return "Conv " + std::to_string(w[2]) + "x" + std::to_string(w[3]) + (group > 1 ? "/g" : "");
+}
+
+TEST_CASE("model latency and per-op breakdown", "[.][perf-model]") {
+  const char* env = std::getenv("TESSERA_PERF_MODELS");
+  if (env == nullptr) return;
+  std::stringstream paths(env);
+  std::string path;
+  while (std::getline(paths, path, ':')) {
+    auto graph = ImportModel(path, {});
+    REQUIRE(graph.ok());
+    auto ex = Executor::Create(*graph, {1});
+    REQUIRE(ex.ok());
+    std::mt19937 rng(5);
+    std::vector<TensorData> inputs, outputs;
+    for (int v : graph->inputs)
+      inputs.push_back({graph->values[v].shape, testing::RandomValues(NumElements(graph->values[v].shape), rng)});
+    std::vector<double> ms;
+    for (int r = 0; r < 32; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      REQUIRE((*ex)->Run(inputs, &outputs).ok());
+      if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("%s: best %.3f ms, median %.3f ms\n", path.c_str(), ms.front(), ms[ms.size() / 2]);
+    std::map<std::string, std::pair<int, double>> by_kind;
+    for (const Node& node : graph->nodes) {
+      std::vector<testing::TestTensor> ins;
+      for (int v : node.inputs) {
+        if (v < 0) {
+          testing::TestTensor t;
+          t.absent = true;
+          ins.push_back(t);
+        } else if (graph->values[v].constant) {
+          ins.push_back(testing::Weights(graph->values[v].shape, graph->ConstantData(v)->values));
+        } else {
+          const Shape& sh = graph->values[v].shape;
+          ins.push_back(testing::Activation(sh, testing::RandomValues(NumElements(sh), rng)));
+        }
+      }
+      if (node.outputs.size() != 1 || std::any_of(ins.begin(), ins.end(), [](auto& t) { return t.absent; })) continue;
+      Attributes attrs = node.attrs;
+      Timed t = TimeNode(node.op, attrs, ins, graph->values[node.outputs[0]].shape, 1, 10);
+      auto& entry = by_kind[NodeKind(*graph, node)];
+      entry.first += 1;
+      entry.second += t.best_seconds * 1e3;
+    }
+    for (const auto& [kind, entry] : by_kind)
+      std::printf("  %-16s %3d nodes %8.3f ms\n", kind.c_str(), entry.first, entry.second);
   }
 }
 
