@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <future>
+#include <random>
 #include <sstream>
 
 #include "daemon/worker_tensor.h"
@@ -124,6 +126,10 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
     TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(w.address, g->options_.security));
     g->stubs_.push_back(proto::Worker::NewStub(channel));
   }
+  // Worker-side ids scope the peers' exchange messages: start at a random
+  // point so two gateways (or a restarted one) on the same workers do not
+  // reuse the ids of each other's in-flight requests.
+  g->next_request_ = 1 + (std::random_device{}() & 0x3fffffff);
   g->latency_buckets_.assign(kNumBounds, 0);
   g->worker_up_.assign(g->options_.workers.size(), false);
   g->worker_plan_.assign(g->options_.workers.size(), "");
@@ -152,25 +158,34 @@ void Gateway::HealthLoop() {
   }
 }
 
+bool Gateway::ProbeWorker(size_t i, std::chrono::milliseconds timeout, proto::HealthReply* health) {
+  proto::HealthRequest hreq;
+  hreq.set_plan_id(options_.plan_id);
+  grpc::ClientContext hctx;
+  hctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  // Wait (up to the timeout) for a channel that is reconnecting, instead of
+  // failing at once while it backs off: a worker that just restarted is up.
+  hctx.set_wait_for_ready(true);
+  const bool up = stubs_[i]->Health(&hctx, hreq, health).ok() && health->serving();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (worker_up_[i] != up)
+    spdlog::info("gateway: worker {} ({}) is {}", options_.workers[i].name, options_.workers[i].address,
+                 up ? "up" : "down");
+  worker_up_[i] = up;
+  worker_plan_[i] = health->plan_id();
+  return up;
+}
+
 void Gateway::RefreshWorkerState() {
   for (size_t i = 0; i < stubs_.size(); ++i) {
-    proto::HealthRequest hreq;
-    hreq.set_plan_id(options_.plan_id);
     proto::HealthReply health;
-    grpc::ClientContext hctx;
-    hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    const bool up = stubs_[i]->Health(&hctx, hreq, &health).ok() && health.serving();
+    const bool up = ProbeWorker(i, std::chrono::milliseconds(500), &health);
     proto::StatusRequest sreq;
     proto::WorkerStatusReply status;
     grpc::ClientContext sctx;
     sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     const bool have_status = up && stubs_[i]->Status(&sctx, sreq, &status).ok();
     std::lock_guard<std::mutex> lock(mu_);
-    if (worker_up_[i] != up)
-      spdlog::info("gateway: worker {} ({}) is {}", options_.workers[i].name, options_.workers[i].address,
-                   up ? "up" : "down");
-    worker_up_[i] = up;
-    worker_plan_[i] = health.plan_id();
     if (have_status)
       for (const auto& l : status.links())
         links_[{l.from_device(), l.to_device()}] = {l.from_device(), l.to_device(), l.payload_bytes(), l.wire_bytes(),
@@ -228,6 +243,25 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   const int64_t now_ms = UnixMillisNow();
   const int64_t deadline_ms = deadline_unix_ms > 0 ? deadline_unix_ms : now_ms + options_.default_deadline_ms;
   if (deadline_ms <= now_ms) return finish(Status::DeadlineExceeded("the request's deadline has already passed"));
+
+  // A worker the health loop saw down is asked once more, now; if it still
+  // does not answer (or lost the plan), the request fails fast naming it,
+  // instead of the source waiting out the deadline for tiles that never come.
+  for (size_t i = 0; i < stubs_.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (worker_up_[i]) continue;
+    }
+    proto::HealthReply health;
+    const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(deadline_ms - now_ms, 1, 1000));
+    if (ProbeWorker(i, timeout, &health)) continue;
+    const std::string who = "worker " + options_.workers[i].name + " (" + options_.workers[i].address + ", device " +
+                            std::to_string(i) + ")";
+    if (!health.name().empty())
+      return finish(Status::FailedPrecondition(who + " holds plan '" + health.plan_id() + "', not the served plan " +
+                                               options_.plan_id + "; redeploy (tessera deploy)"));
+    return finish(Status::Unavailable(who + " does not answer; plan " + options_.plan_id + " cannot run without it"));
+  }
 
   // Admission: a bounded queue in front of max_in_flight running requests.
   {
@@ -356,9 +390,12 @@ void Gateway::FillStatus(proto::GatewayStatusReply* reply) const {
 
 grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::InferRequest* request,
                                    proto::InferReply* reply) {
+  // A client naming a plan (model) this gateway does not serve sent bad input
+  // (issue 5: unknown model -> INVALID_ARGUMENT); FAILED_PRECONDITION is kept
+  // for a worker asked to run a plan it does not hold.
   if (!request->plan_id().empty() && request->plan_id() != gateway_->options().plan_id)
-    return ToGrpcStatus(tessera::Status::FailedPrecondition("the gateway serves plan " + gateway_->options().plan_id +
-                                                            ", not '" + request->plan_id() + "'"));
+    return ToGrpcStatus(tessera::Status::InvalidArgument("unknown plan '" + request->plan_id() +
+                                                         "': the gateway serves plan " + gateway_->options().plan_id));
   std::vector<TensorData> inputs;
   for (int i = 0; i < request->inputs_size(); ++i) {
     auto t = FromTensorMsg(request->inputs(i), "input " + std::to_string(i));

@@ -96,6 +96,9 @@ class Gateway {
  private:
   explicit Gateway(GatewayOptions options) : options_(std::move(options)) {}
   void HealthLoop();
+  // Worker.Health of worker i (with the served plan id) now; records and
+  // returns whether it answers and holds the plan. *reply gets its answer.
+  bool ProbeWorker(size_t i, std::chrono::milliseconds timeout, proto::HealthReply* reply);
 
   const GatewayOptions options_;
   std::vector<std::unique_ptr<proto::Worker::Stub>> stubs_;

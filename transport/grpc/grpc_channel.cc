@@ -26,6 +26,12 @@ Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, c
   // Each caller gets its own TCP connection (peer exchange streams must not
   // queue behind large Run requests on a shared one).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A restarted worker must be seen again within about a second: gRPC's
+  // default reconnect backoff grows to two minutes, far longer than a board
+  // takes to reboot, and calls fail fast while a channel backs off.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
