@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <fcntl.h>
 #include <csignal>
 #include <chrono>
 #include <cmath>
@@ -36,8 +38,13 @@
 #include "partition/forced_plan.h"
 #include "partition/metrics.h"
 #include "partition/program_compiler.h"
+#include "daemon/worker_mcu_bridge.h"
+#include "firmware/host/mcu_program_builder.h"
 #ifdef TESSERA_HAVE_PLANNER
 #include "daemon/gateway_plan.h"
+#include "planner/cluster.h"
+#include "planner/placement.h"
+#include "planner/plan.h"
 #endif
 
 namespace tessera {
@@ -57,6 +64,7 @@ struct DemoOptions {
   std::string force;  // a forced scheme instead of the planner
   bool json = false;
   bool keep = false;
+  int mcu = 0;  // > 0: the mixed Linux + MCU cluster under QEMU (issue 6)
 };
 
 // Worker processes of this demo; also read by the signal handler.
@@ -94,7 +102,8 @@ struct WorkerProcesses {
   }
 };
 
-Result<std::vector<std::string>> StartWorkers(int n, const std::string& dir, int threads) {
+Result<std::vector<std::string>> StartWorkers(int n, const std::string& dir, int threads,
+                                              const std::vector<std::vector<std::string>>& extra_args = {}) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const std::string level = spdlog::level::to_string_view(spdlog::get_level()).data();
@@ -108,9 +117,14 @@ Result<std::vector<std::string>> StartWorkers(int n, const std::string& dir, int
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
       const std::string t = std::to_string(threads), data = dir + "/" + name;
-      execl("/proc/self/exe", "tessera", "--log-level", level.c_str(), "worker", "--listen", "127.0.0.1:0", "--name",
-            name.c_str(), "--port-file", port_file.c_str(), "--data-dir", data.c_str(), "--threads", t.c_str(),
-            static_cast<char*>(nullptr));
+      std::vector<std::string> args = {"tessera", "--log-level", level, "worker", "--listen", "127.0.0.1:0", "--name",
+                                       name, "--port-file", port_file, "--data-dir", data, "--threads", t};
+      if (i < static_cast<int>(extra_args.size()))
+        args.insert(args.end(), extra_args[i].begin(), extra_args[i].end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
       _exit(127);
     }
     g_workers[i] = pid;
@@ -160,7 +174,100 @@ struct PlanForDemo {
   bool planner_used = false;
 };
 
+// The demo's temporary directory (worker data, port files, QEMU logs);
+// removed when the demo leaves unless --keep.
+class DemoDirectory {
+ public:
+  static Result<std::unique_ptr<DemoDirectory>> Create(const std::string& prefix, bool keep) {
+    std::string path = "/tmp/" + prefix + "-XXXXXX";
+    if (!mkdtemp(path.data())) return Status::FromErrno(errno, "mkdtemp " + path);
+    return std::unique_ptr<DemoDirectory>(new DemoDirectory(path, keep));
+  }
+  ~DemoDirectory() {
+    std::error_code ec;
+    if (!keep_) std::filesystem::remove_all(path_, ec);
+  }
+  DemoDirectory(const DemoDirectory&) = delete;
+  DemoDirectory& operator=(const DemoDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  DemoDirectory(std::string path, bool keep) : path_(std::move(path)), keep_(keep) {}
+  const std::string path_;
+  const bool keep_;
+};
+
+// A gateway in this process, served on a loopback port and reached through
+// its own gRPC API like any client would.
+struct LocalGateway {
+  std::unique_ptr<Gateway> gateway;
+  std::unique_ptr<GatewayService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<proto::Gateway::Stub> stub;
+  ~LocalGateway() {
+    if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+};
+
+Result<std::unique_ptr<LocalGateway>> StartLocalGateway(GatewayOptions options) {
+  auto lg = std::make_unique<LocalGateway>();
+  TS_ASSIGN_OR_RETURN(lg->gateway, Gateway::Create(std::move(options)));
+  lg->service = std::make_unique<GatewayService>(lg->gateway.get());
+  std::string address;
+  TS_ASSIGN_OR_RETURN(lg->server, StartGatewayServer(lg->service.get(), "127.0.0.1:0", TransportSecurity{}, &address));
+  TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, TransportSecurity{}));
+  lg->stub = proto::Gateway::NewStub(channel);
+  return lg;
+}
+
+// One Gateway.Infer call; *ms gets its wall time.
+Status InferThroughGateway(proto::Gateway::Stub& stub, const std::vector<TensorData>& inputs, uint64_t request_id,
+                           int64_t timeout_ms, std::vector<TensorData>* outputs, double* ms) {
+  proto::InferRequest req;
+  req.set_request_id(request_id);
+  req.set_deadline_unix_ms(UnixMillisNow() + timeout_ms);
+  for (const auto& t : inputs) *req.add_inputs() = ToTensorMsg(t);
+  grpc::ClientContext ctx;
+  proto::InferReply reply;
+  const auto s0 = std::chrono::steady_clock::now();
+  grpc::Status gs = stub.Infer(&ctx, req, &reply);
+  *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+  TS_RETURN_IF_ERROR(FromGrpcStatus(gs, "Infer"));
+  outputs->clear();
+  for (int o = 0; o < reply.outputs_size(); ++o) {
+    TS_ASSIGN_OR_RETURN(auto t, FromTensorMsg(reply.outputs(o), "output " + std::to_string(o)));
+    outputs->push_back(std::move(t));
+  }
+  return Status::OK();
+}
+
+// What the demo's requests came back with, compared with the single-device
+// run (a match is max|a-b|/max|b| <= 1e-5, issue 5).
+struct RequestTally {
+  std::vector<double> latencies_ms;
+  double max_rel = 0;
+  int answered = 0, matched = 0;
+  std::string first_error;
+
+  void Record(const Status& st, const std::vector<TensorData>& outputs, const std::vector<TensorData>& reference,
+              double ms) {
+    if (!st.ok()) {
+      if (first_error.empty()) first_error = st.ToString();
+      return;
+    }
+    ++answered;
+    latencies_ms.push_back(ms);
+    const double rel = Differences(outputs, reference).second;
+    max_rel = std::max(max_rel, rel);
+    if (rel <= 1e-5) ++matched;
+  }
+  bool AllMatch(int requests) const { return answered == requests && matched == requests; }
+};
+
+int RunMixedDemo(const DemoOptions& d);
+
 int RunDemo(const DemoOptions& d) {
+  if (d.mcu > 0) return RunMixedDemo(d);
   if (!std::filesystem::exists(d.model))
     return ReportError("demo", Status::NotFound(d.model + " does not exist; install Debian's 'darknet' package "
                                                 "(deploy/install-deps.sh) or pass --model FILE"));
@@ -193,17 +300,9 @@ int RunDemo(const DemoOptions& d) {
   const double single_latency = Median(single_ms);
 
   // The local cluster.
-  char dir_template[] = "/tmp/tessera-demo-XXXXXX";
-  if (!mkdtemp(dir_template)) return ReportError("demo", Status::FromErrno(errno, "mkdtemp"));
-  const std::string dir = dir_template;
-  struct DirCleanup {
-    std::string dir;
-    bool keep;
-    ~DirCleanup() {
-      std::error_code ec;
-      if (!keep) std::filesystem::remove_all(dir, ec);
-    }
-  } dir_cleanup{dir, d.keep};
+  auto demo_dir = DemoDirectory::Create("tessera-demo", d.keep);
+  if (!demo_dir.ok()) return ReportError("demo", demo_dir.status());
+  const std::string dir = (*demo_dir)->path();
   WorkerProcesses workers_guard;
   auto addresses = StartWorkers(d.devices, dir, d.threads);
   if (!addresses.ok()) return ReportError("demo", addresses.status());
@@ -273,21 +372,12 @@ int RunDemo(const DemoOptions& d) {
   go.plan_id = pd.plan_id;
   go.signature = ModelSignature::Of(*graph);
   go.max_in_flight = std::max(1, d.clients);
-  auto gateway = Gateway::Create(go);
-  if (!gateway.ok()) return ReportError("demo", gateway.status());
-  GatewayService service(gateway->get());
-  std::string gateway_address;
-  auto server = StartGatewayServer(&service, "127.0.0.1:0", TransportSecurity{}, &gateway_address);
-  if (!server.ok()) return ReportError("demo", server.status());
-  auto channel = OpenChannel(gateway_address, TransportSecurity{});
-  if (!channel.ok()) return ReportError("demo", channel.status());
-  auto stub = proto::Gateway::NewStub(*channel);
+  auto local = StartLocalGateway(go);
+  if (!local.ok()) return ReportError("demo", local.status());
+  Gateway* gateway = (*local)->gateway.get();
 
   std::mutex mu;
-  std::vector<double> latencies;
-  double max_rel = 0;
-  int answered = 0, matched = 0;
-  std::string first_error;
+  RequestTally tally;
   std::atomic<int> next{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> clients;
@@ -295,63 +385,42 @@ int RunDemo(const DemoOptions& d) {
     clients.emplace_back([&] {
       for (int r; (r = next++) < d.requests;) {
         const int k = r % kinds;
-        proto::InferRequest req;
-        req.set_request_id(static_cast<uint64_t>(r) + 1);
-        req.set_deadline_unix_ms(UnixMillisNow() + 120000);
-        for (const auto& t : inputs[k]) *req.add_inputs() = ToTensorMsg(t);
-        grpc::ClientContext ctx;
-        proto::InferReply reply;
-        const auto s0 = std::chrono::steady_clock::now();
-        grpc::Status gs = stub->Infer(&ctx, req, &reply);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
         std::vector<TensorData> outputs;
-        Status st = FromGrpcStatus(gs, "Infer");
-        for (int o = 0; st.ok() && o < reply.outputs_size(); ++o) {
-          auto t = FromTensorMsg(reply.outputs(o), "output");
-          if (!t.ok()) st = t.status(); else outputs.push_back(std::move(*t));
-        }
+        double ms = 0;
+        Status st = InferThroughGateway(*(*local)->stub, inputs[k], static_cast<uint64_t>(r) + 1, 120000, &outputs, &ms);
         std::lock_guard<std::mutex> lock(mu);
-        if (!st.ok()) {
-          if (first_error.empty()) first_error = st.ToString();
-          continue;
-        }
-        ++answered;
-        latencies.push_back(ms);
-        const double rel = Differences(outputs, reference[k]).second;
-        max_rel = std::max(max_rel, rel);
-        if (rel <= 1e-5) ++matched;
+        tally.Record(st, outputs, reference[k], ms);
       }
     });
   for (auto& t : clients) t.join();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const bool all_match = answered == d.requests && matched == d.requests;
-  const double latency = Median(latencies);
-  const double throughput = wall_s > 0 ? answered / wall_s : 0;
+  const bool all_match = tally.AllMatch(d.requests);
+  const double latency = Median(tally.latencies_ms);
+  const double throughput = wall_s > 0 ? tally.answered / wall_s : 0;
 
-  (*gateway)->RefreshWorkerState();
-  const auto links = (*gateway)->Links();
+  gateway->RefreshWorkerState();
+  const auto links = gateway->Links();
   int64_t measured_payload = 0, measured_wire = 0, expected_total = 0;
   nlohmann::json jlinks = nlohmann::json::array();
   for (const auto& l : links) {
     const int64_t expected = expected_link_bytes.count(std::make_pair(l.from, l.to)) ? expected_link_bytes[std::make_pair(l.from, l.to)] : 0;
     measured_payload += l.payload_bytes;
     measured_wire += l.wire_bytes;
-    expected_total += expected * answered;
+    expected_total += expected * tally.answered;
     jlinks.push_back({{"from", endpoints[l.from].name}, {"to", endpoints[l.to].name},
                       {"payload_bytes", l.payload_bytes}, {"wire_bytes", l.wire_bytes},
-                      {"expected_payload_bytes", expected * answered},
-                      {"wire_over_expected", expected ? static_cast<double>(l.wire_bytes) / (expected * answered) : 0.0}});
+                      {"expected_payload_bytes", expected * tally.answered},
+                      {"wire_over_expected", expected ? static_cast<double>(l.wire_bytes) / (expected * tally.answered) : 0.0}});
   }
   int64_t predicted_per_request = 0;
   for (int64_t b : pd.predicted_sent_bytes) predicted_per_request += b;
 
-  server->get()->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (d.json) {
     nlohmann::json j = {{"devices", d.devices},
                         {"requests", d.requests},
-                        {"answered", answered},
+                        {"answered", tally.answered},
                         {"all_match", all_match},
-                        {"max_rel_diff", max_rel},
+                        {"max_rel_diff", tally.max_rel},
                         {"latency_ms", latency},
                         {"single_device_latency_ms", single_latency},
                         {"throughput_per_s", throughput},
@@ -372,7 +441,7 @@ int RunDemo(const DemoOptions& d) {
                      {"memory_bytes", (*deployed)[i].memory_bytes}, {"weight_bytes", (*deployed)[i].weight_bytes},
                      {"program_bytes", (*deployed)[i].program_bytes}});
     j["device_memory"] = mem;
-    if (!first_error.empty()) j["error"] = first_error;
+    if (!tally.first_error.empty()) j["error"] = tally.first_error;
     std::printf("%s\n", j.dump(1).c_str());
   } else {
     std::printf("tessera demo — %s, %.2f MiB weights, %.2f GMACs, on %d worker processes (loopback)\n",
@@ -395,15 +464,399 @@ int RunDemo(const DemoOptions& d) {
                 static_cast<long long>(measured_payload), static_cast<long long>(expected_total),
                 static_cast<long long>(measured_wire), static_cast<long long>(predicted_per_request));
     std::printf("\nrequests: %d answered of %d (%d clients), %d match the single-device run (max rel diff %.3g)\n",
-                answered, d.requests, d.clients, matched, max_rel);
+                tally.answered, d.requests, d.clients, tally.matched, tally.max_rel);
     std::printf("latency: %.2f ms median on %d devices, %.2f ms on one device (this process)\n", latency, d.devices,
                 single_latency);
     std::printf("throughput: %.2f inferences/s vs %.2f on one device\n", throughput,
                 single_latency > 0 ? 1000.0 / single_latency : 0.0);
     std::printf("(loopback: no bandwidth limit and all workers share this machine's cores)\n");
-    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+    if (!tally.first_error.empty()) std::printf("first error: %s\n", tally.first_error.c_str());
   }
   return all_match ? 0 : 2;
+}
+
+// ---- `tessera demo --mcu 2`: the mixed Linux + MCU cluster (issue 6) --------
+//
+// Two worker processes w1, w2 on loopback; two QEMU mps2-an386 machines run
+// the MCU firmware with their UART0 on a pty; w1 owns mcu1 and w2 owns mcu2
+// (`tessera worker --mcu NAME=PTY`), exactly the shape of
+// configs/mixed-2linux-2mcu.yaml (written here with the real addresses and
+// ptys). The keyword-spotting CNN is planned with the latency objective on
+// the STM32 presets; when the planner keeps every layer on a Linux worker
+// (the UART makes any MCU hop slower than computing locally) the demo forces
+// the fastest contiguous whole-layer pipeline that gives each MCU a layer.
+
+// The firmware ELF: $TESSERA_MCU_FIRMWARE, else <dir of this binary>/firmware/.
+std::string FindMcuFirmware() {
+  if (const char* env = std::getenv("TESSERA_MCU_FIRMWARE")) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  return (exe.parent_path() / "firmware" / "tessera_mcu_worker.elf").string();
+}
+
+bool QemuInstalled() {
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    const size_t end = p.find(':', start);
+    const std::string dir = p.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty() && access((dir + "/qemu-system-arm").c_str(), X_OK) == 0) return true;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return false;
+}
+
+// Boots one QEMU MCU; returns the pty of its UART0. The pid joins g_workers
+// so it is stopped with the workers.
+Result<std::string> BootQemuMcu(const std::string& firmware, const std::string& log_path) {
+  if (g_num_workers >= kMaxWorkers) return Status::ResourceExhausted("too many child processes");
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return Status::FromErrno(errno, "fork");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execlp("qemu-system-arm", "qemu-system-arm", "-M", "mps2-an386", "-nodefaults", "-display", "none", "-monitor",
+           "none", "-serial", "pty", "-kernel", firmware.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  g_workers[g_num_workers] = pid;
+  g_num_workers = g_num_workers + 1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in(log_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("/dev/pts/");
+    if (at != std::string::npos) {
+      size_t end = at + 9;
+      while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+      if (end > at + 9) return text.substr(at, end - at);
+    }
+    int wstatus = 0;
+    if (waitpid(pid, &wstatus, WNOHANG) == pid)
+      return Status::Unavailable("qemu-system-arm exited at boot: " + text);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Status::DeadlineExceeded("qemu-system-arm did not report its serial pty within 10 s (" + log_path + ")");
+}
+
+#ifdef TESSERA_HAVE_PLANNER
+struct MixedPlacement {
+  std::vector<int> device_of_layer;
+  PlacementCost cost;
+  bool forced = false;
+  std::string note;
+};
+
+// The planner's latency plan if it gives every MCU a layer (whole layers
+// only: the MCU runs receive-all / compute / send-all programs); else the
+// fastest feasible contiguous pipeline with at least one layer per MCU.
+Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, std::string* table) {
+  const auto figures = ComputeLayerFigures(graph);
+  if (figures.size() != graph.nodes.size())
+    return Status::Internal("layer figures do not match the graph's nodes");
+  const PlacementProblem problem = MakePlacementProblem(graph, figures, cluster);
+  std::vector<int> mcus;
+  for (int i = 0; i < cluster.size(); ++i)
+    if (cluster.devices[i].kind == DeviceKind::kMcu) mcus.push_back(i);
+  MixedPlacement out;
+  PlanOptions po;
+  po.objective = Objective::kLatency;
+  auto plan = BuildPlan(graph, figures, cluster, po);
+  if (plan.ok()) {
+    *table = FormatPlanTable(*plan);
+    std::vector<int> dev;
+    bool whole = true;
+    for (const auto& l : plan->layers) {
+      if (l.scheme != "whole" || l.devices.size() != 1) whole = false;
+      dev.push_back(l.devices.empty() ? 0 : l.devices[0]);
+    }
+    bool every_mcu = true;
+    for (int m : mcus) every_mcu = every_mcu && std::count(dev.begin(), dev.end(), m) > 0;
+    if (whole && every_mcu && dev.size() == graph.nodes.size()) {
+      out.device_of_layer = dev;
+      out.cost = EvaluatePlacement(problem, dev);
+      out.note = "planner (latency objective) placement used as is";
+      return out;
+    }
+    out.note = "the planner put no layer on some MCU (predicted " + std::to_string(plan->latency_s * 1e3) +
+               " ms on Linux alone); forced the fastest contiguous pipeline giving each MCU at least one layer";
+  } else {
+    out.note = "the planner failed (" + plan.status().ToString() + "); forced a contiguous pipeline";
+  }
+  out.forced = true;
+  const int n = static_cast<int>(graph.nodes.size()), k = cluster.size();
+  if (n > 10) return Status::InvalidArgument("the mixed demo's pipeline search is for small chains (<= 10 layers)");
+  std::vector<int> dev(n, 0);
+  double best = INFINITY;
+  for (int64_t code = 0, total = static_cast<int64_t>(std::pow(k, n)); code < total; ++code) {
+    int64_t c = code;
+    for (int j = 0; j < n; ++j, c /= k) dev[j] = static_cast<int>(c % k);
+    bool ok = true;  // each device's layers contiguous
+    for (int d = 0; d < k && ok; ++d) {
+      int first = -1, last = -1, count = 0;
+      for (int j = 0; j < n; ++j)
+        if (dev[j] == d) { if (first < 0) first = j; last = j; ++count; }
+      if (count && last - first + 1 != count) ok = false;
+    }
+    for (int m : mcus) ok = ok && std::count(dev.begin(), dev.end(), m) > 0;
+    if (!ok) continue;
+    PlacementCost cost = EvaluatePlacement(problem, dev);
+    if (!cost.feasible || cost.latency_s >= best) continue;
+    best = cost.latency_s;
+    out.device_of_layer = dev;
+    out.cost = cost;
+  }
+  if (out.device_of_layer.empty())
+    return Status::ResourceExhausted("no pipeline gives every MCU a layer within its RAM and flash");
+  return out;
+}
+#endif
+
+int RunMixedDemo(const DemoOptions& d) {
+  const char* what = "demo --mcu";
+  if (d.mcu != 2) return ReportError(what, Status::InvalidArgument("--mcu supports 2 MCUs (2 Linux workers + 2 MCUs)"));
+#ifndef TESSERA_HAVE_PLANNER
+  return ReportError(what, Status::NotSupported("this tessera was built without the planner"));
+#else
+  if (!QemuInstalled()) {
+    std::fprintf(stderr, "demo --mcu: qemu-system-arm is not installed (deploy/install-deps.sh installs "
+                         "qemu-system-arm); cannot emulate the MCUs\n");
+    return 77;
+  }
+  const std::string firmware = FindMcuFirmware();
+  if (firmware.empty() || !std::filesystem::exists(firmware)) {
+    std::fprintf(stderr, "demo --mcu: the MCU firmware %s is missing; build it with `cmake --build <build> --target "
+                         "tessera_firmware` (needs gcc-arm-none-eabi) or set TESSERA_MCU_FIRMWARE\n",
+                 firmware.c_str());
+    return 77;
+  }
+  Graph graph = MakeKeywordSpottingGraph();
+  if (Status st = graph.Validate(); !st.ok()) return ReportError(what, st);
+
+  // The oracle: the whole model on one device.
+  auto ex = Executor::Create(graph, ExecutorOptions{});
+  if (!ex.ok()) return ReportError(what, ex.status());
+  const int kinds = std::min(d.requests, 4);
+  std::vector<std::vector<TensorData>> inputs(kinds), reference(kinds);
+  std::vector<double> single_ms;
+  for (int k = 0; k < kinds; ++k) {
+    inputs[k].push_back(SeededInput(graph.values[graph.inputs[0]].shape, 1 + k * 16));
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status st = (*ex)->Run(inputs[k], &reference[k]); !st.ok()) return ReportError(what, st);
+    single_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+  auto demo_dir = DemoDirectory::Create("tessera-mixed", d.keep);
+  if (!demo_dir.ok()) return ReportError(what, demo_dir.status());
+  const std::string dir = (*demo_dir)->path();
+  WorkerProcesses processes_guard;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  // Two emulated MCUs, then the workers that own them.
+  std::vector<std::string> ptys;
+  for (int m = 1; m <= 2; ++m) {
+    auto pty = BootQemuMcu(firmware, dir + "/qemu-mcu" + std::to_string(m) + ".log");
+    if (!pty.ok()) return ReportError(what, pty.status());
+    ptys.push_back(*pty);
+  }
+  const uint32_t baud = 115200;
+  auto addresses = StartWorkers(2, dir, d.threads,
+                                {{"--mcu", "mcu1=" + ptys[0] + "@" + std::to_string(baud)},
+                                 {"--mcu", "mcu2=" + ptys[1] + "@" + std::to_string(baud)}});
+  if (!addresses.ok()) return ReportError(what, addresses.status());
+  std::map<std::string, std::string> mcu_address;
+  for (int w = 1; w <= 2; ++w) {
+    std::ifstream in(dir + "/w" + std::to_string(w) + ".port");
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line))
+      if (const size_t eq = line.find('='); eq != std::string::npos) mcu_address[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  if (!mcu_address.count("mcu1") || !mcu_address.count("mcu2"))
+    return ReportError(what, Status::Unavailable("the workers did not report their MCU bridges (see " + dir + ")"));
+
+  // The cluster of configs/mixed-2linux-2mcu.yaml with this run's addresses and ptys.
+  const std::string yaml =
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: " + (*addresses)[0] +
+      ", ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }\n"
+      "  - { name: w2, kind: linux, address: " + (*addresses)[1] +
+      ", ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }\n"
+      "  - { name: mcu1, kind: mcu, preset: STM32H743ZI, serial: " + ptys[0] + ", baud: " + std::to_string(baud) +
+      ", via: w1 }\n"
+      "  - { name: mcu2, kind: mcu, preset: STM32F446RE, serial: " + ptys[1] + ", baud: " + std::to_string(baud) +
+      ", via: w2 }\n"
+      "links:\n"
+      "  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
+  auto cluster = ParseCluster(yaml, "mixed demo cluster", PresetDirectories());
+  if (!cluster.ok()) return ReportError(what, cluster.status());
+  std::string planner_table;
+  auto placement = PlaceMixed(graph, *cluster, &planner_table);
+  if (!placement.ok()) return ReportError(what, placement.status());
+
+  PartitionPlan pp;
+  pp.num_devices = cluster->size();
+  pp.source = 0;
+  std::string plan_id = "mixed-kws";
+  for (size_t j = 0; j < graph.nodes.size(); ++j) {
+    LayerAssignment a;
+    a.scheme = LayerScheme::kWhole;
+    a.devices = {placement->device_of_layer[j]};
+    pp.layers.push_back(a);
+    plan_id += "-" + cluster->devices[a.devices[0]].name;
+  }
+  auto compiled = CompilePlan(graph, pp);
+  if (!compiled.ok()) return ReportError(what, compiled.status());
+  std::vector<WorkerEndpoint> endpoints;
+  for (const auto& dev : cluster->devices)
+    endpoints.push_back({dev.name, dev.kind == DeviceKind::kMcu ? mcu_address[dev.name] : dev.address});
+  std::map<std::pair<int, int>, int64_t> expected_link_bytes;
+  for (const auto& p : compiled->programs)
+    for (const auto& s : p.steps)
+      if (s.kind == StepKind::kSend) expected_link_bytes[std::make_pair(p.device, s.peer)] += s.bytes();
+
+  const auto td = std::chrono::steady_clock::now();
+  auto deployed = DeployPrograms(compiled->programs, plan_id, 0, endpoints, TransportSecurity{}, nullptr);
+  if (!deployed.ok()) return ReportError(what, deployed.status());
+  const double deploy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
+
+  GatewayOptions go;
+  go.workers = endpoints;
+  go.plan_id = plan_id;
+  go.signature = ModelSignature::Of(graph);
+  go.max_in_flight = 1;
+  auto local = StartLocalGateway(go);
+  if (!local.ok()) return ReportError(what, local.status());
+  Gateway* gateway = (*local)->gateway.get();
+
+  RequestTally tally;
+  for (int r = 0; r < d.requests; ++r) {
+    const int k = r % kinds;
+    std::vector<TensorData> outputs;
+    double ms = 0;
+    Status st = InferThroughGateway(*(*local)->stub, inputs[k], static_cast<uint64_t>(r) + 1, 60000, &outputs, &ms);
+    tally.Record(st, outputs, reference[k], ms);
+  }
+  const bool all_match = tally.AllMatch(d.requests);
+  const double latency = Median(tally.latencies_ms);
+
+  // Per-device memory; the MCUs' free RAM comes from their STATUS frames
+  // through the owning worker (Worker.Status of the bridge).
+  nlohmann::json mem = nlohmann::json::array();
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const auto& dev = cluster->devices[i];
+    nlohmann::json row = {{"device", dev.name}, {"kind", DeviceKindName(dev.kind)}, {"address", endpoints[i].address},
+                          {"memory_bytes", (*deployed)[i].memory_bytes}, {"weight_bytes", (*deployed)[i].weight_bytes},
+                          {"program_bytes", (*deployed)[i].program_bytes}};
+    if (dev.kind == DeviceKind::kMcu) {
+      row["via"] = dev.via;
+      row["serial"] = dev.serial;
+      auto ch = OpenChannel(endpoints[i].address, TransportSecurity{});
+      if (ch.ok()) {
+        auto wstub = proto::Worker::NewStub(*ch);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        proto::StatusRequest sreq;
+        proto::WorkerStatusReply sreply;
+        if (wstub->Status(&ctx, sreq, &sreply).ok()) {
+          const McuStatusFigures f = ParseMcuStatusText(sreply.name());
+          row["mcu_status_present"] = f.present;
+          row["mcu_arena_bytes"] = f.arena;
+          row["mcu_free_ram_bytes"] = f.free;
+          row["mcu_used_bytes"] = sreply.memory_bytes();
+          row["mcu_runs"] = f.runs;
+          row["mcu_last_run_ms"] = f.last_run_ms;
+          row["mcu_plan_id"] = f.plan;
+          row["uart_wire_bytes_sent"] = f.uart_tx_bytes;
+          row["uart_wire_bytes_received"] = f.uart_rx_bytes;
+          row["uart_retransmissions"] = f.retransmissions;
+        }
+      }
+    }
+    mem.push_back(row);
+  }
+  gateway->RefreshWorkerState();
+  nlohmann::json jlinks = nlohmann::json::array();
+  for (const auto& l : gateway->Links()) {
+    const auto key = std::make_pair(l.from, l.to);
+    const int64_t expected = expected_link_bytes.count(key) ? expected_link_bytes[key] * tally.answered : 0;
+    const bool uart = cluster->devices[l.from].kind == DeviceKind::kMcu || cluster->devices[l.to].kind == DeviceKind::kMcu;
+    jlinks.push_back({{"from", endpoints[l.from].name}, {"to", endpoints[l.to].name},
+                      {"payload_bytes", l.payload_bytes}, {"wire_bytes", l.wire_bytes},
+                      {"expected_payload_bytes", expected}, {"over_uart", uart}});
+  }
+
+  std::string placement_text;
+  for (size_t j = 0; j < graph.nodes.size(); ++j)
+    placement_text += (j ? ", " : "") + graph.nodes[j].name + "@" +
+                      cluster->devices[placement->device_of_layer[j]].name;
+  if (d.json) {
+    nlohmann::json j = {{"devices", cluster->size()},
+                        {"linux_workers", 2},
+                        {"mcus", 2},
+                        {"model", graph.name},
+                        {"requests", d.requests},
+                        {"answered", tally.answered},
+                        {"all_match", all_match},
+                        {"max_rel_diff", tally.max_rel},
+                        {"latency_ms", latency},
+                        {"predicted_latency_ms", placement->cost.latency_s * 1e3},
+                        {"single_device_latency_ms", Median(single_ms)},
+                        {"plan_id", plan_id},
+                        {"forced_pipeline", placement->forced},
+                        {"placement_note", placement->note},
+                        {"placement", placement_text},
+                        {"deploy_seconds", deploy_s},
+                        {"device_memory", mem},
+                        {"links", jlinks}};
+    if (!tally.first_error.empty()) j["error"] = tally.first_error;
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    std::printf("tessera demo --mcu 2 — %s on 2 Linux workers + 2 QEMU mps2-an386 MCUs (UART %u baud via ptys)\n",
+                graph.name.c_str(), baud);
+    if (!planner_table.empty()) std::printf("\nplanner (latency objective):\n%s", planner_table.c_str());
+    std::printf("\n%s\nplacement: %s\n", placement->note.c_str(), placement_text.c_str());
+    std::printf("plan %s deployed in %.2f s (MCU programs over the UART)\n\n", plan_id.c_str(), deploy_s);
+    std::printf("%-6s %-6s %-22s %12s %12s %14s\n", "device", "kind", "address", "weights B", "memory B", "MCU free RAM B");
+    for (const auto& row : mem)
+      std::printf("%-6s %-6s %-22s %12lld %12lld %14s\n", row["device"].get<std::string>().c_str(),
+                  row["kind"].get<std::string>().c_str(), row["address"].get<std::string>().c_str(),
+                  static_cast<long long>(row["weight_bytes"].get<int64_t>()),
+                  static_cast<long long>(row.contains("mcu_used_bytes") ? row["mcu_used_bytes"].get<int64_t>()
+                                                                        : row["memory_bytes"].get<int64_t>()),
+                  row.contains("mcu_free_ram_bytes") ? std::to_string(row["mcu_free_ram_bytes"].get<int64_t>()).c_str() : "-");
+    std::printf("\n%-5s %-5s %14s %14s %s\n", "from", "to", "payload B", "expected B", "");
+    for (const auto& l : jlinks)
+      std::printf("%-5s %-5s %14lld %14lld %s\n", l["from"].get<std::string>().c_str(), l["to"].get<std::string>().c_str(),
+                  static_cast<long long>(l["payload_bytes"].get<int64_t>()),
+                  static_cast<long long>(l["expected_payload_bytes"].get<int64_t>()),
+                  l["over_uart"].get<bool>() ? "(gRPC hop + UART to/from the MCU)" : "");
+    for (const auto& row : mem)
+      if (row.contains("uart_wire_bytes_sent"))
+        std::printf("uart %s<->%s: %lld wire bytes to the MCU, %lld from it, %lld retransmissions\n",
+                    row["via"].get<std::string>().c_str(), row["device"].get<std::string>().c_str(),
+                    static_cast<long long>(row["uart_wire_bytes_sent"].get<int64_t>()),
+                    static_cast<long long>(row["uart_wire_bytes_received"].get<int64_t>()),
+                    static_cast<long long>(row["uart_retransmissions"].get<int64_t>()));
+    std::printf("\nrequests: %d answered of %d, %d match the single-device run (max rel diff %.3g)\n", tally.answered,
+                d.requests, tally.matched, tally.max_rel);
+    std::printf("latency: predicted %.1f ms, measured %.1f ms median (single device in this process: %.3f ms)\n",
+                placement->cost.latency_s * 1e3, latency, Median(single_ms));
+    if (!tally.first_error.empty()) std::printf("first error: %s\n", tally.first_error.c_str());
+  }
+  return all_match ? 0 : 2;
+#endif
 }
 
 }  // namespace
@@ -421,6 +874,10 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_option("--force", d->force, "Use a forced plan (ffmt|fdto|fdti|pairs|pipeline) instead of the planner");
   cmd->add_flag("--keep", d->keep, "Keep the demo's temporary directory (plan, worker data)");
   cmd->add_flag("--json", d->json, "Print JSON");
+  cmd->add_option("--mcu", d->mcu,
+                  "Mixed cluster: 2 Linux workers each owning one QEMU-emulated MCU (only 2 is supported), "
+                  "keyword-spotting CNN, latency objective on the STM32 presets")
+      ->check(CLI::Range(0, 2));
   cmd->callback([d] {
     if (int rc = RunDemo(*d)) throw CLI::RuntimeError(rc);
   });

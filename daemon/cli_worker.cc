@@ -13,6 +13,7 @@ void RegisterWorkerCommand(CLI::App& app) {
   struct Args {
     std::string listen = "127.0.0.1:7070", port_file;
     WorkerOptions options;
+    std::vector<std::string> mcus;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--listen", a->listen, "gRPC address to listen on (port 0: any free port)")->capture_default_str();
@@ -21,10 +22,18 @@ void RegisterWorkerCommand(CLI::App& app) {
   cmd->add_option("--threads", a->options.threads, "Intra-op threads per request")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--max-in-flight", a->options.max_in_flight, "Requests run at once")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
+  cmd->add_option("--mcu", a->mcus,
+                  "An MCU this worker owns and bridges: NAME=PORT[@BAUD] (its UART; repeatable)");
   cmd->add_flag("--insecure", a->options.security.allow_plaintext_remote,
                 "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
   cmd->callback([a] {
-    if (Status st = ServeWorker(a->listen, a->options, a->port_file); !st.ok())
+    std::vector<McuPort> mcus;
+    for (const auto& text : a->mcus) {
+      auto port = ParseMcuPort(text);
+      if (!port.ok()) throw CLI::RuntimeError(ReportError("worker", port.status()));
+      mcus.push_back(*port);
+    }
+    if (Status st = ServeWorker(a->listen, a->options, a->port_file, mcus); !st.ok())
       throw CLI::RuntimeError(ReportError("worker", st));
   });
 }

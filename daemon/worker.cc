@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/worker_mcu_bridge.h"
 #include "partition/program_codec.h"
 
 namespace tessera {
@@ -52,6 +54,7 @@ struct WorkerService::Loaded {
   std::map<int, std::unique_ptr<PeerSender>> senders;       // devices this program sends to
   std::map<int, std::unique_ptr<proto::Worker::Stub>> stubs;  // every other device (fan-out)
   int64_t memory_bytes = 0, weight_bytes = 0;
+  McuLoadInfo mcu;  // bridge mode: what the MCU holds
 
   std::mutex pool_mu;
   std::vector<std::unique_ptr<ProgramRunner>> idle;  // GUARDED_BY(pool_mu)
@@ -60,8 +63,38 @@ struct WorkerService::Loaded {
   ~Loaded() { inbox.Close(); }
 };
 
+Result<McuPort> ParseMcuPort(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    return tessera::Status::InvalidArgument("--mcu '" + text + "': expected NAME=PORT or NAME=PORT@BAUD, e.g. mcu1=/dev/ttyUSB0");
+  McuPort port;
+  port.name = text.substr(0, eq);
+  port.serial = text.substr(eq + 1);
+  const size_t at = port.serial.rfind('@');
+  if (at != std::string::npos) {
+    const std::string baud = port.serial.substr(at + 1);
+    port.serial = port.serial.substr(0, at);
+    char* end = nullptr;
+    const unsigned long b = std::strtoul(baud.c_str(), &end, 10);
+    if (baud.empty() || *end || b < 1200 || b > 4000000)
+      return tessera::Status::InvalidArgument("--mcu '" + text + "': baud '" + baud + "' is not a rate in 1200..4000000");
+    port.baud = static_cast<uint32_t>(b);
+  }
+  return port;
+}
+
 WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {}
 WorkerService::~WorkerService() = default;
+
+tessera::Status WorkerService::OpenMcu() {
+  if (options_.mcu.serial.empty() || bridge_) return tessera::Status::OK();
+  McuBridgeOptions bo;
+  bo.name = options_.mcu.name;
+  bo.serial = options_.mcu.serial;
+  bo.baud = options_.mcu.baud;
+  TS_ASSIGN_OR_RETURN(bridge_, McuBridge::Open(bo));
+  return tessera::Status::OK();
+}
 
 std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -91,14 +124,21 @@ tessera::Status WorkerService::Install(const std::string& program_bytes, const p
     if (d != me && !header.peers().count(d))
       return tessera::Status::InvalidArgument("the load request gives no address for device " + std::to_string(d));
 
-  // One runner now: proves every subgraph prepares, and measures memory.
-  RunnerOptions ro;
-  ro.threads = options_.threads;
-  TS_ASSIGN_OR_RETURN(auto runner, ProgramRunner::Create(loaded->program, ro));
-  loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
-  loaded->weight_bytes = loaded->program.WeightValues() * 4;
-  loaded->idle.push_back(std::move(runner));
-  loaded->runners = 1;
+  if (bridge_) {
+    // The MCU runs it: compact program over the UART, checked by STATUS.
+    TS_ASSIGN_OR_RETURN(loaded->mcu, bridge_->Load(loaded->program, header.plan_id()));
+    loaded->memory_bytes = loaded->mcu.status.arena_bytes - loaded->mcu.status.free_bytes;
+    loaded->weight_bytes = loaded->program.WeightValues() * 4;
+  } else {
+    // One runner now: proves every subgraph prepares, and measures memory.
+    RunnerOptions ro;
+    ro.threads = options_.threads;
+    TS_ASSIGN_OR_RETURN(auto runner, ProgramRunner::Create(loaded->program, ro));
+    loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
+    loaded->weight_bytes = loaded->program.WeightValues() * 4;
+    loaded->idle.push_back(std::move(runner));
+    loaded->runners = 1;
+  }
 
   std::set<int> send_to;
   for (const auto& s : loaded->program.steps)
@@ -196,18 +236,41 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
 grpc::Status WorkerService::Health(grpc::ServerContext*, const proto::HealthRequest* request,
                                    proto::HealthReply* reply) {
   auto loaded = current();
-  reply->set_name(options_.name);
+  reply->set_name(bridge_ ? bridge_->StatusText() : options_.name);
   reply->set_seq(request->seq());
   reply->set_plan_id(loaded ? loaded->header.plan_id() : "");
   reply->set_device(loaded ? loaded->header.device() : -1);
   reply->set_serving(request->plan_id().empty() || (loaded && loaded->header.plan_id() == request->plan_id()));
+  if (bridge_ && loaded && bridge_->has_status()) {
+    // An MCU that rebooted (or refused) no longer holds the plan: not serving
+    // until redeployed. Figures from the last STATUS (Status RPC, load).
+    const mcu::McuStatus s = bridge_->last_status();
+    if (s.state != mcu::kStateLoaded || s.plan_id != PlanIdHash(loaded->header.plan_id())) reply->set_serving(false);
+  }
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Status(grpc::ServerContext*, const proto::StatusRequest* request,
+grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::StatusRequest* request,
                                    proto::WorkerStatusReply* reply) {
   auto loaded = current();
   reply->set_name(options_.name);
+  if (bridge_) {
+    // Free RAM and program id from the MCU itself (a STATUS frame); when it
+    // does not answer in time (busy computing) the last known figures.
+    // Within the caller's deadline (the gateway polls with 500 ms).
+    auto budget = std::chrono::milliseconds(3000);
+    if (context) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(context->deadline() -
+                                                                             std::chrono::system_clock::now()) -
+                        std::chrono::milliseconds(100);
+      budget = std::clamp(left, std::chrono::milliseconds(1), budget);
+    }
+    // A STATUS frame queues behind tensors on the UART: no answer in time is
+    // normal during a request (the last figures are reported then).
+    if (auto s = bridge_->QueryStatus(budget); !s.ok())
+      spdlog::debug("worker {}: reporting the last MCU status: {}", options_.name, s.status().ToString());
+    reply->set_name(bridge_->StatusText());
+  }
   reply->set_seq(request->seq());
   reply->set_requests_ok(requests_ok_);
   reply->set_requests_failed(requests_failed_);
@@ -217,6 +280,10 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const proto::StatusRequ
   reply->set_device(loaded->header.device());
   reply->set_num_devices(loaded->header.num_devices());
   reply->set_memory_bytes(loaded->memory_bytes);
+  if (bridge_ && bridge_->has_status()) {
+    const mcu::McuStatus s = bridge_->last_status();
+    reply->set_memory_bytes(static_cast<int64_t>(s.arena_bytes) - s.free_bytes);
+  }
   reply->set_weight_bytes(loaded->weight_bytes);
   for (const auto& [d, sender] : loaded->senders) {
     const LinkCountersSnapshot c = sender->counters();
@@ -265,6 +332,8 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
     if (!given[k])
       return tessera::Status::InvalidArgument(who + " needs model input (graph value " +
                                      std::to_string(program.model_inputs[k].first) + ") and the request lacks it");
+
+  if (bridge_) return RelayToMcu(loaded, request, steady_deadline, reply);
 
   // A runner from the pool (one per in-flight request).
   std::unique_ptr<ProgramRunner> runner;
@@ -346,6 +415,33 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
   return tessera::Status::OK();
 }
 
+tessera::Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
+                                         std::chrono::steady_clock::time_point deadline, proto::RunReply* reply) {
+  const int me = loaded.header.device();
+  const uint32_t request_id = static_cast<uint32_t>(request.request_id());
+  std::vector<std::unique_ptr<GrpcLink>> links;
+  std::vector<Link*> peers(static_cast<size_t>(loaded.header.num_devices()), nullptr);
+  for (int d = 0; d < loaded.header.num_devices(); ++d) {
+    if (d == me) continue;
+    auto it = loaded.senders.find(d);
+    links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(), &loaded.inbox,
+                                               d, request_id, deadline));
+    peers[d] = links.back().get();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  tessera::Status st = bridge_->Relay(loaded.program, peers, deadline)
+                           .WithContext("MCU " + options_.name + " (device " + std::to_string(me) + "), request " +
+                                        std::to_string(request_id));
+  if (!st.ok()) {
+    loaded.inbox.DropRequest(request_id);
+    return st;
+  }
+  reply->set_plan_id(request.plan_id());
+  reply->set_request_id(request.request_id());
+  reply->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return tessera::Status::OK();
+}
+
 grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* request, proto::RunReply* reply) {
   auto loaded = current();
   if (!loaded)
@@ -396,29 +492,58 @@ std::atomic<bool> g_stop{false};
 void OnStopSignal(int) { g_stop = true; }
 }  // namespace
 
-Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file) {
+Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file,
+                   const std::vector<McuPort>& mcus) {
   WorkerService service(options);
   if (tessera::Status st = service.ResumeFromDisk(); !st.ok())
     spdlog::warn("worker {}: not resuming: {}", options.name, st.ToString());
   TS_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(listen, options.security));
-  grpc::ServerBuilder builder;
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  auto start = [&](WorkerService* s, const std::string& address, int* port) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, credentials, port);
+    builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+    builder.RegisterService(s);
+    return builder.BuildAndStart();
+  };
   int port = 0;
-  builder.AddListeningPort(listen, credentials, &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = start(&service, listen, &port);
   if (!server || port == 0) return tessera::Status::Unavailable("cannot listen on " + listen + " (address in use?)");
-  const std::string bound = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+  const std::string bound = host + ":" + std::to_string(port);
+  spdlog::info("worker {} listening on {}", options.name, bound);
+  std::string port_lines = bound + "\n";
+
+  // The MCUs this worker owns: one Worker service each, on a port of their
+  // own, so the gateway and the peers address them as devices.
+  std::vector<std::unique_ptr<WorkerService>> mcu_services;
+  std::vector<std::unique_ptr<grpc::Server>> mcu_servers;
+  for (const McuPort& mcu : mcus) {
+    WorkerOptions mo = options;
+    mo.name = mcu.name;
+    mo.data_dir.clear();  // the MCU keeps nothing across its own reboot; redeploy
+    mo.max_in_flight = std::max(options.max_in_flight, 1);
+    mo.mcu = mcu;
+    auto s = std::make_unique<WorkerService>(mo);
+    TS_RETURN_IF_ERROR(s->OpenMcu().WithContext("worker " + options.name + ", MCU " + mcu.name));
+    int mcu_port = 0;
+    auto srv = start(s.get(), host + ":0", &mcu_port);
+    if (!srv || mcu_port == 0) return tessera::Status::Unavailable("cannot listen on " + host + ":0 for MCU " + mcu.name);
+    const std::string mcu_bound = host + ":" + std::to_string(mcu_port);
+    spdlog::info("worker {}: MCU {} ({}) served on {}", options.name, mcu.name, mcu.serial, mcu_bound);
+    port_lines += mcu.name + "=" + mcu_bound + "\n";
+    mcu_services.push_back(std::move(s));
+    mcu_servers.push_back(std::move(srv));
+  }
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";
-    { std::ofstream(tmp) << bound << "\n"; }
+    { std::ofstream(tmp) << port_lines; }
     std::filesystem::rename(tmp, port_file);
   }
-  spdlog::info("worker {} listening on {}", options.name, bound);
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (auto& srv : mcu_servers) srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return tessera::Status::OK();
 }

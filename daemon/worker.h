@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "daemon/executor.h"
 #include "daemon/program_runner.h"
@@ -21,6 +22,19 @@
 #include "transport/grpc/grpc_link.h"
 
 namespace tessera {
+class McuBridge;  // daemon/worker_mcu_bridge.h
+}
+
+namespace tessera {
+
+// An MCU this worker owns (`via:` it in the cluster file): its device name
+// and UART.
+struct McuPort {
+  std::string name, serial;
+  uint32_t baud = 115200;
+};
+// Parses "NAME=PORT" or "NAME=PORT@BAUD" (`tessera worker --mcu`).
+Result<McuPort> ParseMcuPort(const std::string& text);
 
 struct WorkerOptions {
   std::string name = "worker";
@@ -28,12 +42,18 @@ struct WorkerOptions {
   int threads = 1;               // intra-op threads per request
   int max_in_flight = 32;        // runners; more concurrent requests -> RESOURCE_EXHAUSTED
   TransportSecurity security;
+  // Non-empty serial: this service is the bridge of that MCU (its programs
+  // run on the MCU, its tensors are relayed over the UART; issue 6).
+  McuPort mcu;
 };
 
 class WorkerService final : public proto::Worker::Service {
  public:
   explicit WorkerService(WorkerOptions options);
   ~WorkerService() override;
+
+  // Opens the MCU's UART when options.mcu names one (else OK).
+  tessera::Status OpenMcu();
 
   // Loads the program kept in data_dir, if any (restart without redeploy).
   tessera::Status ResumeFromDisk();
@@ -55,8 +75,12 @@ class WorkerService final : public proto::Worker::Service {
                           proto::LoadProgramReply* reply);
   std::shared_ptr<Loaded> current() const;
   tessera::Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
+  // Bridge mode: one request relayed between the peers and the MCU.
+  tessera::Status RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
+                             std::chrono::steady_clock::time_point deadline, proto::RunReply* reply);
 
   const WorkerOptions options_;
+  std::unique_ptr<McuBridge> bridge_;  // set by OpenMcu; then every program runs on the MCU
   mutable std::mutex mu_;
   std::shared_ptr<Loaded> loaded_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> requests_ok_{0}, requests_failed_{0};
@@ -64,7 +88,10 @@ class WorkerService final : public proto::Worker::Service {
 };
 
 // Runs a worker until SIGINT/SIGTERM. `listen` may end in ":0" (any free
-// port); the chosen address is written to `port_file` when given.
-Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file);
+// port); the chosen address is written to `port_file` when given. Each of
+// `mcus` gets its own Worker service (an McuBridge) on another port of the
+// same host, written to `port_file` as further lines "NAME=ADDRESS".
+Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file,
+                   const std::vector<McuPort>& mcus = {});
 
 }  // namespace tessera

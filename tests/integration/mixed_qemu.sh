@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Mixed Linux + MCU cluster end to end (issue 6, "Mixed cluster"):
+# `tessera demo --mcu 2 --json` starts 2 worker processes on loopback and 2
+# QEMU mps2-an386 MCUs running the firmware (UART on ptys), each MCU owned
+# and bridged by one worker; plans the keyword-spotting CNN with the latency
+# objective on the STM32 presets, deploys (MCU programs over the UART), sends
+# requests through the gateway and compares every answer with the
+# single-device run. Args: <tessera binary> <build dir>.
+# Exit 77 (skip) only without qemu-system-arm.
+set -euo pipefail
+TESSERA=${1:-build/tessera}
+BUILD=${2:-$(dirname "$TESSERA")}
+if ! command -v qemu-system-arm >/dev/null 2>&1; then
+  echo "SKIP: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
+  exit 77
+fi
+FW=$BUILD/firmware/tessera_mcu_worker.elf
+if [[ ! -f $FW ]]; then
+  cmake --build "$BUILD" --target tessera_firmware -j2 >/dev/null || true
+fi
+[[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
+
+OUT=$(mktemp)
+trap 'rm -f "$OUT"' EXIT
+rc=0
+TESSERA_MCU_FIRMWARE=$FW timeout 120 "$TESSERA" --log-level warn demo --mcu 2 --requests 4 --json >"$OUT" || rc=$?
+cat "$OUT"
+if [[ $rc -ne 0 ]]; then echo "FAIL: tessera demo --mcu 2 exited $rc"; exit 1; fi
+/usr/bin/python3 - "$OUT" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["all_match"] is True, "answers differ from the single-device run"
+assert j["answered"] == j["requests"], j
+assert j["max_rel_diff"] <= 1e-5, j["max_rel_diff"]
+mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
+assert len(mcus) == 2, mcus
+for d in mcus:
+    assert d.get("mcu_status_present"), d
+    assert 0 < d["mcu_free_ram_bytes"] < d["mcu_arena_bytes"], d
+    assert d["mcu_runs"] >= j["requests"], d
+print("PASS: %d requests, max rel %.3g, latency %.1f ms (predicted %.1f ms)"
+      % (j["requests"], j["max_rel_diff"], j["latency_ms"], j["predicted_latency_ms"]))
+PY
