@@ -345,10 +345,7 @@ int RunDemo(const DemoOptions& d) {
   }
 
   // The payload bytes each link carries for one request: the programs' Send steps.
-  std::map<std::pair<int, int>, int64_t> expected_link_bytes;
-  for (const auto& p : pd.programs)
-    for (const auto& s : p.steps)
-      if (s.kind == StepKind::kSend) expected_link_bytes[std::make_pair(p.device, s.peer)] += s.bytes();
+  auto expected_link_bytes = PlannedLinkBytes(pd.programs);
 
   // Deploy.
   const auto td = std::chrono::steady_clock::now();
@@ -371,6 +368,7 @@ int RunDemo(const DemoOptions& d) {
   go.workers = endpoints;
   go.plan_id = pd.plan_id;
   go.signature = ModelSignature::Of(*graph);
+  go.planned_link_bytes = expected_link_bytes;
   go.max_in_flight = std::max(1, d.clients);
   auto local = StartLocalGateway(go);
   if (!local.ok()) return ReportError("demo", local.status());
@@ -721,10 +719,7 @@ int RunMixedDemo(const DemoOptions& d) {
   std::vector<WorkerEndpoint> endpoints;
   for (const auto& dev : cluster->devices)
     endpoints.push_back({dev.name, dev.kind == DeviceKind::kMcu ? mcu_address[dev.name] : dev.address});
-  std::map<std::pair<int, int>, int64_t> expected_link_bytes;
-  for (const auto& p : compiled->programs)
-    for (const auto& s : p.steps)
-      if (s.kind == StepKind::kSend) expected_link_bytes[std::make_pair(p.device, s.peer)] += s.bytes();
+  auto expected_link_bytes = PlannedLinkBytes(compiled->programs);
 
   const auto td = std::chrono::steady_clock::now();
   auto deployed = DeployPrograms(compiled->programs, plan_id, 0, endpoints, TransportSecurity{}, nullptr);
@@ -735,6 +730,7 @@ int RunMixedDemo(const DemoOptions& d) {
   go.workers = endpoints;
   go.plan_id = plan_id;
   go.signature = ModelSignature::Of(graph);
+  go.planned_link_bytes = expected_link_bytes;
   go.max_in_flight = 1;
   auto local = StartLocalGateway(go);
   if (!local.ok()) return ReportError(what, local.status());

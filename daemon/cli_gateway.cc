@@ -51,6 +51,7 @@ int RunGateway(GatewayArgs& a) {
   a.gateway.source = served->plan.source;
   a.gateway.plan_id = served->plan_id;
   a.gateway.signature = ModelSignature::Of(*graph);
+  a.gateway.planned_link_bytes = PlannedLinkBytes(served->programs);
   auto gateway = Gateway::Create(a.gateway);
   if (!gateway.ok()) return ReportError("gateway", gateway.status());
   GatewayService service(gateway->get());

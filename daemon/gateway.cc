@@ -326,6 +326,14 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   return result;
 }
 
+std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<DeviceProgram>& programs) {
+  std::map<std::pair<int, int>, int64_t> bytes;
+  for (const auto& p : programs)
+    for (const auto& s : p.steps)
+      if (s.kind == StepKind::kSend) bytes[std::make_pair(p.device, s.peer)] += s.bytes();
+  return bytes;
+}
+
 std::string Gateway::MetricsText() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream m;
@@ -354,6 +362,13 @@ std::string Gateway::MetricsText() const {
        "# TYPE tessera_link_wire_bytes_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_wire_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.wire_bytes << "\n";
+  if (!options_.planned_link_bytes.empty()) {
+    m << "# HELP tessera_link_planned_payload_bytes Payload bytes one request sends on the link, per the plan's "
+         "programs.\n# TYPE tessera_link_planned_payload_bytes gauge\n";
+    for (const auto& [k, bytes] : options_.planned_link_bytes)
+      m << "tessera_link_planned_payload_bytes{from=\"" << k.first << "\",to=\"" << k.second << "\"} " << bytes
+        << "\n";
+  }
   return m.str();
 }
 

@@ -49,6 +49,10 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
                                                    const TransportSecurity& security,
                                                    const std::function<void(int64_t, int64_t)>& progress);
 
+// Payload bytes one request sends on each link (from, to), read off the
+// programs' Send steps: what /metrics compares the measured counters with.
+std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<DeviceProgram>& programs);
+
 // Health of every worker right now (Worker.Health with a short deadline).
 std::vector<bool> ProbeWorkers(const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
                                std::chrono::milliseconds timeout);
@@ -64,6 +68,9 @@ struct GatewayOptions {
   int64_t max_input_bytes = 256 << 20;
   std::chrono::milliseconds health_interval{1000};
   TransportSecurity security;
+  // Planned payload bytes per request per link (PlannedLinkBytes); exported
+  // in /metrics so measured/planned is one division. Empty: not exported.
+  std::map<std::pair<int, int>, int64_t> planned_link_bytes;
 };
 
 struct InferResult {

@@ -106,6 +106,29 @@ done
 curl -sf -H 'Accept: application/x-npy' -H 'Content-Type: application/x-npy' --data-binary @"$X" \
   http://$HTTP/v1/infer -o "$D/rn.http.npy" && compare "$D/rn.http.npy" "$D/rn.ref.npy" &&
   ok "resnet18 HTTP .npy == run" || bad "resnet18 HTTP .npy"
+# Bytes per link from /metrics against the plan: 3 answered requests, so each
+# link's payload counter must be 3x its planned bytes; wire/payload is the
+# gRPC framing overhead.
+sleep 1.2  # one health-loop period: the counters are pulled from Worker.Status
+curl -sf http://$HTTP/metrics > "$D/rn.metrics" && "$python" - "$D/rn.metrics" <<'PY' && ok "resnet18 /metrics link bytes == 3 x planned" || bad "resnet18 /metrics link bytes"
+import re, sys
+text = open(sys.argv[1]).read()
+def series(name):
+    return {(m[0], m[1]): float(m[2]) for m in re.findall(name + r'\{from="(\d+)",to="(\d+)"\} (\S+)', text)}
+planned, payload, wire = (series("tessera_link_planned_payload_bytes"), series("tessera_link_payload_bytes_total"),
+                          series("tessera_link_wire_bytes_total"))
+ok_requests = float(re.search(r'tessera_requests_total\{code="ok"\} (\S+)', text).group(1))
+assert planned, "no planned link bytes in /metrics"
+assert ok_requests == 3, ok_requests
+bad = [(k, payload.get(k, 0), v * ok_requests) for k, v in planned.items() if payload.get(k, 0) != v * ok_requests]
+extra = [k for k in payload if k not in planned and payload[k]]
+for k, v in sorted(planned.items()):
+    print("  link %s->%s planned %d B/request, measured payload %d B, wire/payload %.5f"
+          % (k[0], k[1], v, payload.get(k, 0), wire.get(k, 0) / max(1, payload.get(k, 0))))
+print("  total wire/planned payload ratio %.5f" % (sum(wire.values()) / (ok_requests * sum(planned.values()))))
+assert not bad, bad
+assert not extra, extra
+PY
 
 # ---- a worker killed while requests run. The source is the device that
 # receives inputs; kill another one (w3), then the source itself.
@@ -159,4 +182,18 @@ PIDS=()
 timed_infer nosource
 check_failed_in_time nosource "request with every worker killed"
 kill -0 $GW 2>/dev/null && ok "gateway survives dead workers" || bad "gateway died"
+stop_gateway
+
+# ---- 6 worker processes, the default (planner's) plan for both models.
+for m in "${models[@]}"; do
+  j=$(timeout 300 "$T" --log-level warn demo --model "$out/$m.onnx" --devices 6 --requests 3 --json 2>"$D/demo6.err")
+  echo "$j" | "$python" -c '
+import json, sys
+j = json.load(sys.stdin)
+print("  %s devices=%d max_rel_diff=%.3g payload measured/expected=%d/%d planner=%s" % (
+    sys.argv[1], j["devices"], j["max_rel_diff"], j["measured_payload_bytes"], j["expected_payload_bytes"], j["planner"]))
+sys.exit(0 if j["all_match"] and j["planner"] and j["devices"] == 6 and j["max_rel_diff"] <= 1e-5
+         and j["measured_payload_bytes"] == j["expected_payload_bytes"] else 1)' "$m" &&
+    ok "$m on 6 workers (default plan) == run" || { bad "$m on 6 workers"; tail -5 "$D/demo6.err"; }
+done
 exit $fail
