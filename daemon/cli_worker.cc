@@ -23,7 +23,8 @@ void RegisterWorkerCommand(CLI::App& app) {
   cmd->add_option("--max-in-flight", a->options.max_in_flight, "Requests run at once")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
   cmd->add_option("--mcu", a->mcus,
-                  "An MCU this worker owns and bridges: NAME=PORT[@BAUD] (its UART; repeatable)");
+                  "An MCU this worker owns and bridges: NAME=PORT[@BAUD][,listen=HOST:PORT] (its UART, and where "
+                  "its Worker service listens: the mcu device's address in the cluster file; repeatable)");
   cmd->add_flag("--insecure", a->options.security.allow_plaintext_remote,
                 "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
   cmd->callback([a] {

@@ -16,7 +16,8 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   ServedPlan served;
   std::string plan_path = options.plan_path;
   if (plan_path.empty()) {
-    // Plan for the Linux workers that answer now.
+    // Plan for the devices that answer now: Linux workers, and MCUs whose
+    // via worker serves them at the address the cluster file gives.
     std::vector<WorkerEndpoint> all;
     for (const auto& d : cluster.devices) all.push_back({d.name, d.address});
     std::vector<bool> up = options.only_healthy ? ProbeWorkers(all, options.security, std::chrono::milliseconds(3000))
@@ -25,7 +26,11 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     live.devices.clear();
     live.links.clear();
     for (size_t i = 0; i < cluster.devices.size(); ++i) {
-      if (cluster.devices[i].kind != DeviceKind::kLinux) continue;
+      if (cluster.devices[i].address.empty()) {
+        spdlog::warn("{} {} has no address in {}; planning without it", DeviceKindName(cluster.devices[i].kind),
+                     cluster.devices[i].name, cluster.origin);
+        continue;
+      }
       if (!up[i]) {
         spdlog::warn("worker {} ({}) does not answer; planning without it", cluster.devices[i].name,
                      cluster.devices[i].address);

@@ -66,10 +66,23 @@ struct WorkerService::Loaded {
 Result<McuPort> ParseMcuPort(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return tessera::Status::InvalidArgument("--mcu '" + text + "': expected NAME=PORT or NAME=PORT@BAUD, e.g. mcu1=/dev/ttyUSB0");
+    return tessera::Status::InvalidArgument("--mcu '" + text +
+                                            "': expected NAME=PORT[@BAUD][,listen=HOST:PORT], e.g. "
+                                            "mcu1=/dev/ttyUSB0@115200,listen=0.0.0.0:7071");
   McuPort port;
   port.name = text.substr(0, eq);
   port.serial = text.substr(eq + 1);
+  if (const size_t comma = port.serial.find(','); comma != std::string::npos) {
+    const std::string option = port.serial.substr(comma + 1);
+    port.serial = port.serial.substr(0, comma);
+    const size_t colon = option.rfind(':');
+    if (option.rfind("listen=", 0) != 0 || colon == std::string::npos || colon + 1 == option.size() ||
+        option.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      return tessera::Status::InvalidArgument("--mcu '" + text + "': '" + option +
+                                              "' is not listen=HOST:PORT (where this worker serves the MCU)");
+    port.listen = option.substr(7);
+  }
+  if (port.serial.empty()) return tessera::Status::InvalidArgument("--mcu '" + text + "': no serial port");
   const size_t at = port.serial.rfind('@');
   if (at != std::string::npos) {
     const std::string baud = port.serial.substr(at + 1);
@@ -527,9 +540,12 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
     auto s = std::make_unique<WorkerService>(mo);
     TS_RETURN_IF_ERROR(s->OpenMcu().WithContext("worker " + options.name + ", MCU " + mcu.name));
     int mcu_port = 0;
-    auto srv = start(s.get(), host + ":0", &mcu_port);
-    if (!srv || mcu_port == 0) return tessera::Status::Unavailable("cannot listen on " + host + ":0 for MCU " + mcu.name);
-    const std::string mcu_bound = host + ":" + std::to_string(mcu_port);
+    const std::string mcu_listen = mcu.listen.empty() ? host + ":0" : mcu.listen;
+    if (!mcu.listen.empty()) TS_RETURN_IF_ERROR(ServerCredentialsFor(mcu.listen, options.security).status());
+    auto srv = start(s.get(), mcu_listen, &mcu_port);
+    if (!srv || mcu_port == 0)
+      return tessera::Status::Unavailable("cannot listen on " + mcu_listen + " for MCU " + mcu.name + " (address in use?)");
+    const std::string mcu_bound = mcu_listen.substr(0, mcu_listen.rfind(':')) + ":" + std::to_string(mcu_port);
     spdlog::info("worker {}: MCU {} ({}) served on {}", options.name, mcu.name, mcu.serial, mcu_bound);
     port_lines += mcu.name + "=" + mcu_bound + "\n";
     mcu_services.push_back(std::move(s));

@@ -32,8 +32,12 @@ namespace tessera {
 struct McuPort {
   std::string name, serial;
   uint32_t baud = 115200;
+  // Where this worker serves the MCU's Worker service; "" = a free port on
+  // the worker's host (reported in the port file). The cluster file gives
+  // the same address to the mcu device so gateways and peers reach it.
+  std::string listen;
 };
-// Parses "NAME=PORT" or "NAME=PORT@BAUD" (`tessera worker --mcu`).
+// Parses "NAME=PORT[@BAUD][,listen=HOST:PORT]" (`tessera worker --mcu`).
 Result<McuPort> ParseMcuPort(const std::string& text);
 
 struct WorkerOptions {

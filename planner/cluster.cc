@@ -302,8 +302,9 @@ Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& or
       if (colon == std::string::npos || colon + 1 == d.address.size() ||
           d.address.find_first_not_of("0123456789", colon + 1) != std::string::npos)
         errors.Add(a, "device " + d.name + ": address '" + d.address + "' needs a port; write host:port, e.g. 10.0.0.11:7070");
-      if (d.kind == DeviceKind::kMcu)
-        errors.Add(a, "device " + d.name + " is an mcu; give serial, baud and via instead of address");
+      // An mcu's address is where its via worker serves it over gRPC
+      // (`tessera worker --mcu NAME=PORT@BAUD,listen=ADDR`); its traffic
+      // still crosses the UART, so its links stay routed through `via`.
     }
     if (const auto s = dn["serial"]) d.serial = s.Scalar();
     if (const auto b = dn["baud"]) {

@@ -18,6 +18,8 @@
 //       serial: /dev/ttyUSB0      # mcu: port on the `via` device
 //       baud: 115200              # makes the mcu<->via link (UART 8N1)
 //       via: pi1
+//       address: 10.0.0.11:7071   # optional: where pi1's worker serves mcu1
+//                                 # (tessera worker --mcu mcu1=/dev/ttyUSB0@115200,listen=0.0.0.0:7071)
 //   links:
 //     default: { bandwidth: 1Gbit/s, latency: 0.2ms }
 //     pairs:

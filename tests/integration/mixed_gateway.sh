@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Mixed cluster the way a user runs it (issue 6: "the gateway sees them as
+# devices"): two QEMU mps2-an386 MCUs on ptys, two `tessera worker`
+# processes each owning one (`--mcu NAME=PTY@115200,listen=ADDR`), a cluster
+# file whose mcu devices carry those bridge addresses, and `tessera gateway`
+# planning for the live devices itself (latency objective) and deploying.
+# The Linux devices are declared slow (macs_per_s) so the latency plan puts
+# the model on an MCU; answers from `tessera infer` and HTTP must equal
+# `tessera run` (max|a-b|/max|b| <= 1e-5) and /metrics must show the MCUs up.
+# Args: <tessera binary> <build dir>. Exit 77 (skip) only without qemu-system-arm.
+set -u
+T=${1:?tessera binary}
+BUILD=${2:?build dir}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+python=/usr/bin/python3
+if ! command -v qemu-system-arm >/dev/null 2>&1; then
+  echo "SKIP: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
+  exit 77
+fi
+FW=$BUILD/firmware/tessera_mcu_worker.elf
+[[ -f $FW ]] || cmake --build "$BUILD" --target tessera_firmware -j2 >/dev/null
+[[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
+MODEL=$repo/firmware/models/kws_cnn.cfg
+
+D=$(mktemp -d /tmp/tessera-mixed-gw-XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [[ ${KEEP:-0} = 1 ]] || rm -rf "$D"
+}
+trap cleanup EXIT
+fail=0
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+free_port() { "$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+boot_mcu() {  # i: boots QEMU, prints its pty
+  qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty -kernel "$FW" \
+    >"$D/qemu$1.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 200); do
+    pty=$(grep -o '/dev/pts/[0-9]*' "$D/qemu$1.log" | head -1)
+    [[ -n $pty ]] && { echo "$pty"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
+declare -A ADDR
+for i in 1 2; do
+  pty=$(boot_mcu $i) || { echo "FAIL QEMU $i did not report its pty"; cat "$D/qemu$i.log"; exit 1; }
+  ADDR[mcu$i]=127.0.0.1:$(free_port)
+  "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" \
+    --mcu "mcu$i=$pty@115200,listen=${ADDR[mcu$i]}" 2>>"$D/w$i.log" &
+  PIDS+=($!)
+  for _ in $(seq 200); do [[ -f $D/w$i.port ]] && break; sleep 0.05; done
+  [[ -f $D/w$i.port ]] || { echo "FAIL worker w$i did not start"; cat "$D/w$i.log"; exit 1; }
+  ADDR[w$i]=$(head -1 "$D/w$i.port")
+  grep -q "^mcu$i=${ADDR[mcu$i]}$" "$D/w$i.port" && ok "w$i serves mcu$i ($pty) on ${ADDR[mcu$i]}" ||
+    { bad "w$i port file lacks mcu$i=${ADDR[mcu$i]}"; cat "$D/w$i.port"; }
+done
+cat >"$D/cluster.yaml" <<EOF
+devices:
+  - { name: w1, kind: linux, address: ${ADDR[w1]}, ram: 1GiB, flash: 4GiB, macs_per_s: 2e5 }
+  - { name: w2, kind: linux, address: ${ADDR[w2]}, ram: 1GiB, flash: 4GiB, macs_per_s: 2e5 }
+  - { name: mcu1, kind: mcu, preset: STM32H743ZI, serial: /dev/ttyS1, baud: 115200, via: w1, address: ${ADDR[mcu1]} }
+  - { name: mcu2, kind: mcu, preset: STM32F446RE, serial: /dev/ttyS1, baud: 115200, via: w2, address: ${ADDR[mcu2]} }
+links:
+  default: { bandwidth: 1Gbit/s, latency: 0.2ms }
+EOF
+
+"$python" -c "import numpy as np; np.save('$D/x.npy', np.random.default_rng(7).standard_normal((1,1,49,10)).astype(np.float32))"
+"$T" run "$MODEL" --input "$D/x.npy" --output "$D/ref.npy" >/dev/null || { echo "FAIL tessera run"; exit 1; }
+compare() {
+  "$python" -c "
+import numpy as np,sys; a=np.load('$1'); b=np.load('$2')
+if a.shape!=b.shape: print('  shape', a.shape, 'vs', b.shape); sys.exit(1)
+r=np.abs(a-b).max()/np.abs(b).max(); print('  max rel diff %.3g' % r); sys.exit(0 if r<=1e-5 else 1)"
+}
+
+GRPC=127.0.0.1:$(free_port); HTTP=127.0.0.1:$(free_port)
+"$T" gateway --cluster "$D/cluster.yaml" --model "$MODEL" --objective latency --listen $GRPC --http $HTTP \
+  --data-dir "$D/gw" 2>"$D/gateway.log" &
+GW=$!
+PIDS+=($GW)
+up=0
+for _ in $(seq 600); do curl -sf http://$HTTP/healthz >/dev/null && { up=1; break; }; kill -0 $GW 2>/dev/null || break; sleep 0.1; done
+if [[ $up != 1 ]]; then echo "FAIL gateway did not become healthy"; tail -30 "$D/gateway.log"; exit 1; fi
+grep -E "^ +[0-9]+ .*whole +mcu[12]" "$D/gateway.log" >/dev/null && ok "the gateway's latency plan places layers on an MCU" ||
+  { bad "no layer planned on an MCU"; head -20 "$D/gateway.log"; }
+for r in 1 2; do
+  "$T" infer --gateway $GRPC --deadline-ms 30000 --input "$D/x.npy" --output "$D/y$r.npy" >/dev/null 2>"$D/infer.err" &&
+    compare "$D/y$r.npy" "$D/ref.npy" && ok "infer #$r through the MCU == run" || { bad "infer #$r"; cat "$D/infer.err"; }
+done
+curl -sf -H 'Accept: application/x-npy' -H 'Content-Type: application/x-npy' --data-binary @"$D/x.npy" \
+  http://$HTTP/v1/infer -o "$D/yh.npy" && compare "$D/yh.npy" "$D/ref.npy" && ok "HTTP .npy through the MCU == run" ||
+  bad "HTTP .npy"
+curl -sf http://$HTTP/metrics >"$D/metrics.txt"
+for m in mcu1 mcu2; do
+  grep -q "tessera_worker_up{worker=\"$m\",device=\"[0-9]*\"} 1" "$D/metrics.txt" && ok "/metrics: $m up" ||
+    { bad "/metrics: $m not up"; grep worker_up "$D/metrics.txt"; }
+done
+for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || bad "process $p died"; done
+exit $fail
