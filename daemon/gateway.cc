@@ -186,10 +186,12 @@ void Gateway::RefreshWorkerState() {
     sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     const bool have_status = up && stubs_[i]->Status(&sctx, sreq, &status).ok();
     std::lock_guard<std::mutex> lock(mu_);
-    if (have_status)
+    if (have_status) {
       for (const auto& l : status.links())
         links_[{l.from_device(), l.to_device()}] = {l.from_device(), l.to_device(), l.payload_bytes(), l.wire_bytes(),
                                                     l.messages()};
+      if (status.has_uart()) uart_[i] = status.uart();
+    }
   }
 }
 
@@ -362,6 +364,39 @@ std::string Gateway::MetricsText() const {
        "# TYPE tessera_link_wire_bytes_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_wire_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.wire_bytes << "\n";
+  if (!uart_.empty()) {
+    // The UART of every MCU (issue 6: bad frames are dropped, counted and
+    // reported here; they never reach a kernel).
+    auto label = [&](size_t i) { return "device=\"" + options_.workers[i].name + "\""; };
+    m << "# HELP tessera_uart_bad_frames_total Frames dropped by the UART decoder, by reason.\n"
+         "# TYPE tessera_uart_bad_frames_total counter\n";
+    for (const auto& [i, u] : uart_) {
+      std::map<std::string, uint64_t> sorted(u.bad_frames().begin(), u.bad_frames().end());
+      for (const auto& [reason, n] : sorted)
+        m << "tessera_uart_bad_frames_total{" << label(i) << ",reason=\"" << reason << "\"} " << n << "\n";
+    }
+    struct Series {
+      const char* name;
+      const char* help;
+      uint64_t (*get)(const proto::UartCounters&);
+    };
+    const Series series[] = {
+        {"tessera_uart_retransmissions_total", "Frames sent again after a timeout.",
+         [](const proto::UartCounters& u) { return u.retransmissions(); }},
+        {"tessera_uart_wire_bytes_sent_total", "Bytes written to the MCU's UART.",
+         [](const proto::UartCounters& u) { return u.wire_bytes_sent(); }},
+        {"tessera_uart_wire_bytes_received_total", "Bytes read from the MCU's UART.",
+         [](const proto::UartCounters& u) { return u.wire_bytes_received(); }},
+        {"tessera_uart_duplicate_frames_total", "Frames received twice (dropped).",
+         [](const proto::UartCounters& u) { return u.duplicates(); }},
+        {"tessera_uart_foreign_plan_frames_total", "Tensors for a plan the link does not hold (refused).",
+         [](const proto::UartCounters& u) { return u.foreign_plan(); }},
+    };
+    for (const Series& s : series) {
+      m << "# HELP " << s.name << " " << s.help << "\n# TYPE " << s.name << " counter\n";
+      for (const auto& [i, u] : uart_) m << s.name << "{" << label(i) << "} " << s.get(u) << "\n";
+    }
+  }
   if (!options_.planned_link_bytes.empty()) {
     m << "# HELP tessera_link_planned_payload_bytes Payload bytes one request sends on the link, per the plan's "
          "programs.\n# TYPE tessera_link_planned_payload_bytes gauge\n";

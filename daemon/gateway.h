@@ -121,6 +121,7 @@ class Gateway {
   std::vector<bool> worker_up_;                          // GUARDED_BY(mu_)
   std::vector<std::string> worker_plan_;                 // GUARDED_BY(mu_)
   std::map<std::pair<int, int>, LinkBytes> links_;       // GUARDED_BY(mu_)
+  std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
 
   bool stopping_ = false;  // GUARDED_BY(mu_)
   std::thread health_;

@@ -96,6 +96,22 @@ Result<McuPort> ParseMcuPort(const std::string& text) {
   return port;
 }
 
+namespace {
+void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
+  out->set_wire_bytes_sent(c.wire_bytes_sent);
+  out->set_wire_bytes_received(c.wire_bytes_received);
+  out->set_frames_sent(c.frames_sent);
+  out->set_frames_received(c.frames_received);
+  out->set_retransmissions(c.retransmissions);
+  out->set_duplicates(c.duplicates);
+  out->set_foreign_plan(c.foreign_plan);
+  out->set_protocol_errors(c.protocol_errors);
+  // Every reason, zeros included, so a dashboard sees the series exist.
+  for (int r = 1; r < wire::kNumFrameErrors; ++r)
+    (*out->mutable_bad_frames())[wire::FrameErrorName(static_cast<wire::FrameError>(r))] = c.bad_frames.by_reason[r];
+}
+}  // namespace
+
 WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {}
 WorkerService::~WorkerService() = default;
 
@@ -297,6 +313,7 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
     const mcu::McuStatus s = bridge_->last_status();
     reply->set_memory_bytes(static_cast<int64_t>(s.arena_bytes) - s.free_bytes);
   }
+  if (bridge_) FillUartCounters(bridge_->counters(), reply->mutable_uart());
   reply->set_weight_bytes(loaded->weight_bytes);
   for (const auto& [d, sender] : loaded->senders) {
     const LinkCountersSnapshot c = sender->counters();

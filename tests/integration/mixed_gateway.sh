@@ -35,10 +35,10 @@ ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 free_port() { "$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
-boot_mcu() {  # i: boots QEMU, prints its pty
+boot_mcu() {  # i: boots QEMU (pid in $D/qemu$i.pid: this runs in a subshell), prints its pty
   qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty -kernel "$FW" \
     >"$D/qemu$1.log" 2>&1 &
-  PIDS+=($!)
+  echo $! >"$D/qemu$1.pid"
   for _ in $(seq 200); do
     pty=$(grep -o '/dev/pts/[0-9]*' "$D/qemu$1.log" | head -1)
     [[ -n $pty ]] && { echo "$pty"; return 0; }
@@ -48,7 +48,9 @@ boot_mcu() {  # i: boots QEMU, prints its pty
 }
 declare -A ADDR
 for i in 1 2; do
-  pty=$(boot_mcu $i) || { echo "FAIL QEMU $i did not report its pty"; cat "$D/qemu$i.log"; exit 1; }
+  pty=$(boot_mcu $i)
+  PIDS+=($(cat "$D/qemu$i.pid"))
+  [[ -n $pty ]] || { echo "FAIL QEMU $i did not report its pty"; cat "$D/qemu$i.log"; exit 1; }
   ADDR[mcu$i]=127.0.0.1:$(free_port)
   "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" \
     --mcu "mcu$i=$pty@115200,listen=${ADDR[mcu$i]}" 2>>"$D/w$i.log" &
@@ -100,5 +102,25 @@ for m in mcu1 mcu2; do
   grep -q "tessera_worker_up{worker=\"$m\",device=\"[0-9]*\"} 1" "$D/metrics.txt" && ok "/metrics: $m up" ||
     { bad "/metrics: $m not up"; grep worker_up "$D/metrics.txt"; }
 done
+# The UART counters of the MCU that ran the model: wire bytes both ways,
+# and every bad-frame reason exported (zero on a clean pty).
+sleep 1.2  # one health-loop period: counters come from Worker.Status
+curl -sf http://$HTTP/metrics >"$D/metrics.txt"
+"$python" - "$D/metrics.txt" <<'PY' && ok "/metrics: UART counters of the MCUs" || { bad "/metrics: UART counters"; grep uart "$D/metrics.txt"; }
+import re, sys
+text = open(sys.argv[1]).read()
+def value(name, device):
+    m = re.search(name + r'\{device="' + device + r'"\} (\d+)', text)
+    return int(m.group(1)) if m else None
+used = [d for d in ("mcu1", "mcu2") if (value("tessera_uart_wire_bytes_received_total", d) or 0) > 0]
+assert used, "no MCU received-bytes counter above zero"
+for d in ("mcu1", "mcu2"):
+    reasons = set(re.findall(r'tessera_uart_bad_frames_total\{device="' + d + r'",reason="(\w+)"\} \d+', text))
+    assert {"crc", "cobs", "length", "type"} <= reasons, (d, reasons)
+    print("  %s: sent %s B, received %s B, retransmissions %s, bad frames %s" % (
+        d, value("tessera_uart_wire_bytes_sent_total", d), value("tessera_uart_wire_bytes_received_total", d),
+        value("tessera_uart_retransmissions_total", d),
+        sum(int(n) for n in re.findall(r'tessera_uart_bad_frames_total\{device="' + d + r'",reason="\w+"\} (\d+)', text))))
+PY
 for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || bad "process $p died"; done
 exit $fail
