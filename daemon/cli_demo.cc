@@ -562,7 +562,8 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, st
   const auto figures = ComputeLayerFigures(graph);
   if (figures.size() != graph.nodes.size())
     return Status::Internal("layer figures do not match the graph's nodes");
-  const PlacementProblem problem = MakePlacementProblem(graph, figures, cluster);
+  PlacementProblem problem = MakePlacementProblem(graph, figures, cluster);
+  problem.source = 0;  // w1 takes the inputs from the gateway and returns the outputs
   std::vector<int> mcus;
   for (int i = 0; i < cluster.size(); ++i)
     if (cluster.devices[i].kind == DeviceKind::kMcu) mcus.push_back(i);

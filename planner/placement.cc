@@ -70,9 +70,11 @@ std::vector<double> SuffixFastest(const PlacementProblem& p) {
 }  // namespace
 
 bool PlacementProblem::IsChain() const {
-  for (int j = 0; j < layers(); ++j)
+  for (int j = 0; j < layers(); ++j) {
     for (int p : producers[j])
       if (p != j - 1) return false;
+    if (j > 0 && source >= 0 && !model_inputs[j].empty()) return false;
+  }
   return true;
 }
 
@@ -87,6 +89,9 @@ PlacementProblem MakeChainPlacementProblem(const std::vector<LayerFigures>& laye
     p.buffer_bytes.push_back((f.M + f.K) * 4);
     p.output_bytes.push_back(f.K * 4);
     p.producers.push_back(j ? std::vector<int>{static_cast<int>(j) - 1} : std::vector<int>{});
+    p.model_inputs.push_back(j ? std::vector<std::pair<int, int64_t>>{}
+                               : std::vector<std::pair<int, int64_t>>{{0, f.M * 4}});
+    p.model_output_bytes.push_back(j + 1 == layers.size() ? f.K * 4 : 0);
   }
   return p;
 }
@@ -105,9 +110,55 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
         prods.push_back(layer_of_node[producer]);
     }
     p.producers[j] = prods;
+    // Model inputs read and model outputs produced, from the graph itself.
+    p.model_inputs[j].clear();
+    const Node& node = graph.nodes[layers[j].node];
+    for (int v : graph.ActivationInputs(node)) {
+      const auto at = std::find(graph.inputs.begin(), graph.inputs.end(), v);
+      if (at != graph.inputs.end())
+        p.model_inputs[j].push_back({static_cast<int>(at - graph.inputs.begin()), NumElements(graph.values[v].shape) * 4});
+    }
+    p.model_output_bytes[j] = 0;
+    for (int v : node.outputs)
+      if (std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end())
+        p.model_output_bytes[j] += NumElements(graph.values[v].shape) * 4;
   }
   return p;
 }
+
+namespace {
+// Seconds to bring the model inputs layer j reads to device i (each input
+// once per device: `delivered[input][i]`), and to return its model outputs
+// to the source. Records the bytes in `cost` and the sender's time in
+// `out_s` when given.
+double SourceTraffic(const PlacementProblem& p, int j, int i, std::vector<std::vector<char>>* delivered,
+                     PlacementCost* cost, std::vector<double>* out_s) {
+  if (p.source < 0) return 0;
+  const Cluster& c = *p.cluster;
+  double t = 0;
+  auto move = [&](int from, int to, int64_t bytes) {
+    const double s = c.TransferSeconds(from, to, bytes);
+    t += s;
+    if (out_s) (*out_s)[from] += s;
+    if (cost) {
+      cost->sent_bytes[from] += bytes;
+      cost->received_bytes[to] += bytes;
+    }
+  };
+  if (i != p.source) {
+    for (const auto& [input, bytes] : p.model_inputs[j]) {
+      if (static_cast<size_t>(input) >= delivered->size()) delivered->resize(input + 1);
+      auto& row = (*delivered)[input];
+      if (row.empty()) row.assign(c.size(), 0);
+      if (row[i]) continue;
+      row[i] = 1;
+      move(p.source, i, bytes);
+    }
+    if (p.model_output_bytes[j] > 0) move(i, p.source, p.model_output_bytes[j]);
+  }
+  return t;
+}
+}  // namespace
 
 PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int>& dev) {
   const Cluster& c = *p.cluster;
@@ -142,6 +193,8 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
       cost.received_bytes[i] += p.output_bytes[q];
     }
   }
+  std::vector<std::vector<char>> delivered;
+  for (int j = 0; j < n; ++j) transfers += SourceTraffic(p, j, dev[j], &delivered, &cost, &out_s);
   cost.feasible = true;
   for (int i = 0; i < d && cost.feasible; ++i) {
     const Device& dv = c.devices[i];
@@ -400,6 +453,10 @@ class PlacementSearch {
         marked.push_back(q);
         transfer += c_.TransferSeconds(h, i, p_.output_bytes[q]);
       }
+      // Model inputs/outputs to and from the source (each input once per
+      // device): a copy of `delivered_` keeps backtracking simple.
+      std::vector<std::vector<char>> delivered = delivered_;
+      transfer += SourceTraffic(p_, j, i, &delivered_, nullptr, nullptr);
       dev_[j] = i;
       flash_[i] += p_.weight_bytes[j];
       compute_[i] += compute;
@@ -410,6 +467,7 @@ class PlacementSearch {
       compute_[i] -= compute;
       flash_[i] -= p_.weight_bytes[j];
       dev_[j] = -1;
+      delivered_ = std::move(delivered);
       for (int q : marked) sent_[q][i] = 0;
       if (nodes_ > node_limit_) return;
     }
@@ -425,6 +483,7 @@ class PlacementSearch {
   std::vector<int64_t> flash_;
   std::vector<double> compute_;
   std::vector<std::vector<char>> sent_;
+  std::vector<std::vector<char>> delivered_;  // model input x device
   int64_t nodes_ = 0;
   double best_v_ = kInf;
   PlacementResult best_;
@@ -464,12 +523,18 @@ Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& p) {
   std::vector<std::vector<double>> best(n, std::vector<double>(d, kInf));
   std::vector<std::vector<int>> back(n, std::vector<int>(d, -1));
   int64_t states = 0;
+  // On a chain only layer 0 reads model inputs, so the source traffic of
+  // (j, i) depends on nothing else: it joins the layer's own cost.
+  auto own = [&](int j, int i) {
+    std::vector<std::vector<char>> delivered;
+    return c.devices[i].ComputeSeconds(p.macs[j]) + SourceTraffic(p, j, i, &delivered, nullptr, nullptr);
+  };
   for (int i = 0; i < d; ++i)
-    if (FitsAlone(p, 0, i)) best[0][i] = c.devices[i].ComputeSeconds(p.macs[0]);
+    if (FitsAlone(p, 0, i)) best[0][i] = own(0, i);
   for (int j = 1; j < n; ++j)
     for (int i = 0; i < d; ++i) {
       if (!FitsAlone(p, j, i)) continue;
-      const double compute = c.devices[i].ComputeSeconds(p.macs[j]);
+      const double compute = own(j, i);
       for (int h = 0; h < d; ++h) {
         if (!std::isfinite(best[j - 1][h])) continue;
         ++states;

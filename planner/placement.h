@@ -5,6 +5,11 @@
 //   L_ij = MAC_j · CpM_i / f_i            compute of layer j on device i
 //   T_ih = bytes_ih / bandwidth_ih        transfer (UART 8N1: 10 bits/byte)
 //   latency = Σ compute + Σ transfers
+//             (+ the model's inputs from the source device to the layers
+//             that read them and its outputs back, when `source` is set:
+//             the gateway hands a request to the source and takes the
+//             answer from it, so on an MCU pipeline those UART bytes are
+//             part of every inference)
 //   period  = compute(ī) + out-transfers(ī) + Σ compute of layers between
 //             ī's first and last layer that run elsewhere,
 //   with ī the device of largest total compute; throughput = 1 / period.
@@ -42,9 +47,17 @@ struct PlacementProblem {
   std::vector<int64_t> buffer_bytes; // (M_j + K_j) · 4
   std::vector<int64_t> output_bytes; // K_j · 4
   std::vector<std::vector<int>> producers;  // 0-based layers whose outputs layer j reads
+  // The device that receives the model's inputs and returns its outputs (the
+  // plan's source); -1: that traffic is not counted (problems made by hand).
+  int source = -1;
+  // Per layer: the model inputs it reads, as (input index, bytes), and the
+  // bytes of model outputs it produces.
+  std::vector<std::vector<std::pair<int, int64_t>>> model_inputs;
+  std::vector<int64_t> model_output_bytes;
 
   int layers() const { return static_cast<int>(macs.size()); }
-  // Every layer reads only the previous one.
+  // Every layer reads only the previous one (and only layer 0 reads model
+  // inputs), so the latency decomposes layer by layer.
   bool IsChain() const;
 };
 

@@ -332,7 +332,8 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
   const Cluster& c = plan->cluster;
   const PlacementObjective objective =
       options.objective == Objective::kLatency ? PlacementObjective::kLatency : PlacementObjective::kThroughput;
-  const PlacementProblem problem = MakePlacementProblem(graph, layers, c);
+  PlacementProblem problem = MakePlacementProblem(graph, layers, c);
+  problem.source = 0;  // ToPartitionPlan: device 0 takes the inputs and returns the outputs
   PlacementResult result;
   const std::string& s = options.solver;
   if (s.empty() || s == "exact") {

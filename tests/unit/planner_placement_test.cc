@@ -173,3 +173,70 @@ TEST_CASE("placement: exhaustive search refuses large cases", "[planner][placeme
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kNotSupported);
 }
+
+// The source device takes the model's input and returns its output (the
+// gateway talks to it), so moving work away from it costs those bytes too.
+// A: 1 MAC/s (the source), B: 100 MAC/s; links 4 B/s. One layer of 100 MACs
+// reading M = 3 values (12 B) and writing K = 2 values (8 B):
+//   on A: 100 s;  on B: 12/4 + 100/100 + 8/4 = 3 + 1 + 2 = 6 s.
+// Without a source the traffic is not counted: B costs 1 s.
+TEST_CASE("placement: the source's input and output transfers count", "[planner][placement]") {
+  auto layers = MacsChain({100});
+  layers[0].M = 3;
+  layers[0].K = 2;
+  const Cluster c = HandCluster({1, 100}, kUnlimitedBytes, kUnlimitedBytes, 4.0);
+  auto p = MakeChainPlacementProblem(layers, c);
+  CHECK(EvaluatePlacement(p, {1}).latency_s == Approx(1));
+  p.source = 0;
+  const PlacementCost on_b = EvaluatePlacement(p, {1});
+  CHECK(on_b.latency_s == Approx(6));
+  CHECK(on_b.sent_bytes[0] == 12);
+  CHECK(on_b.received_bytes[1] == 12);
+  CHECK(on_b.sent_bytes[1] == 8);
+  CHECK(on_b.received_bytes[0] == 8);
+  CHECK(EvaluatePlacement(p, {0}).latency_s == Approx(100));
+  auto dp = PlaceLatencyDp(p);
+  REQUIRE(dp.ok());
+  CHECK(dp->device_of_layer == std::vector<int>{1});
+  CHECK(dp->cost.latency_s == Approx(6));
+
+  // Slower links (0.1 B/s): 120 + 1 + 80 s on B, so the source keeps it.
+  const Cluster slow = HandCluster({1, 100}, kUnlimitedBytes, kUnlimitedBytes, 0.1);
+  auto ps = MakeChainPlacementProblem(layers, slow);
+  ps.source = 0;
+  auto dps = PlaceLatencyDp(ps);
+  REQUIRE(dps.ok());
+  CHECK(dps->device_of_layer == std::vector<int>{0});
+  CHECK(dps->cost.latency_s == Approx(100));
+}
+
+TEST_CASE("placement: with a source, exhaustive, B&B and DP still agree", "[planner][placement]") {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 5);
+    const int d = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> macs(n);
+    for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
+    auto layers = MacsChain(macs);
+    for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
+    std::vector<double> speed(d);
+    for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 100);
+    const Cluster c = HandCluster(speed, kUnlimitedBytes, kUnlimitedBytes, 20.0 + static_cast<double>(rng() % 200));
+    auto p = MakeChainPlacementProblem(layers, c);
+    p.source = static_cast<int>(rng() % d);
+    INFO("trial " << trial << " source " << p.source);
+    auto ex = PlaceExhaustive(p, PlacementObjective::kLatency);
+    auto bnb = PlaceBranchAndBound(p, PlacementObjective::kLatency);
+    auto dp = PlaceLatencyDp(p);
+    REQUIRE(ex.ok());
+    REQUIRE(bnb.ok());
+    REQUIRE(dp.ok());
+    CHECK(bnb->cost.latency_s == Approx(ex->cost.latency_s).epsilon(1e-9));
+    CHECK(dp->cost.latency_s == Approx(ex->cost.latency_s).epsilon(1e-9));
+    auto thr_ex = PlaceExhaustive(p, PlacementObjective::kThroughput);
+    auto thr_bnb = PlaceBranchAndBound(p, PlacementObjective::kThroughput);
+    REQUIRE(thr_ex.ok());
+    REQUIRE(thr_bnb.ok());
+    CHECK(thr_bnb->cost.period_s == Approx(thr_ex->cost.period_s).epsilon(1e-9));
+  }
+}
