@@ -2,6 +2,7 @@
 // the single-device reference run, the oracle for every distributed result.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +29,7 @@ struct RunOptions {
   int repeat = 1;
   int warmup = 0;
   bool json = false;
+  bool profile = false;   // per-node times of the timed runs
   std::string plan_path;
   std::string force;      // ffmt|fdto|fdti|pairs|pipeline
   int devices = 2;        // with --force
@@ -138,12 +140,14 @@ int RunRun(const RunOptions& ro) {
 
   ExecutorOptions eo;
   eo.threads = ro.threads;
+  eo.profile = ro.profile;
   auto ex = Executor::Create(*graph, eo);
   if (!ex.ok()) return ReportError("run", ex.status());
 
   std::vector<TensorData> outputs;
   for (int w = 0; w < ro.warmup; ++w)
     if (Status st = (*ex)->Run(inputs, &outputs); !st.ok()) return ReportError("run", st);
+  const std::vector<double> before_timed = (*ex)->StepSeconds();
   std::vector<double> ms;
   for (int r = 0; r < std::max(1, ro.repeat); ++r) {
     auto t0 = std::chrono::steady_clock::now();
@@ -182,6 +186,25 @@ int RunRun(const RunOptions& ro) {
                             {"abs_sum", abs_sum}});
   }
   j["finite"] = finite;
+  // --profile: where the time goes, per node and per op (mean over the timed
+  // runs; the sum is below the wall time by the executor's own overhead).
+  std::vector<std::pair<double, int>> node_ms;
+  std::map<std::string, std::pair<int, double>> op_ms;
+  if (ro.profile) {
+    const auto& total = (*ex)->StepSeconds();
+    for (size_t n = 0; n < total.size(); ++n) {
+      const double v = (total[n] - (n < before_timed.size() ? before_timed[n] : 0.0)) * 1e3 / ms.size();
+      node_ms.push_back({v, static_cast<int>(n)});
+      auto& e = op_ms[graph->nodes[n].op];
+      e.first += 1;
+      e.second += v;
+    }
+    std::sort(node_ms.rbegin(), node_ms.rend());
+    nlohmann::json prof = nlohmann::json::array();
+    for (const auto& [v, n] : node_ms)
+      prof.push_back({{"node", graph->nodes[n].name}, {"op", graph->nodes[n].op}, {"ms", v}});
+    j["profile"] = prof;
+  }
   if (ro.json) {
     std::printf("%s\n", j.dump(1).c_str());
   } else {
@@ -193,6 +216,21 @@ int RunRun(const RunOptions& ro) {
                 (*ex)->arena_bytes() / 1048576.0, (*ex)->unplanned_bytes() / 1048576.0);
     std::printf("time: %.3f ms median of %zu run(s), %d thread(s)\n", median, ms.size(), ro.threads);
     if (!finite) std::printf("warning: the output contains NaN or infinity\n");
+    if (ro.profile) {
+      double sum = 0;
+      for (const auto& [v, n] : node_ms) sum += v;
+      std::printf("\nprofile: mean per run over %zu run(s); kernels %.3f ms of %.3f ms\n", ms.size(), sum, median);
+      std::vector<std::pair<double, std::string>> ops;
+      for (const auto& [op, e] : op_ms) ops.push_back({e.second, op});
+      std::sort(ops.rbegin(), ops.rend());
+      std::printf("%-24s %6s %10s %7s\n", "op", "nodes", "ms", "share");
+      for (const auto& [v, op] : ops)
+        std::printf("%-24s %6d %10.3f %6.1f%%\n", op.c_str(), op_ms[op].first, v, sum > 0 ? 100 * v / sum : 0.0);
+      std::printf("\n%-40s %-18s %10s\n", "slowest nodes", "op", "ms");
+      for (size_t k = 0; k < node_ms.size() && k < 12; ++k)
+        std::printf("%-40s %-18s %10.3f\n", graph->nodes[node_ms[k].second].name.substr(0, 40).c_str(),
+                    graph->nodes[node_ms[k].second].op.c_str(), node_ms[k].first);
+    }
   }
   return 0;
 }
@@ -210,6 +248,7 @@ void RegisterRunCommand(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", ro->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 1000));
   cmd->add_flag("--json", ro->json, "Print JSON");
+  cmd->add_flag("--profile", ro->profile, "Time every node of the timed runs; print the time per op and the slowest nodes");
   cmd->add_option("--plan", ro->plan_path,
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");
   cmd->add_option("--force", ro->force,

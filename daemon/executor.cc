@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -138,7 +139,17 @@ Status Executor::Run(const std::vector<TensorData>& inputs, std::vector<TensorDa
       std::memcpy(base + offsets_[g.inputs[i]], inputs[i].values.data(), inputs[i].values.size() * sizeof(float));
   }
   Eigen::setNbThreads(options_.threads);
-  for (const Step& step : steps_) step.kernel->Eval(step.eval);
+  if (!options_.profile) {
+    for (const Step& step : steps_) step.kernel->Eval(step.eval);
+  } else {
+    if (step_seconds_.size() != g.nodes.size()) step_seconds_.assign(g.nodes.size(), 0.0);
+    for (const Step& step : steps_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step.kernel->Eval(step.eval);
+      step_seconds_[step.node - g.nodes.data()] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
   // Outputs: reuse the caller's tensors when they already have the right
   // shapes, so a steady-state Run allocates nothing at all.
   const bool reuse = outputs->size() == g.outputs.size() &&

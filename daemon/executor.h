@@ -23,6 +23,7 @@ namespace tessera {
 
 struct ExecutorOptions {
   int threads = 1;  // intra-op threads (kernels use up to this many)
+  bool profile = false;  // time every step of every Run (StepSeconds)
 };
 
 class Executor {
@@ -41,6 +42,10 @@ class Executor {
   // `outputs`: replaced by one tensor per graph output.
   Status Run(const std::vector<TensorData>& inputs, std::vector<TensorData>* outputs);
 
+  // With options.profile: seconds each node took, summed over every Run so
+  // far, indexed like Graph::nodes (nodes without a step stay 0).
+  const std::vector<double>& StepSeconds() const { return step_seconds_; }
+
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
   ~Executor();
@@ -56,6 +61,7 @@ class Executor {
   size_t unplanned_bytes_ = 0;
   size_t scratch_offset_ = 0;
   float* arena_ = nullptr;  // 64-byte aligned, arena_bytes_ long
+  std::vector<double> step_seconds_;  // per node, with options_.profile
 };
 
 }  // namespace tessera

@@ -126,6 +126,9 @@ TEST_CASE("conv throughput on typical layers", "[.][perf]") {
     ReportConv("mbv2 1x1 16->96 112x112", 16, 96, 112, 1, 1, 1, threads);
     ReportConv("mbv2 1x1 144->24 56x56", 144, 24, 56, 1, 1, 1, threads);
     ReportConv("squeezenet 1x1 16->64 55x55", 16, 64, 55, 1, 1, 1, threads);
+    ReportConv("squeezenet 3x3 16->64 55x55", 16, 64, 55, 3, 1, 1, threads);
+    ReportConv("squeezenet 3x3 32->128 27x27", 32, 128, 27, 3, 1, 1, threads);
+    ReportConv("squeezenet 3x3 64->256 13x13", 64, 256, 13, 3, 1, 1, threads);
   }
 }
 
@@ -150,7 +153,9 @@ TEST_CASE("model latency and per-op breakdown", "[.][perf-model]") {
   while (std::getline(paths, path, ':')) {
     auto graph = ImportModel(path, {});
     REQUIRE(graph.ok());
-    auto ex = Executor::Create(*graph, {1});
+    const char* tenv = std::getenv("TESSERA_PERF_THREADS");
+    const int threads = tenv ? std::max(1, std::atoi(tenv)) : 1;
+    auto ex = Executor::Create(*graph, {threads});
     REQUIRE(ex.ok());
     std::mt19937 rng(5);
     std::vector<TensorData> inputs, outputs;
@@ -163,7 +168,7 @@ TEST_CASE("model latency and per-op breakdown", "[.][perf-model]") {
       if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("%s: best %.3f ms, median %.3f ms\n", path.c_str(), ms.front(), ms[ms.size() / 2]);
+    std::printf("%s (%d threads): best %.3f ms, median %.3f ms\n", path.c_str(), threads, ms.front(), ms[ms.size() / 2]);
     std::map<std::string, std::pair<int, double>> by_kind;
     for (const Node& node : graph->nodes) {
       std::vector<testing::TestTensor> ins;
@@ -181,7 +186,7 @@ TEST_CASE("model latency and per-op breakdown", "[.][perf-model]") {
       }
       if (node.outputs.size() != 1 || std::any_of(ins.begin(), ins.end(), [](auto& t) { return t.absent; })) continue;
       Attributes attrs = node.attrs;
-      Timed t = TimeNode(node.op, attrs, ins, graph->values[node.outputs[0]].shape, 1, 10);
+      Timed t = TimeNode(node.op, attrs, ins, graph->values[node.outputs[0]].shape, threads, 10);
       auto& entry = by_kind[NodeKind(*graph, node)];
       entry.first += 1;
       entry.second += t.best_seconds * 1e3;
