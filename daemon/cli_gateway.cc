@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -28,6 +29,7 @@ struct GatewayArgs {
   std::string cluster, listen = "127.0.0.1:7000", http = "127.0.0.1:8080";
   ServePlanOptions serve;
   bool deploy = false;
+  bool failover = false;
   GatewayOptions gateway;
 };
 
@@ -52,6 +54,27 @@ int RunGateway(GatewayArgs& a) {
   a.gateway.plan_id = served->plan_id;
   a.gateway.signature = ModelSignature::Of(*graph);
   a.gateway.planned_link_bytes = PlannedLinkBytes(served->programs);
+  if (a.failover) {
+    // Re-plan for the devices of the cluster file that answer now (the
+    // planner, --objective) and deploy; the gateway swaps plans and retries.
+    // `graph` and `cluster` outlive the gateway (declared before it).
+    a.gateway.failover = [&a, &graph, &cluster](const std::vector<std::string>& down) -> Result<ServedCluster> {
+      ServePlanOptions so = a.serve;
+      so.plan_path.clear();
+      so.only_healthy = true;
+      so.probe_timeout = std::chrono::milliseconds(1000);
+      if (so.work_dir.empty()) so.work_dir = ".";
+      TS_ASSIGN_OR_RETURN(ServedPlan next, PrepareServedPlan(*graph, *cluster, so));
+      for (const auto& w : next.workers)
+        if (std::find(down.begin(), down.end(), w.name) != down.end())
+          return Status::Unavailable("worker " + w.name + " answers Health again but failed a request; not re-planned");
+      TS_RETURN_IF_ERROR(
+          DeployPrograms(next.programs, next.plan_id, next.plan.source, next.workers, a.gateway.security, nullptr)
+              .status());
+      if (!next.table.empty()) std::fprintf(stderr, "failover plan:\n%s", next.table.c_str());
+      return ServedCluster{next.plan_id, next.plan.source, next.workers, PlannedLinkBytes(next.programs)};
+    };
+  }
   auto gateway = Gateway::Create(a.gateway);
   if (!gateway.ok()) return ReportError("gateway", gateway.status());
   GatewayService service(gateway->get());
@@ -88,6 +111,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--objective", a->serve.objective, "Planner objective without --plan")->capture_default_str();
   cmd->add_option("--data-dir", a->serve.work_dir, "Where a plan made here is written")->capture_default_str();
   cmd->add_flag("--deploy", a->deploy, "Push the programs to the workers also when --plan is given");
+  cmd->add_flag("--failover", a->failover,
+                "When a worker is down, re-plan (--objective) on the devices that answer, deploy, and retry the "
+                "request once");
   cmd->add_option("--listen", a->listen, "gRPC address")->capture_default_str();
   cmd->add_option("--http", a->http, "HTTP address (\"\" = none)")->capture_default_str();
   cmd->add_option("--max-in-flight", a->gateway.max_in_flight, "Requests on the cluster at once")->capture_default_str();

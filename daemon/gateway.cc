@@ -117,22 +117,33 @@ std::vector<bool> ProbeWorkers(const std::vector<WorkerEndpoint>& workers, const
   return up;
 }
 
-Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
-  if (options.workers.empty()) return Status::InvalidArgument("the gateway has no workers");
-  if (options.source < 0 || options.source >= static_cast<int>(options.workers.size()))
-    return Status::InvalidArgument("source device " + std::to_string(options.source) + " is out of range");
-  std::unique_ptr<Gateway> g(new Gateway(std::move(options)));
-  for (const auto& w : g->options_.workers) {
-    TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(w.address, g->options_.security));
-    g->stubs_.push_back(proto::Worker::NewStub(channel));
+Result<std::shared_ptr<const Gateway::Serving>> Gateway::MakeServing(ServedCluster cluster,
+                                                                     const TransportSecurity& security) {
+  if (cluster.workers.empty()) return Status::InvalidArgument("the gateway has no workers");
+  if (cluster.source < 0 || cluster.source >= static_cast<int>(cluster.workers.size()))
+    return Status::InvalidArgument("source device " + std::to_string(cluster.source) + " is out of range");
+  auto s = std::make_shared<Serving>();
+  for (const auto& w : cluster.workers) {
+    TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(w.address, security));
+    s->stubs.push_back(proto::Worker::NewStub(channel));
   }
+  s->cluster = std::move(cluster);
+  return std::shared_ptr<const Serving>(std::move(s));
+}
+
+Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
+  ServedCluster first{options.plan_id, options.source, options.workers, options.planned_link_bytes};
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(std::move(first), options.security));
+  std::unique_ptr<Gateway> g(new Gateway(std::move(options)));
+  g->serving_ = std::move(serving);
+  g->served_plan_ids_.push_back(g->serving_->cluster.plan_id);
   // Worker-side ids scope the peers' exchange messages: start at a random
   // point so two gateways (or a restarted one) on the same workers do not
   // reuse the ids of each other's in-flight requests.
   g->next_request_ = 1 + (std::random_device{}() & 0x3fffffff);
   g->latency_buckets_.assign(kNumBounds, 0);
-  g->worker_up_.assign(g->options_.workers.size(), false);
-  g->worker_plan_.assign(g->options_.workers.size(), "");
+  g->worker_up_.assign(g->serving_->stubs.size(), false);
+  g->worker_plan_.assign(g->serving_->stubs.size(), "");
   g->RefreshWorkerState();
   g->health_ = std::thread([gw = g.get()] { gw->HealthLoop(); });
   return g;
@@ -158,34 +169,104 @@ void Gateway::HealthLoop() {
   }
 }
 
-bool Gateway::ProbeWorker(size_t i, std::chrono::milliseconds timeout, proto::HealthReply* health) {
+std::shared_ptr<const Gateway::Serving> Gateway::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return serving_;
+}
+
+ServedCluster Gateway::Served() const { return Current()->cluster; }
+
+bool Gateway::KnowsPlan(const std::string& plan_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(served_plan_ids_.begin(), served_plan_ids_.end(), plan_id) != served_plan_ids_.end();
+}
+
+int64_t Gateway::failovers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failovers_;
+}
+
+bool Gateway::ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout,
+                          proto::HealthReply* health) {
   proto::HealthRequest hreq;
-  hreq.set_plan_id(options_.plan_id);
+  hreq.set_plan_id(serving.cluster.plan_id);
   grpc::ClientContext hctx;
   hctx.set_deadline(std::chrono::system_clock::now() + timeout);
   // Wait (up to the timeout) for a channel that is reconnecting, instead of
   // failing at once while it backs off: a worker that just restarted is up.
   hctx.set_wait_for_ready(true);
-  const bool up = stubs_[i]->Health(&hctx, hreq, health).ok() && health->serving();
+  const bool up = serving.stubs[i]->Health(&hctx, hreq, health).ok() && health->serving();
   std::lock_guard<std::mutex> lock(mu_);
-  if (worker_up_[i] != up)
-    spdlog::info("gateway: worker {} ({}) is {}", options_.workers[i].name, options_.workers[i].address,
-                 up ? "up" : "down");
+  if (serving_.get() != &serving) return up;  // a failover replaced it meanwhile
+  const WorkerEndpoint& w = serving.cluster.workers[i];
+  if (worker_up_[i] != up) spdlog::info("gateway: worker {} ({}) is {}", w.name, w.address, up ? "up" : "down");
   worker_up_[i] = up;
   worker_plan_[i] = health->plan_id();
   return up;
 }
 
-void Gateway::RefreshWorkerState() {
-  for (size_t i = 0; i < stubs_.size(); ++i) {
+std::vector<std::string> Gateway::DownWorkers(const Serving& serving, std::chrono::milliseconds timeout,
+                                              bool probe_all, Status* why) {
+  std::vector<std::string> down;
+  for (size_t i = 0; i < serving.stubs.size(); ++i) {
+    if (!probe_all) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (serving_.get() == &serving && worker_up_[i]) continue;
+    }
     proto::HealthReply health;
-    const bool up = ProbeWorker(i, std::chrono::milliseconds(500), &health);
+    if (ProbeWorker(serving, i, timeout, &health)) continue;
+    const WorkerEndpoint& w = serving.cluster.workers[i];
+    down.push_back(w.name);
+    if (!why->ok()) continue;
+    const std::string who = "worker " + w.name + " (" + w.address + ", device " + std::to_string(i) + ")";
+    *why = health.name().empty()
+               ? Status::Unavailable(who + " does not answer; plan " + serving.cluster.plan_id +
+                                     " cannot run without it")
+               : Status::FailedPrecondition(who + " holds plan '" + health.plan_id() + "', not the served plan " +
+                                            serving.cluster.plan_id + "; redeploy (tessera deploy)");
+  }
+  return down;
+}
+
+Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down) {
+  std::lock_guard<std::mutex> one_at_a_time(failover_mu_);
+  if (Current() != seen) return Status::OK();  // another request did it already
+  std::string names;
+  for (const auto& n : down) names += (names.empty() ? "" : ", ") + n;
+  spdlog::warn("gateway: failover: {} down; re-planning plan {} on the workers that answer", names,
+               seen->cluster.plan_id);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next = options_.failover(down);
+  if (!next.ok()) return next.status().WithContext("failover after " + names + " went down");
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(std::move(*next), options_.security));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    serving_ = serving;
+    served_plan_ids_.push_back(serving->cluster.plan_id);
+    ++failovers_;
+    worker_up_.assign(serving->stubs.size(), true);  // they answered Health and took the programs just now
+    worker_plan_.assign(serving->stubs.size(), serving->cluster.plan_id);
+    links_.clear();  // device indices changed; refilled from Worker.Status
+    uart_.clear();
+  }
+  spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers", 
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
+               serving->stubs.size());
+  return Status::OK();
+}
+
+void Gateway::RefreshWorkerState() {
+  const auto serving = Current();
+  for (size_t i = 0; i < serving->stubs.size(); ++i) {
+    proto::HealthReply health;
+    const bool up = ProbeWorker(*serving, i, std::chrono::milliseconds(500), &health);
     proto::StatusRequest sreq;
     proto::WorkerStatusReply status;
     grpc::ClientContext sctx;
     sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    const bool have_status = up && stubs_[i]->Status(&sctx, sreq, &status).ok();
+    const bool have_status = up && serving->stubs[i]->Status(&sctx, sreq, &status).ok();
     std::lock_guard<std::mutex> lock(mu_);
+    if (serving_ != serving) return;
     if (have_status) {
       for (const auto& l : status.links())
         links_[{l.from_device(), l.to_device()}] = {l.from_device(), l.to_device(), l.payload_bytes(), l.wire_bytes(),
@@ -246,48 +327,9 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   const int64_t deadline_ms = deadline_unix_ms > 0 ? deadline_unix_ms : now_ms + options_.default_deadline_ms;
   if (deadline_ms <= now_ms) return finish(Status::DeadlineExceeded("the request's deadline has already passed"));
 
-  // A worker the health loop saw down is asked once more, now; if it still
-  // does not answer (or lost the plan), the request fails fast naming it,
-  // instead of the source waiting out the deadline for tiles that never come.
-  for (size_t i = 0; i < stubs_.size(); ++i) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (worker_up_[i]) continue;
-    }
-    proto::HealthReply health;
-    const auto timeout = std::chrono::milliseconds(std::clamp<int64_t>(deadline_ms - now_ms, 1, 1000));
-    if (ProbeWorker(i, timeout, &health)) continue;
-    const std::string who = "worker " + options_.workers[i].name + " (" + options_.workers[i].address + ", device " +
-                            std::to_string(i) + ")";
-    if (!health.name().empty())
-      return finish(Status::FailedPrecondition(who + " holds plan '" + health.plan_id() + "', not the served plan " +
-                                               options_.plan_id + "; redeploy (tessera deploy)"));
-    return finish(Status::Unavailable(who + " does not answer; plan " + options_.plan_id + " cannot run without it"));
-  }
-
-  // Admission: a bounded queue in front of max_in_flight running requests.
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (in_flight_ >= options_.max_in_flight && queued_ >= options_.queue_capacity) {
-      lock.unlock();
-      return finish(Status::ResourceExhausted("the gateway queue is full (" + std::to_string(options_.queue_capacity) +
-                                              " waiting, " + std::to_string(options_.max_in_flight) +
-                                              " running); retry later"));
-    }
-    ++queued_;
-    const bool admitted = cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms - now_ms),
-                                         [&] { return in_flight_ < options_.max_in_flight || stopping_; });
-    --queued_;
-    if (!admitted || stopping_) {
-      lock.unlock();
-      return finish(Status::DeadlineExceeded("the request waited in the queue past its deadline"));
-    }
-    ++in_flight_;
-  }
   // Worker-side request ids are the gateway's own: unique among in-flight requests.
   const uint32_t id = next_request_.fetch_add(1) & 0x7fffffff;
   proto::RunRequest req;
-  req.set_plan_id(options_.plan_id);
   req.set_request_id(id);
   req.set_deadline_unix_ms(deadline_ms);
   req.set_fan_out(true);
@@ -296,17 +338,72 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
     req.add_input_values(sig.input_values[i]);
   }
   inputs.clear();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
+
+  // At most two attempts: the second only after a failover replaced the plan
+  // because a worker of the first was down.
   proto::RunReply reply;
-  grpc::Status gs = stubs_[options_.source]->Run(&ctx, req, &reply);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
+  for (int attempt = 0;; ++attempt) {
+    const auto serving = Current();
+    const bool may_fail_over = options_.failover && attempt == 0;
+    // A worker the health loop saw down is asked once more, now; if it still
+    // does not answer (or lost the plan), fail over, or fail fast naming it
+    // instead of the source waiting out the deadline for tiles that never come.
+    Status why;
+    const auto probe = std::chrono::milliseconds(std::clamp<int64_t>(deadline_ms - UnixMillisNow(), 1, 1000));
+    std::vector<std::string> down = DownWorkers(*serving, probe, /*probe_all=*/false, &why);
+    if (!down.empty()) {
+      if (!may_fail_over) return finish(why);
+      if (Status st = Failover(serving, down); !st.ok()) return finish(st);
+      continue;
+    }
+
+    // Admission: a bounded queue in front of max_in_flight running requests.
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (in_flight_ >= options_.max_in_flight && queued_ >= options_.queue_capacity) {
+        lock.unlock();
+        return finish(Status::ResourceExhausted("the gateway queue is full (" +
+                                                std::to_string(options_.queue_capacity) + " waiting, " +
+                                                std::to_string(options_.max_in_flight) + " running); retry later"));
+      }
+      ++queued_;
+      const int64_t wait_ms = std::max<int64_t>(0, deadline_ms - UnixMillisNow());
+      const bool admitted =
+          cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms),
+                         [&] { return in_flight_ < options_.max_in_flight || stopping_; });
+      --queued_;
+      if (!admitted || stopping_) {
+        lock.unlock();
+        return finish(Status::DeadlineExceeded("the request waited in the queue past its deadline"));
+      }
+      ++in_flight_;
+    }
+    req.set_plan_id(serving->cluster.plan_id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
+    reply.Clear();
+    const int source = serving->cluster.source;
+    grpc::Status gs = serving->stubs[source]->Run(&ctx, req, &reply);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    cv_.notify_all();
+    if (gs.ok()) break;
+    const WorkerEndpoint& src = serving->cluster.workers[source];
+    Status st = FromGrpcStatus(gs, "source worker " + src.name + " (" + src.address + ")");
+    // The run failed: if a worker died under it, fail over and retry while
+    // the deadline leaves time; anything else is the answer.
+    if (may_fail_over && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) {
+      Status ignored;
+      down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &ignored);
+      if (!down.empty()) {
+        if (Status f = Failover(serving, down); !f.ok()) return finish(f);
+        if (UnixMillisNow() < deadline_ms) continue;
+      }
+    }
+    return finish(st);
   }
-  cv_.notify_all();
-  const WorkerEndpoint& src = options_.workers[options_.source];
-  if (!gs.ok()) return finish(FromGrpcStatus(gs, "source worker " + src.name + " (" + src.address + ")"));
 
   InferResult result;
   result.request_id = client_request_id ? client_request_id : id;
@@ -338,6 +435,7 @@ std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<Device
 
 std::string Gateway::MetricsText() const {
   std::lock_guard<std::mutex> lock(mu_);
+  const ServedCluster& served = serving_->cluster;
   std::ostringstream m;
   m << "# HELP tessera_requests_total Inference requests by outcome.\n# TYPE tessera_requests_total counter\n";
   for (const auto& [code, n] : requests_by_code_) m << "tessera_requests_total{code=\"" << code << "\"} " << n << "\n";
@@ -352,9 +450,11 @@ std::string Gateway::MetricsText() const {
     << "tessera_requests_in_flight " << in_flight_ << "\n";
   m << "# HELP tessera_requests_queued Requests waiting at the gateway.\n# TYPE tessera_requests_queued gauge\n"
     << "tessera_requests_queued " << queued_ << "\n";
+  m << "# HELP tessera_failovers_total Times the gateway re-planned on the surviving workers.\n"
+       "# TYPE tessera_failovers_total counter\ntessera_failovers_total " << failovers_ << "\n";
   m << "# HELP tessera_worker_up 1 when the worker answers Health and holds the plan.\n# TYPE tessera_worker_up gauge\n";
   for (size_t i = 0; i < worker_up_.size(); ++i)
-    m << "tessera_worker_up{worker=\"" << options_.workers[i].name << "\",device=\"" << i << "\"} "
+    m << "tessera_worker_up{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
       << (worker_up_[i] ? 1 : 0) << "\n";
   m << "# HELP tessera_link_payload_bytes_total Tensor bytes sent between devices.\n"
        "# TYPE tessera_link_payload_bytes_total counter\n";
@@ -367,7 +467,7 @@ std::string Gateway::MetricsText() const {
   if (!uart_.empty()) {
     // The UART of every MCU (issue 6: bad frames are dropped, counted and
     // reported here; they never reach a kernel).
-    auto label = [&](size_t i) { return "device=\"" + options_.workers[i].name + "\""; };
+    auto label = [&](size_t i) { return "device=\"" + served.workers[i].name + "\""; };
     m << "# HELP tessera_uart_bad_frames_total Frames dropped by the UART decoder, by reason.\n"
          "# TYPE tessera_uart_bad_frames_total counter\n";
     for (const auto& [i, u] : uart_) {
@@ -397,10 +497,10 @@ std::string Gateway::MetricsText() const {
       for (const auto& [i, u] : uart_) m << s.name << "{" << label(i) << "} " << s.get(u) << "\n";
     }
   }
-  if (!options_.planned_link_bytes.empty()) {
+  if (!served.planned_link_bytes.empty()) {
     m << "# HELP tessera_link_planned_payload_bytes Payload bytes one request sends on the link, per the plan's "
          "programs.\n# TYPE tessera_link_planned_payload_bytes gauge\n";
-    for (const auto& [k, bytes] : options_.planned_link_bytes)
+    for (const auto& [k, bytes] : served.planned_link_bytes)
       m << "tessera_link_planned_payload_bytes{from=\"" << k.first << "\",to=\"" << k.second << "\"} " << bytes
         << "\n";
   }
@@ -410,11 +510,12 @@ std::string Gateway::MetricsText() const {
 void Gateway::FillStatus(proto::GatewayStatusReply* reply) const {
   const std::string metrics = MetricsText();
   std::lock_guard<std::mutex> lock(mu_);
-  reply->set_plan_id(options_.plan_id);
-  for (size_t i = 0; i < options_.workers.size(); ++i) {
+  const ServedCluster& served = serving_->cluster;
+  reply->set_plan_id(served.plan_id);
+  for (size_t i = 0; i < served.workers.size(); ++i) {
     auto* w = reply->add_workers();
-    w->set_name(options_.workers[i].name);
-    w->set_address(options_.workers[i].address);
+    w->set_name(served.workers[i].name);
+    w->set_address(served.workers[i].address);
     w->set_device(static_cast<int>(i));
     w->set_up(worker_up_[i]);
     w->set_plan_id(worker_plan_[i]);
@@ -443,9 +544,9 @@ grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::In
   // A client naming a plan (model) this gateway does not serve sent bad input
   // (issue 5: unknown model -> INVALID_ARGUMENT); FAILED_PRECONDITION is kept
   // for a worker asked to run a plan it does not hold.
-  if (!request->plan_id().empty() && request->plan_id() != gateway_->options().plan_id)
+  if (!request->plan_id().empty() && !gateway_->KnowsPlan(request->plan_id()))
     return ToGrpcStatus(tessera::Status::InvalidArgument("unknown plan '" + request->plan_id() +
-                                                         "': the gateway serves plan " + gateway_->options().plan_id));
+                                                         "': the gateway serves plan " + gateway_->Served().plan_id));
   std::vector<TensorData> inputs;
   for (int i = 0; i < request->inputs_size(); ++i) {
     auto t = FromTensorMsg(request->inputs(i), "input " + std::to_string(i));
@@ -458,7 +559,7 @@ grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::In
   auto result = gateway_->Infer(std::move(inputs), request->request_id(), deadline);
   if (!result.ok()) return ToGrpcStatus(result.status());
   reply->set_request_id(result->request_id);
-  reply->set_plan_id(gateway_->options().plan_id);
+  reply->set_plan_id(gateway_->Served().plan_id);
   reply->set_seconds(result->seconds);
   for (const auto& t : result->outputs) *reply->add_outputs() = ToTensorMsg(t);
   return grpc::Status::OK;

@@ -57,7 +57,21 @@ std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<Device
 std::vector<bool> ProbeWorkers(const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
                                std::chrono::milliseconds timeout);
 
+// A plan and the workers that run it: what a gateway serves at one time.
+struct ServedCluster {
+  std::string plan_id;
+  int source = 0;
+  std::vector<WorkerEndpoint> workers;  // index = plan device
+  std::map<std::pair<int, int>, int64_t> planned_link_bytes;  // PlannedLinkBytes of its programs
+};
+
+// Failover: re-plans for the workers that still answer and deploys the new
+// programs, given the names of the workers found down; returns what to serve
+// from now on. Called by at most one request at a time.
+using FailoverFn = std::function<Result<ServedCluster>(const std::vector<std::string>& down)>;
+
 struct GatewayOptions {
+  // The plan served at start (replaced as a whole by a failover).
   std::vector<WorkerEndpoint> workers;  // index = plan device
   int source = 0;
   std::string plan_id;
@@ -71,6 +85,11 @@ struct GatewayOptions {
   // Planned payload bytes per request per link (PlannedLinkBytes); exported
   // in /metrics so measured/planned is one division. Empty: not exported.
   std::map<std::pair<int, int>, int64_t> planned_link_bytes;
+  // Set: when a worker of the served plan is down (found before a request
+  // runs, or because the source's Run failed), re-plan on the survivors with
+  // this, then retry the request once on the new plan. Unset: such requests
+  // fail fast with UNAVAILABLE naming the worker.
+  FailoverFn failover;
 };
 
 struct InferResult {
@@ -98,21 +117,46 @@ class Gateway {
   std::vector<LinkBytes> Links() const;
   std::string MetricsText() const;
   void FillStatus(proto::GatewayStatusReply* reply) const;
+  // The signature, limits and security; options().workers/plan_id/source
+  // describe the plan served at start only — see Served() for the current one.
   const GatewayOptions& options() const { return options_; }
+  ServedCluster Served() const;
+  // Whether `plan_id` is, or was, served by this gateway.
+  bool KnowsPlan(const std::string& plan_id) const;
+  int64_t failovers() const;
 
  private:
+  // One served plan with its worker stubs. Requests hold the snapshot they
+  // started with; a failover swaps in a new one.
+  struct Serving {
+    ServedCluster cluster;
+    std::vector<std::unique_ptr<proto::Worker::Stub>> stubs;
+  };
   explicit Gateway(GatewayOptions options) : options_(std::move(options)) {}
+  static Result<std::shared_ptr<const Serving>> MakeServing(ServedCluster cluster, const TransportSecurity& security);
+  std::shared_ptr<const Serving> Current() const;
   void HealthLoop();
-  // Worker.Health of worker i (with the served plan id) now; records and
-  // returns whether it answers and holds the plan. *reply gets its answer.
-  bool ProbeWorker(size_t i, std::chrono::milliseconds timeout, proto::HealthReply* reply);
+  // Worker.Health of worker i of `serving` now; records (if `serving` is
+  // still current) and returns whether it answers and holds the plan.
+  bool ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout, proto::HealthReply* reply);
+  // Workers of `serving` that do not answer Health now (only those the
+  // health loop saw down, unless `probe_all`): their names, and in *why the
+  // first one's error.
+  std::vector<std::string> DownWorkers(const Serving& serving, std::chrono::milliseconds timeout, bool probe_all,
+                                       Status* why);
+  // Replaces `seen` with a plan for the survivors (options_.failover). OK
+  // without doing anything when another request already replaced `seen`.
+  Status Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down);
 
   const GatewayOptions options_;
-  std::vector<std::unique_ptr<proto::Worker::Stub>> stubs_;
   std::atomic<uint32_t> next_request_{1};
+  std::mutex failover_mu_;  // one failover at a time
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::shared_ptr<const Serving> serving_;               // GUARDED_BY(mu_)
+  std::vector<std::string> served_plan_ids_;             // GUARDED_BY(mu_)
+  int64_t failovers_ = 0;                                // GUARDED_BY(mu_)
   int in_flight_ = 0, queued_ = 0;                       // GUARDED_BY(mu_)
   std::map<std::string, int64_t> requests_by_code_;      // GUARDED_BY(mu_)
   std::vector<int64_t> latency_buckets_;                 // GUARDED_BY(mu_), cumulative at render

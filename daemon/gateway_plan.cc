@@ -20,7 +20,7 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     // via worker serves them at the address the cluster file gives.
     std::vector<WorkerEndpoint> all;
     for (const auto& d : cluster.devices) all.push_back({d.name, d.address});
-    std::vector<bool> up = options.only_healthy ? ProbeWorkers(all, options.security, std::chrono::milliseconds(3000))
+    std::vector<bool> up = options.only_healthy ? ProbeWorkers(all, options.security, options.probe_timeout)
                                                 : std::vector<bool>(all.size(), true);
     Cluster live = cluster;
     live.devices.clear();

@@ -3,6 +3,7 @@
 // callable from the gateway"), then compiled into one program per device.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct ServePlanOptions {
   std::string objective = "memory";
   std::string work_dir;       // where a plan made here is written (plan.pb)
   bool only_healthy = true;   // plan only for workers answering Health
+  std::chrono::milliseconds probe_timeout{3000};  // per worker, with only_healthy
   TransportSecurity security;
 };
 

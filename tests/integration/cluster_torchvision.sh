@@ -29,15 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-free_port() { "$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-compare() {  # got, reference
-  "$python" -c "
-import numpy as np,sys; a=np.load('$1'); b=np.load('$2')
-if a.shape!=b.shape: print('  shape', a.shape, 'vs', b.shape); sys.exit(1)
-r=np.abs(a-b).max()/np.abs(b).max(); print('  max rel diff %.3g' % r); sys.exit(0 if r<=1e-5 else 1)"
-}
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
 
 start_worker() {  # i
   rm -f "$D/w$1.port"

@@ -34,9 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-free_port() { "$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
 
 boot_mcu() {  # i: boots QEMU (pid in $D/qemu$i.pid: this runs in a subshell), prints its pty
   qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty -kernel "$FW" \
@@ -87,12 +85,6 @@ EOF
 
 "$python" -c "import numpy as np; np.save('$D/x.npy', np.random.default_rng(7).standard_normal((1,1,49,10)).astype(np.float32))"
 "$T" run "$MODEL" --input "$D/x.npy" --output "$D/ref.npy" >/dev/null || { echo "FAIL tessera run"; exit 1; }
-compare() {
-  "$python" -c "
-import numpy as np,sys; a=np.load('$1'); b=np.load('$2')
-if a.shape!=b.shape: print('  shape', a.shape, 'vs', b.shape); sys.exit(1)
-r=np.abs(a-b).max()/np.abs(b).max(); print('  max rel diff %.3g' % r); sys.exit(0 if r<=1e-5 else 1)"
-}
 
 GRPC=127.0.0.1:$(free_port); HTTP=127.0.0.1:$(free_port)
 "$T" gateway --cluster "$D/cluster.yaml" --model "$MODEL" --objective latency --listen $GRPC --http $HTTP \

@@ -70,7 +70,7 @@ double MaxRelDiff(const TensorData& a, const TensorData& b) {
 // the model input and the single-device reference output. Built once and
 // kept for the whole test binary: it is deliberately never destroyed, so no
 // gRPC server is torn down during static destruction.
-struct ServedCluster {
+struct TestCluster {
   Graph graph;
   std::vector<std::unique_ptr<LoopbackWorker>> workers;
   std::vector<WorkerEndpoint> endpoints;
@@ -92,9 +92,9 @@ struct ServedCluster {
   }
 };
 
-ServedCluster* SharedCluster() {
-  static ServedCluster* cluster = [] {
-    auto* c = new ServedCluster();
+TestCluster* SharedCluster() {
+  static TestCluster* cluster = [] {
+    auto* c = new TestCluster();
     ImportOptions io;
     io.input_shapes[""] = {1, 3, 64, 64};
     auto graph = ImportModel(kModel, io);
@@ -208,7 +208,7 @@ std::pair<int, std::string> HttpPost(const std::string& address, const std::stri
 }  // namespace
 
 TEST_CASE("cluster: the served plan answers like the single-device run", "[cluster]") {
-  ServedCluster* c = SharedCluster();
+  TestCluster* c = SharedCluster();
   auto stub = GatewayStub(c->gateway_address);
   proto::InferReply reply;
   grpc::Status st = CallInfer(*stub, RequestFor(c->input), &reply);
@@ -218,7 +218,7 @@ TEST_CASE("cluster: the served plan answers like the single-device run", "[clust
 }
 
 TEST_CASE("cluster: a full gateway queue rejects with RESOURCE_EXHAUSTED and loses nothing", "[cluster]") {
-  ServedCluster* c = SharedCluster();
+  TestCluster* c = SharedCluster();
   GatewayOptions o = c->BaseOptions();
   o.max_in_flight = 1;
   o.queue_capacity = 1;
@@ -274,7 +274,7 @@ TEST_CASE("cluster: a full gateway queue rejects with RESOURCE_EXHAUSTED and los
 }
 
 TEST_CASE("cluster: a run for a plan the worker does not hold is FAILED_PRECONDITION", "[cluster]") {
-  ServedCluster* c = SharedCluster();
+  TestCluster* c = SharedCluster();
   auto stub = WorkerStub(c->served.workers[c->served.plan.source].address);
   proto::RunRequest req;
   req.set_plan_id("no-such-plan");
@@ -315,7 +315,7 @@ TEST_CASE("cluster: a run for a plan the worker does not hold is FAILED_PRECONDI
 }
 
 TEST_CASE("cluster: a request naming a plan the gateway does not serve is INVALID_ARGUMENT", "[cluster]") {
-  ServedCluster* c = SharedCluster();
+  TestCluster* c = SharedCluster();
   auto gw = GatewayStub(c->gateway_address);
   proto::InferRequest ireq = RequestFor(c->input);
   ireq.set_plan_id("other-plan");
@@ -330,7 +330,7 @@ TEST_CASE("cluster: a request naming a plan the gateway does not serve is INVALI
 }
 
 TEST_CASE("cluster: wrong shape, dtype, size or an oversized input is INVALID_ARGUMENT", "[cluster]") {
-  ServedCluster* c = SharedCluster();
+  TestCluster* c = SharedCluster();
   auto stub = GatewayStub(c->gateway_address);
   proto::InferReply reply;
 
@@ -397,7 +397,7 @@ TEST_CASE("cluster: wrong shape, dtype, size or an oversized input is INVALID_AR
 }
 
 TEST_CASE("cluster: malformed program chunks are refused and the worker keeps serving", "[cluster]") {
-  ServedCluster* c = SharedCluster();
+  TestCluster* c = SharedCluster();
   const int victim = 1 - c->served.plan.source;  // a worker holding the served plan
   auto stub = WorkerStub(c->served.workers[victim].address);
   const std::string program = SerializeProgram(c->served.programs[victim], c->served.plan_id);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Failover: a board unplugged while the cluster serves. 4 worker processes on
+# loopback, `tessera gateway --failover` planning yolov2-tiny for them itself.
+# A worker is SIGKILLed; the next request re-plans on the 3 survivors,
+# redeploys and still answers exactly like `tessera run`; then the source
+# worker (device 0) is killed too and the 2 left carry on. /metrics counts the
+# failovers and serves the new plan. Without --failover the same kill gives a
+# fast UNAVAILABLE naming the worker (integration.cluster_torchvision).
+# Args: path to tessera, build dir. Exit 77 = skipped.
+set -u
+T=${1:?tessera binary}
+CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
+[ -f "$CFG" ] || { echo "skip: $CFG missing (Debian package darknet)"; exit 77; }
+command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
+python=/usr/bin/python3
+SHAPE=1x3x128x128
+
+D=$(mktemp -d /tmp/tessera-failover-XXXXXX)
+PIDS=()
+GW=
+cleanup() {
+  for p in "${PIDS[@]}" $GW; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$D"
+}
+trap cleanup EXIT
+fail=0
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
+
+{ echo "devices:"
+  for i in 1 2 3 4; do
+    "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" 2>>"$D/w$i.log" &
+    PIDS[$i]=$!
+    for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
+    [ -f "$D/w$i.port" ] || { echo "FAIL worker w$i did not start" >&2; exit 1; }
+    echo "  - { name: w$i, kind: linux, address: $(cat $D/w$i.port), ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }"
+  done
+  echo "links:"; echo "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"; } > "$D/cluster.yaml" || exit 1
+
+"$python" -c "import numpy as np; np.save('$D/x.npy', np.random.default_rng(3).standard_normal((1,3,128,128)).astype(np.float32))"
+"$T" run "$CFG" --input-shape $SHAPE --input "$D/x.npy" --output "$D/ref.npy" >/dev/null || { echo "FAIL tessera run"; exit 1; }
+
+GRPC=127.0.0.1:$(free_port); HTTP=127.0.0.1:$(free_port)
+"$T" gateway --cluster "$D/cluster.yaml" --model "$CFG" --input-shape $SHAPE --failover --listen $GRPC --http $HTTP \
+  --data-dir "$D/gw" 2>"$D/gateway.log" &
+GW=$!
+up=0
+for _ in $(seq 600); do curl -sf http://$HTTP/healthz >/dev/null && { up=1; break; }; kill -0 $GW 2>/dev/null || break; sleep 0.1; done
+[ $up = 1 ] || { echo "FAIL gateway did not become healthy"; tail -20 "$D/gateway.log"; exit 1; }
+
+infer() {  # tag
+  "$T" infer --gateway $GRPC --deadline-ms 60000 --input "$D/x.npy" --output "$D/$1.npy" >/dev/null 2>"$D/$1.err" &&
+    compare "$D/$1.npy" "$D/ref.npy"
+}
+workers_in_plan() { curl -sf http://$HTTP/metrics | grep -c '^tessera_worker_up{'; }
+failovers() { curl -sf http://$HTTP/metrics | sed -n 's/^tessera_failovers_total //p'; }
+
+infer before && ok "4 workers: infer == run" || { bad "4 workers: infer"; cat "$D/before.err"; }
+[ "$(workers_in_plan)" = 4 ] && ok "the plan spans 4 workers" || bad "plan spans $(workers_in_plan) workers"
+
+kill -9 ${PIDS[3]}; wait ${PIDS[3]} 2>/dev/null; unset 'PIDS[3]'
+sleep 1.5  # the health loop notices (the request would find out by itself too)
+infer after3 && ok "w3 killed: the next request fails over and still == run" ||
+  { bad "w3 killed: infer"; cat "$D/after3.err"; tail -20 "$D/gateway.log"; }
+[ "$(failovers)" = 1 ] && ok "/metrics: 1 failover" || bad "/metrics: failovers = $(failovers)"
+[ "$(workers_in_plan)" = 3 ] && ok "the new plan spans the 3 survivors" || bad "new plan spans $(workers_in_plan) workers"
+curl -sf http://$HTTP/metrics | grep -q 'tessera_worker_up{worker="w3"' && bad "w3 still in the plan" || ok "w3 is out of the plan"
+infer again3 && ok "and the next one too (no second failover)" || { bad "second request on 3 workers"; cat "$D/again3.err"; }
+[ "$(failovers)" = 1 ] && ok "still 1 failover" || bad "failovers = $(failovers)"
+
+# The source (device 0 of the new plan: w1) goes too, without waiting for the health loop.
+kill -9 ${PIDS[1]}; wait ${PIDS[1]} 2>/dev/null; unset 'PIDS[1]'
+infer after1 && ok "w1 (the source) killed: fails over to 2 workers, == run" ||
+  { bad "w1 killed: infer"; cat "$D/after1.err"; tail -20 "$D/gateway.log"; }
+[ "$(failovers)" = 2 ] && ok "/metrics: 2 failovers" || bad "/metrics: failovers = $(failovers)"
+[ "$(workers_in_plan)" = 2 ] && ok "the plan spans the 2 survivors" || bad "plan spans $(workers_in_plan) workers"
+kill -0 $GW 2>/dev/null && ok "gateway alive" || bad "gateway died"
+exit $fail

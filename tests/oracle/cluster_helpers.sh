@@ -1,0 +1,14 @@
+# Shared by the cluster integration scripts (source it): PASS/FAIL lines that
+# set `fail`, a free loopback port, and the answer check used everywhere:
+# max|a-b| / max|b| <= 1e-5 between two .npy files (issue 5's tolerance).
+python=${python:-/usr/bin/python3}
+fail=${fail:-0}
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+free_port() { "$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+compare() {  # got.npy reference.npy
+  "$python" -c "
+import numpy as np,sys; a=np.load('$1'); b=np.load('$2')
+if a.shape!=b.shape: print('  shape', a.shape, 'vs', b.shape); sys.exit(1)
+r=np.abs(a-b).max()/np.abs(b).max(); print('  max rel diff %.3g' % r); sys.exit(0 if r<=1e-5 else 1)"
+}
