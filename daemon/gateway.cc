@@ -399,7 +399,11 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
       down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &ignored);
       if (!down.empty()) {
         if (Status f = Failover(serving, down); !f.ok()) return finish(f);
-        if (UnixMillisNow() < deadline_ms) continue;
+        if (UnixMillisNow() < deadline_ms) {
+          spdlog::warn("gateway: request {} failed on plan {} ({}); retrying it on plan {}", id,
+                       serving->cluster.plan_id, st.ToString(), Current()->cluster.plan_id);
+          continue;
+        }
       }
     }
     return finish(st);

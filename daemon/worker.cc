@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <utility>
 #include <sstream>
 #include <thread>
 
@@ -207,8 +208,15 @@ tessera::Status WorkerService::Install(const std::string& program_bytes, const p
   }
   spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps)", options_.name, header.plan_id(), me,
                header.num_devices(), program_bytes.size(), loaded->program.steps.size());
-  std::lock_guard<std::mutex> lock(mu_);
-  loaded_ = std::move(loaded);
+  // The old program is released outside the lock: its destruction stops
+  // its exchange streams (PeerSender), which may take a moment, and Health
+  // and Status must keep answering meanwhile.
+  std::shared_ptr<Loaded> previous;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    previous = std::exchange(loaded_, std::move(loaded));
+  }
+  previous.reset();
   return tessera::Status::OK();
 }
 
@@ -400,11 +408,20 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
       peer_request.set_request_id(request.request_id());
       peer_request.set_deadline_unix_ms(deadline_ms);
       peer_request.set_fan_out(false);
-      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, deadline_ms] {
+      // A device that fails (its worker died, or refused the request) aborts
+      // the request here at once: the source stops waiting for messages that
+      // will not come, and the gateway can fail over while time is left.
+      const std::string peer_name = "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")";
+      ExchangeInbox* inbox = &loaded.inbox;
+      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, deadline_ms, inbox, peer_name] {
                                 grpc::ClientContext ctx;
                                 ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
                                 proto::RunReply r;
-                                return s->Run(&ctx, peer_request, &r);
+                                grpc::Status gs = s->Run(&ctx, peer_request, &r);
+                                if (!gs.ok())
+                                  inbox->AbortRequest(static_cast<uint32_t>(peer_request.request_id()),
+                                                      FromGrpcStatus(gs, peer_name));
+                                return gs;
                               }));
     }
   }

@@ -74,5 +74,28 @@ infer after1 && ok "w1 (the source) killed: fails over to 2 workers, == run" ||
   { bad "w1 killed: infer"; cat "$D/after1.err"; tail -20 "$D/gateway.log"; }
 [ "$(failovers)" = 2 ] && ok "/metrics: 2 failovers" || bad "/metrics: failovers = $(failovers)"
 [ "$(workers_in_plan)" = 2 ] && ok "the plan spans the 2 survivors" || bad "plan spans $(workers_in_plan) workers"
+# Unplugged mid-request: requests back to back while w4 dies. The source
+# aborts the request when a device's Run fails, the gateway fails over and
+# retries it: every request is answered, and correctly.
+( for r in $(seq 12); do
+    "$T" infer --gateway $GRPC --deadline-ms 60000 --input "$D/x.npy" --output "$D/loop$r.npy" >/dev/null 2>"$D/loop$r.err"
+    echo $? >"$D/loop$r.rc"
+  done ) &
+loop=$!
+sleep 0.3
+kill -9 ${PIDS[4]}; wait ${PIDS[4]} 2>/dev/null; unset 'PIDS[4]'
+wait $loop
+answered=0
+for r in $(seq 12); do
+  if [ "$(cat "$D/loop$r.rc")" = 0 ] && compare "$D/loop$r.npy" "$D/ref.npy" >/dev/null; then answered=$((answered + 1))
+  else echo "  request $r: $(cat "$D/loop$r.err")"; fi
+done
+[ $answered = 12 ] && ok "w4 killed during a stream of 12 requests: all 12 answered == run" ||
+  { bad "w4 killed during a stream: $answered of 12 answered correctly"; tail -20 "$D/gateway.log"; }
+grep -q "retrying it on plan" "$D/gateway.log" && echo "  (a request in flight at the kill was retried on the new plan)" ||
+  echo "  (no request was in flight at the kill)"
+[ "$(failovers)" = 3 ] && ok "/metrics: 3 failovers" || bad "/metrics: failovers = $(failovers)"
+[ "$(workers_in_plan)" = 1 ] && ok "the last worker serves alone" || bad "plan spans $(workers_in_plan) workers"
 kill -0 $GW 2>/dev/null && ok "gateway alive" || bad "gateway died"
+stop_processes "${PIDS[@]}" $GW && PIDS=() && GW=
 exit $fail

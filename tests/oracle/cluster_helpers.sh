@@ -12,3 +12,20 @@ import numpy as np,sys; a=np.load('$1'); b=np.load('$2')
 if a.shape!=b.shape: print('  shape', a.shape, 'vs', b.shape); sys.exit(1)
 r=np.abs(a-b).max()/np.abs(b).max(); print('  max rel diff %.3g' % r); sys.exit(0 if r<=1e-5 else 1)"
 }
+# Stops processes with SIGTERM; any still running after 5 s is a FAIL (a
+# daemon must shut down cleanly, e.g. with streams to dead peers) and is
+# SIGKILLed.
+stop_processes() {  # pid...
+  local p left
+  for p in "$@"; do kill "$p" 2>/dev/null; done
+  for _ in $(seq 50); do
+    left=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && left=1; done
+    [ $left = 0 ] && break
+    sleep 0.1
+  done
+  for p in "$@"; do
+    if kill -0 "$p" 2>/dev/null; then bad "process $p ($(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-60)) ignored SIGTERM for 5 s"; kill -9 "$p"; fi
+  done
+  wait "$@" 2>/dev/null
+}

@@ -48,13 +48,18 @@ Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t
 
 Result<std::string> ExchangeInbox::Take(int from, int64_t message, std::chrono::milliseconds timeout) {
   const auto key = std::make_pair(from, message);
+  const uint32_t request = static_cast<uint32_t>(message >> 32);
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return complete_.count(key) != 0 || closed_; }))
+  if (!cv_.wait_for(lock, timeout,
+                    [&] { return complete_.count(key) != 0 || closed_ || aborted_.count(request) != 0; }))
     return Status::DeadlineExceeded("message " + std::to_string(message & 0xffffffff) + " of request " +
                                     std::to_string(message >> 32) + " from device " + std::to_string(from) +
                                     " did not arrive within " + std::to_string(timeout.count()) + " ms");
   auto it = complete_.find(key);
-  if (it == complete_.end()) return Status::Unavailable("exchange closed (program unloaded or worker stopping)");
+  if (it == complete_.end()) {
+    if (auto a = aborted_.find(request); a != aborted_.end()) return a->second;
+    return Status::Unavailable("exchange closed (program unloaded or worker stopping)");
+  }
   std::string out = std::move(it->second);
   complete_.erase(it);
   return out;
@@ -65,6 +70,15 @@ void ExchangeInbox::DropRequest(uint32_t request) {
   auto belongs = [&](int64_t id) { return static_cast<uint32_t>(id >> 32) == request; };
   for (auto it = complete_.begin(); it != complete_.end();) it = belongs(it->first.second) ? complete_.erase(it) : std::next(it);
   for (auto it = partial_.begin(); it != partial_.end();) it = belongs(it->first.second) ? partial_.erase(it) : std::next(it);
+  aborted_.erase(request);
+}
+
+void ExchangeInbox::AbortRequest(uint32_t request, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.emplace(request, why);
+  }
+  cv_.notify_all();
 }
 
 void ExchangeInbox::Close() {
@@ -88,8 +102,15 @@ PeerSender::~PeerSender() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    queue_.clear();  // undelivered messages of a program being unloaded
   }
   cv_.notify_all();
+  {
+    // Wakes a writer blocked opening a stream to a peer that is gone (gRPC
+    // cancels a call whose context was cancelled before it started).
+    std::lock_guard<std::mutex> lock(context_mu_);
+    if (context_) context_->TryCancel();
+  }
   writer_.join();
 }
 
@@ -110,8 +131,15 @@ LinkCountersSnapshot PeerSender::counters() const {
 }
 
 bool PeerSender::OpenStream() {
-  context_ = std::make_unique<grpc::ClientContext>();
-  context_->set_wait_for_ready(true);  // the peer may still be starting
+  {
+    std::lock_guard<std::mutex> lock(context_mu_);
+    {
+      std::lock_guard<std::mutex> stop_lock(mu_);
+      if (stopping_) return false;
+    }
+    context_ = std::make_unique<grpc::ClientContext>();
+    context_->set_wait_for_ready(true);  // the peer may still be starting
+  }
   stream_ended_ = false;
   stream_ = stub_->Exchange(context_.get());
   if (!stream_) return false;
@@ -131,6 +159,7 @@ void PeerSender::CloseStream() {
   if (ack_reader_.joinable()) ack_reader_.join();
   stream_->Finish();
   stream_.reset();
+  std::lock_guard<std::mutex> lock(context_mu_);
   context_.reset();
 }
 

@@ -35,8 +35,12 @@ class ExchangeInbox {
   // (offset or total out of step) — the message is discarded.
   Status Deliver(int from, int64_t message, int64_t offset, int64_t total, const std::string& data);
   Result<std::string> Take(int from, int64_t message, std::chrono::milliseconds timeout);
-  // Discards what is left of a request (after it failed half-way).
+  // Discards what is left of a request (after it failed half-way), its
+  // abort mark included.
   void DropRequest(uint32_t request);
+  // Fails every present and future Take of `request` with `why` (a device of
+  // the request failed: waiting for its messages is pointless).
+  void AbortRequest(uint32_t request, const Status& why);
   // Wakes every waiter with Unavailable (program unloaded, shutdown).
   void Close();
 
@@ -49,6 +53,7 @@ class ExchangeInbox {
   std::condition_variable cv_;
   std::map<std::pair<int, int64_t>, std::string> complete_;  // GUARDED_BY(mu_)
   std::map<std::pair<int, int64_t>, Partial> partial_;       // GUARDED_BY(mu_)
+  std::map<uint32_t, Status> aborted_;                        // GUARDED_BY(mu_)
   bool closed_ = false;                                       // GUARDED_BY(mu_)
 };
 
@@ -88,8 +93,11 @@ class PeerSender {
   std::deque<std::pair<int64_t, std::string>> queue_;  // GUARDED_BY(mu_)
   bool stopping_ = false;                               // GUARDED_BY(mu_)
 
-  // Writer-thread state.
-  std::unique_ptr<grpc::ClientContext> context_;
+  // Writer-thread state. context_ is also read (TryCancel) by the
+  // destructor, under context_mu_: a stream still connecting to a dead peer
+  // (wait-for-ready) must not block the shutdown forever.
+  std::mutex context_mu_;
+  std::unique_ptr<grpc::ClientContext> context_;  // written under context_mu_
   std::unique_ptr<grpc::ClientReaderWriter<proto::TensorFrame, proto::ExchangeAck>> stream_;
   std::thread ack_reader_;
   int64_t frame_seq_ = 0;
