@@ -65,6 +65,7 @@ struct DemoOptions {
   bool json = false;
   bool keep = false;
   int mcu = 0;  // > 0: the mixed Linux + MCU cluster under QEMU (issue 6)
+  bool unplug = false;  // SIGKILL the last worker half-way; the gateway fails over
 };
 
 // Worker processes of this demo; also read by the signal handler.
@@ -370,9 +371,42 @@ int RunDemo(const DemoOptions& d) {
   go.signature = ModelSignature::Of(*graph);
   go.planned_link_bytes = expected_link_bytes;
   go.max_in_flight = std::max(1, d.clients);
+#ifdef TESSERA_HAVE_PLANNER
+  if (d.unplug) {
+    // Failover: plan again for the workers still alive (the planner, as at
+    // start) and deploy; the gateway swaps plans and retries the request.
+    go.failover = [&](const std::vector<std::string>& down) -> Result<ServedCluster> {
+      std::vector<WorkerEndpoint> alive;
+      for (const auto& w : endpoints)
+        if (std::find(down.begin(), down.end(), w.name) == down.end()) alive.push_back(w);
+      ServePlanOptions so;
+      so.objective = d.objective;
+      so.work_dir = dir;
+      so.probe_timeout = std::chrono::milliseconds(1000);
+      TS_ASSIGN_OR_RETURN(ServedPlan next, PrepareLoopbackPlan(*graph, alive, so));
+      TS_RETURN_IF_ERROR(
+          DeployPrograms(next.programs, next.plan_id, next.plan.source, next.workers, TransportSecurity{}, nullptr)
+              .status());
+      return ServedCluster{next.plan_id, next.plan.source, next.workers, PlannedLinkBytes(next.programs)};
+    };
+  }
+#endif
   auto local = StartLocalGateway(go);
   if (!local.ok()) return ReportError("demo", local.status());
   Gateway* gateway = (*local)->gateway.get();
+
+  // --unplug: the last worker is killed (SIGKILL, no goodbye) when half the
+  // requests have been sent, while others are in flight.
+  std::atomic<bool> unplugged{false};
+  const int unplug_at = d.requests / 2;
+  auto maybe_unplug = [&](int r) {
+    if (!d.unplug || r != unplug_at || unplugged.exchange(true)) return;
+    const int victim = d.devices - 1;
+    if (!d.json)
+      std::fprintf(stderr, "unplugging %s (%s) before request %d\n", endpoints[victim].name.c_str(),
+                   endpoints[victim].address.c_str(), r + 1);
+    kill(g_workers[victim], SIGKILL);
+  };
 
   std::mutex mu;
   RequestTally tally;
@@ -383,6 +417,7 @@ int RunDemo(const DemoOptions& d) {
     clients.emplace_back([&] {
       for (int r; (r = next++) < d.requests;) {
         const int k = r % kinds;
+        maybe_unplug(r);
         std::vector<TensorData> outputs;
         double ms = 0;
         Status st = InferThroughGateway(*(*local)->stub, inputs[k], static_cast<uint64_t>(r) + 1, 120000, &outputs, &ms);
@@ -398,14 +433,19 @@ int RunDemo(const DemoOptions& d) {
 
   gateway->RefreshWorkerState();
   const auto links = gateway->Links();
+  // After a failover the counters are the new plan's (its device numbers);
+  // the first plan's expected bytes no longer apply.
+  const bool replanned = gateway->failovers() > 0;
+  const std::vector<WorkerEndpoint> link_names = gateway->Served().workers;
   int64_t measured_payload = 0, measured_wire = 0, expected_total = 0;
   nlohmann::json jlinks = nlohmann::json::array();
   for (const auto& l : links) {
-    const int64_t expected = expected_link_bytes.count(std::make_pair(l.from, l.to)) ? expected_link_bytes[std::make_pair(l.from, l.to)] : 0;
+    const auto key = std::make_pair(l.from, l.to);
+    const int64_t expected = !replanned && expected_link_bytes.count(key) ? expected_link_bytes[key] : 0;
     measured_payload += l.payload_bytes;
     measured_wire += l.wire_bytes;
     expected_total += expected * tally.answered;
-    jlinks.push_back({{"from", endpoints[l.from].name}, {"to", endpoints[l.to].name},
+    jlinks.push_back({{"from", link_names[l.from].name}, {"to", link_names[l.to].name},
                       {"payload_bytes", l.payload_bytes}, {"wire_bytes", l.wire_bytes},
                       {"expected_payload_bytes", expected * tally.answered},
                       {"wire_over_expected", expected ? static_cast<double>(l.wire_bytes) / (expected * tally.answered) : 0.0}});
@@ -432,7 +472,10 @@ int RunDemo(const DemoOptions& d) {
                         {"measured_payload_bytes", measured_payload},
                         {"measured_wire_bytes", measured_wire},
                         {"expected_payload_bytes", expected_total},
-                        {"planner_predicted_bytes_per_request", predicted_per_request}};
+                        {"planner_predicted_bytes_per_request", predicted_per_request},
+                        {"failovers", gateway->failovers()},
+                        {"final_devices", gateway->Served().workers.size()}};
+    if (d.unplug) j["unplugged"] = endpoints[d.devices - 1].name;
     nlohmann::json mem = nlohmann::json::array();
     for (size_t i = 0; i < deployed->size(); ++i)
       mem.push_back({{"device", endpoints[i].name}, {"address", endpoints[i].address},
@@ -468,6 +511,11 @@ int RunDemo(const DemoOptions& d) {
     std::printf("throughput: %.2f inferences/s vs %.2f on one device\n", throughput,
                 single_latency > 0 ? 1000.0 / single_latency : 0.0);
     std::printf("(loopback: no bandwidth limit and all workers share this machine's cores)\n");
+    if (d.unplug)
+      std::printf("unplugged %s half-way: %lld failover(s), the last requests ran on %zu workers (plan %s)%s\n",
+                  endpoints[d.devices - 1].name.c_str(), static_cast<long long>(gateway->failovers()),
+                  gateway->Served().workers.size(), gateway->Served().plan_id.c_str(),
+                  tally.AllMatch(d.requests) ? "; every request was answered correctly" : "");
     if (!tally.first_error.empty()) std::printf("first error: %s\n", tally.first_error.c_str());
   }
   return all_match ? 0 : 2;
@@ -875,6 +923,9 @@ void RegisterDemoCommand(CLI::App& app) {
                   "Mixed cluster: 2 Linux workers each owning one QEMU-emulated MCU (only 2 is supported), "
                   "keyword-spotting CNN, latency objective on the STM32 presets")
       ->check(CLI::Range(0, 2));
+  cmd->add_flag("--unplug", d->unplug,
+                "Kill the last worker (SIGKILL) half-way through the requests: the gateway fails over to the others "
+                "and every request must still be answered correctly");
   cmd->callback([d] {
     if (int rc = RunDemo(*d)) throw CLI::RuntimeError(rc);
   });

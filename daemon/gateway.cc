@@ -394,9 +394,12 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
     Status st = FromGrpcStatus(gs, "source worker " + src.name + " (" + src.address + ")");
     // The run failed: if a worker died under it, fail over and retry while
     // the deadline leaves time; anything else is the answer.
-    if (may_fail_over && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) {
-      Status ignored;
-      down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &ignored);
+    // Without failover, a worker found down is named in the error.
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+      Status down_why;
+      down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &down_why);
+      if (!down.empty() && !may_fail_over)
+        return finish(Status(down_why.code(), down_why.message() + " (the request failed: " + st.message() + ")"));
       if (!down.empty()) {
         if (Status f = Failover(serving, down); !f.ok()) return finish(f);
         if (UnixMillisNow() < deadline_ms) {

@@ -216,6 +216,9 @@ tessera::Status WorkerService::Install(const std::string& program_bytes, const p
     std::lock_guard<std::mutex> lock(mu_);
     previous = std::exchange(loaded_, std::move(loaded));
   }
+  // Requests still running the old program wait for messages that will not
+  // come (its peers run the new one): wake them now.
+  if (previous) previous->inbox.Close();
   previous.reset();
   return tessera::Status::OK();
 }
@@ -400,6 +403,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
 
   // The source starts the request on every other device of the plan.
   std::vector<std::pair<int, std::future<grpc::Status>>> peers_done;
+  std::vector<std::shared_ptr<grpc::ClientContext>> peer_contexts;  // cancelled if this device fails
   if (request.fan_out()) {
     for (auto& [d, stub] : loaded.stubs) {
       proto::Worker::Stub* s = stub.get();
@@ -413,11 +417,12 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
       // will not come, and the gateway can fail over while time is left.
       const std::string peer_name = "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")";
       ExchangeInbox* inbox = &loaded.inbox;
-      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, deadline_ms, inbox, peer_name] {
-                                grpc::ClientContext ctx;
-                                ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
+      auto ctx = std::make_shared<grpc::ClientContext>();
+      ctx->set_deadline(DeadlineFromUnixMillis(deadline_ms));
+      peer_contexts.push_back(ctx);
+      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, inbox, peer_name, ctx] {
                                 proto::RunReply r;
-                                grpc::Status gs = s->Run(&ctx, peer_request, &r);
+                                grpc::Status gs = s->Run(ctx.get(), peer_request, &r);
                                 if (!gs.ok())
                                   inbox->AbortRequest(static_cast<uint32_t>(peer_request.request_id()),
                                                       FromGrpcStatus(gs, peer_name));
@@ -443,6 +448,10 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
     std::lock_guard<std::mutex> lock(loaded.pool_mu);
     loaded.idle.push_back(std::move(runner));
   }
+  // Failed here (a peer died, a message never came): stop the peers' Runs
+  // instead of waiting for them to run into the deadline too.
+  if (!st.ok())
+    for (auto& ctx : peer_contexts) ctx->TryCancel();
   for (auto& [d, done] : peers_done) {
     grpc::Status ps = done.get();
     if (!ps.ok() && st.ok())

@@ -30,4 +30,19 @@ out=$(timeout 300 "$TESSERA" demo --devices 4 --input-shape 1x3x128x128 --reques
 # A forced pipeline plan (whole layers on different workers).
 out=$(timeout 300 "$TESSERA" demo --devices 3 --input-shape 1x3x128x128 --requests 4 --force pipeline --json) || { echo "FAIL pipeline: rc=$?"; echo "$out"; fail=1; }
 [ -n "$out" ] && check "forced pipeline on 3 workers" "$out"
+# A board unplugged half-way (`demo --unplug`): the last worker is SIGKILLed
+# while 2 clients keep sending; the gateway fails over to the other 3 and
+# every request is still answered correctly.
+out=$(timeout 300 "$TESSERA" demo --devices 4 --input-shape 1x3x160x160 --requests 16 --clients 2 --unplug --json) ||
+  { echo "FAIL unplug: rc=$?"; echo "$out"; fail=1; }
+if [ -n "$out" ] && echo "$out" | /usr/bin/python3 -c '
+import json,sys
+j=json.load(sys.stdin)
+print("  answered=%d/%d max_rel_diff=%.3g failovers=%d final_devices=%d unplugged=%s" % (
+  j["answered"], j["requests"], j["max_rel_diff"], j["failovers"], j["final_devices"], j.get("unplugged")))
+sys.exit(0 if j["all_match"] and j["failovers"] == 1 and j["final_devices"] == 3 else 1)'; then
+  echo "PASS unplug one of 4 workers mid-stream"
+else
+  echo "FAIL unplug"; fail=1
+fi
 exit $fail
