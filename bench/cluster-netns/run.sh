@@ -9,11 +9,12 @@
 #
 # Reading it: "+ hop" adds the gateway <-> source transfer of the model's
 # inputs and outputs, which crosses a shaped cable here but is not part of
-# the plan. For split plans (memory, communication objectives) the planner's
-# latency is METHODS §5's sum of every device's compute and every transfer,
-# an upper bound when devices compute and links carry data at the same time,
-# so the ratio sits below 1; a whole-model plan (latency objective) has
-# nothing to overlap and lands near 1.
+# the plan. For split plans (memory, communication objectives) the planner
+# takes, per layer, the slowest device's compute plus every device's sends
+# one after another — an upper bound, since each worker has its own cable
+# and both directions carry data at once — so the ratio sits below 1; a
+# whole-model plan (latency objective) has nothing to overlap and lands
+# near 1.
 #
 # Needs root (ip netns, tc). Everything it creates is named ts-* and removed
 # on exit; traffic stays inside this machine's namespaces (10.77.0.0/24).
