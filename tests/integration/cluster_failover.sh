@@ -94,6 +94,8 @@ done
   { bad "w4 killed during a stream: $answered of 12 answered correctly"; tail -20 "$D/gateway.log"; }
 grep -q "retrying it on plan" "$D/gateway.log" && echo "  (a request in flight at the kill was retried on the new plan)" ||
   echo "  (no request was in flight at the kill)"
+# One more, in case the stream ended before the kill landed.
+infer final && ok "after w4: answered by the last worker == run" || { bad "after w4: infer"; cat "$D/final.err"; }
 [ "$(failovers)" = 3 ] && ok "/metrics: 3 failovers" || bad "/metrics: failovers = $(failovers)"
 [ "$(workers_in_plan)" = 1 ] && ok "the last worker serves alone" || bad "plan spans $(workers_in_plan) workers"
 kill -0 $GW 2>/dev/null && ok "gateway alive" || bad "gateway died"
