@@ -103,42 +103,66 @@ struct WorkerProcesses {
   }
 };
 
+// Starts a child process that dies with the demo (PR_SET_PDEATHSIG) and is
+// stopped by WorkerProcesses: `program` is a path ("/proc/self/exe") or a
+// name looked up on PATH; stdout and stderr go to `log_path` when given.
+// Returns its index in g_workers.
+Result<int> SpawnChild(const std::string& program, std::vector<std::string> args, const std::string& log_path) {
+  if (g_num_workers >= kMaxWorkers) return Status::ResourceExhausted("too many child processes");
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return Status::FromErrno(errno, "fork");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    if (!log_path.empty()) {
+      const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(program.c_str(), argv.data());
+    _exit(127);
+  }
+  const int index = g_num_workers;
+  g_workers[index] = pid;
+  g_num_workers = index + 1;
+  return index;
+}
+
+// Starts n worker processes w1..wn on loopback ports; returns their
+// addresses, and their g_workers indices in *slots when given.
 Result<std::vector<std::string>> StartWorkers(int n, const std::string& dir, int threads,
-                                              const std::vector<std::vector<std::string>>& extra_args = {}) {
+                                              const std::vector<std::vector<std::string>>& extra_args = {},
+                                              std::vector<int>* slots = nullptr) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const std::string level = spdlog::level::to_string_view(spdlog::get_level()).data();
+  std::vector<int> slot(n);
   for (int i = 0; i < n; ++i) {
     const std::string name = "w" + std::to_string(i + 1);
     const std::string port_file = dir + "/" + name + ".port";
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) return Status::FromErrno(errno, "fork");
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      const std::string t = std::to_string(threads), data = dir + "/" + name;
-      std::vector<std::string> args = {"tessera", "--log-level", level, "worker", "--listen", "127.0.0.1:0", "--name",
-                                       name, "--port-file", port_file, "--data-dir", data, "--threads", t};
-      if (i < static_cast<int>(extra_args.size()))
-        args.insert(args.end(), extra_args[i].begin(), extra_args[i].end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv("/proc/self/exe", argv.data());
-      _exit(127);
-    }
-    g_workers[i] = pid;
-    g_num_workers = i + 1;
+    const std::string t = std::to_string(threads), data = dir + "/" + name;
+    std::vector<std::string> args = {"tessera", "--log-level", level, "worker", "--listen", "127.0.0.1:0", "--name",
+                                     name, "--port-file", port_file, "--data-dir", data, "--threads", t};
+    if (i < static_cast<int>(extra_args.size())) args.insert(args.end(), extra_args[i].begin(), extra_args[i].end());
+    TS_ASSIGN_OR_RETURN(slot[i], SpawnChild("/proc/self/exe", args, ""));
   }
+  if (slots) *slots = slot;
   std::vector<std::string> addresses(n);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (int i = 0; i < n; ++i) {
     const std::string port_file = dir + "/w" + std::to_string(i + 1) + ".port";
+    const pid_t pid = g_workers[slot[i]];
     while (!std::filesystem::exists(port_file)) {
       int wstatus = 0;
-      if (waitpid(g_workers[i], &wstatus, WNOHANG) == g_workers[i]) {
-        g_workers[i] = 0;
+      if (waitpid(pid, &wstatus, WNOHANG) == pid) {
+        g_workers[slot[i]] = 0;
         return Status::Unavailable("worker w" + std::to_string(i + 1) + " exited before listening");
       }
       if (std::chrono::steady_clock::now() > until)
@@ -305,7 +329,8 @@ int RunDemo(const DemoOptions& d) {
   if (!demo_dir.ok()) return ReportError("demo", demo_dir.status());
   const std::string dir = (*demo_dir)->path();
   WorkerProcesses workers_guard;
-  auto addresses = StartWorkers(d.devices, dir, d.threads);
+  std::vector<int> worker_slots;
+  auto addresses = StartWorkers(d.devices, dir, d.threads, {}, &worker_slots);
   if (!addresses.ok()) return ReportError("demo", addresses.status());
   std::vector<WorkerEndpoint> endpoints;
   for (int i = 0; i < d.devices; ++i) endpoints.push_back({"w" + std::to_string(i + 1), (*addresses)[i]});
@@ -405,7 +430,7 @@ int RunDemo(const DemoOptions& d) {
     if (!d.json)
       std::fprintf(stderr, "unplugging %s (%s) before request %d\n", endpoints[victim].name.c_str(),
                    endpoints[victim].address.c_str(), r + 1);
-    kill(g_workers[victim], SIGKILL);
+    kill(g_workers[worker_slots[victim]], SIGKILL);
   };
 
   std::mutex mu;
@@ -558,25 +583,12 @@ bool QemuInstalled() {
 // Boots one QEMU MCU; returns the pty of its UART0. The pid joins g_workers
 // so it is stopped with the workers.
 Result<std::string> BootQemuMcu(const std::string& firmware, const std::string& log_path) {
-  if (g_num_workers >= kMaxWorkers) return Status::ResourceExhausted("too many child processes");
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return Status::FromErrno(errno, "fork");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execlp("qemu-system-arm", "qemu-system-arm", "-M", "mps2-an386", "-nodefaults", "-display", "none", "-monitor",
-           "none", "-serial", "pty", "-kernel", firmware.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  g_workers[g_num_workers] = pid;
-  g_num_workers = g_num_workers + 1;
+  TS_ASSIGN_OR_RETURN(const int slot,
+                      SpawnChild("qemu-system-arm",
+                                 {"qemu-system-arm", "-M", "mps2-an386", "-nodefaults", "-display", "none", "-monitor",
+                                  "none", "-serial", "pty", "-kernel", firmware},
+                                 log_path));
+  const pid_t pid = g_workers[slot];
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < until) {
     std::ifstream in(log_path);
