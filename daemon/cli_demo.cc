@@ -266,6 +266,19 @@ Status InferThroughGateway(proto::Gateway::Stub& stub, const std::vector<TensorD
   return Status::OK();
 }
 
+// Worker.Status of the worker at `address`: the most requests it ran at once
+// (a pipelined plan keeps several inferences in flight); -1 if it does not answer.
+int PeakInFlight(const std::string& address) {
+  auto channel = OpenChannel(address, TransportSecurity{});
+  if (!channel.ok()) return -1;
+  auto stub = proto::Worker::NewStub(*channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  proto::StatusRequest req;
+  proto::WorkerStatusReply reply;
+  return stub->Status(&ctx, req, &reply).ok() ? reply.peak_in_flight() : -1;
+}
+
 // What the demo's requests came back with, compared with the single-device
 // run (a match is max|a-b|/max|b| <= 1e-5, issue 5).
 struct RequestTally {
@@ -505,7 +518,8 @@ int RunDemo(const DemoOptions& d) {
     for (size_t i = 0; i < deployed->size(); ++i)
       mem.push_back({{"device", endpoints[i].name}, {"address", endpoints[i].address},
                      {"memory_bytes", (*deployed)[i].memory_bytes}, {"weight_bytes", (*deployed)[i].weight_bytes},
-                     {"program_bytes", (*deployed)[i].program_bytes}});
+                     {"program_bytes", (*deployed)[i].program_bytes},
+                     {"peak_in_flight", PeakInFlight(endpoints[i].address)}});
     j["device_memory"] = mem;
     if (!tally.first_error.empty()) j["error"] = tally.first_error;
     std::printf("%s\n", j.dump(1).c_str());

@@ -315,6 +315,7 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
   reply->set_requests_ok(requests_ok_);
   reply->set_requests_failed(requests_failed_);
   reply->set_in_flight(in_flight_);
+  reply->set_peak_in_flight(peak_in_flight_);
   if (!loaded) return grpc::Status::OK;
   reply->set_plan_id(loaded->header.plan_id());
   reply->set_device(loaded->header.device());
@@ -506,7 +507,9 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* r
   if (request->plan_id() != loaded->header.plan_id())
     return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name + " holds plan " +
                                                    loaded->header.plan_id() + ", not plan '" + request->plan_id() + "'"));
-  ++in_flight_;
+  const int now_running = ++in_flight_;
+  for (int peak = peak_in_flight_.load(); now_running > peak && !peak_in_flight_.compare_exchange_weak(peak, now_running);) {
+  }
   tessera::Status st = RunRequest(*loaded, *request, reply);
   --in_flight_;
   if (st.ok()) {

@@ -89,6 +89,7 @@ class WorkerService final : public proto::Worker::Service {
   std::shared_ptr<Loaded> loaded_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> requests_ok_{0}, requests_failed_{0};
   std::atomic<int> in_flight_{0};
+  std::atomic<int> peak_in_flight_{0};  // pipelined plans: several inferences at once
 };
 
 // Runs a worker until SIGINT/SIGTERM. `listen` may end in ":0" (any free
