@@ -404,10 +404,8 @@ int RunDemo(const DemoOptions& d) {
 
   // Gateway in this process, reached through its gRPC API.
   GatewayOptions go;
-  go.workers = endpoints;
-  go.plan_id = pd.plan_id;
+  go.served = {pd.plan_id, 0, endpoints, expected_link_bytes};
   go.signature = ModelSignature::Of(*graph);
-  go.planned_link_bytes = expected_link_bytes;
   go.max_in_flight = std::max(1, d.clients);
 #ifdef TESSERA_HAVE_PLANNER
   if (d.unplug) {
@@ -422,10 +420,7 @@ int RunDemo(const DemoOptions& d) {
       so.work_dir = dir;
       so.probe_timeout = std::chrono::milliseconds(1000);
       TS_ASSIGN_OR_RETURN(ServedPlan next, PrepareLoopbackPlan(*graph, alive, so));
-      TS_RETURN_IF_ERROR(
-          DeployPrograms(next.programs, next.plan_id, next.plan.source, next.workers, TransportSecurity{}, nullptr)
-              .status());
-      return ServedCluster{next.plan_id, next.plan.source, next.workers, PlannedLinkBytes(next.programs)};
+      return DeployServedPlan(next, TransportSecurity{});
     };
   }
 #endif
@@ -802,10 +797,8 @@ int RunMixedDemo(const DemoOptions& d) {
   const double deploy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
 
   GatewayOptions go;
-  go.workers = endpoints;
-  go.plan_id = plan_id;
+  go.served = {plan_id, 0, endpoints, expected_link_bytes};
   go.signature = ModelSignature::Of(graph);
-  go.planned_link_bytes = expected_link_bytes;
   go.max_in_flight = 1;
   auto local = StartLocalGateway(go);
   if (!local.ok()) return ReportError(what, local.status());
@@ -841,17 +834,17 @@ int RunMixedDemo(const DemoOptions& d) {
         proto::StatusRequest sreq;
         proto::WorkerStatusReply sreply;
         if (wstub->Status(&ctx, sreq, &sreply).ok()) {
-          const McuStatusFigures f = ParseMcuStatusText(sreply.name());
-          row["mcu_status_present"] = f.present;
-          row["mcu_arena_bytes"] = f.arena;
-          row["mcu_free_ram_bytes"] = f.free;
+          const proto::McuState& m = sreply.mcu();
+          row["mcu_status_present"] = sreply.has_mcu();
+          row["mcu_arena_bytes"] = m.arena_bytes();
+          row["mcu_free_ram_bytes"] = m.free_bytes();
           row["mcu_used_bytes"] = sreply.memory_bytes();
-          row["mcu_runs"] = f.runs;
-          row["mcu_last_run_ms"] = f.last_run_ms;
-          row["mcu_plan_id"] = f.plan;
-          row["uart_wire_bytes_sent"] = f.uart_tx_bytes;
-          row["uart_wire_bytes_received"] = f.uart_rx_bytes;
-          row["uart_retransmissions"] = f.retransmissions;
+          row["mcu_runs"] = m.runs();
+          row["mcu_last_run_ms"] = m.last_run_ms();
+          row["mcu_plan_id"] = m.plan_id();
+          row["uart_wire_bytes_sent"] = sreply.uart().wire_bytes_sent();
+          row["uart_wire_bytes_received"] = sreply.uart().wire_bytes_received();
+          row["uart_retransmissions"] = sreply.uart().retransmissions();
         }
       }
     }

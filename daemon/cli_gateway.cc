@@ -49,11 +49,8 @@ int RunGateway(GatewayArgs& a) {
     if (!deployed.ok()) return ReportError("gateway", deployed.status());
     spdlog::info("gateway: deployed plan {} to {} workers", served->plan_id, served->workers.size());
   }
-  a.gateway.workers = served->workers;
-  a.gateway.source = served->plan.source;
-  a.gateway.plan_id = served->plan_id;
+  a.gateway.served = {served->plan_id, served->plan.source, served->workers, PlannedLinkBytes(served->programs)};
   a.gateway.signature = ModelSignature::Of(*graph);
-  a.gateway.planned_link_bytes = PlannedLinkBytes(served->programs);
   if (a.failover) {
     // Re-plan for the devices of the cluster file that answer now (the
     // planner, --objective) and deploy; the gateway swaps plans and retries.
@@ -68,11 +65,8 @@ int RunGateway(GatewayArgs& a) {
       for (const auto& w : next.workers)
         if (std::find(down.begin(), down.end(), w.name) != down.end())
           return Status::Unavailable("worker " + w.name + " answers Health again but failed a request; not re-planned");
-      TS_RETURN_IF_ERROR(
-          DeployPrograms(next.programs, next.plan_id, next.plan.source, next.workers, a.gateway.security, nullptr)
-              .status());
       if (!next.table.empty()) std::fprintf(stderr, "failover plan:\n%s", next.table.c_str());
-      return ServedCluster{next.plan_id, next.plan.source, next.workers, PlannedLinkBytes(next.programs)};
+      return DeployServedPlan(next, a.gateway.security);
     };
   }
   auto gateway = Gateway::Create(a.gateway);

@@ -132,8 +132,7 @@ Result<std::shared_ptr<const Gateway::Serving>> Gateway::MakeServing(ServedClust
 }
 
 Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
-  ServedCluster first{options.plan_id, options.source, options.workers, options.planned_link_bytes};
-  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(std::move(first), options.security));
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(options.served, options.security));
   std::unique_ptr<Gateway> g(new Gateway(std::move(options)));
   g->serving_ = std::move(serving);
   g->served_plan_ids_.push_back(g->serving_->cluster.plan_id);
@@ -249,7 +248,7 @@ Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::
     links_.clear();  // device indices changed; refilled from Worker.Status
     uart_.clear();
   }
-  spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers", 
+  spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
                serving->stubs.size());
   return Status::OK();

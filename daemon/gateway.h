@@ -62,7 +62,9 @@ struct ServedCluster {
   std::string plan_id;
   int source = 0;
   std::vector<WorkerEndpoint> workers;  // index = plan device
-  std::map<std::pair<int, int>, int64_t> planned_link_bytes;  // PlannedLinkBytes of its programs
+  // Payload bytes one request sends per link (PlannedLinkBytes of its
+  // programs), exported in /metrics so measured/planned is one division.
+  std::map<std::pair<int, int>, int64_t> planned_link_bytes;
 };
 
 // Failover: re-plans for the workers that still answer and deploys the new
@@ -71,10 +73,9 @@ struct ServedCluster {
 using FailoverFn = std::function<Result<ServedCluster>(const std::vector<std::string>& down)>;
 
 struct GatewayOptions {
-  // The plan served at start (replaced as a whole by a failover).
-  std::vector<WorkerEndpoint> workers;  // index = plan device
-  int source = 0;
-  std::string plan_id;
+  // The plan served at start (replaced as a whole by a failover; the
+  // current one is Gateway::Served()).
+  ServedCluster served;
   ModelSignature signature;
   int max_in_flight = 4;        // requests on the cluster at once
   int queue_capacity = 64;      // waiting beyond that -> RESOURCE_EXHAUSTED
@@ -82,9 +83,6 @@ struct GatewayOptions {
   int64_t max_input_bytes = 256 << 20;
   std::chrono::milliseconds health_interval{1000};
   TransportSecurity security;
-  // Planned payload bytes per request per link (PlannedLinkBytes); exported
-  // in /metrics so measured/planned is one division. Empty: not exported.
-  std::map<std::pair<int, int>, int64_t> planned_link_bytes;
   // Set: when a worker of the served plan is down (found before a request
   // runs, or because the source's Run failed), re-plan on the survivors with
   // this, then retry the request once on the new plan. Unset: such requests
@@ -117,8 +115,8 @@ class Gateway {
   std::vector<LinkBytes> Links() const;
   std::string MetricsText() const;
   void FillStatus(proto::GatewayStatusReply* reply) const;
-  // The signature, limits and security; options().workers/plan_id/source
-  // describe the plan served at start only — see Served() for the current one.
+  // The signature, limits and security; options().served is the plan served
+  // at start only — Served() is the current one.
   const GatewayOptions& options() const { return options_; }
   ServedCluster Served() const;
   // Whether `plan_id` is, or was, served by this gateway.

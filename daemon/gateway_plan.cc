@@ -70,6 +70,12 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   return served;
 }
 
+Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSecurity& security) {
+  TS_RETURN_IF_ERROR(
+      DeployPrograms(plan.programs, plan.plan_id, plan.plan.source, plan.workers, security, nullptr).status());
+  return ServedCluster{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs)};
+}
+
 Result<ServedPlan> PrepareLoopbackPlan(const Graph& graph, const std::vector<WorkerEndpoint>& workers,
                                        const ServePlanOptions& options) {
   Cluster cluster = UniformCluster(static_cast<int>(workers.size()));

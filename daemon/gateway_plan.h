@@ -37,6 +37,10 @@ struct ServePlanOptions {
 
 Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster, const ServePlanOptions& options);
 
+// Pushes `plan`'s programs to its workers and returns what a gateway then
+// serves (a failover's answer: gateway.h FailoverFn).
+Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSecurity& security);
+
 // The demo's cluster: identical Linux devices (UniformCluster) at `workers`.
 Result<ServedPlan> PrepareLoopbackPlan(const Graph& graph, const std::vector<WorkerEndpoint>& workers,
                                        const ServePlanOptions& options);

@@ -276,7 +276,7 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
 grpc::Status WorkerService::Health(grpc::ServerContext*, const proto::HealthRequest* request,
                                    proto::HealthReply* reply) {
   auto loaded = current();
-  reply->set_name(bridge_ ? bridge_->StatusText() : options_.name);
+  reply->set_name(options_.name);
   reply->set_seq(request->seq());
   reply->set_plan_id(loaded ? loaded->header.plan_id() : "");
   reply->set_device(loaded ? loaded->header.device() : -1);
@@ -309,7 +309,6 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
     // normal during a request (the last figures are reported then).
     if (auto s = bridge_->QueryStatus(budget); !s.ok())
       spdlog::debug("worker {}: reporting the last MCU status: {}", options_.name, s.status().ToString());
-    reply->set_name(bridge_->StatusText());
   }
   reply->set_seq(request->seq());
   reply->set_requests_ok(requests_ok_);
@@ -326,6 +325,17 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
     reply->set_memory_bytes(static_cast<int64_t>(s.arena_bytes) - s.free_bytes);
   }
   if (bridge_) FillUartCounters(bridge_->counters(), reply->mutable_uart());
+  if (bridge_ && bridge_->has_status()) {
+    const mcu::McuStatus s = bridge_->last_status();
+    proto::McuState* m = reply->mutable_mcu();
+    m->set_state(s.state);
+    m->set_plan_id(s.plan_id);
+    m->set_arena_bytes(s.arena_bytes);
+    m->set_free_bytes(s.free_bytes);
+    m->set_last_error(s.last_error);
+    m->set_runs(s.runs);
+    m->set_last_run_ms(s.last_run_ms);
+  }
   reply->set_weight_bytes(loaded->weight_bytes);
   for (const auto& [d, sender] : loaded->senders) {
     const LinkCountersSnapshot c = sender->counters();

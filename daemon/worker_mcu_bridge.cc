@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 
 #include "firmware/host/mcu_program_builder.h"
@@ -138,32 +136,5 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
   return Status::OK();
 }
 
-std::string McuBridge::StatusText() const {
-  const mcu::McuStatus s = last_status();
-  const UartLinkCounters c = link_->counters();
-  char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "%s [mcu state=%u plan=%u arena=%u free=%u runs=%u last_run_ms=%u uart_tx=%" PRIu64
-                " uart_rx=%" PRIu64 " retx=%" PRIu64 "]",
-                options_.name.c_str(), s.state, s.plan_id, s.arena_bytes, s.free_bytes, s.runs, s.last_run_ms,
-                c.wire_bytes_sent, c.wire_bytes_received, c.retransmissions);
-  return buf;
-}
-
-McuStatusFigures ParseMcuStatusText(const std::string& text) {
-  McuStatusFigures f;
-  const size_t at = text.find("[mcu ");
-  if (at == std::string::npos) return f;
-  long long v[10] = {};
-  const int n = std::sscanf(text.c_str() + at,
-                            "[mcu state=%lld plan=%lld arena=%lld free=%lld runs=%lld last_run_ms=%lld uart_tx=%lld "
-                            "uart_rx=%lld retx=%lld",
-                            &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
-  if (n < 4) return f;
-  f.present = true;
-  f.state = v[0], f.plan = v[1], f.arena = v[2], f.free = v[3], f.runs = v[4], f.last_run_ms = v[5];
-  f.uart_tx_bytes = v[6], f.uart_rx_bytes = v[7], f.retransmissions = v[8];
-  return f;
-}
 
 }  // namespace tessera

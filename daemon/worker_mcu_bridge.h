@@ -63,11 +63,6 @@ class McuBridge {
   UartLinkCounters counters() const { return link_->counters(); }
   const McuBridgeOptions& options() const { return options_; }
 
-  // "mcu1 [mcu state=1 plan=0a1b2c3d arena=262144 free=123456 runs=3 ...]":
-  // the Worker Status reply has no MCU fields, so the figures travel in its
-  // name (ParseMcuStatusText reads them back).
-  std::string StatusText() const;
-
  private:
   explicit McuBridge(McuBridgeOptions options) : options_(std::move(options)) {}
   McuBridgeOptions options_;
@@ -79,13 +74,5 @@ class McuBridge {
   bool has_status_ = false;       // GUARDED_BY(status_mu_)
   uint32_t next_status_id_ = 1;   // GUARDED_BY(status_mu_)
 };
-
-// Figures of McuBridge::StatusText: free RAM, arena, plan id, runs, UART bytes.
-struct McuStatusFigures {
-  bool present = false;
-  int64_t state = 0, plan = 0, arena = 0, free = 0, runs = 0, last_run_ms = 0;
-  int64_t uart_tx_bytes = 0, uart_rx_bytes = 0, retransmissions = 0;
-};
-McuStatusFigures ParseMcuStatusText(const std::string& text);
 
 }  // namespace tessera

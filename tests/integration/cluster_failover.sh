@@ -15,17 +15,9 @@ command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
 python=/usr/bin/python3
 SHAPE=1x3x128x128
 
-D=$(mktemp -d /tmp/tessera-failover-XXXXXX)
-PIDS=()
-GW=
-cleanup() {
-  for p in "${PIDS[@]}" $GW; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$D"
-}
-trap cleanup EXIT
 fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
+start_scratch tessera-failover
 
 { echo "devices:"
   for i in 1 2 3 4; do

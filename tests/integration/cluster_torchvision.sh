@@ -19,17 +19,9 @@ models=(mobilenet_v2 resnet18)
 source "$repo/tests/oracle/ensure_models.sh"
 command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
 
-D=$(mktemp -d /tmp/tessera-tv-test-XXXXXX)
-PIDS=()
-GW=
-cleanup() {
-  for p in "${PIDS[@]}" $GW; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$D"
-}
-trap cleanup EXIT
 fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
+start_scratch tessera-tv-test
 
 start_worker() {  # i
   rm -f "$D/w$1.port"

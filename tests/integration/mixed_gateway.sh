@@ -25,16 +25,9 @@ FW=$BUILD/firmware/tessera_mcu_worker.elf
 [[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
 MODEL=$repo/firmware/models/kws_cnn.cfg
 
-D=$(mktemp -d /tmp/tessera-mixed-gw-XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [[ ${KEEP:-0} = 1 ]] || rm -rf "$D"
-}
-trap cleanup EXIT
 fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
+start_scratch tessera-mixed-gw
 
 boot_mcu() {  # i: boots QEMU (pid in $D/qemu$i.pid: this runs in a subshell), prints its pty
   qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty -kernel "$FW" \

@@ -1,6 +1,7 @@
-# Shared by the cluster integration scripts (source it): PASS/FAIL lines that
-# set `fail`, a free loopback port, and the answer check used everywhere:
-# max|a-b| / max|b| <= 1e-5 between two .npy files (issue 5's tolerance).
+# Shared by the cluster integration scripts (source it): a scratch directory
+# whose processes are stopped at exit, PASS/FAIL lines that set `fail`, a free
+# loopback port, and the answer check used everywhere: max|a-b| / max|b| <=
+# 1e-5 between two .npy files (issue 5's tolerance).
 python=${python:-/usr/bin/python3}
 fail=${fail:-0}
 ok() { echo "PASS $1"; }
@@ -28,4 +29,13 @@ stop_processes() {  # pid...
     if kill -0 "$p" 2>/dev/null; then bad "process $p ($(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-60)) ignored SIGTERM for 5 s"; kill -9 "$p"; fi
   done
   wait "$@" 2>/dev/null
+}
+
+# Makes the scratch directory $D (/tmp/PREFIX-XXXXXX) and an EXIT trap that
+# stops ${PIDS[@]} and $GW and removes $D (kept with KEEP=1, for debugging).
+start_scratch() {  # prefix
+  D=$(mktemp -d "/tmp/$1-XXXXXX")
+  PIDS=()
+  GW=
+  trap 'for p in "${PIDS[@]}" $GW; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; [[ ${KEEP:-0} = 1 ]] || rm -rf "$D"' EXIT
 }

@@ -83,9 +83,7 @@ struct TestCluster {
 
   GatewayOptions BaseOptions() const {
     GatewayOptions o;
-    o.workers = served.workers;
-    o.source = served.plan.source;
-    o.plan_id = served.plan_id;
+    o.served = {served.plan_id, served.plan.source, served.workers, {}};
     o.signature = ModelSignature::Of(graph);
     o.health_interval = std::chrono::milliseconds(200);
     return o;
@@ -304,7 +302,7 @@ TEST_CASE("cluster: a run for a plan the worker does not hold is FAILED_PRECONDI
   // A worker that lost the served plan (here: the gateway is told to serve
   // another one) fails the request fast, naming the worker and both plans.
   GatewayOptions o = c->BaseOptions();
-  o.plan_id = "retired-plan";
+  o.served.plan_id = "retired-plan";
   auto stale = Gateway::Create(o);
   REQUIRE(stale.ok());
   auto r = (*stale)->Infer({c->input}, 0, 0);
@@ -420,34 +418,32 @@ TEST_CASE("cluster: malformed program chunks are refused and the worker keeps se
     return ch;
   };
   const std::string half = program.substr(0, program.size() / 2);
+  // The load is refused with `code` and a message containing `text`.
+  auto refused = [&](const std::vector<proto::ProgramChunk>& chunks, grpc::StatusCode code, const std::string& text) {
+    grpc::Status st = LoadChunks(*stub, chunks);
+    CHECK(st.error_code() == code);
+    CHECK_THAT(st.error_message(), Catch::Contains(text));
+  };
 
   SECTION("chunks out of order") {
     auto h = header(static_cast<int64_t>(program.size()));
     h.set_data(half);
-    grpc::Status st = LoadChunks(*stub, {h, body(2, program.substr(half.size()))});
-    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("chunk 2 arrived, expected 1"));
+    refused({h, body(2, program.substr(half.size()))}, grpc::StatusCode::INVALID_ARGUMENT, "chunk 2 arrived, expected 1");
   }
   SECTION("no announced size") {
     auto h = header(0);
     h.set_data(program);
-    grpc::Status st = LoadChunks(*stub, {h});
-    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("program size 0"));
+    refused({h}, grpc::StatusCode::INVALID_ARGUMENT, "program size 0");
   }
   SECTION("more bytes than announced") {
     auto h = header(static_cast<int64_t>(half.size()));
     h.set_data(program);
-    grpc::Status st = LoadChunks(*stub, {h});
-    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("exceed the announced"));
+    refused({h}, grpc::StatusCode::INVALID_ARGUMENT, "exceed the announced");
   }
   SECTION("a load that stops early") {
     auto h = header(static_cast<int64_t>(program.size()));
     h.set_data(half);
-    grpc::Status st = LoadChunks(*stub, {h});
-    CHECK(st.error_code() == grpc::StatusCode::DATA_LOSS);
-    CHECK_THAT(st.error_message(), Catch::Contains("ended after " + std::to_string(half.size())));
+    refused({h}, grpc::StatusCode::DATA_LOSS, "ended after " + std::to_string(half.size()));
   }
   SECTION("bytes that are not a program") {
     std::string garbage(program.size(), '\xff');
@@ -461,14 +457,10 @@ TEST_CASE("cluster: malformed program chunks are refused and the worker keeps se
     auto h = header(static_cast<int64_t>(program.size()));
     h.set_device(1 - victim);
     h.set_data(program);
-    grpc::Status st = LoadChunks(*stub, {h});
-    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("for device " + std::to_string(victim)));
+    refused({h}, grpc::StatusCode::INVALID_ARGUMENT, "for device " + std::to_string(victim));
   }
   SECTION("an empty load") {
-    grpc::Status st = LoadChunks(*stub, {});
-    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("empty program load"));
+    refused({}, grpc::StatusCode::INVALID_ARGUMENT, "empty program load");
   }
 
   // Still serving the plan it held, and the cluster answers correctly.
