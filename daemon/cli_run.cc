@@ -11,6 +11,7 @@
 #include "daemon/cli.h"
 #include "daemon/cli_model_options.h"
 #include "daemon/executor.h"
+#include "daemon/kernels/isa.h"
 #include "daemon/npy.h"
 #include "daemon/plan_file.h"
 #include "daemon/program_runner.h"
@@ -166,6 +167,8 @@ int RunRun(const RunOptions& ro) {
   nlohmann::json j;
   j["model"] = ro.model.model_path;
   j["threads"] = ro.threads;
+  j["isa"] = IsaName(ActiveIsa());
+  j["isa_detected"] = IsaName(DetectedIsa());
   j["arena_bytes"] = (*ex)->arena_bytes();
   j["unplanned_bytes"] = (*ex)->unplanned_bytes();
   j["runs"] = ms.size();
@@ -214,7 +217,8 @@ int RunRun(const RunOptions& ro) {
                   o["abs_sum"].get<double>());
     std::printf("arena: %zu bytes (%.2f MiB; %.2f MiB without the arena plan)\n", (*ex)->arena_bytes(),
                 (*ex)->arena_bytes() / 1048576.0, (*ex)->unplanned_bytes() / 1048576.0);
-    std::printf("time: %.3f ms median of %zu run(s), %d thread(s)\n", median, ms.size(), ro.threads);
+    std::printf("time: %.3f ms median of %zu run(s), %d thread(s), kernels %s (CPU supports %s)\n", median,
+                ms.size(), ro.threads, IsaName(ActiveIsa()), IsaName(DetectedIsa()));
     if (!finite) std::printf("warning: the output contains NaN or infinity\n");
     if (ro.profile) {
       double sum = 0;

@@ -29,10 +29,12 @@ TEST_PKGS=(
 )
 # MCU path (firmware + emulator) and serial-link helpers.
 MCU_PKGS=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm socat)
+# Kernel tests on emulated x86-64 CPUs without AVX-512 / AVX2 (tests/CMakeLists.txt).
+CPU_TEST_PKGS=(qemu-user)
 # bench/cluster-netns: network namespaces and tc link shaping.
 BENCH_PKGS=(iproute2)
 
-ALL=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MCU_PKGS[@]}" "${BENCH_PKGS[@]}")
+ALL=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MCU_PKGS[@]}" "${CPU_TEST_PKGS[@]}" "${BENCH_PKGS[@]}")
 # node + npm run onnxruntime-node (second reference runtime). Machines of this
 # kind already ship a newer Node than Debian's, whose nodejs package conflicts
 # with it; install Debian's only when no node is present at all.

@@ -20,13 +20,11 @@
 
 #include <Eigen/Core>
 #include <omp.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 #include "daemon/kernels/kernel_factories.h"
 #include "daemon/kernels/node_checks.h"
 #include "daemon/kernels/parallel_for.h"
+#include "daemon/kernels/microkernels.h"
 #include "daemon/kernels/packed_gemm.h"
 
 namespace tessera {
@@ -116,6 +114,7 @@ class ConvKernel final : public Kernel {
     clamp_hi_ = act_.kind == FusedActivation::kClip ? act_.beta : INFINITY;
 
     prepared_threads_ = std::max(1, ctx.threads);
+    microkernels_ = &MicrokernelsFor(ActiveIsa());
     wino_min_channels_ = a.Int("winograd_min_channels", 96);
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
     if (cg_ == 1 && group_ > 1) {
@@ -499,75 +498,21 @@ class ConvKernel final : public Kernel {
     });
   }
 
+  // out[q] = bias + Σ_t kernel[t] · poly[q + offset[t]], relu/clip in
+  // registers: the CPU's microkernel (microkernels.h).
   void DepthwiseTapsDispatch(const float* poly, const float* kernel, float bias, int64_t count, float* out) const {
-    switch (dw_tap_offsets_.size()) {
-      case 9:
-        DepthwiseTaps<9>(poly, kernel, bias, count, out);
-        return;
-      case 25:
-        DepthwiseTaps<25>(poly, kernel, bias, count, out);
-        return;
-      default:
-        DepthwiseTapsAny(poly, kernel, bias, count, out);
-        return;
-    }
-  }
-
-  // flat[q] = bias + Σ_t kernel[t] · poly[q + offset[t]], taps unrolled and
-  // held in registers (3x3 and 5x5: the MobileNet/MnasNet cases).
-  template <int T>
-  void DepthwiseTaps(const float* poly, const float* kernel, float bias, int64_t count, float* flat) const {
-    float k[T];
-    int64_t off[T];
-    for (int t = 0; t < T; ++t) k[t] = kernel[t], off[t] = dw_tap_offsets_[t];
-    const float lo = clamp_lo_, hi = clamp_hi_;
-#if defined(__AVX512F__)
-    // Explicit vectors: left to itself GCC vectorises the short tap loop
-    // (a 9-way gather reduction) instead of the loop over positions.
-    __m512 kv[T];
-    for (int t = 0; t < T; ++t) kv[t] = _mm512_set1_ps(k[t]);
-    const __m512 vb = _mm512_set1_ps(bias), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    int64_t q = 0;
-    for (; q + 32 <= count; q += 32) {
-      __m512 a0 = vb, a1 = vb;
-#pragma GCC unroll 25
-      for (int t = 0; t < T; ++t) {
-        a0 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + off[t]), a0);
-        a1 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + 16 + off[t]), a1);
-      }
-      _mm512_storeu_ps(flat + q, _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi));
-      _mm512_storeu_ps(flat + q + 16, _mm512_min_ps(_mm512_max_ps(a1, vlo), vhi));
-    }
-    for (; q < count; q += 16) {
-      const __mmask16 m =
-          count - q >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (count - q)) - 1u);
-      __m512 a0 = vb;
-#pragma GCC unroll 25
-      for (int t = 0; t < T; ++t) a0 = _mm512_fmadd_ps(kv[t], _mm512_maskz_loadu_ps(m, poly + q + off[t]), a0);
-      _mm512_mask_storeu_ps(flat + q, m, _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi));
-    }
-#else
-#pragma omp simd
-    for (int64_t q = 0; q < count; ++q) {
-      float acc = bias;
-      // fma because ISO C++ mode disables contraction.
-#pragma GCC unroll 25
-      for (int t = 0; t < T; ++t) acc = std::fma(k[t], poly[q + off[t]], acc);
-      flat[q] = std::min(std::max(acc, lo), hi);  // relu/clip in registers (±inf otherwise)
-    }
-#endif
-  }
-
-  void DepthwiseTapsAny(const float* poly, const float* kernel, float bias, int64_t count, float* flat) const {
-    for (int64_t q = 0; q < count; ++q) flat[q] = bias;
-    for (size_t t = 0; t < dw_tap_offsets_.size(); ++t) {
-      const float kv = kernel[t];
-      const float* src = poly + dw_tap_offsets_[t];
-#pragma omp simd
-      for (int64_t q = 0; q < count; ++q) flat[q] = std::fma(kv, src[q], flat[q]);
-    }
-    if (act_clamped_)
-      for (int64_t q = 0; q < count; ++q) flat[q] = std::min(std::max(flat[q], clamp_lo_), clamp_hi_);
+    DepthwiseTapArgs d;
+    d.poly = poly;
+    d.offsets = dw_tap_offsets_.data();
+    d.kernel = kernel;
+    d.taps = static_cast<int>(dw_tap_offsets_.size());
+    d.bias = bias;
+    d.clamp = act_clamped_;
+    d.lo = clamp_lo_;
+    d.hi = clamp_hi_;
+    d.count = count;
+    d.out = out;
+    microkernels_->depthwise_taps(d);
   }
 
   Strategy strategy_ = kIm2col;
@@ -591,6 +536,7 @@ class ConvKernel final : public Kernel {
   // and each tap's offset from the output position (kh·kw entries).
   int64_t dw_sub_w_ = 0, dw_sub_size_ = 0, dw_flat_size_ = 0;
   std::vector<int64_t> dw_tap_offsets_;
+  const Microkernels* microkernels_ = &BaselineMicrokernels();
 };
 
 }  // namespace

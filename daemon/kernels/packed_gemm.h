@@ -9,34 +9,36 @@
 // im2col tile, the input plane of a 1x1 conv, a Winograd V matrix), and bias
 // plus relu/clip are applied to the accumulators before the single store.
 //
-// The register-blocked micro-kernel needs AVX-512 (8 rows × 48 columns of
-// accumulators); on other targets PackedGemm falls back to an Eigen product
-// on the unpacked weights (kept alongside), which is correct but may allocate.
+// The register-blocked micro-kernel is chosen per CPU when the matrix is
+// packed (microkernels.h: AVX-512, AVX2+FMA, or portable SSE2/NEON vectors);
+// every level reads the same packed layout and allocates nothing.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "daemon/kernel.h"
+#include "daemon/kernels/microkernels.h"
 
 namespace tessera {
 
 class PackedMatrix {
  public:
-  static constexpr int64_t kRows = 8;  // rows per panel = micro-kernel rows
+  static constexpr int64_t kRows = kPanelRows;  // rows per panel
   // Packs a row-major A[m×k] with row stride lda; rows are zero-padded to a
-  // multiple of kRows.
+  // multiple of kRows. PackedGemm on this matrix uses the microkernels of
+  // ActiveIsa() at the time of packing (isa.h).
   void Pack(const float* a, int64_t m, int64_t k, int64_t lda);
   int64_t rows() const { return m_; }
   int64_t depth() const { return k_; }
   // Panel p: [k][kRows] floats.
   const float* Panel(int64_t p) const { return data_.data() + p * k_ * kRows; }
-  // The unpacked matrix (row-major m×k), for the non-AVX-512 fallback.
-  const float* Unpacked() const { return unpacked_.data(); }
+  const Microkernels& kernels() const { return *kernels_; }
 
  private:
-  std::vector<float> data_, unpacked_;
+  std::vector<float> data_;
   int64_t m_ = 0, k_ = 0;
+  const Microkernels* kernels_ = &BaselineMicrokernels();
 };
 
 // C = A·B + bias, then `act`. B: k×n, row stride ldb; C: m×n, row stride ldc.
