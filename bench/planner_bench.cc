@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "partition/metrics.h"
-#include "partition/model_import.h"
+#include "partition/graph/metrics.h"
+#include "partition/import/model_import.h"
 #include "planner/cluster.h"
 #include "planner/memory_split.h"
 #include "planner/placement.h"

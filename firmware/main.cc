@@ -1,6 +1,6 @@
 // tessera MCU worker (issue 6): bare-metal Cortex-M4 firmware for QEMU's
 // mps2-an386 (CMSDK APB UART0). It speaks the UART frame protocol of
-// transport/frame_codec.h — the same code the host's UartLink compiles — and
+// transport/wire/frame_codec.h — the same code the host's UartLink compiles — and
 // follows the same reliability rules (in-order acceptance, cumulative ACKs,
 // per-boot session, retransmission on timeout), so from the host it is just
 // a UartLink peer:
@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "firmware/mcu_kernels.h"
-#include "firmware/mcu_program.h"
-#include "transport/frame_codec.h"
+#include "transport/wire/mcu_program.h"
+#include "transport/wire/frame_codec.h"
 
 #ifndef TESSERA_MCU_ARENA_BYTES
 #define TESSERA_MCU_ARENA_BYTES (256 * 1024)

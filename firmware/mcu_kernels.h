@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "firmware/mcu_program.h"
+#include "transport/wire/mcu_program.h"
 
 namespace tessera::mcu {
 

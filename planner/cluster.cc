@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "planner/quantity.h"
+#include "util/quantity.h"
 
 namespace tessera {
 

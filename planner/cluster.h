@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "partition/status.h"
+#include "util/status.h"
 
 namespace tessera {
 

@@ -10,8 +10,8 @@
 
 #include <vector>
 
-#include "partition/metrics.h"
-#include "partition/status.h"
+#include "partition/graph/metrics.h"
+#include "util/status.h"
 #include "planner/solver_report.h"
 
 namespace tessera {

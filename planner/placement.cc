@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "planner/quantity.h"
+#include "util/quantity.h"
 
 namespace tessera {
 

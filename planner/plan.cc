@@ -8,7 +8,7 @@
 
 #include "planner/memory_split.h"
 #include "planner/placement.h"
-#include "planner/quantity.h"
+#include "util/quantity.h"
 #include "planner/weight_partition.h"
 
 namespace tessera {
@@ -414,7 +414,7 @@ Result<Objective> ParseObjective(const std::string& text) {
   return Status::InvalidArgument("unknown objective '" + text + "'; use memory, communication, latency or throughput");
 }
 
-// SplitProportional lives in partition/halo.h (one definition for planner and compiler).
+// SplitProportional lives in partition/graph/halo.h (one definition for planner and compiler).
 
 Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
                        const PlanOptions& options) {

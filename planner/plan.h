@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "partition/graph.h"
-#include "partition/halo.h"  // SplitProportional
-#include "partition/metrics.h"
-#include "partition/partition_plan.h"
-#include "partition/status.h"
+#include "partition/graph/graph.h"
+#include "partition/graph/halo.h"  // SplitProportional
+#include "partition/graph/metrics.h"
+#include "partition/compile/partition_plan.h"
+#include "util/status.h"
 #include "planner/cluster.h"
 #include "planner/solver_report.h"
 
@@ -86,7 +86,7 @@ std::string FormatPlanTable(const Plan& plan);
 // Writes the Plan protobuf (proto/tessera.proto) to `path`.
 Status WritePlanProto(const Plan& plan, const std::string& path);
 
-// The compiler's view (partition/partition_plan.h) of the plan: same
+// The compiler's view (partition/compile/partition_plan.h) of the plan: same
 // schemes, devices and split sizes, one entry per graph node.
 PartitionPlan ToPartitionPlan(const Plan& plan);
 

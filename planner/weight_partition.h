@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "partition/graph.h"
-#include "partition/metrics.h"
-#include "partition/status.h"
+#include "partition/graph/graph.h"
+#include "partition/graph/metrics.h"
+#include "util/status.h"
 #include "planner/solver_report.h"
 
 namespace tessera {

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "partition/status.h"
+#include "util/status.h"
 
 namespace tessera {
 

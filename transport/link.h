@@ -19,7 +19,7 @@
 #include <string>
 #include <utility>
 
-#include "partition/status.h"
+#include "util/status.h"
 
 namespace tessera {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "transport/fault_relay.h"
-#include "transport/uart_link.h"
+#include "transport/uart/uart_link.h"
 
 using namespace tessera;
 using namespace std::chrono_literals;

@@ -2,7 +2,7 @@
 //
 //  1. builds a model (the keyword-spotting CNN, or a graph of the other MCU
 //     ops) with seeded weights and input, runs it with the host executor
-//     (daemon/executor.h: the oracle);
+//     (daemon/runtime/executor.h: the oracle);
 //  2. compiles it to the compact MCU program and runs the firmware's own
 //     interpreter and kernels (firmware/mcu_kernels.h) on the host: kernel
 //     parity on the same inputs;
@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "daemon/executor.h"
-#include "firmware/host/mcu_program_builder.h"
+#include "daemon/runtime/executor.h"
+#include "partition/compile/mcu_program_builder.h"
 #include "firmware/mcu_kernels.h"
-#include "firmware/mcu_program.h"
+#include "transport/wire/mcu_program.h"
 #include "transport/fault_relay.h"
-#include "transport/uart_link.h"
+#include "transport/uart/uart_link.h"
 
 namespace tessera {
 namespace {

@@ -31,10 +31,10 @@
 #include <string>
 #include <vector>
 
-#include "daemon/executor.h"
-#include "daemon/kernel.h"
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/kernels/kernel.h"
 #include "onnx/onnx_pb.h"
-#include "partition/model_import.h"
+#include "partition/import/model_import.h"
 
 namespace fs = std::filesystem;
 using tessera::Executor;

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "partition/status.h"
+#include "util/status.h"
 
 namespace tessera {
 

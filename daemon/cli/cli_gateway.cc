@@ -1,0 +1,123 @@
+// `tessera gateway --cluster FILE --model MODEL [--plan plan.pb] --listen ADDR
+// --http ADDR`: the clients' entry point (daemon/cluster/gateway.h). Without --plan it
+// plans with the planner for the workers that answer and deploys the plan.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "daemon/cli/cli.h"
+#include "daemon/cli/cli_model_options.h"
+#include "daemon/cluster/gateway.h"
+#include "daemon/cluster/gateway_plan.h"
+#include "daemon/cluster/http_endpoint.h"
+#include "planner/cluster.h"
+
+namespace tessera {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnStop(int) { g_stop = true; }
+
+struct GatewayArgs {
+  ModelOptions model;
+  std::string cluster, listen = "127.0.0.1:7000", http = "127.0.0.1:8080";
+  ServePlanOptions serve;
+  bool deploy = false;
+  bool failover = false;
+  GatewayOptions gateway;
+};
+
+int RunGateway(GatewayArgs& a) {
+  auto graph = LoadModel(a.model);
+  if (!graph.ok()) return ReportError("gateway", graph.status());
+  auto cluster = LoadClusterFile(a.cluster);
+  if (!cluster.ok()) return ReportError("gateway", cluster.status());
+  a.serve.security = a.gateway.security;
+  if (a.serve.work_dir.empty()) a.serve.work_dir = ".";
+  auto served = PrepareServedPlan(*graph, *cluster, a.serve);
+  if (!served.ok()) return ReportError("gateway", served.status());
+  if (!served->table.empty()) std::fprintf(stderr, "%s", served->table.c_str());
+  if (a.deploy || a.serve.plan_path.empty()) {
+    auto deployed = DeployPrograms(served->programs, served->plan_id, served->plan.source, served->workers,
+                                   a.gateway.security, nullptr);
+    if (!deployed.ok()) return ReportError("gateway", deployed.status());
+    spdlog::info("gateway: deployed plan {} to {} workers", served->plan_id, served->workers.size());
+  }
+  a.gateway.served = {served->plan_id, served->plan.source, served->workers, PlannedLinkBytes(served->programs)};
+  a.gateway.signature = ModelSignature::Of(*graph);
+  if (a.failover) {
+    // Re-plan for the devices of the cluster file that answer now (the
+    // planner, --objective) and deploy; the gateway swaps plans and retries.
+    // `graph` and `cluster` outlive the gateway (declared before it).
+    a.gateway.failover = [&a, &graph, &cluster](const std::vector<std::string>& down) -> Result<ServedCluster> {
+      ServePlanOptions so = a.serve;
+      so.plan_path.clear();
+      so.only_healthy = true;
+      so.probe_timeout = std::chrono::milliseconds(1000);
+      if (so.work_dir.empty()) so.work_dir = ".";
+      TS_ASSIGN_OR_RETURN(ServedPlan next, PrepareServedPlan(*graph, *cluster, so));
+      for (const auto& w : next.workers)
+        if (std::find(down.begin(), down.end(), w.name) != down.end())
+          return Status::Unavailable("worker " + w.name + " answers Health again but failed a request; not re-planned");
+      if (!next.table.empty()) std::fprintf(stderr, "failover plan:\n%s", next.table.c_str());
+      return DeployServedPlan(next, a.gateway.security);
+    };
+  }
+  auto gateway = Gateway::Create(a.gateway);
+  if (!gateway.ok()) return ReportError("gateway", gateway.status());
+  GatewayService service(gateway->get());
+  std::string bound;
+  auto server = StartGatewayServer(&service, a.listen, a.gateway.security, &bound);
+  if (!server.ok()) return ReportError("gateway", server.status());
+  std::unique_ptr<HttpEndpoint> http;
+  if (!a.http.empty()) {
+    auto h = HttpEndpoint::Start(gateway->get(), a.http, a.gateway.max_input_bytes + (1 << 20));
+    if (!h.ok()) return ReportError("gateway", h.status());
+    http = std::move(*h);
+  }
+  std::fprintf(stderr, "gateway: plan %s on %zu workers; gRPC %s%s%s\n", served->plan_id.c_str(),
+               served->workers.size(), bound.c_str(), http ? ", HTTP " : "", http ? http->address().c_str() : "");
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  http.reset();
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace
+
+void RegisterGatewayCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("gateway", "Serve inference requests for a cluster (gRPC Gateway + HTTP)");
+  auto a = std::make_shared<GatewayArgs>();
+  cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
+  cmd->add_option("--input-shape", a->model.input_shapes, "Input shape override, e.g. 1x3x160x160");
+  cmd->add_option("--weights", a->model.weights_path, "darknet .weights file");
+  cmd->add_option("--seed", a->model.seed, "Seed of generated weights")->capture_default_str();
+  cmd->add_option("--cluster", a->cluster, "Cluster file (YAML)")->required();
+  cmd->add_option("--plan", a->serve.plan_path, "Plan file (tessera plan --out); default: plan for the live workers");
+  cmd->add_option("--objective", a->serve.objective, "Planner objective without --plan")->capture_default_str();
+  cmd->add_option("--data-dir", a->serve.work_dir, "Where a plan made here is written")->capture_default_str();
+  cmd->add_flag("--deploy", a->deploy, "Push the programs to the workers also when --plan is given");
+  cmd->add_flag("--failover", a->failover,
+                "When a worker is down, re-plan (--objective) on the devices that answer, deploy, and retry the "
+                "request once");
+  cmd->add_option("--listen", a->listen, "gRPC address")->capture_default_str();
+  cmd->add_option("--http", a->http, "HTTP address (\"\" = none)")->capture_default_str();
+  cmd->add_option("--max-in-flight", a->gateway.max_in_flight, "Requests on the cluster at once")->capture_default_str();
+  cmd->add_option("--queue", a->gateway.queue_capacity, "Requests waiting before RESOURCE_EXHAUSTED")->capture_default_str();
+  cmd->add_option("--max-body-bytes", a->gateway.max_input_bytes, "Largest accepted input")->capture_default_str();
+  cmd->add_flag("--insecure", a->gateway.security.allow_plaintext_remote,
+                "Allow plaintext gRPC to non-loopback workers (trusted network only)");
+  cmd->callback([a] {
+    if (int rc = RunGateway(*a)) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,69 @@
+#include "daemon/cli/cli_model_options.h"
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+namespace tessera {
+
+void ModelOptions::AddTo(CLI::App& cmd) {
+  cmd.add_option("model", model_path, "Model file: .onnx, or a darknet .cfg")->required();
+  cmd.add_option("--input-shape", input_shapes,
+                 "Fix an input's shape, e.g. 1x3x224x224 or input:1x3x224x224 (repeatable)");
+  cmd.add_option("--weights", weights_path, "darknet .weights file (default: seeded random weights)");
+  cmd.add_option("--seed", seed, "Seed for generated weights and inputs")->capture_default_str();
+}
+
+Result<Shape> ParseShape(const std::string& text) {
+  Shape shape;
+  std::string item;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == 'x' || text[i] == ',') {
+      if (item.empty()) return Status::InvalidArgument("bad shape '" + text + "': expected e.g. 1x3x224x224");
+      char* end = nullptr;
+      long long d = std::strtoll(item.c_str(), &end, 10);
+      if (*end != '\0' || d <= 0)
+        return Status::InvalidArgument("bad shape '" + text + "': '" + item + "' is not a positive integer");
+      shape.push_back(d);
+      item.clear();
+    } else {
+      item += text[i];
+    }
+  }
+  return shape;
+}
+
+Result<ImportOptions> ModelOptions::ToImportOptions() const {
+  ImportOptions o;
+  o.weights_path = weights_path;
+  o.seed = seed;
+  for (const std::string& s : input_shapes) {
+    std::string name, dims = s;
+    // NAME:dims — the name may itself contain ':' (ONNX names can), so split at the last one.
+    auto colon = s.rfind(':');
+    if (colon != std::string::npos) name = s.substr(0, colon), dims = s.substr(colon + 1);
+    auto shape = ParseShape(dims);
+    if (!shape.ok()) return shape.status().WithContext("--input-shape");
+    o.input_shapes[name] = *shape;
+  }
+  return o;
+}
+
+Result<Graph> LoadModel(const ModelOptions& options) {
+  TS_ASSIGN_OR_RETURN(ImportOptions io, options.ToImportOptions());
+  auto t0 = std::chrono::steady_clock::now();
+  auto graph = ImportModel(options.model_path, io);
+  if (!graph.ok()) return graph.status();
+  spdlog::debug("imported {} ({} layers) in {:.1f} ms", options.model_path, graph->nodes.size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return graph;
+}
+
+int ReportError(const std::string& verb, const Status& status) {
+  std::cerr << "tessera " << verb << ": error: " << status.message() << " [" << StatusCodeName(status.code())
+            << "]\n";
+  return 1;
+}
+
+}  // namespace tessera

@@ -1,0 +1,38 @@
+// Command-line options shared by every verb that loads a model
+// (`--input-shape`, `--weights`, `--seed`), and the one place that turns them
+// into ImportOptions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "partition/import/model_import.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tessera {
+
+struct ModelOptions {
+  std::string model_path;
+  std::vector<std::string> input_shapes;  // "NAME:1x3x224x224" or "1x3x224x224"
+  std::string weights_path;
+  uint64_t seed = 1;
+
+  // Adds MODEL (positional, required) and the options above to `cmd`.
+  void AddTo(CLI::App& cmd);
+  // Parses the shape strings; InvalidArgument naming the bad one.
+  Result<ImportOptions> ToImportOptions() const;
+};
+
+// Parses "1x3x224x224" (also "1,3,224,224").
+Result<Shape> ParseShape(const std::string& text);
+
+// Imports the model with a clear error prefix; logs the import time.
+Result<Graph> LoadModel(const ModelOptions& options);
+
+// Prints "tessera <verb>: error: <message>" to stderr and returns the exit code 1.
+int ReportError(const std::string& verb, const Status& status);
+
+}  // namespace tessera

@@ -1,0 +1,79 @@
+// `tessera plan MODEL (--cluster FILE | --devices N) --objective
+// memory|communication|latency|throughput [--json] [--out plan.pb]
+// [--solver ...]`: runs the planner (METHODS §3–§5) and prints the
+// per-layer / per-device table or JSON, optionally writing the Plan protobuf.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+
+#include "daemon/cli/cli.h"
+#include "daemon/cli/cli_model_options.h"
+#include "partition/graph/metrics.h"
+#include "planner/cluster.h"
+#include "planner/plan.h"
+
+namespace tessera {
+
+namespace {
+
+struct PlanCommandOptions {
+  ModelOptions model;
+  std::string cluster_path;
+  int devices = 0;
+  std::string objective = "memory";
+  std::string solver;
+  bool json = false;
+  std::string out_path;
+};
+
+int RunPlan(const PlanCommandOptions& o) {
+  if (o.cluster_path.empty() == (o.devices <= 0))
+    return ReportError("plan", Status::InvalidArgument("give exactly one of --cluster FILE or --devices N (N ≥ 1)"));
+  auto objective = ParseObjective(o.objective);
+  if (!objective.ok()) return ReportError("plan", objective.status());
+  Cluster cluster;
+  if (!o.cluster_path.empty()) {
+    auto loaded = LoadClusterFile(o.cluster_path);
+    if (!loaded.ok()) return ReportError("plan", loaded.status());
+    cluster = std::move(loaded).value();
+  } else {
+    cluster = UniformCluster(o.devices);
+  }
+  auto graph = LoadModel(o.model);
+  if (!graph.ok()) return ReportError("plan", graph.status());
+  const auto layers = ComputeLayerFigures(*graph);
+  PlanOptions options;
+  options.objective = *objective;
+  options.solver = o.solver;
+  auto plan = BuildPlan(*graph, layers, cluster, options);
+  if (!plan.ok()) return ReportError("plan", plan.status().WithContext(o.model.model_path));
+  if (!o.out_path.empty()) {
+    Status st = WritePlanProto(*plan, o.out_path);
+    if (!st.ok()) return ReportError("plan", st);
+  }
+  if (o.json) std::printf("%s\n", PlanToJson(*plan).dump(1).c_str());
+  else std::printf("%s", FormatPlanTable(*plan).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterPlanCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Plan how a model is cut across a cluster (METHODS §3-§5)");
+  auto o = std::make_shared<PlanCommandOptions>();
+  o->model.AddTo(*cmd);
+  cmd->add_option("--cluster", o->cluster_path, "Cluster YAML file (devices, links)");
+  cmd->add_option("--devices", o->devices, "N identical devices with unlimited memory instead of a cluster file");
+  cmd->add_option("--objective", o->objective, "memory | communication | latency | throughput")
+      ->capture_default_str();
+  cmd->add_option("--solver", o->solver,
+                  "memory/communication: cbc (default) | exact; latency/throughput: exact (default) | dp | bnb | "
+                  "exhaustive | bisection");
+  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->add_option("--out", o->out_path, "Write the Plan protobuf here (plan.pb)");
+  cmd->callback([o] {
+    if (int rc = RunPlan(*o)) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace tessera

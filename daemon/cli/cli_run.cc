@@ -1,0 +1,267 @@
+// `tessera run MODEL [--input x.npy]... [--output y.npy]... [--threads N]`:
+// the single-device reference run, the oracle for every distributed result.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <map>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "daemon/cli/cli.h"
+#include "daemon/cli/cli_model_options.h"
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/kernels/isa.h"
+#include "daemon/runtime/npy.h"
+#include "planner/plan_file.h"
+#include "daemon/runtime/program_runner.h"
+#include "partition/compile/forced_plan.h"
+#include "partition/compile/program_compiler.h"
+#include "daemon/runtime/seeded_input.h"
+
+namespace tessera {
+
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::vector<std::string> inputs, outputs;
+  int threads = 1;
+  int repeat = 1;
+  int warmup = 0;
+  bool json = false;
+  bool profile = false;   // per-node times of the timed runs
+  std::string plan_path;
+  std::string force;      // ffmt|fdto|fdti|pairs|pipeline
+  int devices = 2;        // with --force
+  std::string grid = "2x2";  // with --force ffmt: RxC
+};
+
+// max |a − b| and max |a − b| / max |b| over all outputs (relative to the
+// largest reference magnitude, so values near zero do not blow it up).
+std::pair<double, double> Differences(const std::vector<TensorData>& got, const std::vector<TensorData>& want) {
+  double max_abs = 0, max_ref = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    for (size_t k = 0; k < want[i].values.size(); ++k) {
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(got[i].values[k] - want[i].values[k])));
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(want[i].values[k])));
+    }
+  return {max_abs, max_ref > 0 ? max_abs / max_ref : max_abs};
+}
+
+// `tessera run MODEL --plan plan.pb`: every device program in this process,
+// one thread each, over in-process links; compared with the unsplit run.
+int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<TensorData>& inputs,
+               const std::vector<TensorData>& reference) {
+  LoadedPlan plan;
+  if (!ro.force.empty()) {
+    auto scheme = ParseForcedScheme(ro.force);
+    if (!scheme.ok()) return ReportError("run", scheme.status().WithContext("--force"));
+    ForcedPlanOptions fo;
+    fo.devices = ro.devices;
+    auto grid = ParseShape(ro.grid);
+    if (!grid.ok() || grid->size() != 2)
+      return ReportError("run", Status::InvalidArgument("--grid must look like 2x2 (rows x columns)"));
+    fo.grid_rows = (*grid)[0];
+    fo.grid_cols = (*grid)[1];
+    auto forced = MakeForcedPlan(graph, *scheme, fo);
+    if (!forced.ok()) return ReportError("run", forced.status());
+    plan.plan = std::move(*forced);
+    plan.id = "forced-" + ro.force;
+    for (int d = 0; d < ro.devices; ++d) plan.device_names.push_back("dev" + std::to_string(d + 1));
+  } else {
+    auto loaded = ReadPlanFile(ro.plan_path, graph);
+    if (!loaded.ok()) return ReportError("run", loaded.status());
+    plan = std::move(*loaded);
+  }
+  const std::string plan_name = ro.force.empty() ? ro.plan_path : "--force " + ro.force;
+  auto* loaded = &plan;
+  auto compiled = CompilePlan(graph, loaded->plan);
+  if (!compiled.ok()) return ReportError("run", compiled.status().WithContext(plan_name));
+  RunnerOptions opts;
+  opts.threads = ro.threads;
+  auto run = RunProgramsInProcess(graph, compiled->programs, inputs, opts);
+  if (!run.ok()) return ReportError("run", run.status());
+  auto [max_abs, max_rel] = Differences(run->outputs, reference);
+  nlohmann::json j;
+  j["model"] = ro.model.model_path;
+  j["plan"] = plan_name;
+  j["devices"] = compiled->programs.size();
+  j["max_abs_diff"] = max_abs;
+  j["max_rel_diff"] = max_rel;
+  j["links"] = nlohmann::json::array();
+  for (const auto& l : run->links)
+    j["links"].push_back({{"from", loaded->device_names.at(l.from)}, {"to", loaded->device_names.at(l.to)},
+                          {"bytes", l.bytes}});
+  j["total_bytes"] = run->total_bytes;
+  j["halo_mac_overhead"] = compiled->halo_mac_overhead;
+  j["device_memory_bytes"] = run->device_memory_bytes;
+  j["seconds"] = run->seconds;
+  if (ro.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    std::printf("plan %s: %zu devices, in-process links\n", plan_name.c_str(), compiled->programs.size());
+    for (const auto& l : j["links"])
+      std::printf("  link %-12s -> %-12s %12lld bytes\n", l["from"].get<std::string>().c_str(),
+                  l["to"].get<std::string>().c_str(), static_cast<long long>(l["bytes"].get<int64_t>()));
+    std::printf("total %lld bytes between devices; halo recompute %lld MACs\n",
+                static_cast<long long>(run->total_bytes), static_cast<long long>(compiled->halo_mac_overhead));
+    std::printf("against the unsplit run: max abs diff %.3g, max rel diff %.3g\n", max_abs, max_rel);
+  }
+  return 0;
+}
+
+int RunRun(const RunOptions& ro) {
+  auto graph = LoadModel(ro.model);
+  if (!graph.ok()) return ReportError("run", graph.status());
+  if (!ro.inputs.empty() && ro.inputs.size() != graph->inputs.size())
+    return ReportError("run", Status::InvalidArgument("the model takes " + std::to_string(graph->inputs.size()) +
+                                                      " input(s); --input was given " +
+                                                      std::to_string(ro.inputs.size()) + " time(s)"));
+  if (!ro.outputs.empty() && ro.outputs.size() != graph->outputs.size())
+    return ReportError("run", Status::InvalidArgument("the model has " + std::to_string(graph->outputs.size()) +
+                                                      " output(s); --output was given " +
+                                                      std::to_string(ro.outputs.size()) + " time(s)"));
+  std::vector<TensorData> inputs;
+  for (size_t i = 0; i < graph->inputs.size(); ++i) {
+    const Value& v = graph->values[graph->inputs[i]];
+    if (ro.inputs.empty()) {
+      inputs.push_back(SeededInput(v.shape, ro.model.seed + i));
+      continue;
+    }
+    auto t = ReadNpy(ro.inputs[i]);
+    if (!t.ok()) return ReportError("run", t.status());
+    if (t->shape != v.shape && NumElements(t->shape) == NumElements(v.shape)) t->shape = v.shape;  // e.g. missing batch dim
+    if (t->shape != v.shape)
+      return ReportError("run", Status::InvalidArgument(ro.inputs[i] + ": shape " + ShapeToString(t->shape) +
+                                                        " does not match input '" + v.name + "' " +
+                                                        ShapeToString(v.shape) + " (use --input-shape to change it)"));
+    inputs.push_back(std::move(*t));
+  }
+
+  ExecutorOptions eo;
+  eo.threads = ro.threads;
+  eo.profile = ro.profile;
+  auto ex = Executor::Create(*graph, eo);
+  if (!ex.ok()) return ReportError("run", ex.status());
+
+  std::vector<TensorData> outputs;
+  for (int w = 0; w < ro.warmup; ++w)
+    if (Status st = (*ex)->Run(inputs, &outputs); !st.ok()) return ReportError("run", st);
+  const std::vector<double> before_timed = (*ex)->StepSeconds();
+  std::vector<double> ms;
+  for (int r = 0; r < std::max(1, ro.repeat); ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = (*ex)->Run(inputs, &outputs);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!st.ok()) return ReportError("run", st);
+  }
+  if (!ro.plan_path.empty() || !ro.force.empty()) return RunPlanned(ro, *graph, inputs, outputs);
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+
+  for (size_t i = 0; i < ro.outputs.size(); ++i)
+    if (Status st = WriteNpy(ro.outputs[i], outputs[i]); !st.ok()) return ReportError("run", st);
+
+  nlohmann::json j;
+  j["model"] = ro.model.model_path;
+  j["threads"] = ro.threads;
+  j["isa"] = IsaName(ActiveIsa());
+  j["isa_detected"] = IsaName(DetectedIsa());
+  j["arena_bytes"] = (*ex)->arena_bytes();
+  j["unplanned_bytes"] = (*ex)->unplanned_bytes();
+  j["runs"] = ms.size();
+  j["median_ms"] = median;
+  j["seconds"] = median / 1000.0;
+  j["outputs"] = nlohmann::json::array();
+  bool finite = true;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    double sum = 0, abs_sum = 0;
+    for (float x : outputs[i].values) {
+      sum += x;
+      abs_sum += std::fabs(x);
+      finite &= std::isfinite(x);
+    }
+    j["outputs"].push_back({{"name", graph->values[graph->outputs[i]].name},
+                            {"shape", outputs[i].shape},
+                            {"checksum", sum},
+                            {"abs_sum", abs_sum}});
+  }
+  j["finite"] = finite;
+  // --profile: where the time goes, per node and per op (mean over the timed
+  // runs; the sum is below the wall time by the executor's own overhead).
+  std::vector<std::pair<double, int>> node_ms;
+  std::map<std::string, std::pair<int, double>> op_ms;
+  if (ro.profile) {
+    const auto& total = (*ex)->StepSeconds();
+    for (size_t n = 0; n < total.size(); ++n) {
+      const double v = (total[n] - (n < before_timed.size() ? before_timed[n] : 0.0)) * 1e3 / ms.size();
+      node_ms.push_back({v, static_cast<int>(n)});
+      auto& e = op_ms[graph->nodes[n].op];
+      e.first += 1;
+      e.second += v;
+    }
+    std::sort(node_ms.rbegin(), node_ms.rend());
+    nlohmann::json prof = nlohmann::json::array();
+    for (const auto& [v, n] : node_ms)
+      prof.push_back({{"node", graph->nodes[n].name}, {"op", graph->nodes[n].op}, {"ms", v}});
+    j["profile"] = prof;
+  }
+  if (ro.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    for (const auto& o : j["outputs"])
+      std::printf("output %s: shape %s  checksum %.6g  abs-sum %.6g\n", o["name"].get<std::string>().c_str(),
+                  ShapeToString(o["shape"].get<Shape>()).c_str(), o["checksum"].get<double>(),
+                  o["abs_sum"].get<double>());
+    std::printf("arena: %zu bytes (%.2f MiB; %.2f MiB without the arena plan)\n", (*ex)->arena_bytes(),
+                (*ex)->arena_bytes() / 1048576.0, (*ex)->unplanned_bytes() / 1048576.0);
+    std::printf("time: %.3f ms median of %zu run(s), %d thread(s), kernels %s (CPU supports %s)\n", median,
+                ms.size(), ro.threads, IsaName(ActiveIsa()), IsaName(DetectedIsa()));
+    if (!finite) std::printf("warning: the output contains NaN or infinity\n");
+    if (ro.profile) {
+      double sum = 0;
+      for (const auto& [v, n] : node_ms) sum += v;
+      std::printf("\nprofile: mean per run over %zu run(s); kernels %.3f ms of %.3f ms\n", ms.size(), sum, median);
+      std::vector<std::pair<double, std::string>> ops;
+      for (const auto& [op, e] : op_ms) ops.push_back({e.second, op});
+      std::sort(ops.rbegin(), ops.rend());
+      std::printf("%-24s %6s %10s %7s\n", "op", "nodes", "ms", "share");
+      for (const auto& [v, op] : ops)
+        std::printf("%-24s %6d %10.3f %6.1f%%\n", op.c_str(), op_ms[op].first, v, sum > 0 ? 100 * v / sum : 0.0);
+      std::printf("\n%-40s %-18s %10s\n", "slowest nodes", "op", "ms");
+      for (size_t k = 0; k < node_ms.size() && k < 12; ++k)
+        std::printf("%-40s %-18s %10.3f\n", graph->nodes[node_ms[k].second].name.substr(0, 40).c_str(),
+                    graph->nodes[node_ms[k].second].op.c_str(), node_ms[k].first);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterRunCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Run a model on this device (the single-device reference)");
+  auto ro = std::make_shared<RunOptions>();
+  ro->model.AddTo(*cmd);
+  cmd->add_option("--input", ro->inputs, ".npy file for each model input, in order (default: seeded random)");
+  cmd->add_option("--output", ro->outputs, ".npy file to write for each model output, in order");
+  cmd->add_option("--threads", ro->threads, "Intra-op threads")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--repeat", ro->repeat, "Run this many times and report the median time")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", ro->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 1000));
+  cmd->add_flag("--json", ro->json, "Print JSON");
+  cmd->add_flag("--profile", ro->profile, "Time every node of the timed runs; print the time per op and the slowest nodes");
+  cmd->add_option("--plan", ro->plan_path,
+                  "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");
+  cmd->add_option("--force", ro->force,
+                  "Instead of a plan file, force one scheme wherever it applies: ffmt|fdto|fdti|pairs|pipeline");
+  cmd->add_option("--devices", ro->devices, "Devices for --force")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--grid", ro->grid, "FFMT tile grid for --force ffmt, ROWSxCOLS")->capture_default_str();
+  cmd->callback([ro] {
+    if (int rc = RunRun(*ro)) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,42 @@
+// `tessera worker --listen ADDR [--name NAME] [--data-dir DIR]`: the daemon
+// on every Linux device (daemon/cluster/worker.h).
+#include <CLI/CLI.hpp>
+
+#include "daemon/cli/cli.h"
+#include "daemon/cli/cli_model_options.h"
+#include "daemon/cluster/worker.h"
+
+namespace tessera {
+
+void RegisterWorkerCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("worker", "Run the worker daemon of one device (gRPC Worker service)");
+  struct Args {
+    std::string listen = "127.0.0.1:7070", port_file;
+    WorkerOptions options;
+    std::vector<std::string> mcus;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--listen", a->listen, "gRPC address to listen on (port 0: any free port)")->capture_default_str();
+  cmd->add_option("--name", a->options.name, "Name in logs and health replies")->capture_default_str();
+  cmd->add_option("--data-dir", a->options.data_dir, "Directory keeping the loaded program (restart resumes)");
+  cmd->add_option("--threads", a->options.threads, "Intra-op threads per request")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--max-in-flight", a->options.max_in_flight, "Requests run at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
+  cmd->add_option("--mcu", a->mcus,
+                  "An MCU this worker owns and bridges: NAME=PORT[@BAUD][,listen=HOST:PORT] (its UART, and where "
+                  "its Worker service listens: the mcu device's address in the cluster file; repeatable)");
+  cmd->add_flag("--insecure", a->options.security.allow_plaintext_remote,
+                "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
+  cmd->callback([a] {
+    std::vector<McuPort> mcus;
+    for (const auto& text : a->mcus) {
+      auto port = ParseMcuPort(text);
+      if (!port.ok()) throw CLI::RuntimeError(ReportError("worker", port.status()));
+      mcus.push_back(*port);
+    }
+    if (Status st = ServeWorker(a->listen, a->options, a->port_file, mcus); !st.ok())
+      throw CLI::RuntimeError(ReportError("worker", st));
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,38 @@
+// The `tessera` binary: one executable, a handful of verbs (STYLE.md,
+// "distributed-llama, exo").
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/cli/cli.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera: run one CNN across a cluster of small devices"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera 0.1.0");
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  app.parse_complete_callback([&] {
+    auto logger = spdlog::stderr_color_mt("tessera");
+    spdlog::set_default_logger(logger);
+    spdlog::set_level(spdlog::level::from_str(log_level));
+  });
+
+  tessera::RegisterInspectCommand(app);
+  tessera::RegisterRunCommand(app);
+  tessera::RegisterPlanCommand(app);
+  tessera::RegisterDemoCommand(app);
+  tessera::RegisterWorkerCommand(app);
+  tessera::RegisterGatewayCommand(app);
+  tessera::RegisterDeployCommand(app);
+  tessera::RegisterInferCommand(app);
+
+  // A verb that fails throws CLI::RuntimeError(exit_code) after printing its
+  // one-line error; app.exit() returns that code without printing more.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}

@@ -1,0 +1,595 @@
+#include "daemon/cluster/gateway.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <future>
+#include <random>
+#include <sstream>
+
+#include "daemon/cluster/worker_tensor.h"
+#include "partition/compile/program_codec.h"
+
+namespace tessera {
+
+namespace {
+// Latency histogram bucket bounds, seconds (Prometheus `le`).
+constexpr double kLatencyBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30};
+constexpr size_t kNumBounds = sizeof(kLatencyBounds) / sizeof(kLatencyBounds[0]);
+
+const char* GrpcCodeName(StatusCode code) { return StatusCodeName(code); }
+}  // namespace
+
+ModelSignature ModelSignature::Of(const Graph& graph) {
+  ModelSignature s;
+  for (int v : graph.inputs) {
+    s.input_values.push_back(v);
+    s.input_names.push_back(graph.values[v].name);
+    s.input_shapes.push_back(graph.values[v].shape);
+  }
+  for (int v : graph.outputs) {
+    s.output_values.push_back(v);
+    s.output_names.push_back(graph.values[v].name);
+  }
+  return s;
+}
+
+Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgram>& programs,
+                                                   const std::string& plan_id, int source,
+                                                   const std::vector<WorkerEndpoint>& workers,
+                                                   const TransportSecurity& security,
+                                                   const std::function<void(int64_t, int64_t)>& progress) {
+  if (programs.size() != workers.size())
+    return Status::InvalidArgument("the plan has " + std::to_string(programs.size()) + " devices but " +
+                                   std::to_string(workers.size()) + " workers were given");
+  std::vector<std::string> bytes;
+  int64_t total = 0;
+  for (const auto& p : programs) {
+    bytes.push_back(SerializeProgram(p, plan_id));
+    total += static_cast<int64_t>(bytes.back().size());
+  }
+  std::atomic<int64_t> sent{0};
+  std::mutex progress_mu;
+  std::vector<DeployedDevice> out(programs.size());
+  std::vector<std::future<Status>> done;
+  for (size_t d = 0; d < programs.size(); ++d)
+    done.push_back(std::async(std::launch::async, [&, d]() -> Status {
+      const std::string where = "worker " + workers[d].name + " (" + workers[d].address + ")";
+      TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(workers[d].address, security));
+      auto stub = proto::Worker::NewStub(channel);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+      ctx.set_wait_for_ready(true);
+      proto::LoadProgramReply reply;
+      auto writer = stub->LoadProgram(&ctx, &reply);
+      const std::string& b = bytes[d];
+      int64_t seq = 0;
+      for (size_t off = 0; off < b.size() || seq == 0; off += kChunkBytes, ++seq) {
+        proto::ProgramChunk chunk;
+        chunk.set_plan_id(plan_id);
+        chunk.set_seq(seq);
+        chunk.set_deadline_unix_ms(UnixMillisNow() + 600000);
+        if (seq == 0) {
+          chunk.set_device(static_cast<int>(d));
+          chunk.set_num_devices(static_cast<int>(programs.size()));
+          chunk.set_source(source);
+          chunk.set_total_bytes(static_cast<int64_t>(b.size()));
+          for (size_t q = 0; q < workers.size(); ++q) (*chunk.mutable_peers())[static_cast<int>(q)] = workers[q].address;
+        }
+        const size_t n = std::min(kChunkBytes, b.size() - std::min(off, b.size()));
+        chunk.set_data(b.substr(std::min(off, b.size()), n));
+        if (!writer->Write(chunk)) break;
+        sent += static_cast<int64_t>(n);
+        if (progress) {
+          std::lock_guard<std::mutex> lock(progress_mu);
+          progress(sent.load(), total);
+        }
+        if (off + n >= b.size()) break;
+      }
+      writer->WritesDone();
+      TS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish(), where));
+      out[d] = {static_cast<int64_t>(b.size()), reply.memory_bytes(), reply.weight_bytes()};
+      return Status::OK();
+    }));
+  Status first;
+  for (auto& f : done) {
+    Status st = f.get();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  if (!first.ok()) return first;
+  return out;
+}
+
+std::vector<bool> ProbeWorkers(const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
+                               std::chrono::milliseconds timeout) {
+  std::vector<bool> up(workers.size(), false);
+  for (size_t i = 0; i < workers.size(); ++i) {
+    auto channel = OpenChannel(workers[i].address, security);
+    if (!channel.ok()) continue;
+    auto stub = proto::Worker::NewStub(*channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    ctx.set_wait_for_ready(true);
+    proto::HealthRequest req;
+    proto::HealthReply reply;
+    up[i] = stub->Health(&ctx, req, &reply).ok() && reply.serving();
+  }
+  return up;
+}
+
+Result<std::shared_ptr<const Gateway::Serving>> Gateway::MakeServing(ServedCluster cluster,
+                                                                     const TransportSecurity& security) {
+  if (cluster.workers.empty()) return Status::InvalidArgument("the gateway has no workers");
+  if (cluster.source < 0 || cluster.source >= static_cast<int>(cluster.workers.size()))
+    return Status::InvalidArgument("source device " + std::to_string(cluster.source) + " is out of range");
+  auto s = std::make_shared<Serving>();
+  for (const auto& w : cluster.workers) {
+    TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(w.address, security));
+    s->stubs.push_back(proto::Worker::NewStub(channel));
+  }
+  s->cluster = std::move(cluster);
+  return std::shared_ptr<const Serving>(std::move(s));
+}
+
+Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(options.served, options.security));
+  std::unique_ptr<Gateway> g(new Gateway(std::move(options)));
+  g->serving_ = std::move(serving);
+  g->served_plan_ids_.push_back(g->serving_->cluster.plan_id);
+  // Worker-side ids scope the peers' exchange messages: start at a random
+  // point so two gateways (or a restarted one) on the same workers do not
+  // reuse the ids of each other's in-flight requests.
+  g->next_request_ = 1 + (std::random_device{}() & 0x3fffffff);
+  g->latency_buckets_.assign(kNumBounds, 0);
+  g->worker_up_.assign(g->serving_->stubs.size(), false);
+  g->worker_plan_.assign(g->serving_->stubs.size(), "");
+  g->RefreshWorkerState();
+  g->health_ = std::thread([gw = g.get()] { gw->HealthLoop(); });
+  return g;
+}
+
+Gateway::~Gateway() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (health_.joinable()) health_.join();
+}
+
+void Gateway::HealthLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, options_.health_interval, [&] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    RefreshWorkerState();
+    lock.lock();
+  }
+}
+
+std::shared_ptr<const Gateway::Serving> Gateway::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return serving_;
+}
+
+ServedCluster Gateway::Served() const { return Current()->cluster; }
+
+bool Gateway::KnowsPlan(const std::string& plan_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(served_plan_ids_.begin(), served_plan_ids_.end(), plan_id) != served_plan_ids_.end();
+}
+
+int64_t Gateway::failovers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failovers_;
+}
+
+bool Gateway::ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout,
+                          proto::HealthReply* health) {
+  proto::HealthRequest hreq;
+  hreq.set_plan_id(serving.cluster.plan_id);
+  grpc::ClientContext hctx;
+  hctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  // Wait (up to the timeout) for a channel that is reconnecting, instead of
+  // failing at once while it backs off: a worker that just restarted is up.
+  hctx.set_wait_for_ready(true);
+  const bool up = serving.stubs[i]->Health(&hctx, hreq, health).ok() && health->serving();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (serving_.get() != &serving) return up;  // a failover replaced it meanwhile
+  const WorkerEndpoint& w = serving.cluster.workers[i];
+  if (worker_up_[i] != up) spdlog::info("gateway: worker {} ({}) is {}", w.name, w.address, up ? "up" : "down");
+  worker_up_[i] = up;
+  worker_plan_[i] = health->plan_id();
+  return up;
+}
+
+std::vector<std::string> Gateway::DownWorkers(const Serving& serving, std::chrono::milliseconds timeout,
+                                              bool probe_all, Status* why) {
+  std::vector<std::string> down;
+  for (size_t i = 0; i < serving.stubs.size(); ++i) {
+    if (!probe_all) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (serving_.get() == &serving && worker_up_[i]) continue;
+    }
+    proto::HealthReply health;
+    if (ProbeWorker(serving, i, timeout, &health)) continue;
+    const WorkerEndpoint& w = serving.cluster.workers[i];
+    down.push_back(w.name);
+    if (!why->ok()) continue;
+    const std::string who = "worker " + w.name + " (" + w.address + ", device " + std::to_string(i) + ")";
+    *why = health.name().empty()
+               ? Status::Unavailable(who + " does not answer; plan " + serving.cluster.plan_id +
+                                     " cannot run without it")
+               : Status::FailedPrecondition(who + " holds plan '" + health.plan_id() + "', not the served plan " +
+                                            serving.cluster.plan_id + "; redeploy (tessera deploy)");
+  }
+  return down;
+}
+
+Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down) {
+  std::lock_guard<std::mutex> one_at_a_time(failover_mu_);
+  if (Current() != seen) return Status::OK();  // another request did it already
+  std::string names;
+  for (const auto& n : down) names += (names.empty() ? "" : ", ") + n;
+  spdlog::warn("gateway: failover: {} down; re-planning plan {} on the workers that answer", names,
+               seen->cluster.plan_id);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next = options_.failover(down);
+  if (!next.ok()) return next.status().WithContext("failover after " + names + " went down");
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(std::move(*next), options_.security));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    serving_ = serving;
+    served_plan_ids_.push_back(serving->cluster.plan_id);
+    ++failovers_;
+    worker_up_.assign(serving->stubs.size(), true);  // they answered Health and took the programs just now
+    worker_plan_.assign(serving->stubs.size(), serving->cluster.plan_id);
+    links_.clear();  // device indices changed; refilled from Worker.Status
+    uart_.clear();
+  }
+  spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
+               serving->stubs.size());
+  return Status::OK();
+}
+
+void Gateway::RefreshWorkerState() {
+  const auto serving = Current();
+  for (size_t i = 0; i < serving->stubs.size(); ++i) {
+    proto::HealthReply health;
+    const bool up = ProbeWorker(*serving, i, std::chrono::milliseconds(500), &health);
+    proto::StatusRequest sreq;
+    proto::WorkerStatusReply status;
+    grpc::ClientContext sctx;
+    sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    const bool have_status = up && serving->stubs[i]->Status(&sctx, sreq, &status).ok();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (serving_ != serving) return;
+    if (have_status) {
+      for (const auto& l : status.links())
+        links_[{l.from_device(), l.to_device()}] = {l.from_device(), l.to_device(), l.payload_bytes(), l.wire_bytes(),
+                                                    l.messages()};
+      if (status.has_uart()) uart_[i] = status.uart();
+    }
+  }
+}
+
+bool Gateway::AllWorkersUp() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (bool u : worker_up_)
+    if (!u) return false;
+  return true;
+}
+
+std::vector<LinkBytes> Gateway::Links() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LinkBytes> out;
+  for (const auto& [k, l] : links_) out.push_back(l);
+  return out;
+}
+
+Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t client_request_id,
+                                   int64_t deadline_unix_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelSignature& sig = options_.signature;
+  auto finish = [&](const Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++requests_by_code_[st.ok() ? "ok" : GrpcCodeName(st.code())];
+    if (st.ok()) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (size_t b = 0; b < kNumBounds; ++b)
+        if (s <= kLatencyBounds[b]) ++latency_buckets_[b];
+      latency_sum_s_ += s;
+      ++latency_count_;
+    }
+    return st;
+  };
+  // Bad input is refused here, before it costs the cluster anything.
+  if (inputs.size() != sig.input_values.size())
+    return finish(Status::InvalidArgument("the model takes " + std::to_string(sig.input_values.size()) +
+                                          " input(s), the request has " + std::to_string(inputs.size())));
+  int64_t bytes = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].shape != sig.input_shapes[i])
+      return finish(Status::InvalidArgument("input '" + sig.input_names[i] + "' has shape " +
+                                            ShapeToString(inputs[i].shape) + ", the model expects " +
+                                            ShapeToString(sig.input_shapes[i])));
+    if (static_cast<int64_t>(inputs[i].values.size()) != NumElements(inputs[i].shape))
+      return finish(Status::InvalidArgument("input '" + sig.input_names[i] + "' has the wrong number of values"));
+    bytes += static_cast<int64_t>(inputs[i].values.size()) * 4;
+  }
+  if (bytes > options_.max_input_bytes)
+    return finish(Status::InvalidArgument("the inputs are " + std::to_string(bytes) + " bytes, over the limit of " +
+                                          std::to_string(options_.max_input_bytes)));
+  const int64_t now_ms = UnixMillisNow();
+  const int64_t deadline_ms = deadline_unix_ms > 0 ? deadline_unix_ms : now_ms + options_.default_deadline_ms;
+  if (deadline_ms <= now_ms) return finish(Status::DeadlineExceeded("the request's deadline has already passed"));
+
+  // Worker-side request ids are the gateway's own: unique among in-flight requests.
+  const uint32_t id = next_request_.fetch_add(1) & 0x7fffffff;
+  proto::RunRequest req;
+  req.set_request_id(id);
+  req.set_deadline_unix_ms(deadline_ms);
+  req.set_fan_out(true);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    *req.add_inputs() = ToTensorMsg(inputs[i]);
+    req.add_input_values(sig.input_values[i]);
+  }
+  inputs.clear();
+
+  // At most two attempts: the second only after a failover replaced the plan
+  // because a worker of the first was down.
+  proto::RunReply reply;
+  for (int attempt = 0;; ++attempt) {
+    const auto serving = Current();
+    const bool may_fail_over = options_.failover && attempt == 0;
+    // A worker the health loop saw down is asked once more, now; if it still
+    // does not answer (or lost the plan), fail over, or fail fast naming it
+    // instead of the source waiting out the deadline for tiles that never come.
+    Status why;
+    const auto probe = std::chrono::milliseconds(std::clamp<int64_t>(deadline_ms - UnixMillisNow(), 1, 1000));
+    std::vector<std::string> down = DownWorkers(*serving, probe, /*probe_all=*/false, &why);
+    if (!down.empty()) {
+      if (!may_fail_over) return finish(why);
+      if (Status st = Failover(serving, down); !st.ok()) return finish(st);
+      continue;
+    }
+
+    // Admission: a bounded queue in front of max_in_flight running requests.
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (in_flight_ >= options_.max_in_flight && queued_ >= options_.queue_capacity) {
+        lock.unlock();
+        return finish(Status::ResourceExhausted("the gateway queue is full (" +
+                                                std::to_string(options_.queue_capacity) + " waiting, " +
+                                                std::to_string(options_.max_in_flight) + " running); retry later"));
+      }
+      ++queued_;
+      const int64_t wait_ms = std::max<int64_t>(0, deadline_ms - UnixMillisNow());
+      const bool admitted =
+          cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms),
+                         [&] { return in_flight_ < options_.max_in_flight || stopping_; });
+      --queued_;
+      if (!admitted || stopping_) {
+        lock.unlock();
+        return finish(Status::DeadlineExceeded("the request waited in the queue past its deadline"));
+      }
+      ++in_flight_;
+    }
+    req.set_plan_id(serving->cluster.plan_id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
+    reply.Clear();
+    const int source = serving->cluster.source;
+    grpc::Status gs = serving->stubs[source]->Run(&ctx, req, &reply);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+    }
+    cv_.notify_all();
+    if (gs.ok()) break;
+    const WorkerEndpoint& src = serving->cluster.workers[source];
+    Status st = FromGrpcStatus(gs, "source worker " + src.name + " (" + src.address + ")");
+    // The run failed: if a worker died under it, fail over and retry while
+    // the deadline leaves time; anything else is the answer.
+    // Without failover, a worker found down is named in the error.
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+      Status down_why;
+      down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &down_why);
+      if (!down.empty() && !may_fail_over)
+        return finish(Status(down_why.code(), down_why.message() + " (the request failed: " + st.message() + ")"));
+      if (!down.empty()) {
+        if (Status f = Failover(serving, down); !f.ok()) return finish(f);
+        if (UnixMillisNow() < deadline_ms) {
+          spdlog::warn("gateway: request {} failed on plan {} ({}); retrying it on plan {}", id,
+                       serving->cluster.plan_id, st.ToString(), Current()->cluster.plan_id);
+          continue;
+        }
+      }
+    }
+    return finish(st);
+  }
+
+  InferResult result;
+  result.request_id = client_request_id ? client_request_id : id;
+  result.outputs.resize(sig.output_values.size());
+  std::vector<bool> got(sig.output_values.size(), false);
+  for (int k = 0; k < reply.outputs_size() && k < reply.output_values_size(); ++k)
+    for (size_t o = 0; o < sig.output_values.size(); ++o)
+      if (sig.output_values[o] == reply.output_values(k)) {
+        auto t = FromTensorMsg(reply.outputs(k), "output '" + sig.output_names[o] + "'");
+        if (!t.ok()) return finish(t.status());
+        result.outputs[o] = std::move(*t);
+        got[o] = true;
+      }
+  for (size_t o = 0; o < got.size(); ++o)
+    if (!got[o])
+      return finish(Status::Internal("the source worker returned no model output '" + sig.output_names[o] + "'"));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  finish(Status::OK());
+  return result;
+}
+
+std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<DeviceProgram>& programs) {
+  std::map<std::pair<int, int>, int64_t> bytes;
+  for (const auto& p : programs)
+    for (const auto& s : p.steps)
+      if (s.kind == StepKind::kSend) bytes[std::make_pair(p.device, s.peer)] += s.bytes();
+  return bytes;
+}
+
+std::string Gateway::MetricsText() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const ServedCluster& served = serving_->cluster;
+  std::ostringstream m;
+  m << "# HELP tessera_requests_total Inference requests by outcome.\n# TYPE tessera_requests_total counter\n";
+  for (const auto& [code, n] : requests_by_code_) m << "tessera_requests_total{code=\"" << code << "\"} " << n << "\n";
+  m << "# HELP tessera_request_latency_seconds Latency of answered requests.\n"
+       "# TYPE tessera_request_latency_seconds histogram\n";
+  for (size_t b = 0; b < kNumBounds; ++b)
+    m << "tessera_request_latency_seconds_bucket{le=\"" << kLatencyBounds[b] << "\"} " << latency_buckets_[b] << "\n";
+  m << "tessera_request_latency_seconds_bucket{le=\"+Inf\"} " << latency_count_ << "\n";
+  m << "tessera_request_latency_seconds_sum " << latency_sum_s_ << "\n";
+  m << "tessera_request_latency_seconds_count " << latency_count_ << "\n";
+  m << "# HELP tessera_requests_in_flight Requests running on the cluster.\n# TYPE tessera_requests_in_flight gauge\n"
+    << "tessera_requests_in_flight " << in_flight_ << "\n";
+  m << "# HELP tessera_requests_queued Requests waiting at the gateway.\n# TYPE tessera_requests_queued gauge\n"
+    << "tessera_requests_queued " << queued_ << "\n";
+  m << "# HELP tessera_failovers_total Times the gateway re-planned on the surviving workers.\n"
+       "# TYPE tessera_failovers_total counter\ntessera_failovers_total " << failovers_ << "\n";
+  m << "# HELP tessera_worker_up 1 when the worker answers Health and holds the plan.\n# TYPE tessera_worker_up gauge\n";
+  for (size_t i = 0; i < worker_up_.size(); ++i)
+    m << "tessera_worker_up{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
+      << (worker_up_[i] ? 1 : 0) << "\n";
+  m << "# HELP tessera_link_payload_bytes_total Tensor bytes sent between devices.\n"
+       "# TYPE tessera_link_payload_bytes_total counter\n";
+  for (const auto& [k, l] : links_)
+    m << "tessera_link_payload_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.payload_bytes << "\n";
+  m << "# HELP tessera_link_wire_bytes_total Serialized frame bytes (payload + framing) between devices.\n"
+       "# TYPE tessera_link_wire_bytes_total counter\n";
+  for (const auto& [k, l] : links_)
+    m << "tessera_link_wire_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.wire_bytes << "\n";
+  if (!uart_.empty()) {
+    // The UART of every MCU (issue 6: bad frames are dropped, counted and
+    // reported here; they never reach a kernel).
+    auto label = [&](size_t i) { return "device=\"" + served.workers[i].name + "\""; };
+    m << "# HELP tessera_uart_bad_frames_total Frames dropped by the UART decoder, by reason.\n"
+         "# TYPE tessera_uart_bad_frames_total counter\n";
+    for (const auto& [i, u] : uart_) {
+      std::map<std::string, uint64_t> sorted(u.bad_frames().begin(), u.bad_frames().end());
+      for (const auto& [reason, n] : sorted)
+        m << "tessera_uart_bad_frames_total{" << label(i) << ",reason=\"" << reason << "\"} " << n << "\n";
+    }
+    struct Series {
+      const char* name;
+      const char* help;
+      uint64_t (*get)(const proto::UartCounters&);
+    };
+    const Series series[] = {
+        {"tessera_uart_retransmissions_total", "Frames sent again after a timeout.",
+         [](const proto::UartCounters& u) { return u.retransmissions(); }},
+        {"tessera_uart_wire_bytes_sent_total", "Bytes written to the MCU's UART.",
+         [](const proto::UartCounters& u) { return u.wire_bytes_sent(); }},
+        {"tessera_uart_wire_bytes_received_total", "Bytes read from the MCU's UART.",
+         [](const proto::UartCounters& u) { return u.wire_bytes_received(); }},
+        {"tessera_uart_duplicate_frames_total", "Frames received twice (dropped).",
+         [](const proto::UartCounters& u) { return u.duplicates(); }},
+        {"tessera_uart_foreign_plan_frames_total", "Tensors for a plan the link does not hold (refused).",
+         [](const proto::UartCounters& u) { return u.foreign_plan(); }},
+    };
+    for (const Series& s : series) {
+      m << "# HELP " << s.name << " " << s.help << "\n# TYPE " << s.name << " counter\n";
+      for (const auto& [i, u] : uart_) m << s.name << "{" << label(i) << "} " << s.get(u) << "\n";
+    }
+  }
+  if (!served.planned_link_bytes.empty()) {
+    m << "# HELP tessera_link_planned_payload_bytes Payload bytes one request sends on the link, per the plan's "
+         "programs.\n# TYPE tessera_link_planned_payload_bytes gauge\n";
+    for (const auto& [k, bytes] : served.planned_link_bytes)
+      m << "tessera_link_planned_payload_bytes{from=\"" << k.first << "\",to=\"" << k.second << "\"} " << bytes
+        << "\n";
+  }
+  return m.str();
+}
+
+void Gateway::FillStatus(proto::GatewayStatusReply* reply) const {
+  const std::string metrics = MetricsText();
+  std::lock_guard<std::mutex> lock(mu_);
+  const ServedCluster& served = serving_->cluster;
+  reply->set_plan_id(served.plan_id);
+  for (size_t i = 0; i < served.workers.size(); ++i) {
+    auto* w = reply->add_workers();
+    w->set_name(served.workers[i].name);
+    w->set_address(served.workers[i].address);
+    w->set_device(static_cast<int>(i));
+    w->set_up(worker_up_[i]);
+    w->set_plan_id(worker_plan_[i]);
+  }
+  int64_t ok = 0, failed = 0, rejected = 0;
+  for (const auto& [code, n] : requests_by_code_)
+    (code == "ok" ? ok : code == StatusCodeName(StatusCode::kResourceExhausted) ? rejected : failed) += n;
+  reply->set_requests_ok(ok);
+  reply->set_requests_failed(failed);
+  reply->set_requests_rejected(rejected);
+  reply->set_queued(queued_);
+  reply->set_in_flight(in_flight_);
+  for (const auto& [k, l] : links_) {
+    auto* c = reply->add_links();
+    c->set_from_device(l.from);
+    c->set_to_device(l.to);
+    c->set_payload_bytes(l.payload_bytes);
+    c->set_wire_bytes(l.wire_bytes);
+    c->set_messages(l.messages);
+  }
+  reply->set_metrics_text(metrics);
+}
+
+grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::InferRequest* request,
+                                   proto::InferReply* reply) {
+  // A client naming a plan (model) this gateway does not serve sent bad input
+  // (issue 5: unknown model -> INVALID_ARGUMENT); FAILED_PRECONDITION is kept
+  // for a worker asked to run a plan it does not hold.
+  if (!request->plan_id().empty() && !gateway_->KnowsPlan(request->plan_id()))
+    return ToGrpcStatus(tessera::Status::InvalidArgument("unknown plan '" + request->plan_id() +
+                                                         "': the gateway serves plan " + gateway_->Served().plan_id));
+  std::vector<TensorData> inputs;
+  for (int i = 0; i < request->inputs_size(); ++i) {
+    auto t = FromTensorMsg(request->inputs(i), "input " + std::to_string(i));
+    if (!t.ok()) return ToGrpcStatus(t.status());
+    inputs.push_back(std::move(*t));
+  }
+  int64_t deadline = request->deadline_unix_ms();
+  if (deadline == 0 && context->deadline() != std::chrono::system_clock::time_point::max())
+    deadline = std::chrono::duration_cast<std::chrono::milliseconds>(context->deadline().time_since_epoch()).count();
+  auto result = gateway_->Infer(std::move(inputs), request->request_id(), deadline);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  reply->set_request_id(result->request_id);
+  reply->set_plan_id(gateway_->Served().plan_id);
+  reply->set_seconds(result->seconds);
+  for (const auto& t : result->outputs) *reply->add_outputs() = ToTensorMsg(t);
+  return grpc::Status::OK;
+}
+
+grpc::Status GatewayService::Status(grpc::ServerContext*, const proto::GatewayStatusRequest*,
+                                    proto::GatewayStatusReply* reply) {
+  gateway_->FillStatus(reply);
+  return grpc::Status::OK;
+}
+
+Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service, const std::string& listen,
+                                                         const TransportSecurity& security, std::string* bound) {
+  TS_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(listen, security));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, credentials, &port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.RegisterService(service);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");
+  if (bound) *bound = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);
+  return server;
+}
+
+}  // namespace tessera

@@ -1,0 +1,189 @@
+// The gateway (`tessera gateway`, ARCHITECTURE.md "Processes"): the entry
+// point for clients. It knows the model's inputs and outputs, the plan id and
+// which worker runs which device; an inference goes, with its inputs, to the
+// source device's worker, which starts the request on every other device and
+// returns the outputs (workers exchange tiles among themselves).
+//
+// Issue 5 limits: a bounded queue (RESOURCE_EXHAUSTED when full), an id and
+// a deadline on every request, worker health polled through Worker.Health,
+// link byte counters pulled from Worker.Status for /metrics.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "partition/compile/device_program.h"
+#include "partition/graph/graph.h"
+#include "proto/services.grpc.pb.h"
+#include "transport/grpc/grpc_channel.h"
+
+namespace tessera {
+
+struct WorkerEndpoint {
+  std::string name, address;
+};
+
+// What a client must send and gets back: graph inputs/outputs in order.
+struct ModelSignature {
+  std::vector<int> input_values, output_values;  // graph value ids
+  std::vector<std::string> input_names, output_names;
+  std::vector<Shape> input_shapes;
+  static ModelSignature Of(const Graph& graph);
+};
+
+// Pushes program d to workers[d] (client-streamed in kChunkBytes chunks),
+// all devices in parallel. `progress(sent, total)` is called as bytes go out.
+struct DeployedDevice {
+  int64_t program_bytes = 0, memory_bytes = 0, weight_bytes = 0;
+};
+Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgram>& programs,
+                                                   const std::string& plan_id, int source,
+                                                   const std::vector<WorkerEndpoint>& workers,
+                                                   const TransportSecurity& security,
+                                                   const std::function<void(int64_t, int64_t)>& progress);
+
+// Payload bytes one request sends on each link (from, to), read off the
+// programs' Send steps: what /metrics compares the measured counters with.
+std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<DeviceProgram>& programs);
+
+// Health of every worker right now (Worker.Health with a short deadline).
+std::vector<bool> ProbeWorkers(const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
+                               std::chrono::milliseconds timeout);
+
+// A plan and the workers that run it: what a gateway serves at one time.
+struct ServedCluster {
+  std::string plan_id;
+  int source = 0;
+  std::vector<WorkerEndpoint> workers;  // index = plan device
+  // Payload bytes one request sends per link (PlannedLinkBytes of its
+  // programs), exported in /metrics so measured/planned is one division.
+  std::map<std::pair<int, int>, int64_t> planned_link_bytes;
+};
+
+// Failover: re-plans for the workers that still answer and deploys the new
+// programs, given the names of the workers found down; returns what to serve
+// from now on. Called by at most one request at a time.
+using FailoverFn = std::function<Result<ServedCluster>(const std::vector<std::string>& down)>;
+
+struct GatewayOptions {
+  // The plan served at start (replaced as a whole by a failover; the
+  // current one is Gateway::Served()).
+  ServedCluster served;
+  ModelSignature signature;
+  int max_in_flight = 4;        // requests on the cluster at once
+  int queue_capacity = 64;      // waiting beyond that -> RESOURCE_EXHAUSTED
+  int64_t default_deadline_ms = 60000;
+  int64_t max_input_bytes = 256 << 20;
+  std::chrono::milliseconds health_interval{1000};
+  TransportSecurity security;
+  // Set: when a worker of the served plan is down (found before a request
+  // runs, or because the source's Run failed), re-plan on the survivors with
+  // this, then retry the request once on the new plan. Unset: such requests
+  // fail fast with UNAVAILABLE naming the worker.
+  FailoverFn failover;
+};
+
+struct InferResult {
+  uint64_t request_id = 0;
+  std::vector<TensorData> outputs;  // graph output order
+  double seconds = 0;
+};
+
+struct LinkBytes {
+  int from = 0, to = 0;
+  int64_t payload_bytes = 0, wire_bytes = 0, messages = 0;
+};
+
+class Gateway {
+ public:
+  static Result<std::unique_ptr<Gateway>> Create(GatewayOptions options);
+  ~Gateway();
+
+  // `inputs` in graph input order. `deadline_unix_ms` 0 = the default.
+  Result<InferResult> Infer(std::vector<TensorData> inputs, uint64_t client_request_id, int64_t deadline_unix_ms);
+
+  bool AllWorkersUp() const;
+  // Polls every worker's Status now (link byte counters, up/down).
+  void RefreshWorkerState();
+  std::vector<LinkBytes> Links() const;
+  std::string MetricsText() const;
+  void FillStatus(proto::GatewayStatusReply* reply) const;
+  // The signature, limits and security; options().served is the plan served
+  // at start only — Served() is the current one.
+  const GatewayOptions& options() const { return options_; }
+  ServedCluster Served() const;
+  // Whether `plan_id` is, or was, served by this gateway.
+  bool KnowsPlan(const std::string& plan_id) const;
+  int64_t failovers() const;
+
+ private:
+  // One served plan with its worker stubs. Requests hold the snapshot they
+  // started with; a failover swaps in a new one.
+  struct Serving {
+    ServedCluster cluster;
+    std::vector<std::unique_ptr<proto::Worker::Stub>> stubs;
+  };
+  explicit Gateway(GatewayOptions options) : options_(std::move(options)) {}
+  static Result<std::shared_ptr<const Serving>> MakeServing(ServedCluster cluster, const TransportSecurity& security);
+  std::shared_ptr<const Serving> Current() const;
+  void HealthLoop();
+  // Worker.Health of worker i of `serving` now; records (if `serving` is
+  // still current) and returns whether it answers and holds the plan.
+  bool ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout, proto::HealthReply* reply);
+  // Workers of `serving` that do not answer Health now (only those the
+  // health loop saw down, unless `probe_all`): their names, and in *why the
+  // first one's error.
+  std::vector<std::string> DownWorkers(const Serving& serving, std::chrono::milliseconds timeout, bool probe_all,
+                                       Status* why);
+  // Replaces `seen` with a plan for the survivors (options_.failover). OK
+  // without doing anything when another request already replaced `seen`.
+  Status Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down);
+
+  const GatewayOptions options_;
+  std::atomic<uint32_t> next_request_{1};
+  std::mutex failover_mu_;  // one failover at a time
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const Serving> serving_;               // GUARDED_BY(mu_)
+  std::vector<std::string> served_plan_ids_;             // GUARDED_BY(mu_)
+  int64_t failovers_ = 0;                                // GUARDED_BY(mu_)
+  int in_flight_ = 0, queued_ = 0;                       // GUARDED_BY(mu_)
+  std::map<std::string, int64_t> requests_by_code_;      // GUARDED_BY(mu_)
+  std::vector<int64_t> latency_buckets_;                 // GUARDED_BY(mu_), cumulative at render
+  double latency_sum_s_ = 0;                             // GUARDED_BY(mu_)
+  int64_t latency_count_ = 0;                            // GUARDED_BY(mu_)
+  std::vector<bool> worker_up_;                          // GUARDED_BY(mu_)
+  std::vector<std::string> worker_plan_;                 // GUARDED_BY(mu_)
+  std::map<std::pair<int, int>, LinkBytes> links_;       // GUARDED_BY(mu_)
+  std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
+
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread health_;
+};
+
+class GatewayService final : public proto::Gateway::Service {
+ public:
+  explicit GatewayService(Gateway* gateway) : gateway_(gateway) {}
+  grpc::Status Infer(grpc::ServerContext* context, const proto::InferRequest* request,
+                     proto::InferReply* reply) override;
+  grpc::Status Status(grpc::ServerContext* context, const proto::GatewayStatusRequest* request,
+                      proto::GatewayStatusReply* reply) override;
+
+ private:
+  Gateway* const gateway_;
+};
+
+// Starts the gRPC Gateway service on `listen` (":0" = any port); returns the
+// server and writes the bound address to *bound.
+Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service, const std::string& listen,
+                                                         const TransportSecurity& security, std::string* bound);
+
+}  // namespace tessera

@@ -1,0 +1,623 @@
+#include "daemon/cluster/worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <utility>
+#include <sstream>
+#include <thread>
+
+#include "daemon/cluster/worker_mcu_bridge.h"
+#include "partition/compile/program_codec.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+proto::TensorMsg ToTensorMsg(const TensorData& tensor) {
+  proto::TensorMsg m;
+  m.set_dtype("float32");
+  for (int64_t d : tensor.shape) m.add_shape(d);
+  m.set_data(reinterpret_cast<const char*>(tensor.values.data()), tensor.values.size() * sizeof(float));
+  return m;
+}
+
+Result<TensorData> FromTensorMsg(const proto::TensorMsg& msg, const std::string& what) {
+  if (!msg.dtype().empty() && msg.dtype() != "float32")
+    return tessera::Status::InvalidArgument(what + " has dtype '" + msg.dtype() + "'; only float32 is accepted");
+  TensorData t;
+  int64_t n = 1;
+  for (int64_t d : msg.shape()) {
+    if (d < 0 || d > (int64_t{1} << 31)) return tessera::Status::InvalidArgument(what + " has a bad dimension " + std::to_string(d));
+    t.shape.push_back(d);
+    n *= d;
+    if (n > (int64_t{1} << 31)) return tessera::Status::InvalidArgument(what + " is too large");
+  }
+  if (static_cast<int64_t>(msg.data().size()) != n * 4)
+    return tessera::Status::InvalidArgument(what + " has " + std::to_string(msg.data().size()) + " bytes of data, its shape " +
+                                   ShapeToString(t.shape) + " needs " + std::to_string(n * 4));
+  t.values.resize(static_cast<size_t>(n));
+  if (n) std::memcpy(t.values.data(), msg.data().data(), msg.data().size());
+  return t;
+}
+
+// One loaded program and everything that serves it. In-flight requests hold
+// a shared_ptr, so a reload never pulls a program from under a running request.
+struct WorkerService::Loaded {
+  proto::ProgramChunk header;  // plan id, device, peers (data cleared)
+  DeviceProgram program;
+  ExchangeInbox inbox;
+  std::map<int, std::unique_ptr<PeerSender>> senders;       // devices this program sends to
+  std::map<int, std::unique_ptr<proto::Worker::Stub>> stubs;  // every other device (fan-out)
+  int64_t memory_bytes = 0, weight_bytes = 0;
+  McuLoadInfo mcu;  // bridge mode: what the MCU holds
+
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<ProgramRunner>> idle;  // GUARDED_BY(pool_mu)
+  int runners = 0;                                   // GUARDED_BY(pool_mu)
+
+  ~Loaded() { inbox.Close(); }
+};
+
+Result<McuPort> ParseMcuPort(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    return tessera::Status::InvalidArgument("--mcu '" + text +
+                                            "': expected NAME=PORT[@BAUD][,listen=HOST:PORT], e.g. "
+                                            "mcu1=/dev/ttyUSB0@115200,listen=0.0.0.0:7071");
+  McuPort port;
+  port.name = text.substr(0, eq);
+  port.serial = text.substr(eq + 1);
+  if (const size_t comma = port.serial.find(','); comma != std::string::npos) {
+    const std::string option = port.serial.substr(comma + 1);
+    port.serial = port.serial.substr(0, comma);
+    const size_t colon = option.rfind(':');
+    if (option.rfind("listen=", 0) != 0 || colon == std::string::npos || colon + 1 == option.size() ||
+        option.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      return tessera::Status::InvalidArgument("--mcu '" + text + "': '" + option +
+                                              "' is not listen=HOST:PORT (where this worker serves the MCU)");
+    port.listen = option.substr(7);
+  }
+  if (port.serial.empty()) return tessera::Status::InvalidArgument("--mcu '" + text + "': no serial port");
+  const size_t at = port.serial.rfind('@');
+  if (at != std::string::npos) {
+    const std::string baud = port.serial.substr(at + 1);
+    port.serial = port.serial.substr(0, at);
+    char* end = nullptr;
+    const unsigned long b = std::strtoul(baud.c_str(), &end, 10);
+    if (baud.empty() || *end || b < 1200 || b > 4000000)
+      return tessera::Status::InvalidArgument("--mcu '" + text + "': baud '" + baud + "' is not a rate in 1200..4000000");
+    port.baud = static_cast<uint32_t>(b);
+  }
+  return port;
+}
+
+namespace {
+void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
+  out->set_wire_bytes_sent(c.wire_bytes_sent);
+  out->set_wire_bytes_received(c.wire_bytes_received);
+  out->set_frames_sent(c.frames_sent);
+  out->set_frames_received(c.frames_received);
+  out->set_retransmissions(c.retransmissions);
+  out->set_duplicates(c.duplicates);
+  out->set_foreign_plan(c.foreign_plan);
+  out->set_protocol_errors(c.protocol_errors);
+  // Every reason, zeros included, so a dashboard sees the series exist.
+  for (int r = 1; r < wire::kNumFrameErrors; ++r)
+    (*out->mutable_bad_frames())[wire::FrameErrorName(static_cast<wire::FrameError>(r))] = c.bad_frames.by_reason[r];
+}
+}  // namespace
+
+WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {}
+WorkerService::~WorkerService() = default;
+
+tessera::Status WorkerService::OpenMcu() {
+  if (options_.mcu.serial.empty() || bridge_) return tessera::Status::OK();
+  McuBridgeOptions bo;
+  bo.name = options_.mcu.name;
+  bo.serial = options_.mcu.serial;
+  bo.baud = options_.mcu.baud;
+  TS_ASSIGN_OR_RETURN(bridge_, McuBridge::Open(bo));
+  return tessera::Status::OK();
+}
+
+std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loaded_;
+}
+
+tessera::Status WorkerService::Install(const std::string& program_bytes, const proto::ProgramChunk& header,
+                                       bool persist, proto::LoadProgramReply* reply) {
+  auto loaded = std::make_shared<Loaded>();
+  loaded->header = header;
+  loaded->header.clear_data();
+  std::string plan_id;
+  TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(program_bytes, "program for device " +
+                                                                       std::to_string(header.device()), &plan_id));
+  if (plan_id != header.plan_id())
+    return tessera::Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +
+                                   header.plan_id());
+  if (loaded->program.device != header.device())
+    return tessera::Status::InvalidArgument("the program is for device " + std::to_string(loaded->program.device) +
+                                   " but the load request says device " + std::to_string(header.device()));
+  if (header.num_devices() < 1 || header.device() < 0 || header.device() >= header.num_devices())
+    return tessera::Status::InvalidArgument("device " + std::to_string(header.device()) + " of " +
+                                   std::to_string(header.num_devices()) + " devices is out of range");
+  TS_RETURN_IF_ERROR(ValidateProgram(loaded->program, header.num_devices()));
+  const int me = header.device();
+  for (int d = 0; d < header.num_devices(); ++d)
+    if (d != me && !header.peers().count(d))
+      return tessera::Status::InvalidArgument("the load request gives no address for device " + std::to_string(d));
+
+  if (bridge_) {
+    // The MCU runs it: compact program over the UART, checked by STATUS.
+    TS_ASSIGN_OR_RETURN(loaded->mcu, bridge_->Load(loaded->program, header.plan_id()));
+    loaded->memory_bytes = loaded->mcu.status.arena_bytes - loaded->mcu.status.free_bytes;
+    loaded->weight_bytes = loaded->program.WeightValues() * 4;
+  } else {
+    // One runner now: proves every subgraph prepares, and measures memory.
+    RunnerOptions ro;
+    ro.threads = options_.threads;
+    TS_ASSIGN_OR_RETURN(auto runner, ProgramRunner::Create(loaded->program, ro));
+    loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
+    loaded->weight_bytes = loaded->program.WeightValues() * 4;
+    loaded->idle.push_back(std::move(runner));
+    loaded->runners = 1;
+  }
+
+  std::set<int> send_to;
+  for (const auto& s : loaded->program.steps)
+    if (s.kind == StepKind::kSend) send_to.insert(s.peer);
+  for (const auto& [d, address] : header.peers()) {
+    if (d == me) continue;
+    TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, options_.security));
+    loaded->stubs[d] = proto::Worker::NewStub(channel);
+    if (send_to.count(d)) {
+      TS_ASSIGN_OR_RETURN(auto exchange_channel, OpenChannel(address, options_.security));
+      loaded->senders[d] = std::make_unique<PeerSender>(exchange_channel, header.plan_id(), me, d, address);
+    }
+  }
+
+  if (persist && !options_.data_dir.empty()) {
+    // Written beside and renamed: a crash mid-write leaves the old program.
+    std::error_code ec;
+    fs::create_directories(options_.data_dir, ec);
+    const fs::path dir(options_.data_dir);
+    for (auto [name, bytes] : {std::pair<const char*, std::string>{"program.pb", program_bytes},
+                               std::pair<const char*, std::string>{"program.header", header.SerializeAsString()}}) {
+      const fs::path tmp = dir / (std::string(name) + ".tmp");
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      out.close();
+      if (!out) return tessera::Status::IOError("cannot write " + tmp.string() + "; check --data-dir is writable");
+      fs::rename(tmp, dir / name, ec);
+      if (ec) return tessera::Status::IOError("cannot rename " + tmp.string() + ": " + ec.message());
+    }
+  }
+  if (reply) {
+    reply->set_plan_id(header.plan_id());
+    reply->set_device(me);
+    reply->set_bytes(static_cast<int64_t>(program_bytes.size()));
+    reply->set_memory_bytes(loaded->memory_bytes);
+    reply->set_weight_bytes(loaded->weight_bytes);
+  }
+  spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps)", options_.name, header.plan_id(), me,
+               header.num_devices(), program_bytes.size(), loaded->program.steps.size());
+  // The old program is released outside the lock: its destruction stops
+  // its exchange streams (PeerSender), which may take a moment, and Health
+  // and Status must keep answering meanwhile.
+  std::shared_ptr<Loaded> previous;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    previous = std::exchange(loaded_, std::move(loaded));
+  }
+  // Requests still running the old program wait for messages that will not
+  // come (its peers run the new one): wake them now.
+  if (previous) previous->inbox.Close();
+  previous.reset();
+  return tessera::Status::OK();
+}
+
+tessera::Status WorkerService::ResumeFromDisk() {
+  if (options_.data_dir.empty()) return tessera::Status::OK();
+  const fs::path dir(options_.data_dir);
+  if (!fs::exists(dir / "program.pb") || !fs::exists(dir / "program.header")) return tessera::Status::OK();
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  proto::ProgramChunk header;
+  if (!header.ParseFromString(slurp(dir / "program.header")))
+    return tessera::Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
+  return Install(slurp(dir / "program.pb"), header, /*persist=*/false, nullptr)
+      .WithContext("resuming from " + options_.data_dir);
+}
+
+grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::ServerReader<proto::ProgramChunk>* reader,
+                                        proto::LoadProgramReply* reply) {
+  proto::ProgramChunk chunk, header;
+  std::string bytes;
+  int64_t expected_seq = 0;
+  while (reader->Read(&chunk)) {
+    if (chunk.seq() != expected_seq)
+      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunk " + std::to_string(chunk.seq()) +
+                                                  " arrived, expected " + std::to_string(expected_seq)));
+    if (expected_seq == 0) {
+      header = chunk;
+      if (header.total_bytes() <= 0 || header.total_bytes() > (int64_t{8} << 30))
+        return ToGrpcStatus(tessera::Status::InvalidArgument("program size " + std::to_string(header.total_bytes()) +
+                                                    " is out of range"));
+      bytes.reserve(static_cast<size_t>(header.total_bytes()));
+    } else if (chunk.plan_id() != header.plan_id() && !chunk.plan_id().empty()) {
+      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks of two plans in one load"));
+    }
+    bytes += chunk.data();
+    if (static_cast<int64_t>(bytes.size()) > header.total_bytes())
+      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks exceed the announced " +
+                                                  std::to_string(header.total_bytes()) + " bytes"));
+    ++expected_seq;
+  }
+  if (expected_seq == 0) return ToGrpcStatus(tessera::Status::InvalidArgument("empty program load"));
+  if (static_cast<int64_t>(bytes.size()) != header.total_bytes())
+    return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(bytes.size()) + " of " +
+                                         std::to_string(header.total_bytes()) + " bytes"));
+  tessera::Status st = Install(bytes, header, /*persist=*/true, reply);
+  if (!st.ok()) spdlog::warn("worker {}: load refused: {}", options_.name, st.ToString());
+  return ToGrpcStatus(st);
+}
+
+grpc::Status WorkerService::Health(grpc::ServerContext*, const proto::HealthRequest* request,
+                                   proto::HealthReply* reply) {
+  auto loaded = current();
+  reply->set_name(options_.name);
+  reply->set_seq(request->seq());
+  reply->set_plan_id(loaded ? loaded->header.plan_id() : "");
+  reply->set_device(loaded ? loaded->header.device() : -1);
+  reply->set_serving(request->plan_id().empty() || (loaded && loaded->header.plan_id() == request->plan_id()));
+  if (bridge_ && loaded && bridge_->has_status()) {
+    // An MCU that rebooted (or refused) no longer holds the plan: not serving
+    // until redeployed. Figures from the last STATUS (Status RPC, load).
+    const mcu::McuStatus s = bridge_->last_status();
+    if (s.state != mcu::kStateLoaded || s.plan_id != PlanIdHash(loaded->header.plan_id())) reply->set_serving(false);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::StatusRequest* request,
+                                   proto::WorkerStatusReply* reply) {
+  auto loaded = current();
+  reply->set_name(options_.name);
+  if (bridge_) {
+    // Free RAM and program id from the MCU itself (a STATUS frame); when it
+    // does not answer in time (busy computing) the last known figures.
+    // Within the caller's deadline (the gateway polls with 500 ms).
+    auto budget = std::chrono::milliseconds(3000);
+    if (context) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(context->deadline() -
+                                                                             std::chrono::system_clock::now()) -
+                        std::chrono::milliseconds(100);
+      budget = std::clamp(left, std::chrono::milliseconds(1), budget);
+    }
+    // A STATUS frame queues behind tensors on the UART: no answer in time is
+    // normal during a request (the last figures are reported then).
+    if (auto s = bridge_->QueryStatus(budget); !s.ok())
+      spdlog::debug("worker {}: reporting the last MCU status: {}", options_.name, s.status().ToString());
+  }
+  reply->set_seq(request->seq());
+  reply->set_requests_ok(requests_ok_);
+  reply->set_requests_failed(requests_failed_);
+  reply->set_in_flight(in_flight_);
+  reply->set_peak_in_flight(peak_in_flight_);
+  if (!loaded) return grpc::Status::OK;
+  reply->set_plan_id(loaded->header.plan_id());
+  reply->set_device(loaded->header.device());
+  reply->set_num_devices(loaded->header.num_devices());
+  reply->set_memory_bytes(loaded->memory_bytes);
+  if (bridge_ && bridge_->has_status()) {
+    const mcu::McuStatus s = bridge_->last_status();
+    reply->set_memory_bytes(static_cast<int64_t>(s.arena_bytes) - s.free_bytes);
+  }
+  if (bridge_) FillUartCounters(bridge_->counters(), reply->mutable_uart());
+  if (bridge_ && bridge_->has_status()) {
+    const mcu::McuStatus s = bridge_->last_status();
+    proto::McuState* m = reply->mutable_mcu();
+    m->set_state(s.state);
+    m->set_plan_id(s.plan_id);
+    m->set_arena_bytes(s.arena_bytes);
+    m->set_free_bytes(s.free_bytes);
+    m->set_last_error(s.last_error);
+    m->set_runs(s.runs);
+    m->set_last_run_ms(s.last_run_ms);
+  }
+  reply->set_weight_bytes(loaded->weight_bytes);
+  for (const auto& [d, sender] : loaded->senders) {
+    const LinkCountersSnapshot c = sender->counters();
+    auto* l = reply->add_links();
+    l->set_from_device(c.from);
+    l->set_to_device(c.to);
+    l->set_payload_bytes(c.payload_bytes);
+    l->set_wire_bytes(c.wire_bytes);
+    l->set_messages(c.messages);
+  }
+  return grpc::Status::OK;
+}
+
+tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply) {
+  const DeviceProgram& program = loaded.program;
+  const int me = loaded.header.device();
+  const std::string who = "worker " + options_.name + " (device " + std::to_string(me) + ")";
+  if (request.request_id() >= (1u << 31))
+    return tessera::Status::InvalidArgument("request id " + std::to_string(request.request_id()) + " must be below 2^31");
+  const uint32_t request_id = static_cast<uint32_t>(request.request_id());
+  const int64_t now_ms = UnixMillisNow();
+  const int64_t deadline_ms = request.deadline_unix_ms() > 0 ? request.deadline_unix_ms() : now_ms + 60000;
+  if (deadline_ms <= now_ms) return tessera::Status::DeadlineExceeded("request " + std::to_string(request_id) + " arrived after its deadline");
+  const auto steady_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms - now_ms);
+
+  // Inputs: matched by graph value id against the buffers the program fills.
+  std::vector<TensorData> inputs(program.model_inputs.size());
+  std::vector<bool> given(program.model_inputs.size(), false);
+  if (request.inputs_size() != request.input_values_size())
+    return tessera::Status::InvalidArgument("the request has " + std::to_string(request.inputs_size()) + " inputs but " +
+                                   std::to_string(request.input_values_size()) + " input value ids");
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    size_t k = 0;
+    while (k < program.model_inputs.size() && program.model_inputs[k].first != request.input_values(i)) ++k;
+    if (k == program.model_inputs.size())
+      return tessera::Status::InvalidArgument(who + " does not take graph value " + std::to_string(request.input_values(i)) +
+                                     " as a model input");
+    TS_ASSIGN_OR_RETURN(inputs[k], FromTensorMsg(request.inputs(i), "input " + std::to_string(i)));
+    const Shape want = program.buffers[program.model_inputs[k].second].shape();
+    if (inputs[k].shape != want)
+      return tessera::Status::InvalidArgument("input " + std::to_string(i) + " has shape " + ShapeToString(inputs[k].shape) +
+                                     ", the model expects " + ShapeToString(want));
+    given[k] = true;
+  }
+  for (size_t k = 0; k < given.size(); ++k)
+    if (!given[k])
+      return tessera::Status::InvalidArgument(who + " needs model input (graph value " +
+                                     std::to_string(program.model_inputs[k].first) + ") and the request lacks it");
+
+  if (bridge_) return RelayToMcu(loaded, request, steady_deadline, reply);
+
+  // A runner from the pool (one per in-flight request).
+  std::unique_ptr<ProgramRunner> runner;
+  {
+    std::lock_guard<std::mutex> lock(loaded.pool_mu);
+    if (!loaded.idle.empty()) {
+      runner = std::move(loaded.idle.back());
+      loaded.idle.pop_back();
+    } else if (loaded.runners >= options_.max_in_flight) {
+      return tessera::Status::ResourceExhausted(who + " already runs " + std::to_string(loaded.runners) + " requests");
+    } else {
+      ++loaded.runners;
+    }
+  }
+  if (!runner) {
+    RunnerOptions ro;
+    ro.threads = options_.threads;
+    auto created = ProgramRunner::Create(program, ro);
+    if (!created.ok()) {
+      std::lock_guard<std::mutex> lock(loaded.pool_mu);
+      --loaded.runners;
+      return created.status();
+    }
+    runner = std::move(*created);
+  }
+
+  // The source starts the request on every other device of the plan.
+  std::vector<std::pair<int, std::future<grpc::Status>>> peers_done;
+  std::vector<std::shared_ptr<grpc::ClientContext>> peer_contexts;  // cancelled if this device fails
+  if (request.fan_out()) {
+    for (auto& [d, stub] : loaded.stubs) {
+      proto::Worker::Stub* s = stub.get();
+      proto::RunRequest peer_request;
+      peer_request.set_plan_id(request.plan_id());
+      peer_request.set_request_id(request.request_id());
+      peer_request.set_deadline_unix_ms(deadline_ms);
+      peer_request.set_fan_out(false);
+      // A device that fails (its worker died, or refused the request) aborts
+      // the request here at once: the source stops waiting for messages that
+      // will not come, and the gateway can fail over while time is left.
+      const std::string peer_name = "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")";
+      ExchangeInbox* inbox = &loaded.inbox;
+      auto ctx = std::make_shared<grpc::ClientContext>();
+      ctx->set_deadline(DeadlineFromUnixMillis(deadline_ms));
+      peer_contexts.push_back(ctx);
+      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, inbox, peer_name, ctx] {
+                                proto::RunReply r;
+                                grpc::Status gs = s->Run(ctx.get(), peer_request, &r);
+                                if (!gs.ok())
+                                  inbox->AbortRequest(static_cast<uint32_t>(peer_request.request_id()),
+                                                      FromGrpcStatus(gs, peer_name));
+                                return gs;
+                              }));
+    }
+  }
+
+  std::vector<std::unique_ptr<GrpcLink>> links;
+  std::vector<Link*> peers(static_cast<size_t>(loaded.header.num_devices()), nullptr);
+  for (int d = 0; d < loaded.header.num_devices(); ++d) {
+    if (d == me) continue;
+    auto it = loaded.senders.find(d);
+    links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(),
+                                               &loaded.inbox, d, request_id, steady_deadline));
+    peers[d] = links.back().get();
+  }
+  std::vector<TensorData> outputs;
+  const auto t0 = std::chrono::steady_clock::now();
+  tessera::Status st = runner->Run(peers, inputs, &outputs).WithContext(who + ", request " + std::to_string(request_id));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(loaded.pool_mu);
+    loaded.idle.push_back(std::move(runner));
+  }
+  // Failed here (a peer died, a message never came): stop the peers' Runs
+  // instead of waiting for them to run into the deadline too.
+  if (!st.ok())
+    for (auto& ctx : peer_contexts) ctx->TryCancel();
+  for (auto& [d, done] : peers_done) {
+    grpc::Status ps = done.get();
+    if (!ps.ok() && st.ok())
+      st = FromGrpcStatus(ps, "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")");
+  }
+  if (!st.ok()) {
+    loaded.inbox.DropRequest(request_id);
+    return st;
+  }
+  reply->set_plan_id(request.plan_id());
+  reply->set_request_id(request.request_id());
+  reply->set_seconds(seconds);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    *reply->add_outputs() = ToTensorMsg(outputs[k]);
+    reply->add_output_values(program.model_outputs[k].first);
+  }
+  return tessera::Status::OK();
+}
+
+tessera::Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
+                                         std::chrono::steady_clock::time_point deadline, proto::RunReply* reply) {
+  const int me = loaded.header.device();
+  const uint32_t request_id = static_cast<uint32_t>(request.request_id());
+  std::vector<std::unique_ptr<GrpcLink>> links;
+  std::vector<Link*> peers(static_cast<size_t>(loaded.header.num_devices()), nullptr);
+  for (int d = 0; d < loaded.header.num_devices(); ++d) {
+    if (d == me) continue;
+    auto it = loaded.senders.find(d);
+    links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(), &loaded.inbox,
+                                               d, request_id, deadline));
+    peers[d] = links.back().get();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  tessera::Status st = bridge_->Relay(loaded.program, peers, deadline)
+                           .WithContext("MCU " + options_.name + " (device " + std::to_string(me) + "), request " +
+                                        std::to_string(request_id));
+  if (!st.ok()) {
+    loaded.inbox.DropRequest(request_id);
+    return st;
+  }
+  reply->set_plan_id(request.plan_id());
+  reply->set_request_id(request.request_id());
+  reply->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return tessera::Status::OK();
+}
+
+grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* request, proto::RunReply* reply) {
+  auto loaded = current();
+  if (!loaded)
+    return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name +
+                                                   " holds no program; deploy one first (tessera deploy)"));
+  if (request->plan_id() != loaded->header.plan_id())
+    return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name + " holds plan " +
+                                                   loaded->header.plan_id() + ", not plan '" + request->plan_id() + "'"));
+  const int now_running = ++in_flight_;
+  for (int peak = peak_in_flight_.load(); now_running > peak && !peak_in_flight_.compare_exchange_weak(peak, now_running);) {
+  }
+  tessera::Status st = RunRequest(*loaded, *request, reply);
+  --in_flight_;
+  if (st.ok()) {
+    ++requests_ok_;
+  } else {
+    ++requests_failed_;
+    spdlog::warn("worker {}: request {} failed: {}", options_.name, request->request_id(), st.ToString());
+  }
+  return ToGrpcStatus(st);
+}
+
+grpc::Status WorkerService::Exchange(grpc::ServerContext*,
+                                     grpc::ServerReaderWriter<proto::ExchangeAck, proto::TensorFrame>* stream) {
+  proto::TensorFrame frame;
+  while (stream->Read(&frame)) {
+    auto loaded = current();
+    tessera::Status st;
+    if (!loaded || frame.plan_id() != loaded->header.plan_id()) {
+      st = tessera::Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() + "'");
+    } else if (frame.from_device() < 0 || frame.from_device() >= loaded->header.num_devices()) {
+      st = tessera::Status::InvalidArgument("frame from unknown device " + std::to_string(frame.from_device()));
+    } else {
+      st = loaded->inbox.Deliver(frame.from_device(), frame.message(), frame.offset(), frame.total_bytes(),
+                                 frame.data());
+    }
+    if (!st.ok()) {
+      proto::ExchangeAck ack;
+      ack.set_seq(frame.seq());
+      ack.set_code(static_cast<int>(st.code()));
+      ack.set_error(st.message());
+      if (!stream->Write(ack)) break;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnStopSignal(int) { g_stop = true; }
+}  // namespace
+
+Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file,
+                   const std::vector<McuPort>& mcus) {
+  WorkerService service(options);
+  if (tessera::Status st = service.ResumeFromDisk(); !st.ok())
+    spdlog::warn("worker {}: not resuming: {}", options.name, st.ToString());
+  TS_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(listen, options.security));
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  auto start = [&](WorkerService* s, const std::string& address, int* port) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, credentials, port);
+    builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+    builder.RegisterService(s);
+    return builder.BuildAndStart();
+  };
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = start(&service, listen, &port);
+  if (!server || port == 0) return tessera::Status::Unavailable("cannot listen on " + listen + " (address in use?)");
+  const std::string bound = host + ":" + std::to_string(port);
+  spdlog::info("worker {} listening on {}", options.name, bound);
+  std::string port_lines = bound + "\n";
+
+  // The MCUs this worker owns: one Worker service each, on a port of their
+  // own, so the gateway and the peers address them as devices.
+  std::vector<std::unique_ptr<WorkerService>> mcu_services;
+  std::vector<std::unique_ptr<grpc::Server>> mcu_servers;
+  for (const McuPort& mcu : mcus) {
+    WorkerOptions mo = options;
+    mo.name = mcu.name;
+    mo.data_dir.clear();  // the MCU keeps nothing across its own reboot; redeploy
+    mo.max_in_flight = std::max(options.max_in_flight, 1);
+    mo.mcu = mcu;
+    auto s = std::make_unique<WorkerService>(mo);
+    TS_RETURN_IF_ERROR(s->OpenMcu().WithContext("worker " + options.name + ", MCU " + mcu.name));
+    int mcu_port = 0;
+    const std::string mcu_listen = mcu.listen.empty() ? host + ":0" : mcu.listen;
+    if (!mcu.listen.empty()) TS_RETURN_IF_ERROR(ServerCredentialsFor(mcu.listen, options.security).status());
+    auto srv = start(s.get(), mcu_listen, &mcu_port);
+    if (!srv || mcu_port == 0)
+      return tessera::Status::Unavailable("cannot listen on " + mcu_listen + " for MCU " + mcu.name + " (address in use?)");
+    const std::string mcu_bound = mcu_listen.substr(0, mcu_listen.rfind(':')) + ":" + std::to_string(mcu_port);
+    spdlog::info("worker {}: MCU {} ({}) served on {}", options.name, mcu.name, mcu.serial, mcu_bound);
+    port_lines += mcu.name + "=" + mcu_bound + "\n";
+    mcu_services.push_back(std::move(s));
+    mcu_servers.push_back(std::move(srv));
+  }
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    { std::ofstream(tmp) << port_lines; }
+    std::filesystem::rename(tmp, port_file);
+  }
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (auto& srv : mcu_servers) srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return tessera::Status::OK();
+}
+
+}  // namespace tessera

@@ -1,0 +1,102 @@
+// The worker daemon (`tessera worker`, ARCHITECTURE.md "Processes"): the gRPC
+// Worker service of one device. It holds one DeviceProgram (kept on disk in
+// its data dir, so a restart resumes without a redeploy), exchanges tiles and
+// partial sums directly with its peers over long-lived Exchange streams
+// (transport/grpc/grpc_link.h), and runs several requests at once — one
+// ProgramRunner per in-flight request, from a pool.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/program_runner.h"
+#include "daemon/cluster/worker_tensor.h"
+#include "partition/compile/device_program.h"
+#include "proto/services.grpc.pb.h"
+#include "transport/grpc/grpc_channel.h"
+#include "transport/grpc/grpc_link.h"
+
+namespace tessera {
+class McuBridge;  // daemon/cluster/worker_mcu_bridge.h
+}
+
+namespace tessera {
+
+// An MCU this worker owns (`via:` it in the cluster file): its device name
+// and UART.
+struct McuPort {
+  std::string name, serial;
+  uint32_t baud = 115200;
+  // Where this worker serves the MCU's Worker service; "" = a free port on
+  // the worker's host (reported in the port file). The cluster file gives
+  // the same address to the mcu device so gateways and peers reach it.
+  std::string listen;
+};
+// Parses "NAME=PORT[@BAUD][,listen=HOST:PORT]" (`tessera worker --mcu`).
+Result<McuPort> ParseMcuPort(const std::string& text);
+
+struct WorkerOptions {
+  std::string name = "worker";
+  std::string data_dir;          // "" = keep nothing on disk
+  int threads = 1;               // intra-op threads per request
+  int max_in_flight = 32;        // runners; more concurrent requests -> RESOURCE_EXHAUSTED
+  TransportSecurity security;
+  // Non-empty serial: this service is the bridge of that MCU (its programs
+  // run on the MCU, its tensors are relayed over the UART; issue 6).
+  McuPort mcu;
+};
+
+class WorkerService final : public proto::Worker::Service {
+ public:
+  explicit WorkerService(WorkerOptions options);
+  ~WorkerService() override;
+
+  // Opens the MCU's UART when options.mcu names one (else OK).
+  tessera::Status OpenMcu();
+
+  // Loads the program kept in data_dir, if any (restart without redeploy).
+  tessera::Status ResumeFromDisk();
+
+  grpc::Status LoadProgram(grpc::ServerContext* context, grpc::ServerReader<proto::ProgramChunk>* reader,
+                           proto::LoadProgramReply* reply) override;
+  grpc::Status Health(grpc::ServerContext* context, const proto::HealthRequest* request,
+                      proto::HealthReply* reply) override;
+  grpc::Status Status(grpc::ServerContext* context, const proto::StatusRequest* request,
+                      proto::WorkerStatusReply* reply) override;
+  grpc::Status Run(grpc::ServerContext* context, const proto::RunRequest* request, proto::RunReply* reply) override;
+  grpc::Status Exchange(grpc::ServerContext* context,
+                        grpc::ServerReaderWriter<proto::ExchangeAck, proto::TensorFrame>* stream) override;
+
+ private:
+  struct Loaded;
+  // Installs a parsed program (from a LoadProgram or the data dir).
+  tessera::Status Install(const std::string& program_bytes, const proto::ProgramChunk& header, bool persist,
+                          proto::LoadProgramReply* reply);
+  std::shared_ptr<Loaded> current() const;
+  tessera::Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
+  // Bridge mode: one request relayed between the peers and the MCU.
+  tessera::Status RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
+                             std::chrono::steady_clock::time_point deadline, proto::RunReply* reply);
+
+  const WorkerOptions options_;
+  std::unique_ptr<McuBridge> bridge_;  // set by OpenMcu; then every program runs on the MCU
+  mutable std::mutex mu_;
+  std::shared_ptr<Loaded> loaded_;  // GUARDED_BY(mu_)
+  std::atomic<int64_t> requests_ok_{0}, requests_failed_{0};
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> peak_in_flight_{0};  // pipelined plans: several inferences at once
+};
+
+// Runs a worker until SIGINT/SIGTERM. `listen` may end in ":0" (any free
+// port); the chosen address is written to `port_file` when given. Each of
+// `mcus` gets its own Worker service (an McuBridge) on another port of the
+// same host, written to `port_file` as further lines "NAME=ADDRESS".
+Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file,
+                   const std::vector<McuPort>& mcus = {});
+
+}  // namespace tessera

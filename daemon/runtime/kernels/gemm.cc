@@ -1,0 +1,111 @@
+// Gemm, canonical form (graph.h): Y[N, out] = X[N, in] · W[out, in]ᵀ + B,
+// then the fused activation. Importers fold ONNX alpha/beta/transA/transB
+// away; if a graph still carries them they keep their ONNX meaning (transB
+// absent means the canonical [out, in] layout).
+#include <Eigen/Core>
+
+#include "daemon/runtime/kernels/kernel_factories.h"
+#include "daemon/runtime/kernels/node_checks.h"
+
+namespace tessera {
+namespace {
+
+using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+class GemmKernel final : public Kernel {
+ public:
+  Status Prepare(const KernelContext& ctx) override {
+    TS_RETURN_IF_ERROR(CheckArity(ctx, 2, 3));
+    const auto& a = ctx.node.attrs;
+    // flatten_input=1 (graph.h): X [N, C, H, W] is read as [N, C·H·W] —
+    // row-major, so the same memory serves without a copy.
+    const bool flatten = a.Int("flatten_input", 0) != 0;
+    if (!flatten) TS_RETURN_IF_ERROR(CheckRank(ctx, 0, 2));
+    TS_RETURN_IF_ERROR(CheckRank(ctx, 1, 2));
+    if (a.Int("transA", 0) != 0) return NodeNotSupported(ctx, "transA=1 (the importer should fold it)");
+    alpha_ = static_cast<float>(a.Float("alpha", 1.0));
+    beta_ = static_cast<float>(a.Float("beta", 1.0));
+    w_transposed_ = a.Int("transB", 1) != 0;  // canonical: W is [out, in]
+    Shape x = ctx.input_shapes[0];
+    if (flatten && !x.empty()) x = {x[0], NumElements(x) / std::max<int64_t>(1, x[0])};
+    if (x.size() != 2) return NodeInvalid(ctx, "input must have rank 2, has shape " + ShapeToString(x));
+    const Shape& w = ctx.input_shapes[1];
+    rows_ = x[0];
+    in_ = x[1];
+    out_ = w_transposed_ ? w[0] : w[1];
+    const int64_t w_in = w_transposed_ ? w[1] : w[0];
+    if (w_in != in_)
+      return NodeInvalid(ctx, "weight shape " + ShapeToString(w) + " does not fit input " + ShapeToString(x));
+    bias_ = kNoBias;
+    if (HasInput(ctx, 2)) {
+      const int64_t nb = NumElements(ctx.input_shapes[2]);
+      const Shape& b = ctx.input_shapes[2];
+      if (nb == 1) {
+        bias_ = kScalarBias;
+      } else if (nb == out_ && (b.size() == 1 || (b.size() == 2 && b[0] == 1))) {
+        bias_ = kRowBias;
+      } else if (b == Shape{rows_, out_}) {
+        bias_ = kFullBias;
+      } else if (b == Shape{rows_, 1}) {
+        bias_ = kColumnBias;
+      } else {
+        return NodeInvalid(ctx, "bias shape " + ShapeToString(b) + " does not broadcast to [" +
+                                    std::to_string(rows_) + "," + std::to_string(out_) + "]");
+      }
+    }
+    TS_RETURN_IF_ERROR(CheckOutputShape(ctx, 0, {rows_, out_}));
+    auto act = FusedActivation::FromAttributes(a);
+    if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
+    act_ = *act;
+    return Status::OK();
+  }
+
+  void Eval(const EvalContext& ctx) const override {
+    Eigen::Map<const RowMajorMatrix> x(ctx.inputs[0], rows_, in_);
+    Eigen::Map<RowMajorMatrix> y(ctx.outputs[0], rows_, out_);
+    if (w_transposed_) {
+      Eigen::Map<const RowMajorMatrix> w(ctx.inputs[1], out_, in_);
+      y.noalias() = x * w.transpose();
+    } else {
+      Eigen::Map<const RowMajorMatrix> w(ctx.inputs[1], in_, out_);
+      y.noalias() = x * w;
+    }
+    if (alpha_ != 1.f) y *= alpha_;
+    const float* b = bias_ != kNoBias ? ctx.inputs[2] : nullptr;
+    for (int64_t r = 0; r < rows_; ++r) {
+      float* row = ctx.outputs[0] + r * out_;
+      switch (bias_) {
+        case kNoBias:
+          break;
+        case kScalarBias:
+          for (int64_t o = 0; o < out_; ++o) row[o] += beta_ * b[0];
+          break;
+        case kRowBias:
+#pragma omp simd
+          for (int64_t o = 0; o < out_; ++o) row[o] += beta_ * b[o];
+          break;
+        case kColumnBias:
+          for (int64_t o = 0; o < out_; ++o) row[o] += beta_ * b[r];
+          break;
+        case kFullBias:
+          for (int64_t o = 0; o < out_; ++o) row[o] += beta_ * b[r * out_ + o];
+          break;
+      }
+      act_.Apply(row, static_cast<size_t>(out_));
+    }
+  }
+
+ private:
+  enum BiasForm { kNoBias, kScalarBias, kRowBias, kColumnBias, kFullBias };
+  int64_t rows_ = 0, in_ = 0, out_ = 0;
+  bool w_transposed_ = true;
+  float alpha_ = 1.f, beta_ = 1.f;
+  BiasForm bias_ = kNoBias;
+  FusedActivation act_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeGemmKernel() { return std::make_unique<GemmKernel>(); }
+
+}  // namespace tessera

@@ -1,0 +1,73 @@
+// Kernel: one op's float32 implementation, with the lifecycle of TFLite
+// Micro's kernels (STYLE.md):
+//   Prepare — runs once, before any inference: validates shapes and
+//             attributes (returning a Status that names the node), reads
+//             weights (may repack them into the kernel's own storage), and
+//             reports how many scratch bytes Eval needs.
+//   Eval    — computes. Never allocates, never fails (everything that can
+//             fail was checked in Prepare), const so one prepared kernel can
+//             serve concurrent runs with different buffers.
+// One op = one file in daemon/runtime/kernels/, registered in kernels/registry.cc.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "partition/graph/graph.h"
+#include "util/status.h"
+
+namespace tessera {
+
+// Everything Prepare may look at. Borrowed; valid only during Prepare.
+struct KernelContext {
+  const Graph& graph;
+  const Node& node;
+  std::vector<Shape> input_shapes;   // one per node input, constants included
+  std::vector<Shape> output_shapes;  // one per node output (from the graph)
+  // Data of constant inputs (weights, biases); nullptr for activations.
+  std::vector<const TensorData*> constant_inputs;
+  int threads = 1;  // intra-op threads the executor will allow in Eval
+};
+
+// Everything Eval gets. Pointers are borrowed from the executor's arena
+// (activations) or the graph (constants); they stay valid during Eval.
+struct EvalContext {
+  std::vector<const float*> inputs;  // one per node input, constants included
+  std::vector<float*> outputs;       // one per node output, sizes as prepared
+  float* scratch = nullptr;          // ScratchBytes() bytes, 64-byte aligned
+  int threads = 1;                   // may use up to this many threads
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  virtual Status Prepare(const KernelContext& ctx) = 0;
+  // Valid after a successful Prepare.
+  virtual size_t ScratchBytes() const { return 0; }
+  virtual void Eval(const EvalContext& ctx) const = 0;
+};
+
+using KernelFactory = std::unique_ptr<Kernel> (*)();
+
+// Returns the factory for a canonical op name, or nullptr if unsupported.
+KernelFactory FindKernel(const std::string& op);
+// All supported op names (sorted), for error messages and docs.
+std::vector<std::string> SupportedOps();
+
+// Applies a fused activation (graph.h: attr "activation") in place to n
+// values. Shared by every producer that can carry one.
+struct FusedActivation {
+  enum Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kTanh } kind = kNone;
+  float alpha = 0.f, beta = 0.f;
+  // Reads "activation"/"act_alpha"/"act_beta"; NotSupported for an unknown name.
+  static Result<FusedActivation> FromAttributes(const Attributes& attrs);
+  void Apply(float* data, size_t n) const;
+};
+
+}  // namespace tessera

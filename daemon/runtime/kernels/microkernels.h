@@ -1,0 +1,72 @@
+// Microkernels: the innermost loops of the conv kernels, one implementation
+// per instruction-set level (isa.h), picked when a kernel is prepared.
+//
+// Each level lives in its own translation unit compiled with that level's
+// flags (microkernels_avx512.cc: -mavx512f -mfma, microkernels_avx2.cc:
+// -mavx2 -mfma, microkernels_baseline.cc: the build's default flags). Those
+// files include nothing but this header and <immintrin.h>, and keep every
+// helper in an anonymous namespace: an inline function from a shared header,
+// compiled there with AVX-512 and merged by the linker, could otherwise end
+// up called on a CPU without it.
+//
+// Contract of every function: computes, never allocates, never fails; the
+// caller checked the shapes when it prepared.
+#pragma once
+
+#include <cstdint>
+
+#include "daemon/runtime/kernels/isa.h"
+
+namespace tessera {
+
+// Rows of a packed weight panel (PackedMatrix, packed_gemm.h): panel p holds
+// rows [8p, 8p + 8) k-major, A_panel[i][r] = A[8p + r][i], zero-padded.
+inline constexpr int64_t kPanelRows = 8;
+
+// C[rows × n] = A_panel[rows × k] · B[k × n] (+ bias[r]), then, if clamp,
+// min(max(·, lo), hi) — relu and clip applied to the accumulators before the
+// single store. B has row stride ldb, C row stride ldc.
+struct GemmPanelArgs {
+  const float* a = nullptr;  // one panel, k × kPanelRows floats
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  int64_t k = 0, n = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int rows = 0;                  // 1..kPanelRows valid rows of this panel
+  const float* bias = nullptr;   // `rows` values, or nullptr
+  bool clamp = false;
+  float lo = 0.f, hi = 0.f;
+};
+
+// out[q] = bias + Σ_t kernel[t] · poly[q + offsets[t]] for q in [0, count),
+// then, if clamp, min(max(·, lo), hi). The depthwise conv's polyphase tap
+// loop (conv.cc); poly is readable at every q + offsets[t].
+struct DepthwiseTapArgs {
+  const float* poly = nullptr;
+  const int64_t* offsets = nullptr;
+  const float* kernel = nullptr;
+  int taps = 0;
+  float bias = 0.f;
+  bool clamp = false;
+  float lo = 0.f, hi = 0.f;
+  int64_t count = 0;
+  float* out = nullptr;
+};
+
+struct Microkernels {
+  Isa isa;
+  void (*gemm_panel)(const GemmPanelArgs&);
+  void (*depthwise_taps)(const DepthwiseTapArgs&);
+};
+
+// The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses
+// to activate a level it does not).
+const Microkernels& MicrokernelsFor(Isa isa);
+
+// Per level; defined in microkernels_<level>.cc (x86-64 only for avx*).
+const Microkernels& BaselineMicrokernels();
+const Microkernels& Avx2Microkernels();
+const Microkernels& Avx512Microkernels();
+
+}  // namespace tessera

@@ -1,0 +1,114 @@
+// Baseline microkernels (microkernels.h): portable C++ with GCC vector
+// extensions of 4 floats, which compile to SSE2 on every x86-64 CPU and to
+// NEON on every arm64 one. Built with the build's default flags plus
+// -ffp-contract=fast (NEON fuses a*b+c into one fma; SSE2 has none).
+#include "daemon/runtime/kernels/microkernels.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kLanes = 4;
+constexpr int kHalfRows = 4;
+constexpr int kVectors = 3;  // 4 rows × 3 vectors: 12 accumulators + 3 B + 1 A = 16 registers
+
+typedef float Vec __attribute__((vector_size(16)));
+// The same vector, readable and writable at any float-aligned address.
+typedef float UnalignedVec __attribute__((vector_size(16), aligned(4)));
+
+inline Vec Load(const float* p) { return *reinterpret_cast<const UnalignedVec*>(p); }
+inline void Store(float* p, Vec v) { *reinterpret_cast<UnalignedVec*>(p) = v; }
+inline Vec Splat(float x) { return Vec{x, x, x, x}; }
+inline Vec Clamp(Vec x, Vec lo, Vec hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+inline float ClampScalar(float x, float lo, float hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+
+// Rows [r0, r0 + 4) × 12 columns starting at b / c.
+inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, float* __restrict c) {
+  Vec acc[kHalfRows][kVectors] = {};
+  const float* __restrict ap = g.a + r0;
+  for (int64_t i = 0; i < g.k; ++i) {
+    Vec bv[kVectors];
+    for (int v = 0; v < kVectors; ++v) bv[v] = Load(b + v * kLanes);
+    for (int r = 0; r < kHalfRows; ++r) {
+      const Vec av = Splat(ap[r]);
+      for (int v = 0; v < kVectors; ++v) acc[r][v] += av * bv[v];
+    }
+    ap += kPanelRows;
+    b += g.ldb;
+  }
+  const Vec vlo = Splat(g.lo), vhi = Splat(g.hi);
+  for (int r = 0; r < kHalfRows && r0 + r < g.rows; ++r) {
+    const Vec bias_v = Splat(g.bias ? g.bias[r0 + r] : 0.f);
+    float* cr = c + (r0 + r) * g.ldc;
+    for (int v = 0; v < kVectors; ++v) {
+      Vec x = acc[r][v] + bias_v;
+      if (g.clamp) x = Clamp(x, vlo, vhi);
+      Store(cr + v * kLanes, x);
+    }
+  }
+}
+
+// The last n < 12 columns, one at a time.
+void GemmColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
+  for (int64_t j = col; j < col + n; ++j) {
+    float acc[kPanelRows] = {};
+    const float* ap = g.a;
+    const float* b = g.b + j;
+    for (int64_t i = 0; i < g.k; ++i) {
+      const float bv = b[i * g.ldb];
+      for (int r = 0; r < kPanelRows; ++r) acc[r] += ap[r] * bv;
+      ap += kPanelRows;
+    }
+    for (int r = 0; r < g.rows; ++r) {
+      float x = acc[r] + (g.bias ? g.bias[r] : 0.f);
+      if (g.clamp) x = ClampScalar(x, g.lo, g.hi);
+      g.c[r * g.ldc + j] = x;
+    }
+  }
+}
+
+void GemmPanel(const GemmPanelArgs& g) {
+  constexpr int64_t kTile = kVectors * kLanes;
+  const int64_t full = g.n / kTile;
+  for (int r0 = 0; r0 < g.rows; r0 += kHalfRows)
+    for (int64_t t = 0; t < full; ++t) GemmTile(g, r0, g.b + t * kTile, g.c + t * kTile);
+  if (g.n > full * kTile) GemmColumns(g, full * kTile, g.n - full * kTile);
+}
+
+void DepthwiseTaps(const DepthwiseTapArgs& d) {
+  const Vec vlo = Splat(d.lo), vhi = Splat(d.hi);
+  int64_t q = 0;
+  for (; q + kLanes <= d.count; q += kLanes) {
+    Vec acc = Splat(d.bias);
+    for (int t = 0; t < d.taps; ++t) acc += Splat(d.kernel[t]) * Load(d.poly + q + d.offsets[t]);
+    if (d.clamp) acc = Clamp(acc, vlo, vhi);
+    Store(d.out + q, acc);
+  }
+  for (; q < d.count; ++q) {
+    float acc = d.bias;
+    for (int t = 0; t < d.taps; ++t) acc += d.kernel[t] * d.poly[q + d.offsets[t]];
+    d.out[q] = d.clamp ? ClampScalar(acc, d.lo, d.hi) : acc;
+  }
+}
+
+}  // namespace
+
+const Microkernels& BaselineMicrokernels() {
+  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps};
+  return k;
+}
+
+const Microkernels& MicrokernelsFor(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512) return Avx512Microkernels();
+  if (isa == Isa::kAvx2) return Avx2Microkernels();
+#endif
+  return BaselineMicrokernels();
+}
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+// PackedGemm (packed_gemm.h): packs constant weights once, then runs the
+// CPU's register-blocked microkernel (microkernels.h) panel by panel with
+// the conv epilogue (bias + relu/clip) applied in registers.
+#include "daemon/runtime/kernels/packed_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "daemon/runtime/kernels/parallel_for.h"
+
+namespace tessera {
+
+void PackedMatrix::Pack(const float* a, int64_t m, int64_t k, int64_t lda) {
+  m_ = m;
+  k_ = k;
+  kernels_ = &MicrokernelsFor(ActiveIsa());
+  const int64_t panels = (m + kRows - 1) / kRows;
+  data_.assign(static_cast<size_t>(panels * k * kRows), 0.f);
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t r = 0; r < kRows && p * kRows + r < m; ++r) {
+      const float* row = a + (p * kRows + r) * lda;
+      float* dst = data_.data() + p * k * kRows + r;
+      for (int64_t i = 0; i < k; ++i) dst[i * kRows] = row[i];
+    }
+}
+
+void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
+                const float* bias, const FusedActivation& act, int threads) {
+  const int64_t m = a.rows(), k = a.depth();
+  const int64_t panels = (m + PackedMatrix::kRows - 1) / PackedMatrix::kRows;
+  GemmPanelArgs base;
+  base.b = b;
+  base.ldb = ldb;
+  base.k = k;
+  base.n = n;
+  base.ldc = ldc;
+  // relu and clip run on the accumulators; other activations are
+  // transcendental and rare in conv models: applied to the stored rows.
+  if (act.kind == FusedActivation::kRelu) {
+    base.clamp = true, base.lo = 0.f, base.hi = INFINITY;
+  } else if (act.kind == FusedActivation::kClip) {
+    base.clamp = true, base.lo = act.alpha, base.hi = act.beta;
+  }
+  const bool post_activation = act.kind != FusedActivation::kNone && !base.clamp;
+  const auto gemm_panel = a.kernels().gemm_panel;
+  ParallelFor(panels, (threads > 1 && panels > 1) ? threads : 1, [&](int64_t p) {
+    GemmPanelArgs g = base;
+    g.a = a.Panel(p);
+    g.rows = static_cast<int>(std::min<int64_t>(PackedMatrix::kRows, m - p * PackedMatrix::kRows));
+    g.c = c + p * PackedMatrix::kRows * ldc;
+    g.bias = bias ? bias + p * PackedMatrix::kRows : nullptr;
+    gemm_panel(g);
+    if (post_activation)
+      for (int r = 0; r < g.rows; ++r) act.Apply(g.c + r * ldc, static_cast<size_t>(n));
+  });
+}
+
+}  // namespace tessera

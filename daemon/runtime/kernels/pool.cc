@@ -1,0 +1,208 @@
+// MaxPool and AveragePool (2-D, NCHW), ONNX semantics: kernel_shape,
+// strides, pads (top, left, bottom, right), dilations, ceil_mode, and for
+// AveragePool count_include_pad.
+//
+// ceil_mode: ONNX's formula is ceil((in + pads - dilated_k) / s) + 1; newer
+// runtimes (and PyTorch) drop a last window that would start inside the end
+// padding. Both sizes are accepted — the graph's output shape decides, and a
+// window that sees no input yields -inf (max) or 0 (average).
+//
+// Eval copies each input plane into per-thread scratch with its padding
+// (-inf for max, 0 for average; large enough for ceil-mode overhang), then
+// runs branch-free window loops whose inner loop over output columns
+// vectorises. The average's divisor is separable (taps counted per
+// dimension), so Prepare tabulates 1/divisor per output row and column.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <omp.h>
+
+#include "daemon/runtime/kernels/kernel_factories.h"
+#include "daemon/runtime/kernels/node_checks.h"
+#include "daemon/runtime/kernels/parallel_for.h"
+
+namespace tessera {
+namespace {
+
+// Kernel taps [lo, hi) of one output position, and its divisor share.
+struct WindowSpan {
+  int64_t start = 0;  // input coordinate of tap 0
+  int64_t lo = 0, hi = 0;
+  int64_t divisor = 0;
+};
+
+class PoolKernel : public Kernel {
+ public:
+  explicit PoolKernel(bool is_max) : is_max_(is_max) {}
+
+  Status Prepare(const KernelContext& ctx) override {
+    TS_RETURN_IF_ERROR(CheckArity(ctx, 1, 1));
+    TS_RETURN_IF_ERROR(CheckRank(ctx, 0, 4));
+    const auto& a = ctx.node.attrs;
+    const Shape& x = ctx.input_shapes[0];
+    n_ = x[0], c_ = x[1], h_ = x[2], w_ = x[3];
+    auto kernel = a.Ints("kernel_shape");
+    auto strides = a.Ints("strides", {1, 1});
+    auto pads = a.Ints("pads", {0, 0, 0, 0});
+    auto dilations = a.Ints("dilations", {1, 1});
+    if (kernel.size() != 2) return NodeInvalid(ctx, "kernel_shape must have 2 values (2-D pooling only)");
+    if (strides.size() != 2 || pads.size() != 4 || dilations.size() != 2)
+      return NodeInvalid(ctx, "strides/dilations need 2 values and pads 4");
+    for (int i = 0; i < 2; ++i)
+      if (kernel[i] < 1 || strides[i] < 1 || dilations[i] < 1)
+        return NodeInvalid(ctx, "kernel_shape, strides and dilations must be >= 1");
+    for (int64_t p : pads)
+      if (p < 0) return NodeInvalid(ctx, "negative pads are not allowed");
+    const std::string auto_pad = a.String("auto_pad", "NOTSET");
+    const bool ceil_mode = a.Int("ceil_mode", 0) != 0;
+    const bool include_pad = a.Int("count_include_pad", 0) != 0;
+    if (a.Int("storage_order", 0) != 0) return NodeNotSupported(ctx, "storage_order=1");
+    const int64_t in[2] = {h_, w_};
+    if (auto_pad == "VALID") {
+      pads = {0, 0, 0, 0};
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      for (int i = 0; i < 2; ++i) {
+        const int64_t out = (in[i] + strides[i] - 1) / strides[i];
+        const int64_t total =
+            std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in[i]);
+        const int64_t small = total / 2, big = total - small;
+        pads[i] = auto_pad == "SAME_UPPER" ? small : big;
+        pads[i + 2] = auto_pad == "SAME_UPPER" ? big : small;
+      }
+    } else if (auto_pad != "NOTSET" && !auto_pad.empty()) {
+      return NodeNotSupported(ctx, "auto_pad '" + auto_pad + "'");
+    }
+    if (ctx.output_shapes[0].size() != 4)
+      return NodeInvalid(ctx, "output shape " + ShapeToString(ctx.output_shapes[0]) + " must have rank 4");
+    std::vector<WindowSpan> rows, cols;
+    std::vector<WindowSpan>* spans[2] = {&rows, &cols};
+    int64_t out_dims[2];
+    for (int i = 0; i < 2; ++i) {
+      const int64_t extent = in[i] + pads[i] + pads[i + 2];
+      const int64_t span = (kernel[i] - 1) * dilations[i] + 1;
+      if (extent < span)
+        return NodeInvalid(ctx, "the pooling window is larger than the padded input " + ShapeToString(x));
+      const int64_t floor_out = (extent - span) / strides[i] + 1;
+      const int64_t ceil_out = (extent - span + strides[i] - 1) / strides[i] + 1;
+      const int64_t given = ctx.output_shapes[0][2 + i];
+      int64_t out = floor_out;
+      if (ceil_mode && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") {
+        // The last window must start inside the input or the leading pad, or be the ONNX ceil count.
+        const int64_t clipped = (ceil_out - 1) * strides[i] >= in[i] + pads[i] ? ceil_out - 1 : ceil_out;
+        out = given == ceil_out ? ceil_out : clipped;
+      } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        out = (in[i] + strides[i] - 1) / strides[i];
+      }
+      out_dims[i] = out;
+      spans[i]->resize(out);
+      for (int64_t o = 0; o < out; ++o) {
+        WindowSpan& s = (*spans[i])[o];
+        s.start = o * strides[i] - pads[i];
+        s.lo = kernel[i];
+        s.hi = 0;
+        int64_t padded_taps = 0;
+        for (int64_t t = 0; t < kernel[i]; ++t) {
+          const int64_t pos = s.start + t * dilations[i];
+          if (pos >= 0 && pos < in[i]) {
+            s.lo = std::min(s.lo, t);
+            s.hi = std::max(s.hi, t + 1);
+          }
+          if (pos >= -pads[i] && pos < in[i] + pads[i + 2]) ++padded_taps;
+        }
+        if (s.lo >= s.hi) s.lo = s.hi = 0;
+        s.divisor = include_pad ? padded_taps : s.hi - s.lo;
+      }
+    }
+    oh_ = out_dims[0];
+    ow_ = out_dims[1];
+    kh_ = kernel[0], kw_ = kernel[1];
+    sh_ = strides[0], sw_ = strides[1];
+    dh_ = dilations[0], dw_ = dilations[1];
+    pt_ = pads[0], pl_ = pads[1];
+    padded_h_ = std::max(h_ + pads[0] + pads[2], (oh_ - 1) * sh_ + (kh_ - 1) * dh_ + 1);
+    padded_w_ = std::max(w_ + pads[1] + pads[3], (ow_ - 1) * sw_ + (kw_ - 1) * dw_ + 1);
+    threads_ = std::max(1, ctx.threads);
+    inv_row_.resize(oh_);
+    inv_col_.resize(ow_);
+    for (int64_t o = 0; o < oh_; ++o) inv_row_[o] = rows[o].divisor > 0 ? 1.f / rows[o].divisor : 0.f;
+    for (int64_t o = 0; o < ow_; ++o) inv_col_[o] = cols[o].divisor > 0 ? 1.f / cols[o].divisor : 0.f;
+    return CheckOutputShape(ctx, 0, {n_, c_, oh_, ow_});
+  }
+
+  size_t ScratchBytes() const override {
+    return static_cast<size_t>(threads_ * padded_h_ * padded_w_) * sizeof(float);
+  }
+
+  void Eval(const EvalContext& ctx) const override {
+    const float* x = ctx.inputs[0];
+    float* y = ctx.outputs[0];
+    const int64_t planes = n_ * c_;
+    const int threads = std::max(1, std::min(ctx.threads, threads_));
+    ParallelFor(planes, threads, [&](int64_t p) {
+      float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * padded_h_ * padded_w_;
+      PadPlane(x + p * h_ * w_, padded);
+      PoolPlane(padded, y + p * oh_ * ow_);
+    });
+  }
+
+ private:
+  // Copies one input plane into `padded` with the padding value around it
+  // (-inf for max, 0 for average), so windows need no bounds checks.
+  void PadPlane(const float* x, float* padded) const {
+    const float fill = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+    std::fill(padded, padded + pt_ * padded_w_, fill);
+    for (int64_t r = 0; r < h_; ++r) {
+      float* row = padded + (pt_ + r) * padded_w_;
+      std::fill(row, row + pl_, fill);
+      std::memcpy(row + pl_, x + r * w_, sizeof(float) * w_);
+      std::fill(row + pl_ + w_, row + padded_w_, fill);
+    }
+    std::fill(padded + (pt_ + h_) * padded_w_, padded + padded_h_ * padded_w_, fill);
+  }
+
+  // One output plane: taps outer, output columns inner (vectorised).
+  void PoolPlane(const float* padded, float* y) const {
+    const int64_t sw = sw_, n = ow_;
+    for (int64_t oh = 0; oh < oh_; ++oh) {
+      float* yr = y + oh * ow_;
+      const float* base = padded + oh * sh_ * padded_w_;
+      const float init = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+      for (int64_t ow = 0; ow < n; ++ow) yr[ow] = init;
+      for (int64_t i = 0; i < kh_; ++i) {
+        for (int64_t j = 0; j < kw_; ++j) {
+          const float* src = base + i * dh_ * padded_w_ + j * dw_;
+          if (is_max_) {
+#pragma omp simd
+            for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::max(yr[ow], src[ow * sw]);
+          } else {
+#pragma omp simd
+            for (int64_t ow = 0; ow < n; ++ow) yr[ow] += src[ow * sw];
+          }
+        }
+      }
+      if (!is_max_) {
+        const float row_scale = inv_row_[oh];
+        const float* col_scale = inv_col_.data();
+#pragma omp simd
+        for (int64_t ow = 0; ow < n; ++ow) yr[ow] *= row_scale * col_scale[ow];
+      }
+    }
+  }
+
+  const bool is_max_;
+  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;
+  int64_t kh_ = 1, kw_ = 1, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0;
+  int64_t padded_h_ = 0, padded_w_ = 0;  // covers every window, ceil-mode overhang included
+  int threads_ = 1;
+  // Average pooling: 1/divisor factors per output row and column (the
+  // divisor is separable: taps counted per dimension).
+  std::vector<float> inv_row_, inv_col_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeMaxPoolKernel() { return std::make_unique<PoolKernel>(true); }
+std::unique_ptr<Kernel> MakeAveragePoolKernel() { return std::make_unique<PoolKernel>(false); }
+
+}  // namespace tessera

@@ -1,0 +1,94 @@
+// The explicit op table (STYLE.md, after ncnn's layer registry): canonical op
+// name -> kernel factory. Names not in the table fall through to the darknet
+// table (darknet_registry.h).
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "daemon/runtime/kernels/kernel.h"
+#include "daemon/runtime/kernels/darknet_registry.h"
+#include "daemon/runtime/kernels/kernel_factories.h"
+
+namespace tessera {
+namespace {
+
+struct KernelEntry {
+  std::string_view op;
+  KernelFactory factory;
+};
+
+constexpr KernelEntry kKernelTable[] = {
+    {"Abs", MakeUnaryKernel},
+    {"Add", MakeBroadcastKernel},
+    {"AveragePool", MakeAveragePoolKernel},
+    {"BatchNormalization", MakeBatchNormalizationKernel},
+    {"Ceil", MakeUnaryKernel},
+    {"Clip", MakeUnaryKernel},
+    {"Concat", MakeConcatKernel},
+    {"Conv", MakeConvKernel},
+    {"Div", MakeBroadcastKernel},
+    {"Elu", MakeUnaryKernel},
+    {"Exp", MakeUnaryKernel},
+    {"Flatten", MakeCopyKernel},
+    {"Floor", MakeUnaryKernel},
+    {"Gemm", MakeGemmKernel},
+    {"GlobalAveragePool", MakeGlobalAveragePoolKernel},
+    {"GlobalMaxPool", MakeGlobalMaxPoolKernel},
+    {"HardSigmoid", MakeUnaryKernel},
+    {"HardSwish", MakeUnaryKernel},
+    {"Identity", MakeCopyKernel},
+    {"LeakyRelu", MakeUnaryKernel},
+    {"Log", MakeUnaryKernel},
+    {"MatMul", MakeMatMulKernel},
+    {"Max", MakeBroadcastKernel},
+    {"MaxPool", MakeMaxPoolKernel},
+    {"Mean", MakeBroadcastKernel},
+    {"Min", MakeBroadcastKernel},
+    {"Mul", MakeBroadcastKernel},
+    {"Neg", MakeUnaryKernel},
+    {"PRelu", MakeBroadcastKernel},
+    {"Pad", MakePadKernel},
+    {"Pow", MakeBroadcastKernel},
+    {"Reciprocal", MakeUnaryKernel},
+    {"ReduceMax", MakeReduceKernel},
+    {"ReduceMean", MakeReduceKernel},
+    {"ReduceMin", MakeReduceKernel},
+    {"ReduceSum", MakeReduceKernel},
+    {"Relu", MakeUnaryKernel},
+    {"Reshape", MakeCopyKernel},
+    {"Resize", MakeResizeKernel},
+    {"Sigmoid", MakeUnaryKernel},
+    {"Slice", MakeSliceKernel},
+    {"Softmax", MakeSoftmaxKernel},
+    {"Softplus", MakeUnaryKernel},
+    {"Sqrt", MakeUnaryKernel},
+    {"Squeeze", MakeCopyKernel},
+    {"Sub", MakeBroadcastKernel},
+    {"Sum", MakeBroadcastKernel},
+    {"Tanh", MakeUnaryKernel},
+    {"Transpose", MakeTransposeKernel},
+    {"Unsqueeze", MakeCopyKernel},
+};
+
+// darknet-only op names (graph.h), listed by SupportedOps when the darknet
+// table provides them.
+constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "DarknetShortcut", "Region", "Reorg"};
+
+}  // namespace
+
+KernelFactory FindKernel(const std::string& op) {
+  for (const KernelEntry& e : kKernelTable)
+    if (e.op == op) return e.factory;
+  return FindDarknetKernel(op);
+}
+
+std::vector<std::string> SupportedOps() {
+  std::vector<std::string> ops;
+  for (const KernelEntry& e : kKernelTable) ops.emplace_back(e.op);
+  for (std::string_view op : kDarknetOps)
+    if (FindDarknetKernel(std::string(op)) != nullptr) ops.emplace_back(op);
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
+}  // namespace tessera

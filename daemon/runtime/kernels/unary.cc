@@ -1,0 +1,128 @@
+// Pointwise unary ops (ONNX semantics and attribute defaults): Relu,
+// LeakyRelu(alpha=0.01), Clip(min/max as attrs, or constant inputs 1/2 as in
+// opset 11+; missing = unbounded), Sigmoid, HardSigmoid(alpha=0.2, beta=0.5),
+// HardSwish, Tanh, Elu(alpha=1), Softplus, Exp, Log, Sqrt, Neg, Abs,
+// Reciprocal, Floor, Ceil. Output has the input's shape. Eigen array
+// expressions give vectorised exp/tanh/logistic.
+#include <algorithm>
+#include <limits>
+
+#include <Eigen/Core>
+
+#include "daemon/runtime/kernels/kernel_factories.h"
+#include "daemon/runtime/kernels/node_checks.h"
+#include "daemon/runtime/kernels/parallel_for.h"
+
+namespace tessera {
+namespace {
+
+enum class UnaryOp {
+  kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kTanh, kElu, kSoftplus,
+  kExp, kLog, kSqrt, kNeg, kAbs, kReciprocal, kFloor, kCeil,
+};
+
+struct UnaryOpName {
+  const char* name;
+  UnaryOp op;
+};
+
+constexpr UnaryOpName kUnaryOps[] = {
+    {"Relu", UnaryOp::kRelu},       {"LeakyRelu", UnaryOp::kLeakyRelu},
+    {"Clip", UnaryOp::kClip},       {"Sigmoid", UnaryOp::kSigmoid},
+    {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish},
+    {"Tanh", UnaryOp::kTanh},       {"Elu", UnaryOp::kElu},
+    {"Softplus", UnaryOp::kSoftplus}, {"Exp", UnaryOp::kExp},
+    {"Log", UnaryOp::kLog},         {"Sqrt", UnaryOp::kSqrt},
+    {"Neg", UnaryOp::kNeg},         {"Abs", UnaryOp::kAbs},
+    {"Reciprocal", UnaryOp::kReciprocal}, {"Floor", UnaryOp::kFloor},
+    {"Ceil", UnaryOp::kCeil},
+};
+
+// Elements per parallel chunk: large enough to amortise a thread hand-off.
+constexpr int64_t kChunk = 1 << 14;
+
+class UnaryKernel final : public Kernel {
+ public:
+  Status Prepare(const KernelContext& ctx) override {
+    const std::string& name = ctx.node.op;
+    auto it = std::find_if(std::begin(kUnaryOps), std::end(kUnaryOps),
+                           [&](const UnaryOpName& u) { return name == u.name; });
+    if (it == std::end(kUnaryOps)) return NodeNotSupported(ctx, "not a pointwise unary op");
+    op_ = it->op;
+    const auto& a = ctx.node.attrs;
+    TS_RETURN_IF_ERROR(CheckArity(ctx, 1, op_ == UnaryOp::kClip ? 3 : 1));
+    switch (op_) {
+      case UnaryOp::kLeakyRelu:
+        alpha_ = static_cast<float>(a.Float("alpha", 0.01));
+        break;
+      case UnaryOp::kHardSigmoid:
+        alpha_ = static_cast<float>(a.Float("alpha", 0.2));
+        beta_ = static_cast<float>(a.Float("beta", 0.5));
+        break;
+      case UnaryOp::kElu:
+        alpha_ = static_cast<float>(a.Float("alpha", 1.0));
+        break;
+      case UnaryOp::kClip: {
+        alpha_ = static_cast<float>(a.Float("min", -std::numeric_limits<double>::infinity()));
+        beta_ = static_cast<float>(a.Float("max", std::numeric_limits<double>::infinity()));
+        for (size_t i = 1; i < 3; ++i) {
+          if (!HasInput(ctx, i)) continue;
+          const TensorData* bound = ConstantOrNull(ctx, i);
+          if (bound == nullptr || bound->values.size() != 1)
+            return NodeNotSupported(ctx, std::string(i == 1 ? "min" : "max") + " must be a constant scalar");
+          (i == 1 ? alpha_ : beta_) = bound->values[0];
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    size_ = NumElements(ctx.input_shapes[0]);
+    return CheckOutputShape(ctx, 0, ctx.input_shapes[0]);
+  }
+
+  void Eval(const EvalContext& ctx) const override {
+    const int64_t chunks = (size_ + kChunk - 1) / kChunk;
+    ParallelFor(chunks, (ctx.threads > 1 && chunks > 1) ? ctx.threads : 1, [&](int64_t c) {
+      const int64_t begin = c * kChunk, len = std::min(kChunk, size_ - begin);
+      Apply(ctx.inputs[0] + begin, ctx.outputs[0] + begin, len);
+    });
+  }
+
+ private:
+  void Apply(const float* in, float* out, int64_t n) const {
+    Eigen::Map<const Eigen::ArrayXf> x(in, n);
+    Eigen::Map<Eigen::ArrayXf> y(out, n);
+    const float a = alpha_, b = beta_;
+    switch (op_) {
+      case UnaryOp::kRelu: y = x.max(0.f); break;
+      case UnaryOp::kLeakyRelu: y = (x < 0.f).select(a * x, x); break;
+      case UnaryOp::kClip: y = x.max(a).min(b); break;
+      case UnaryOp::kSigmoid: y = x.logistic(); break;
+      case UnaryOp::kHardSigmoid: y = (a * x + b).max(0.f).min(1.f); break;
+      case UnaryOp::kHardSwish: y = x * (x * (1.f / 6.f) + 0.5f).max(0.f).min(1.f); break;
+      case UnaryOp::kTanh: y = x.tanh(); break;
+      case UnaryOp::kElu: y = (x < 0.f).select(a * (x.exp() - 1.f), x); break;
+      // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+      case UnaryOp::kSoftplus: y = x.max(0.f) + (-x.abs()).exp().log1p(); break;
+      case UnaryOp::kExp: y = x.exp(); break;
+      case UnaryOp::kLog: y = x.log(); break;
+      case UnaryOp::kSqrt: y = x.sqrt(); break;
+      case UnaryOp::kNeg: y = -x; break;
+      case UnaryOp::kAbs: y = x.abs(); break;
+      case UnaryOp::kReciprocal: y = x.inverse(); break;
+      case UnaryOp::kFloor: y = x.floor(); break;
+      case UnaryOp::kCeil: y = x.ceil(); break;
+    }
+  }
+
+  UnaryOp op_ = UnaryOp::kRelu;
+  float alpha_ = 0.f, beta_ = 0.f;
+  int64_t size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeUnaryKernel() { return std::make_unique<UnaryKernel>(); }
+
+}  // namespace tessera

@@ -1,0 +1,267 @@
+#include "partition/compile/device_program.h"
+
+#include <map>
+#include <sstream>
+
+#include "partition/compile/partition_plan.h"
+
+namespace tessera {
+
+Box Box::Full(const Shape& shape) {
+  Box b;
+  for (int64_t d : shape) b.dims.push_back({0, d});
+  return b;
+}
+
+Shape Box::shape() const {
+  Shape s;
+  for (const auto& r : dims) s.push_back(std::max<int64_t>(0, r.size()));
+  return s;
+}
+
+int64_t Box::volume() const {
+  if (dims.empty()) return 0;
+  int64_t v = 1;
+  for (const auto& r : dims) v *= std::max<int64_t>(0, r.size());
+  return v;
+}
+
+bool Box::empty() const { return volume() == 0; }
+
+bool Box::Contains(const Box& o) const {
+  if (o.dims.size() != dims.size()) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (o.dims[i].begin < dims[i].begin || o.dims[i].end > dims[i].end) return false;
+  return true;
+}
+
+Box Box::Intersect(const Box& o) const {
+  Box r;
+  for (size_t i = 0; i < dims.size() && i < o.dims.size(); ++i)
+    r.dims.push_back({std::max(dims[i].begin, o.dims[i].begin), std::min(dims[i].end, o.dims[i].end)});
+  return r;
+}
+
+Box Box::RelativeTo(const Box& outer) const {
+  Box r = *this;
+  for (size_t i = 0; i < r.dims.size(); ++i) {
+    r.dims[i].begin -= outer.dims[i].begin;
+    r.dims[i].end -= outer.dims[i].begin;
+  }
+  return r;
+}
+
+std::string Box::ToString() const {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < dims.size(); ++i) os << (i ? "," : "") << dims[i].begin << ':' << dims[i].end;
+  os << ']';
+  return os.str();
+}
+
+const char* StepKindName(StepKind kind) {
+  switch (kind) {
+    case StepKind::kSend: return "send";
+    case StepKind::kRecv: return "recv";
+    case StepKind::kCopy: return "copy";
+    case StepKind::kCompute: return "compute";
+    case StepKind::kMerge: return "merge";
+  }
+  return "?";
+}
+
+const char* LayerSchemeName(LayerScheme scheme) {
+  switch (scheme) {
+    case LayerScheme::kWhole: return "whole";
+    case LayerScheme::kFfmt: return "ffmt";
+    case LayerScheme::kFdto: return "fdto";
+    case LayerScheme::kFdti: return "fdti";
+    case LayerScheme::kFdt1: return "fdt1";
+    case LayerScheme::kFdt2: return "fdt2";
+    case LayerScheme::kPart: return "part";
+  }
+  return "?";
+}
+
+PartitionPlan SingleDevicePlan(size_t layers, int device) {
+  PartitionPlan p;
+  p.num_devices = device + 1;
+  p.source = device;
+  p.layers.assign(layers, LayerAssignment{LayerScheme::kWhole, {device}, {}, 1, 1, {}, {}});
+  return p;
+}
+
+int DeviceProgram::AddBuffer(int value, const Box& box, const std::string& name) {
+  buffers.push_back({name, value, box});
+  return static_cast<int>(buffers.size()) - 1;
+}
+
+int64_t DeviceProgram::WeightValues() const {
+  int64_t n = 0;
+  for (const Graph& g : subgraphs) n += g.WeightCount();
+  return n;
+}
+
+int64_t DeviceProgram::BufferValues() const {
+  int64_t n = 0;
+  for (const auto& b : buffers) n += b.box.volume();
+  return n;
+}
+
+namespace {
+
+std::string Where(int device, size_t step, const ProgramStep& s) {
+  return "device " + std::to_string(device) + " step " + std::to_string(step) + " (" + StepKindName(s.kind) + ")";
+}
+
+Status CheckBufferBox(const DeviceProgram& p, size_t i, const ProgramStep& s, int buffer, const Box& box) {
+  if (buffer < 0 || buffer >= static_cast<int>(p.buffers.size()))
+    return Status::InvalidArgument(Where(p.device, i, s) + " names buffer " + std::to_string(buffer) +
+                                   ", which does not exist");
+  if (!box.dims.empty() && !Box::Full(p.buffers[buffer].shape()).Contains(box))
+    return Status::InvalidArgument(Where(p.device, i, s) + ": region " + box.ToString() + " lies outside buffer " +
+                                   p.buffers[buffer].name + " " + ShapeToString(p.buffers[buffer].shape()));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateProgram(const DeviceProgram& p, int num_devices) {
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const ProgramStep& s = p.steps[i];
+    switch (s.kind) {
+      case StepKind::kSend:
+      case StepKind::kRecv: {
+        const bool send = s.kind == StepKind::kSend;
+        TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, send ? s.src_buffer : s.dst_buffer, send ? s.src_box : s.dst_box));
+        if (s.peer < 0 || (num_devices >= 0 && s.peer >= num_devices) || s.peer == p.device)
+          return Status::InvalidArgument(Where(p.device, i, s) + " names peer " + std::to_string(s.peer) +
+                                         ", which is not another device of the plan");
+        break;
+      }
+      case StepKind::kCopy:
+        TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.src_buffer, s.src_box));
+        TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.dst_buffer, s.dst_box));
+        if (s.src_box.shape() != s.dst_box.shape())
+          return Status::InvalidArgument(Where(p.device, i, s) + " copies " + s.src_box.ToString() + " into " +
+                                         s.dst_box.ToString());
+        break;
+      case StepKind::kCompute:
+      case StepKind::kMerge: {
+        if (s.subgraph < 0 || s.subgraph >= static_cast<int>(p.subgraphs.size()))
+          return Status::InvalidArgument(Where(p.device, i, s) + " names a missing subgraph");
+        const Graph& g = p.subgraphs[s.subgraph];
+        if (g.inputs.size() != s.inputs.size() || g.outputs.size() != s.outputs.size())
+          return Status::InvalidArgument(Where(p.device, i, s) + ": subgraph arity does not match its buffers");
+        for (size_t k = 0; k < s.inputs.size(); ++k) {
+          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.inputs[k], Box{}));
+          if (p.buffers[s.inputs[k]].shape() != g.values[g.inputs[k]].shape)
+            return Status::InvalidArgument(Where(p.device, i, s) + ": input buffer " + p.buffers[s.inputs[k]].name +
+                                           " does not have the subgraph's input shape " +
+                                           ShapeToString(g.values[g.inputs[k]].shape));
+        }
+        for (size_t k = 0; k < s.outputs.size(); ++k) {
+          TS_RETURN_IF_ERROR(CheckBufferBox(p, i, s, s.outputs[k], Box{}));
+          if (p.buffers[s.outputs[k]].shape() != g.values[g.outputs[k]].shape)
+            return Status::InvalidArgument(Where(p.device, i, s) + ": output buffer " + p.buffers[s.outputs[k]].name +
+                                           " does not have the subgraph's shape");
+        }
+        break;
+      }
+      default:
+        return Status::InvalidArgument(Where(p.device, i, s) + " has an unknown step kind");
+    }
+  }
+  return Status::OK();
+}
+
+Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
+  struct End {
+    int device;
+    int peer;
+    int64_t volume;
+  };
+  std::map<int64_t, End> sends, recvs;
+  for (size_t d = 0; d < programs.size(); ++d) {
+    const DeviceProgram& p = programs[d];
+    if (p.device != static_cast<int>(d))
+      return Status::InvalidArgument("program " + std::to_string(d) + " says it is for device " +
+                                     std::to_string(p.device));
+    TS_RETURN_IF_ERROR(ValidateProgram(p, static_cast<int>(programs.size())));
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const ProgramStep& s = p.steps[i];
+      if (s.kind != StepKind::kSend && s.kind != StepKind::kRecv) continue;
+      const bool send = s.kind == StepKind::kSend;
+      auto& table = send ? sends : recvs;
+      if (!table.emplace(s.message, End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume()}).second)
+        return Status::InvalidArgument(Where(p.device, i, s) + " reuses message id " + std::to_string(s.message));
+    }
+  }
+  for (const auto& [id, s] : sends) {
+    auto it = recvs.find(id);
+    if (it == recvs.end() || it->second.device != s.peer || it->second.peer != s.device)
+      return Status::InvalidArgument("device " + std::to_string(s.device) + " sends message " + std::to_string(id) +
+                                     " to device " + std::to_string(s.peer) + ", which never receives it");
+    if (it->second.volume != s.volume)
+      return Status::InvalidArgument("message " + std::to_string(id) + ": device " + std::to_string(s.device) +
+                                     " sends " + std::to_string(s.volume) + " values, device " +
+                                     std::to_string(s.peer) + " expects " + std::to_string(it->second.volume));
+  }
+  for (const auto& [id, r] : recvs)
+    if (!sends.count(id))
+      return Status::InvalidArgument("device " + std::to_string(r.device) + " waits for message " +
+                                     std::to_string(id) + " from device " + std::to_string(r.peer) +
+                                     ", which never sends it");
+  return Status::OK();
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+namespace {
+// Walks every contiguous run of the last dimension inside `box`.
+template <typename F>
+void ForEachRow(const Shape& shape, const Box& box, F&& f) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    f(0, 0, 1);
+    return;
+  }
+  if (box.volume() == 0) return;
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t i = rank - 1; i-- > 0;) strides[i] = strides[i + 1] * shape[i + 1];
+  std::vector<int64_t> idx(rank - 1);
+  for (size_t i = 0; i + 1 < rank; ++i) idx[i] = box.dims[i].begin;
+  const int64_t run = box.dims[rank - 1].size();
+  int64_t packed = 0;
+  while (true) {
+    int64_t offset = box.dims[rank - 1].begin;
+    for (size_t i = 0; i + 1 < rank; ++i) offset += idx[i] * strides[i];
+    f(offset, packed, run);
+    packed += run;
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < box.dims[d].end) break;
+      idx[d] = box.dims[d].begin;
+      if (d == 0) return;
+    }
+    if (rank == 1) return;
+  }
+}
+}  // namespace
+
+void ExtractBox(const float* tensor, const Shape& shape, const Box& box, float* out) {
+  ForEachRow(shape, box, [&](int64_t off, int64_t packed, int64_t n) {
+    std::copy(tensor + off, tensor + off + n, out + packed);
+  });
+}
+
+void InsertBox(const float* in, float* tensor, const Shape& shape, const Box& box) {
+  ForEachRow(shape, box, [&](int64_t off, int64_t packed, int64_t n) {
+    std::copy(in + packed, in + packed + n, tensor + off);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,97 @@
+// DeviceProgram (ARCHITECTURE.md): what one device executes — its slice of
+// the weights (inside its subgraphs) and a short list of steps over numbered
+// local buffers. Transport-agnostic: the same programs run over in-process,
+// gRPC and UART links.
+//
+// Coordinates: a Box is a region of a *graph value* in full-tensor
+// coordinates (one half-open range per dimension). A buffer holds one box of
+// one value; Send/Recv/Copy move the intersection of boxes between buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "partition/graph/graph.h"
+#include "partition/graph/halo.h"
+#include "util/status.h"
+
+namespace tessera {
+
+struct Box {
+  std::vector<Range1D> dims;
+
+  static Box Full(const Shape& shape);
+  Shape shape() const;
+  int64_t volume() const;
+  bool empty() const;
+  bool Contains(const Box& other) const;
+  // Empty box (all ranges with end <= begin) when they do not meet.
+  Box Intersect(const Box& other) const;
+  // `inner` expressed relative to this box's origin.
+  Box RelativeTo(const Box& outer) const;
+  std::string ToString() const;
+  bool operator==(const Box&) const = default;
+};
+
+struct ProgramBuffer {
+  std::string name;  // "<value name>@<box>" for reading logs
+  int value = -1;    // graph value it holds a box of (-1: a partial sum)
+  Box box;           // region of that value (full-tensor coordinates)
+  Shape shape() const { return box.shape(); }
+};
+
+enum class StepKind {
+  kSend,     // send src_buffer[src_box] to `peer` as message `message`
+  kRecv,     // receive message `message` from `peer` into dst_buffer[dst_box]
+  kCopy,     // local: src_buffer[src_box] -> dst_buffer[dst_box]
+  kCompute,  // run subgraphs[subgraph] reading `inputs`, writing `outputs`
+  kMerge,    // like kCompute over a merge subgraph: Σ partials in listed order, + bias, activation
+};
+
+const char* StepKindName(StepKind kind);
+
+struct ProgramStep {
+  StepKind kind = StepKind::kCompute;
+  int peer = -1;
+  int64_t message = -1;
+  int src_buffer = -1, dst_buffer = -1;
+  Box src_box, dst_box;  // relative to the buffer (local coordinates)
+  int subgraph = -1;
+  std::vector<int> inputs, outputs;  // buffers, in the subgraph's input/output order
+  int layer = 0;                      // 1-based graph layer this step serves (0: transfer)
+  int64_t bytes() const { return src_box.empty() ? dst_box.volume() * 4 : src_box.volume() * 4; }
+};
+
+struct DeviceProgram {
+  int device = 0;
+  std::vector<ProgramBuffer> buffers;
+  std::vector<Graph> subgraphs;
+  std::vector<ProgramStep> steps;
+  // Buffers holding the model's inputs (filled by the caller before running)
+  // and outputs (read after), as (graph value, buffer) pairs.
+  std::vector<std::pair<int, int>> model_inputs, model_outputs;
+
+  int AddBuffer(int value, const Box& box, const std::string& name);
+  int64_t WeightValues() const;   // Σ constants over its subgraphs
+  int64_t BufferValues() const;   // Σ buffer sizes (upper bound of live data)
+};
+
+// Checks each program (buffer ids, boxes inside buffers, subgraph arity and
+// shapes) and that every Send has exactly one matching Recv (same message id,
+// mirrored peers, same box size) and vice versa. Errors name both ends:
+// "device 1 sends message 7 to device 2, which never receives it".
+Status ValidatePrograms(const std::vector<DeviceProgram>& programs);
+// The checks of one program alone (no pairing); num_devices < 0: unknown.
+Status ValidateProgram(const DeviceProgram& program, int num_devices = -1);
+
+}  // namespace tessera
+
+namespace tessera {
+
+// Copies the `box` region of a row-major tensor of shape `shape` to/from a
+// contiguous array of box.volume() values. REQUIRES: box inside shape.
+void ExtractBox(const float* tensor, const Shape& shape, const Box& box, float* out);
+void InsertBox(const float* in, float* tensor, const Shape& shape, const Box& box);
+
+}  // namespace tessera

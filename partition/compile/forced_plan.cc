@@ -1,0 +1,119 @@
+#include "partition/compile/forced_plan.h"
+
+#include <set>
+
+#include "partition/graph/metrics.h"
+#include "partition/compile/program_compiler.h"
+
+namespace tessera {
+
+namespace {
+
+// Layers that run per channel slice unchanged (compiler's PART rules).
+bool ChannelWise(const Graph& g, const Node& n) {
+  static const std::set<std::string> ops = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh",
+                                            "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                                            "BatchNormalization", "Identity"};
+  auto acts = g.ActivationInputs(n);
+  if (acts.size() != 1 || n.outputs.size() != 1) return false;
+  const Shape& x = g.values[acts[0]].shape;
+  const Shape& y = g.values[n.outputs[0]].shape;
+  if (x.size() < 2 || y.size() < 2 || x[1] != y[1]) return false;
+  if (ops.count(n.op)) return true;
+  if ((n.op == "Reshape" || n.op == "Flatten") && x.size() == 4 && x[2] == 1 && x[3] == 1 && y.size() == 2) return true;
+  return false;
+}
+
+LayerAssignment Whole(int d) { return {LayerScheme::kWhole, {d}, {}, 1, 1, {}, {}}; }
+
+}  // namespace
+
+Result<ForcedScheme> ParseForcedScheme(const std::string& t) {
+  if (t == "ffmt") return ForcedScheme::kFfmt;
+  if (t == "fdto") return ForcedScheme::kFdto;
+  if (t == "fdti") return ForcedScheme::kFdti;
+  if (t == "pairs") return ForcedScheme::kPairs;
+  if (t == "pipeline") return ForcedScheme::kPipeline;
+  return Status::InvalidArgument("unknown forced scheme '" + t + "': use ffmt, fdto, fdti, pairs or pipeline");
+}
+
+Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const ForcedPlanOptions& o) {
+  if (o.devices < 1) return Status::InvalidArgument("a plan needs at least one device");
+  const int L = static_cast<int>(g.nodes.size());
+  PartitionPlan plan;
+  plan.num_devices = o.devices;
+  plan.layers.assign(L, Whole(0));
+  std::vector<int> all(o.devices);
+  for (int i = 0; i < o.devices; ++i) all[i] = i;
+  auto split = [&](LayerScheme s) { return LayerAssignment{s, all, {}, 1, 1, {}, {}}; };
+  // Which values are left as in-place channel slices (FDTO/FDT1/PART outputs).
+  std::set<int> sliced;
+  auto input_sliced = [&](int n) {
+    auto acts = g.ActivationInputs(g.nodes[n]);
+    return acts.size() == 1 && sliced.count(acts[0]);
+  };
+  switch (scheme) {
+    case ForcedScheme::kFfmt:
+      for (int n = 0; n < L && CheckTileable(g, n).ok(); ++n)
+        plan.layers[n] = {LayerScheme::kFfmt, all, {}, o.grid_rows, o.grid_cols, o.row_weights, o.col_weights};
+      break;
+    case ForcedScheme::kFdto:
+      for (int n = 0; n < L; ++n) {
+        const Node& node = g.nodes[n];
+        if (CanSplitOutputs(g, n, o.devices)) plan.layers[n] = split(LayerScheme::kFdto);
+        else if (input_sliced(n) && ChannelWise(g, node)) plan.layers[n] = split(LayerScheme::kPart);
+        else continue;
+        sliced.insert(node.outputs[0]);
+      }
+      break;
+    case ForcedScheme::kFdti:
+      for (int n = 0; n < L; ++n)
+        if (CanSplitInputs(g, n)) plan.layers[n] = split(LayerScheme::kFdti);
+      break;
+    case ForcedScheme::kPairs: {
+      auto consumers = g.Consumers();
+      for (int n = 0; n < L; ++n) {
+        if (plan.layers[n].scheme != LayerScheme::kWhole || !CanSplitOutputs(g, n, o.devices)) continue;
+        // Follow single-consumer channel-wise layers to the next weight layer.
+        std::vector<int> carried;
+        int cur = n, next = -1;
+        while (true) {
+          int v = g.nodes[cur].outputs[0];
+          if (consumers[v].size() != 1) break;
+          int c = consumers[v][0];
+          if (ChannelWise(g, g.nodes[c])) {
+            carried.push_back(c);
+            cur = c;
+            continue;
+          }
+          if (CanSplitInputs(g, c) && g.ActivationInputs(g.nodes[c]).size() == 1) next = c;
+          break;
+        }
+        if (next >= 0) {
+          plan.layers[n] = split(LayerScheme::kFdt1);
+          for (int c : carried) plan.layers[c] = split(LayerScheme::kPart);
+          plan.layers[next] = split(LayerScheme::kFdt2);
+        } else {
+          plan.layers[n] = split(LayerScheme::kFdto);
+        }
+      }
+      break;
+    }
+    case ForcedScheme::kPipeline: {
+      // Contiguous ranges with about equal MACs per device.
+      auto figures = ComputeLayerFigures(g);
+      int64_t total = 0;
+      for (const auto& f : figures) total += f.R;
+      int64_t acc = 0;
+      for (int n = 0; n < L; ++n) {
+        int d = total > 0 ? static_cast<int>((acc * o.devices) / std::max<int64_t>(1, total)) : n * o.devices / L;
+        plan.layers[n] = Whole(std::min(d, o.devices - 1));
+        acc += figures[n].R;
+      }
+      break;
+    }
+  }
+  return plan;
+}
+
+}  // namespace tessera

@@ -1,0 +1,326 @@
+#include "partition/compile/mcu_program_builder.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "transport/wire/mcu_program.h"
+
+namespace tessera {
+
+namespace {
+
+Status Unsupported(const Node& node, const std::string& what) {
+  return Status::NotSupported("node '" + node.name + "' (" + node.op + "): " + what + " is not supported on an MCU");
+}
+
+// [N, C, H, W] or [N, F] as (C, H, W) for one image.
+Status ImageDims(const Node& node, const Shape& s, uint32_t* c, uint32_t* h, uint32_t* w) {
+  if (s.empty() || s[0] != 1)
+    return Status::InvalidArgument("node '" + node.name + "': MCU programs run batch 1, shape is " + ShapeToString(s));
+  int64_t d[3] = {1, 1, 1};
+  if (s.size() == 4) {
+    d[0] = s[1], d[1] = s[2], d[2] = s[3];
+  } else if (s.size() == 2) {
+    d[0] = s[1];
+  } else {
+    return Unsupported(node, "rank-" + std::to_string(s.size()) + " tensor " + ShapeToString(s));
+  }
+  *c = static_cast<uint32_t>(d[0]);
+  *h = static_cast<uint32_t>(d[1]);
+  *w = static_cast<uint32_t>(d[2]);
+  return Status::OK();
+}
+
+// Accumulates layers, weights and the activation region of one program.
+class McuProgramWriter {
+ public:
+  uint32_t Allocate(int64_t floats) {
+    uint32_t at = act_;
+    act_ += static_cast<uint32_t>(floats);
+    return at;
+  }
+  void AddInput(uint32_t message, uint32_t offset, int64_t count) {
+    inputs_.push_back({message, offset, static_cast<uint32_t>(count)});
+  }
+  void AddOutput(uint32_t message, uint32_t offset, int64_t count) {
+    outputs_.push_back({message, offset, static_cast<uint32_t>(count)});
+  }
+  // Emits the layers of `graph`. `offset[v]`: where value v lives in the
+  // activation region (UINT32_MAX: not placed yet — allocated here).
+  Status EmitGraph(const Graph& graph, std::vector<uint32_t>& offset);
+  McuProgramImage Finish(uint32_t plan_id) const;
+
+ private:
+  uint32_t AddWeights(const Graph& graph, int value) {
+    const TensorData* d = graph.ConstantData(value);
+    if (!d) return mcu::kNoWeights;
+    uint32_t at = static_cast<uint32_t>(weights_.size());
+    weights_.insert(weights_.end(), d->values.begin(), d->values.end());
+    return at;
+  }
+  std::vector<mcu::IoEntry> inputs_, outputs_;
+  std::vector<mcu::Layer> layers_;
+  std::vector<float> weights_;
+  uint32_t act_ = 0;
+  int64_t macs_ = 0;
+};
+
+Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& offset) {
+  using namespace mcu;
+  auto place = [&](int value) {
+    if (offset[value] == UINT32_MAX) offset[value] = Allocate(NumElements(graph.values[value].shape));
+    return offset[value];
+  };
+  for (const Node& node : graph.nodes) {
+    std::vector<int> xs = graph.ActivationInputs(node);
+    if (xs.empty() || node.outputs.size() != 1) return Unsupported(node, "a node without one activation input/output");
+    const int y = node.outputs[0];
+    if (node.op == "Reshape" || node.op == "Flatten" || node.op == "Identity") {
+      // Same bytes, another shape: an alias — unless the output already has a place.
+      if (offset[y] != UINT32_MAX && offset[y] != place(xs[0])) return Unsupported(node, "a reshape into a program buffer");
+      offset[y] = place(xs[0]);
+      continue;
+    }
+    Layer l{};
+    l.kh = l.kw = l.sh = l.sw = l.dh = l.dw = 1;
+    l.weight = l.bias = kNoWeights;
+    TS_RETURN_IF_ERROR(ImageDims(node, graph.values[xs[0]].shape, &l.c, &l.h, &l.w));
+    TS_RETURN_IF_ERROR(ImageDims(node, graph.values[y].shape, &l.oc, &l.oh, &l.ow));
+    const std::string activation = node.attrs.String("activation", "");
+    if (activation == "relu") {
+      l.activation = kActRelu;
+    } else if (!activation.empty()) {
+      return Unsupported(node, "fused activation '" + activation + "'");
+    }
+    auto window = [&]() -> Status {
+      auto k = node.attrs.Ints("kernel_shape"), s = node.attrs.Ints("strides", {1, 1}),
+           p = node.attrs.Ints("pads", {0, 0, 0, 0}), d = node.attrs.Ints("dilations", {1, 1});
+      if (k.size() != 2 || s.size() != 2 || p.size() != 4 || d.size() != 2) return Unsupported(node, "a non-2-D window");
+      if (node.attrs.String("auto_pad", "NOTSET") != "NOTSET") return Unsupported(node, "auto_pad");
+      l.kh = uint32_t(k[0]), l.kw = uint32_t(k[1]), l.sh = uint32_t(s[0]), l.sw = uint32_t(s[1]);
+      l.pad_top = uint32_t(p[0]), l.pad_left = uint32_t(p[1]), l.dh = uint32_t(d[0]), l.dw = uint32_t(d[1]);
+      return Status::OK();
+    };
+    if (node.op == "Conv") {
+      l.op = kOpConv;
+      TS_RETURN_IF_ERROR(window());
+      l.group = static_cast<uint32_t>(node.attrs.Int("group", 1));
+      if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
+      l.weight = AddWeights(graph, node.inputs[1]);
+      if (node.inputs.size() > 2) l.bias = AddWeights(graph, node.inputs[2]);
+      macs_ += int64_t(l.oc) * l.oh * l.ow * (l.c / std::max<uint32_t>(l.group, 1)) * l.kh * l.kw;
+    } else if (node.op == "Gemm") {
+      l.op = kOpDense;
+      if (node.attrs.Int("transB", 1) == 0) return Unsupported(node, "transB=0");
+      if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
+      l.weight = AddWeights(graph, node.inputs[1]);
+      if (node.inputs.size() > 2) {
+        const TensorData* b = graph.ConstantData(node.inputs[2]);
+        if (!b || NumElements(b->shape) != l.oc) return Unsupported(node, "a bias that is not one value per output");
+        l.bias = AddWeights(graph, node.inputs[2]);
+      }
+      macs_ += int64_t(l.oc) * l.c * l.h * l.w;
+    } else if (node.op == "MaxPool" || node.op == "AveragePool") {
+      l.op = node.op == "MaxPool" ? kOpMaxPool : kOpAvgPool;
+      TS_RETURN_IF_ERROR(window());
+      l.group = static_cast<uint32_t>(node.attrs.Int("count_include_pad", 0));
+    } else if (node.op == "GlobalAveragePool") {
+      l.op = kOpGlobalAvgPool;
+    } else if (node.op == "Relu") {
+      l.op = kOpRelu;
+    } else if (node.op == "Add") {
+      l.op = kOpAdd;
+      if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)
+        return Unsupported(node, "Add with broadcasting or constant operands");
+      l.in1 = place(xs[1]);
+    } else {
+      return Unsupported(node, "the op");
+    }
+    l.in0 = place(xs[0]);
+    l.out = place(y);
+    layers_.push_back(l);
+  }
+  return Status::OK();
+}
+
+McuProgramImage McuProgramWriter::Finish(uint32_t plan_id) const {
+  using namespace mcu;
+  ProgramHeader h{kProgramMagic, kProgramVersion, plan_id, act_, uint32_t(layers_.size()),
+                  uint32_t(inputs_.size()), uint32_t(outputs_.size()), uint32_t(weights_.size())};
+  McuProgramImage image;
+  image.activation_floats = act_;
+  image.macs = macs_;
+  auto append = [&](const void* p, size_t n) { image.bytes.append(static_cast<const char*>(p), n); };
+  append(&h, sizeof h);
+  append(inputs_.data(), inputs_.size() * sizeof(IoEntry));
+  append(outputs_.data(), outputs_.size() * sizeof(IoEntry));
+  append(layers_.data(), layers_.size() * sizeof(Layer));
+  append(weights_.data(), weights_.size() * sizeof(float));
+  return image;
+}
+
+uint32_t MessageFor(const std::map<int, uint32_t>& messages, int value) {
+  auto it = messages.find(value);
+  return it == messages.end() ? static_cast<uint32_t>(value) : it->second;
+}
+
+}  // namespace
+
+Result<McuProgramImage> BuildMcuProgram(const Graph& graph, const McuProgramOptions& options) {
+  McuProgramWriter writer;
+  std::vector<uint32_t> offset(graph.values.size(), UINT32_MAX);
+  for (int v : graph.inputs) {
+    offset[v] = writer.Allocate(NumElements(graph.values[v].shape));
+    writer.AddInput(MessageFor(options.input_messages, v), offset[v], NumElements(graph.values[v].shape));
+  }
+  TS_RETURN_IF_ERROR(writer.EmitGraph(graph, offset));
+  for (int v : graph.outputs) {
+    if (offset[v] == UINT32_MAX) return Status::InvalidArgument("graph output '" + graph.values[v].name + "' is never computed");
+    writer.AddOutput(MessageFor(options.output_messages, v), offset[v], NumElements(graph.values[v].shape));
+  }
+  return writer.Finish(options.plan_id);
+}
+
+Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuProgramOptions& options) {
+  const std::string me = "device " + std::to_string(program.device) + " (mcu)";
+  McuProgramWriter writer;
+  std::vector<uint32_t> buffer_offset;
+  for (const ProgramBuffer& b : program.buffers) buffer_offset.push_back(writer.Allocate(b.box.volume()));
+  for (auto [value, buffer] : program.model_inputs)
+    writer.AddInput(MessageFor(options.input_messages, value), buffer_offset[buffer], program.buffers[buffer].box.volume());
+  bool sent = false;
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const ProgramStep& s = program.steps[i];
+    const std::string at = me + " step " + std::to_string(i) + " (" + StepKindName(s.kind) + ")";
+    switch (s.kind) {
+      case StepKind::kRecv:
+        if (sent)
+          return Status::NotSupported(at + ": receives after sending; an MCU receives all its inputs, computes, then sends");
+        if (s.dst_box.volume() != program.buffers[s.dst_buffer].box.volume())
+          return Status::NotSupported(at + ": receives into part of a buffer");
+        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume());
+        break;
+      case StepKind::kSend:
+        if (s.src_box.volume() != program.buffers[s.src_buffer].box.volume())
+          return Status::NotSupported(at + ": sends part of a buffer");
+        writer.AddOutput(static_cast<uint32_t>(s.message), buffer_offset[s.src_buffer], s.src_box.volume());
+        sent = true;
+        break;
+      case StepKind::kCompute:
+      case StepKind::kMerge: {
+        const Graph& g = program.subgraphs.at(s.subgraph);
+        std::vector<uint32_t> offset(g.values.size(), UINT32_MAX);
+        for (size_t k = 0; k < g.inputs.size() && k < s.inputs.size(); ++k) offset[g.inputs[k]] = buffer_offset[s.inputs[k]];
+        for (size_t k = 0; k < g.outputs.size() && k < s.outputs.size(); ++k)
+          offset[g.outputs[k]] = buffer_offset[s.outputs[k]];
+        Status st = writer.EmitGraph(g, offset);
+        if (!st.ok()) return st.WithContext(at + ": ");
+        break;
+      }
+      case StepKind::kCopy:
+        return Status::NotSupported(at + ": local copies between boxes");
+    }
+  }
+  for (auto [value, buffer] : program.model_outputs)
+    writer.AddOutput(MessageFor(options.output_messages, value), buffer_offset[buffer], program.buffers[buffer].box.volume());
+  return writer.Finish(options.plan_id);
+}
+
+namespace {
+
+struct GraphBuilder {
+  Graph g;
+  std::mt19937 rng;
+  explicit GraphBuilder(uint32_t seed) : rng(seed) {}
+
+  int Constant(const std::string& name, Shape shape, float scale) {
+    TensorData d;
+    d.shape = shape;
+    std::uniform_real_distribution<float> u(-scale, scale);
+    d.values.resize(NumElements(shape));
+    for (float& v : d.values) v = u(rng);
+    return g.AddConstant(name, std::move(d));
+  }
+  int Conv(const std::string& name, int x, int64_t oc, int64_t k, int64_t group, bool relu) {
+    const Shape s = g.values[x].shape;  // a copy: adding constants grows g.values
+    int64_t c = s[1], pad = k / 2;
+    int w = Constant(name + ".weight", {oc, c / group, k, k}, 1.0f / std::sqrt(float(c / group * k * k)));
+    int b = Constant(name + ".bias", {oc}, 0.1f);
+    int y = g.AddValue(name, {1, oc, s[2], s[3]});
+    Node n{name, "Conv", {x, w, b}, {y}, {}};
+    n.attrs.Set("kernel_shape", std::vector<int64_t>{k, k});
+    n.attrs.Set("strides", std::vector<int64_t>{1, 1});
+    n.attrs.Set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+    n.attrs.Set("dilations", std::vector<int64_t>{1, 1});
+    n.attrs.Set("group", group);
+    if (relu) n.attrs.Set("activation", std::string("relu"));
+    g.AddNode(std::move(n));
+    return y;
+  }
+  int Pool(const std::string& name, const std::string& op, int x, int64_t k) {
+    const Shape s = g.values[x].shape;  // a copy: adding constants grows g.values
+    int y = g.AddValue(name, {1, s[1], s[2] / k, s[3] / k});
+    Node n{name, op, {x}, {y}, {}};
+    n.attrs.Set("kernel_shape", std::vector<int64_t>{k, k});
+    n.attrs.Set("strides", std::vector<int64_t>{k, k});
+    n.attrs.Set("pads", std::vector<int64_t>{0, 0, 0, 0});
+    g.AddNode(std::move(n));
+    return y;
+  }
+  int Dense(const std::string& name, int x, int64_t out) {
+    const Shape s = g.values[x].shape;  // a copy: adding constants grows g.values
+    int64_t in = NumElements(s);
+    int w = Constant(name + ".weight", {out, in}, 1.0f / std::sqrt(float(in)));
+    int b = Constant(name + ".bias", {out}, 0.1f);
+    int y = g.AddValue(name, {1, out});
+    Node n{name, "Gemm", {x, w, b}, {y}, {}};
+    if (s.size() != 2) n.attrs.Set("flatten_input", int64_t{1});
+    g.AddNode(std::move(n));
+    return y;
+  }
+};
+
+}  // namespace
+
+Graph MakeKeywordSpottingGraph(uint32_t seed) {
+  GraphBuilder b(seed);
+  b.g.name = "kws_cnn";
+  int x = b.g.AddValue("mfcc", {1, 1, 49, 10});
+  b.g.inputs = {x};
+  int y = b.Conv("conv1", x, 16, 3, 1, true);
+  y = b.Pool("pool1", "MaxPool", y, 2);
+  y = b.Conv("conv2", y, 32, 3, 1, true);
+  y = b.Pool("pool2", "MaxPool", y, 2);
+  y = b.Conv("conv3", y, 32, 3, 1, true);
+  y = b.Dense("fc", y, 12);
+  b.g.outputs = {y};
+  return std::move(b.g);
+}
+
+Graph MakeMcuOpsGraph(uint32_t seed) {
+  GraphBuilder b(seed);
+  b.g.name = "mcu_ops";
+  int x = b.g.AddValue("image", {1, 8, 12, 12});
+  b.g.inputs = {x};
+  int a = b.Conv("conv", x, 8, 3, 1, false);
+  int d = b.Conv("depthwise", a, 8, 3, 8, true);
+  int s = b.g.AddValue("residual", {1, 8, 12, 12});
+  b.g.AddNode(Node{"residual", "Add", {d, x}, {s}, {}});
+  int r = b.g.AddValue("relu", {1, 8, 12, 12});
+  b.g.AddNode(Node{"relu", "Relu", {s}, {r}, {}});
+  int p = b.Pool("avgpool", "AveragePool", r, 2);
+  int m = b.Conv("conv5x5", p, 16, 5, 1, true);
+  int gap = b.g.AddValue("gap", {1, 16, 1, 1});
+  b.g.AddNode(Node{"gap", "GlobalAveragePool", {m}, {gap}, {}});
+  int f = b.g.AddValue("flat", {1, 16});
+  Node flat{"flatten", "Reshape", {gap}, {f}, {}};
+  flat.attrs.Set("shape", std::vector<int64_t>{1, 16});
+  b.g.AddNode(std::move(flat));
+  int y = b.Dense("fc", f, 10);
+  b.g.outputs = {y};
+  return std::move(b.g);
+}
+
+}  // namespace tessera

@@ -1,0 +1,52 @@
+// Host side of the MCU program (transport/wire/mcu_program.h): compiles a Graph
+// chain of MCU-supported ops (Conv incl. depthwise, Gemm, MaxPool,
+// AveragePool, GlobalAveragePool, Relu, Add; Reshape/Flatten/Identity become
+// aliases) into the compact program a microcontroller worker runs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "partition/compile/device_program.h"
+#include "partition/graph/graph.h"
+#include "util/status.h"
+
+namespace tessera {
+
+struct McuProgramOptions {
+  uint32_t plan_id = 0;
+  // Message id of each graph input / output value on the UART link
+  // (default: the value id).
+  std::map<int, uint32_t> input_messages, output_messages;
+};
+
+struct McuProgramImage {
+  std::string bytes;               // the program, 4-byte words
+  uint32_t activation_floats = 0;  // activation region the firmware places after it
+  int64_t macs = 0;
+  // Static arena a device needs for this program.
+  size_t arena_bytes() const { return bytes.size() + size_t{4} * activation_floats; }
+};
+
+// NotSupported naming the node for ops / attributes the MCU cannot run;
+// InvalidArgument for batch != 1.
+Result<McuProgramImage> BuildMcuProgram(const Graph& graph, const McuProgramOptions& options);
+
+// The same from a compiled DeviceProgram (partition/compile/program_compiler.h), for
+// an MCU in a pipeline plan: its Recv steps become program inputs (message
+// ids kept), Compute/Merge subgraphs become layers over its buffers, Send
+// steps become outputs; model inputs/outputs use options' messages.
+// NotSupported (naming the step) for what the MCU's receive-all / compute /
+// send-all loop cannot do: a Recv after a Send, partial boxes, local copies.
+Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuProgramOptions& options);
+
+// The keyword-spotting-style CNN the MCU path is tested with: input
+// [1,1,49,10] (MFCC frames) -> conv3x3(16)+relu -> maxpool2 -> conv3x3(32)+relu
+// -> maxpool2 -> conv3x3(32)+relu -> dense(12); ~0.85 M MACs, seeded weights.
+Graph MakeKeywordSpottingGraph(uint32_t seed = 1);
+// A small graph exercising the other MCU ops: depthwise conv, average pool,
+// residual Add, Relu, global average pool, dense.
+Graph MakeMcuOpsGraph(uint32_t seed = 2);
+
+}  // namespace tessera

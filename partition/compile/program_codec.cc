@@ -1,0 +1,241 @@
+#include "partition/compile/program_codec.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "proto/program.pb.h"
+
+namespace tessera {
+
+namespace {
+
+void ToMsg(const Box& b, proto::BoxMsg* m) {
+  for (const auto& r : b.dims) {
+    auto* d = m->add_dims();
+    d->set_begin(r.begin);
+    d->set_end(r.end);
+  }
+}
+
+Box FromMsg(const proto::BoxMsg& m) {
+  Box b;
+  for (const auto& d : m.dims()) b.dims.push_back({d.begin(), d.end()});
+  return b;
+}
+
+void ToMsg(const Graph& g, proto::GraphMsg* m) {
+  m->set_name(g.name);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    auto* vm = m->add_values();
+    vm->set_name(g.values[v].name);
+    for (int64_t d : g.values[v].shape) vm->add_shape(d);
+    if (const TensorData* data = g.ConstantData(static_cast<int>(v))) {
+      vm->set_constant(true);
+      vm->set_data(std::string(reinterpret_cast<const char*>(data->values.data()), data->values.size() * 4));
+    }
+  }
+  for (const Node& n : g.nodes) {
+    auto* nm = m->add_nodes();
+    nm->set_name(n.name);
+    nm->set_op(n.op);
+    for (int i : n.inputs) nm->add_inputs(i);
+    for (int o : n.outputs) nm->add_outputs(o);
+    for (const auto& [name, value] : n.attrs.all()) {
+      auto* am = nm->add_attrs();
+      am->set_name(name);
+      if (auto* i = std::get_if<int64_t>(&value)) am->set_i(*i);
+      else if (auto* f = std::get_if<double>(&value)) am->set_f(*f);
+      else if (auto* s = std::get_if<std::string>(&value)) am->set_s(*s);
+      else if (auto* is = std::get_if<std::vector<int64_t>>(&value)) {
+        auto* l = am->mutable_ints();
+        for (int64_t x : *is) l->add_v(x);
+      } else if (auto* fs = std::get_if<std::vector<double>>(&value)) {
+        auto* l = am->mutable_floats();
+        for (double x : *fs) l->add_v(x);
+      }
+    }
+  }
+  for (int i : g.inputs) m->add_inputs(i);
+  for (int o : g.outputs) m->add_outputs(o);
+}
+
+Result<Graph> FromMsg(const proto::GraphMsg& m, const std::string& origin) {
+  Graph g;
+  g.name = m.name();
+  const int nv = m.values_size();
+  auto check_id = [&](int id, const std::string& what) -> Status {
+    if (id < -1 || id >= nv)
+      return Status::DataLoss(origin + ": subgraph '" + m.name() + "': " + what + " refers to value " +
+                              std::to_string(id) + " of " + std::to_string(nv));
+    return Status::OK();
+  };
+  for (const auto& vm : m.values()) {
+    Shape shape(vm.shape().begin(), vm.shape().end());
+    int64_t volume = 1;
+    for (int64_t d : shape) {
+      if (d < 0 || d > (int64_t{1} << 31))
+        return Status::DataLoss(origin + ": value '" + vm.name() + "' has an invalid dimension");
+      volume *= std::max<int64_t>(1, d);
+      if (volume > (int64_t{1} << 31)) return Status::DataLoss(origin + ": value '" + vm.name() + "' is implausibly large");
+    }
+    if (vm.constant()) {
+      TensorData t;
+      t.shape = shape;
+      const size_t n = static_cast<size_t>(NumElements(shape));
+      if (vm.data().size() != n * 4)
+        return Status::DataLoss(origin + ": constant '" + vm.name() + "' has " + std::to_string(vm.data().size()) +
+                                " bytes for shape " + ShapeToString(shape));
+      t.values.resize(n);
+      std::memcpy(t.values.data(), vm.data().data(), n * 4);
+      g.AddConstant(vm.name(), std::move(t));
+    } else {
+      g.AddValue(vm.name(), shape);
+    }
+  }
+  for (const auto& nm : m.nodes()) {
+    Node n;
+    n.name = nm.name();
+    n.op = nm.op();
+    for (int i : nm.inputs()) {
+      TS_RETURN_IF_ERROR(check_id(i, "node '" + n.name + "' input"));
+      n.inputs.push_back(i);
+    }
+    for (int o : nm.outputs()) {
+      TS_RETURN_IF_ERROR(check_id(o, "node '" + n.name + "' output"));
+      if (o < 0) return Status::DataLoss(origin + ": node '" + n.name + "' has a missing output");
+      n.outputs.push_back(o);
+    }
+    for (const auto& am : nm.attrs()) {
+      switch (am.value_case()) {
+        case proto::AttrMsg::kI: n.attrs.Set(am.name(), am.i()); break;
+        case proto::AttrMsg::kF: n.attrs.Set(am.name(), am.f()); break;
+        case proto::AttrMsg::kS: n.attrs.Set(am.name(), am.s()); break;
+        case proto::AttrMsg::kInts:
+          n.attrs.Set(am.name(), std::vector<int64_t>(am.ints().v().begin(), am.ints().v().end()));
+          break;
+        case proto::AttrMsg::kFloats:
+          n.attrs.Set(am.name(), std::vector<double>(am.floats().v().begin(), am.floats().v().end()));
+          break;
+        default: break;
+      }
+    }
+    g.AddNode(std::move(n));
+  }
+  for (int i : m.inputs()) {
+    TS_RETURN_IF_ERROR(check_id(i, "graph input"));
+    g.inputs.push_back(i);
+  }
+  for (int o : m.outputs()) {
+    TS_RETURN_IF_ERROR(check_id(o, "graph output"));
+    g.outputs.push_back(o);
+  }
+  TS_RETURN_IF_ERROR(g.Validate().WithContext(origin + ": subgraph '" + g.name + "'"));
+  return g;
+}
+
+}  // namespace
+
+std::string SerializeGraph(const Graph& graph) {
+  proto::GraphMsg m;
+  ToMsg(graph, &m);
+  return m.SerializeAsString();
+}
+
+Result<Graph> ParseGraph(const std::string& bytes, const std::string& origin) {
+  proto::GraphMsg m;
+  if (!m.ParseFromString(bytes)) return Status::DataLoss(origin + ": not a serialized graph");
+  return FromMsg(m, origin);
+}
+
+std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id) {
+  proto::DeviceProgramMsg m;
+  m.set_plan_id(plan_id);
+  m.set_device(p.device);
+  for (const auto& b : p.buffers) {
+    auto* bm = m.add_buffers();
+    bm->set_name(b.name);
+    bm->set_value(b.value);
+    ToMsg(b.box, bm->mutable_box());
+  }
+  for (const Graph& g : p.subgraphs) ToMsg(g, m.add_subgraphs());
+  for (const auto& s : p.steps) {
+    auto* sm = m.add_steps();
+    sm->set_kind(static_cast<proto::StepMsg::Kind>(static_cast<int>(s.kind)));
+    sm->set_peer(s.peer);
+    sm->set_message(s.message);
+    sm->set_src_buffer(s.src_buffer);
+    sm->set_dst_buffer(s.dst_buffer);
+    ToMsg(s.src_box, sm->mutable_src_box());
+    ToMsg(s.dst_box, sm->mutable_dst_box());
+    sm->set_subgraph(s.subgraph);
+    for (int i : s.inputs) sm->add_inputs(i);
+    for (int o : s.outputs) sm->add_outputs(o);
+    sm->set_layer(s.layer);
+  }
+  for (const auto& [v, b] : p.model_inputs) {
+    auto* io = m.add_model_inputs();
+    io->set_value(v);
+    io->set_buffer(b);
+  }
+  for (const auto& [v, b] : p.model_outputs) {
+    auto* io = m.add_model_outputs();
+    io->set_value(v);
+    io->set_buffer(b);
+  }
+  return m.SerializeAsString();
+}
+
+Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& origin, std::string* plan_id) {
+  proto::DeviceProgramMsg m;
+  if (!m.ParseFromString(bytes)) return Status::DataLoss(origin + ": not a serialized device program");
+  DeviceProgram p;
+  p.device = m.device();
+  if (plan_id) *plan_id = m.plan_id();
+  // Bounds before anything is allocated: a corrupted size must not become a
+  // multi-gigabyte allocation in the worker.
+  constexpr int64_t kMaxValues = int64_t{1} << 31;
+  for (const auto& bm : m.buffers()) {
+    Box box = FromMsg(bm.box());
+    int64_t volume = 1;
+    for (const auto& r : box.dims) {
+      if (r.begin < 0 || r.end < r.begin || r.end > kMaxValues)
+        return Status::DataLoss(origin + ": buffer '" + bm.name() + "' has an invalid region " + box.ToString());
+      volume *= std::max<int64_t>(1, r.size());
+      if (volume > kMaxValues) return Status::DataLoss(origin + ": buffer '" + bm.name() + "' is implausibly large");
+    }
+    p.buffers.push_back({bm.name(), bm.value(), box});
+  }
+  for (const auto& gm : m.subgraphs()) {
+    TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin));
+    p.subgraphs.push_back(std::move(g));
+  }
+  const int nb = static_cast<int>(p.buffers.size());
+  auto buffer_ok = [&](int b) { return b >= 0 && b < nb; };
+  for (const auto& sm : m.steps()) {
+    ProgramStep s;
+    s.kind = static_cast<StepKind>(static_cast<int>(sm.kind()));
+    s.peer = sm.peer();
+    s.message = sm.message();
+    s.src_buffer = sm.src_buffer();
+    s.dst_buffer = sm.dst_buffer();
+    s.src_box = FromMsg(sm.src_box());
+    s.dst_box = FromMsg(sm.dst_box());
+    s.subgraph = sm.subgraph();
+    s.inputs.assign(sm.inputs().begin(), sm.inputs().end());
+    s.outputs.assign(sm.outputs().begin(), sm.outputs().end());
+    s.layer = sm.layer();
+    p.steps.push_back(std::move(s));
+  }
+  for (const auto& io : m.model_inputs()) {
+    if (!buffer_ok(io.buffer())) return Status::DataLoss(origin + ": model input bound to a missing buffer");
+    p.model_inputs.push_back({io.value(), io.buffer()});
+  }
+  for (const auto& io : m.model_outputs()) {
+    if (!buffer_ok(io.buffer())) return Status::DataLoss(origin + ": model output bound to a missing buffer");
+    p.model_outputs.push_back({io.value(), io.buffer()});
+  }
+  TS_RETURN_IF_ERROR(ValidateProgram(p).WithContext(origin));
+  return p;
+}
+
+}  // namespace tessera

@@ -1,0 +1,22 @@
+// DeviceProgram <-> bytes (proto/program.proto). Used by `tessera deploy`
+// (push), workers (load, keep on disk) and tests (programs are serialisable).
+#pragma once
+
+#include <string>
+
+#include "partition/compile/device_program.h"
+#include "partition/graph/graph.h"
+#include "util/status.h"
+
+namespace tessera {
+
+std::string SerializeProgram(const DeviceProgram& program, const std::string& plan_id);
+// Errors (DataLoss / InvalidArgument) name `origin` and what is wrong; the
+// parsed program is also checked for internal consistency (buffer ids,
+// subgraph arity), so a corrupted program never reaches a kernel.
+Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& origin, std::string* plan_id);
+
+std::string SerializeGraph(const Graph& graph);
+Result<Graph> ParseGraph(const std::string& bytes, const std::string& origin);
+
+}  // namespace tessera

@@ -1,0 +1,794 @@
+#include "partition/compile/program_compiler.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "partition/graph/metrics.h"
+
+namespace tessera {
+
+namespace {
+
+struct Piece {
+  int device = 0;
+  int buffer = -1;
+  Box box;
+};
+
+// Where a value's data lives (see program_compiler.h).
+struct Placement {
+  std::vector<Piece> primary;   // disjoint, covers the value
+  std::vector<Piece> replicas;  // extra copies, for reuse on their device
+  bool in_place_slices = false; // primary = channel slices left by FDTO/FDT1/PART
+};
+
+const std::set<std::string>& ElementwiseOps() {
+  static const std::set<std::string> ops = {
+      "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "HardSwish", "Softplus", "Abs",
+      "Neg", "Exp", "Sqrt", "Identity", "BatchNormalization", "Add", "Sub", "Mul", "Div", "Max", "Min",
+      "Sum", "Mean", "PRelu", "Pow"};
+  return ops;
+}
+
+TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t end) {
+  TensorData out;
+  out.shape = t.shape;
+  out.shape[axis] = end - begin;
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < axis; ++i) outer *= t.shape[i];
+  for (size_t i = axis + 1; i < t.shape.size(); ++i) inner *= t.shape[i];
+  out.values.reserve(static_cast<size_t>(NumElements(out.shape)));
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* src = t.values.data() + (o * t.shape[axis] + begin) * inner;
+    out.values.insert(out.values.end(), src, src + (end - begin) * inner);
+  }
+  return out;
+}
+
+Box ChannelSlice(const Shape& shape, int64_t c0, int64_t c1) {
+  Box b = Box::Full(shape);
+  b.dims.at(1) = {c0, c1};
+  return b;
+}
+
+Box SpatialBox(const Shape& shape, const TileRegion& r) {
+  Box b = Box::Full(shape);
+  b.dims.at(2) = r.rows;
+  b.dims.at(3) = r.cols;
+  return b;
+}
+
+TileRegion Union(const TileRegion& a, const TileRegion& b) {
+  return {{std::min(a.rows.begin, b.rows.begin), std::max(a.rows.end, b.rows.end)},
+          {std::min(a.cols.begin, b.cols.begin), std::max(a.cols.end, b.cols.end)}};
+}
+
+// Builds a subgraph out of nodes of a source graph.
+class SubgraphBuilder {
+ public:
+  SubgraphBuilder(const Graph& src, const std::string& name) : src_(src) { out_.name = name; }
+  int Input(int src_value, const Shape& shape, const std::string& suffix = "") {
+    int id = out_.AddValue(src_.values[src_value].name + suffix, shape);
+    out_.inputs.push_back(id);
+    return id;
+  }
+  int InputNamed(const std::string& name, const Shape& shape) {
+    int id = out_.AddValue(name, shape);
+    out_.inputs.push_back(id);
+    return id;
+  }
+  int Value(const std::string& name, const Shape& shape) { return out_.AddValue(name, shape); }
+  int Constant(const std::string& name, TensorData data) { return out_.AddConstant(name, std::move(data)); }
+  int CopyConstant(int src_value) {
+    auto it = constants_.find(src_value);
+    if (it != constants_.end()) return it->second;
+    int id = Constant(src_.values[src_value].name, *src_.ConstantData(src_value));
+    constants_[src_value] = id;
+    return id;
+  }
+  void AddNode(Node n) {
+    // Node names must be unique within the subgraph.
+    if (!names_.insert(n.name).second) n.name += "#" + std::to_string(out_.nodes.size());
+    names_.insert(n.name);
+    out_.AddNode(std::move(n));
+  }
+  void Output(int v) { out_.outputs.push_back(v); }
+  Result<Graph> Finish() {
+    TS_RETURN_IF_ERROR(out_.Validate().WithContext("subgraph " + out_.name));
+    return std::move(out_);
+  }
+
+ private:
+  const Graph& src_;
+  Graph out_;
+  std::map<int, int> constants_;
+  std::set<std::string> names_;
+};
+
+// How a stack layer maps an output region back to each activation input.
+struct RegionMap {
+  bool window = false;
+  SpatialWindow w;
+};
+
+std::string LayerLabel(const Graph& g, int n) {
+  return "layer " + std::to_string(n + 1) + " ('" + g.nodes[n].name + "', " + g.nodes[n].op + ")";
+}
+
+Result<RegionMap> RegionMapOf(const Graph& g, int n) {
+  const Node& node = g.nodes[n];
+  for (int v : g.ActivationInputs(node))
+    if (g.values[v].shape.size() != 4)
+      return Status::InvalidArgument(LayerLabel(g, n) + " is not on a 4-D feature map and cannot be tiled (ffmt)");
+  if (node.outputs.size() != 1 || g.values[node.outputs[0]].shape.size() != 4)
+    return Status::InvalidArgument(LayerLabel(g, n) + " does not produce one 4-D feature map and cannot be tiled");
+  RegionMap m;
+  if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
+    TS_ASSIGN_OR_RETURN(m.w, SpatialWindowOf(g, node));
+    m.window = true;
+    return m;
+  }
+  const Shape& ys = g.values[node.outputs[0]].shape;
+  bool same_spatial = true;
+  for (int v : g.ActivationInputs(node)) {
+    const Shape& s = g.values[v].shape;
+    same_spatial &= s[2] == ys[2] && s[3] == ys[3];
+  }
+  if (same_spatial && (ElementwiseOps().count(node.op) || (node.op == "Concat" && node.attrs.Int("axis") == 1)))
+    return m;
+  return Status::InvalidArgument(LayerLabel(g, n) +
+                                 " has no spatial locality and cannot be inside an FFMT stack (only conv, pool, "
+                                 "element-wise and channel concat can)");
+}
+
+// The activation a producer carries (graph.h) as a separate node, for merges.
+Result<std::optional<Node>> ActivationNode(const Node& producer) {
+  const std::string act = producer.attrs.String("activation");
+  const double a = producer.attrs.Float("act_alpha"), b = producer.attrs.Float("act_beta");
+  Node n;
+  n.name = producer.name + "/activation";
+  if (act.empty() || act == "linear") return std::optional<Node>();
+  if (act == "relu") n.op = "Relu";
+  else if (act == "leaky_relu") n.op = "LeakyRelu", n.attrs.Set("alpha", a);
+  else if (act == "clip") n.op = "Clip", n.attrs.Set("min", a), n.attrs.Set("max", b);
+  else if (act == "sigmoid") n.op = "Sigmoid";
+  else if (act == "hard_sigmoid") n.op = "HardSigmoid", n.attrs.Set("alpha", a), n.attrs.Set("beta", b);
+  else if (act == "tanh") n.op = "Tanh";
+  else return Status::NotSupported("layer '" + producer.name + "': activation '" + act + "' cannot be merged");
+  return std::optional<Node>(n);
+}
+
+class Compiler {
+ public:
+  Compiler(const Graph& g, const PartitionPlan& p) : g_(g), plan_(p) {}
+
+  Result<CompiledPlan> Run() {
+    if (plan_.layers.size() != g_.nodes.size())
+      return Status::InvalidArgument("the plan has " + std::to_string(plan_.layers.size()) + " layers, the model " +
+                                     std::to_string(g_.nodes.size()) + " (was it made for another model?)");
+    if (plan_.num_devices < 1 || plan_.source < 0 || plan_.source >= plan_.num_devices)
+      return Status::InvalidArgument("the plan's source device is not one of its devices");
+    for (size_t i = 0; i < plan_.layers.size(); ++i)
+      for (int d : plan_.layers[i].devices)
+        if (d < 0 || d >= plan_.num_devices)
+          return Status::InvalidArgument("layer " + std::to_string(i + 1) + " ('" + g_.nodes[i].name +
+                                         "') names device " + std::to_string(d) + ", the plan has " +
+                                         std::to_string(plan_.num_devices));
+    progs_.resize(plan_.num_devices);
+    for (int d = 0; d < plan_.num_devices; ++d) progs_[d].device = d;
+    place_.resize(g_.values.size());
+    consumers_ = g_.Consumers();
+    for (const auto& f : ComputeLayerFigures(g_)) {
+      int64_t positions = f.output_shape.size() == 4 ? f.output_shape[2] * f.output_shape[3] : 1;
+      macs_per_position_.push_back(positions > 0 ? f.R / positions : f.R);
+    }
+
+    for (int v : g_.inputs) {
+      DeviceProgram& p = progs_[plan_.source];
+      int buf = p.AddBuffer(v, Box::Full(g_.values[v].shape), g_.values[v].name);
+      p.model_inputs.push_back({v, buf});
+      place_[v].primary = {{plan_.source, buf, Box::Full(g_.values[v].shape)}};
+    }
+
+    for (size_t i = 0; i < g_.nodes.size();) {
+      const LayerAssignment& a = plan_.layers[i];
+      if (a.scheme == LayerScheme::kFfmt) {
+        size_t j = i;
+        while (j + 1 < g_.nodes.size() && SameStackAssignment(a, plan_.layers[j + 1])) ++j;
+        TS_RETURN_IF_ERROR(CompileFfmtRun(static_cast<int>(i), static_cast<int>(j)));
+        i = j + 1;
+        continue;
+      }
+      Status st;
+      switch (a.scheme) {
+        case LayerScheme::kWhole: st = CompileWhole(static_cast<int>(i)); break;
+        case LayerScheme::kFdto:
+        case LayerScheme::kFdt1: st = CompileFanOut(static_cast<int>(i)); break;
+        case LayerScheme::kFdti:
+        case LayerScheme::kFdt2: st = CompileFanIn(static_cast<int>(i)); break;
+        case LayerScheme::kPart: st = CompilePart(static_cast<int>(i)); break;
+        case LayerScheme::kFfmt: break;
+      }
+      TS_RETURN_IF_ERROR(st);
+      ++i;
+    }
+
+    for (int v : g_.outputs) {
+      TS_ASSIGN_OR_RETURN(int buf, Fetch(v, plan_.source, Box::Full(g_.values[v].shape)));
+      progs_[plan_.source].model_outputs.push_back({v, buf});
+    }
+    CompiledPlan out;
+    out.programs = std::move(progs_);
+    out.halo_mac_overhead = halo_;
+    TS_RETURN_IF_ERROR(ValidatePrograms(out.programs).WithContext("compiled programs are inconsistent (a tessera bug)"));
+    return out;
+  }
+
+ private:
+  static bool SameStackAssignment(const LayerAssignment& a, const LayerAssignment& b) {
+    return b.scheme == LayerScheme::kFfmt && a.devices == b.devices && a.grid_rows == b.grid_rows &&
+           a.grid_cols == b.grid_cols && a.row_weights == b.row_weights && a.col_weights == b.col_weights;
+  }
+
+  std::string LayerName(int n) const { return LayerLabel(g_, n); }
+
+  std::vector<int> DevicesOf(int n) const {
+    const auto& d = plan_.layers[n].devices;
+    return d.empty() ? std::vector<int>{plan_.source} : d;
+  }
+
+  // Channel ranges [c0, c1) per device of layer n over `total` channels.
+  Result<std::vector<Range1D>> SplitOf(int n, int64_t total) const {
+    const auto devices = DevicesOf(n);
+    std::vector<int64_t> sizes = plan_.layers[n].split;
+    if (sizes.empty()) sizes = SplitProportional(total, std::vector<double>(devices.size(), 1.0));
+    if (sizes.size() != devices.size())
+      return Status::InvalidArgument(LayerName(n) + ": split has " + std::to_string(sizes.size()) + " sizes for " +
+                                     std::to_string(devices.size()) + " devices");
+    int64_t sum = 0;
+    std::vector<Range1D> r;
+    for (int64_t s : sizes) {
+      if (s < 0) return Status::InvalidArgument(LayerName(n) + ": negative split size");
+      r.push_back({sum, sum + s});
+      sum += s;
+    }
+    if (sum != total)
+      return Status::InvalidArgument(LayerName(n) + ": split sizes add up to " + std::to_string(sum) +
+                                     ", the layer has " + std::to_string(total) + " channels");
+    return r;
+  }
+
+  void AddTransfer(const Piece& from, const Box& region, int to_device, int to_buffer, const Box& to_box) {
+    ProgramStep s;
+    if (from.device == to_device) {
+      s.kind = StepKind::kCopy;
+      s.src_buffer = from.buffer;
+      s.src_box = region.RelativeTo(from.box);
+      s.dst_buffer = to_buffer;
+      s.dst_box = region.RelativeTo(to_box);
+      progs_[to_device].steps.push_back(s);
+      return;
+    }
+    const int64_t msg = next_message_++;
+    s.kind = StepKind::kSend;
+    s.peer = to_device;
+    s.message = msg;
+    s.src_buffer = from.buffer;
+    s.src_box = region.RelativeTo(from.box);
+    progs_[from.device].steps.push_back(s);
+    ProgramStep r;
+    r.kind = StepKind::kRecv;
+    r.peer = from.device;
+    r.message = msg;
+    r.dst_buffer = to_buffer;
+    r.dst_box = region.RelativeTo(to_box);
+    progs_[to_device].steps.push_back(r);
+  }
+
+  // A buffer on `device` holding exactly `box` of `value`.
+  Result<int> Fetch(int value, int device, const Box& box) {
+    Placement& pl = place_[value];
+    auto local = [&](const Piece& p) { return p.device == device; };
+    for (const auto* list : {&pl.primary, &pl.replicas})
+      for (const Piece& p : *list)
+        if (local(p) && p.box == box) return p.buffer;
+    const std::string name = g_.values[value].name + "@" + box.ToString();
+    for (const auto* list : {&pl.primary, &pl.replicas})
+      for (const Piece& p : *list)
+        if (local(p) && p.box.Contains(box)) {
+          int buf = progs_[device].AddBuffer(value, box, name);
+          AddTransfer(p, box, device, buf, box);
+          pl.replicas.push_back({device, buf, box});
+          return buf;
+        }
+    int buf = progs_[device].AddBuffer(value, box, name);
+    int64_t covered = 0;
+    for (const Piece& p : std::vector<Piece>(pl.primary)) {
+      Box inter = p.box.Intersect(box);
+      if (inter.empty()) continue;
+      AddTransfer(p, inter, device, buf, box);
+      covered += inter.volume();
+    }
+    if (covered != box.volume())
+      return Status::Internal("value '" + g_.values[value].name + "': region " + box.ToString() +
+                              " is not covered by the pieces computed so far");
+    pl.replicas.push_back({device, buf, box});
+    return buf;
+  }
+
+  // Makes `device` the only holder of the whole value (METHODS §4: the
+  // source collects outputs that are not reused in place).
+  Status CollectAt(int value, int device) {
+    const Box full = Box::Full(g_.values[value].shape);
+    TS_ASSIGN_OR_RETURN(int buf, Fetch(value, device, full));
+    place_[value].primary = {{device, buf, full}};
+    place_[value].replicas.clear();
+    place_[value].in_place_slices = false;
+    return Status::OK();
+  }
+
+  int AddCompute(int device, Graph sub, const std::vector<int>& inputs, int layer, StepKind kind,
+                 std::vector<Piece> outputs_as) {
+    DeviceProgram& p = progs_[device];
+    ProgramStep s;
+    s.kind = kind;
+    s.layer = layer + 1;
+    s.inputs = inputs;
+    for (auto& o : outputs_as) s.outputs.push_back(o.buffer);
+    p.subgraphs.push_back(std::move(sub));
+    s.subgraph = static_cast<int>(p.subgraphs.size()) - 1;
+    p.steps.push_back(s);
+    return s.subgraph;
+  }
+
+  Node Clone(const Node& n, std::vector<int> inputs, std::vector<int> outputs) const {
+    Node c = n;
+    c.inputs = std::move(inputs);
+    c.outputs = std::move(outputs);
+    return c;
+  }
+
+  // ---- WHOLE ---------------------------------------------------------------
+  Status CompileWhole(int n) {
+    const Node& node = g_.nodes[n];
+    const int d = DevicesOf(n)[0];
+    SubgraphBuilder sb(g_, node.name);
+    std::vector<int> ins, bufs;
+    for (int v : node.inputs) {
+      if (v < 0) {
+        ins.push_back(-1);
+      } else if (g_.values[v].constant) {
+        ins.push_back(sb.CopyConstant(v));
+      } else {
+        TS_ASSIGN_OR_RETURN(int buf, Fetch(v, d, Box::Full(g_.values[v].shape)));
+        bufs.push_back(buf);
+        ins.push_back(sb.Input(v, g_.values[v].shape));
+      }
+    }
+    std::vector<int> outs;
+    std::vector<Piece> pieces;
+    for (int v : node.outputs) {
+      outs.push_back(sb.Value(g_.values[v].name, g_.values[v].shape));
+      sb.Output(outs.back());
+      const Box full = Box::Full(g_.values[v].shape);
+      pieces.push_back({d, progs_[d].AddBuffer(v, full, g_.values[v].name), full});
+    }
+    sb.AddNode(Clone(node, ins, outs));
+    TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
+    AddCompute(d, std::move(sub), bufs, n, StepKind::kCompute, pieces);
+    for (size_t k = 0; k < node.outputs.size(); ++k) place_[node.outputs[k]] = Placement{{pieces[k]}, {}, false};
+    return Status::OK();
+  }
+
+  // ---- FDTO / FDT1 -----------------------------------------------------------
+  Status CompileFanOut(int n) {
+    const Node& node = g_.nodes[n];
+    const bool conv = node.op == "Conv";
+    if (!conv && node.op != "Gemm")
+      return Status::InvalidArgument(LayerName(n) + " cannot be split by output channels (" +
+                                     LayerSchemeName(plan_.layers[n].scheme) + "): only Conv and Gemm can");
+    const int x = node.inputs.at(0);
+    const int y = node.outputs.at(0);
+    const TensorData& w = *g_.ConstantData(node.inputs.at(1));
+    const TensorData* b = node.inputs.size() > 2 && node.inputs[2] >= 0 ? g_.ConstantData(node.inputs[2]) : nullptr;
+    const int64_t O = w.shape[0];
+    const int64_t groups = conv ? node.attrs.Int("group", 1) : 1;
+    const int64_t og = O / groups, cg = conv ? w.shape[1] : 0;
+    TS_ASSIGN_OR_RETURN(auto split, SplitOf(n, O));
+    const auto devices = DevicesOf(n);
+    // METHODS §4: the input comes from the source unless it is reused in place.
+    if (!place_[x].in_place_slices) TS_RETURN_IF_ERROR(CollectAt(x, devices[0]));
+    std::vector<Piece> pieces;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const Range1D c = split[i];
+      if (c.size() == 0) continue;
+      if (groups > 1 && (c.begin % og || c.end % og))
+        return Status::InvalidArgument(LayerName(n) + ": a grouped conv can only be split at group boundaries (" +
+                                       std::to_string(og) + " output channels per group)");
+      Box need = Box::Full(g_.values[x].shape);
+      if (groups > 1) need.dims[1] = {c.begin / og * cg, c.end / og * cg};
+      TS_ASSIGN_OR_RETURN(int in_buf, Fetch(x, devices[i], need));
+      SubgraphBuilder sb(g_, node.name + "/out" + std::to_string(c.begin) + "-" + std::to_string(c.end));
+      std::vector<int> ins = {sb.Input(x, need.shape()), sb.Constant(g_.values[node.inputs[1]].name,
+                                                                     SliceAxis(w, 0, c.begin, c.end))};
+      if (b) ins.push_back(sb.Constant(g_.values[node.inputs[2]].name, SliceAxis(*b, 0, c.begin, c.end)));
+      Box out_box = ChannelSlice(g_.values[y].shape, c.begin, c.end);
+      int out = sb.Value(g_.values[y].name, out_box.shape());
+      sb.Output(out);
+      Node clone = Clone(node, ins, {out});
+      if (groups > 1) clone.attrs.Set("group", static_cast<int64_t>(c.size() / og));
+      sb.AddNode(clone);
+      TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
+      Piece piece{devices[i], progs_[devices[i]].AddBuffer(y, out_box, g_.values[y].name + "@" + out_box.ToString()),
+                  out_box};
+      AddCompute(devices[i], std::move(sub), {in_buf}, n, StepKind::kCompute, {piece});
+      pieces.push_back(piece);
+    }
+    place_[y] = Placement{pieces, {}, true};
+    return Status::OK();
+  }
+
+  // ---- FDTI / FDT2 -----------------------------------------------------------
+  Status CompileFanIn(int n) {
+    const Node& node = g_.nodes[n];
+    const bool conv = node.op == "Conv";
+    const LayerScheme scheme = plan_.layers[n].scheme;
+    if ((!conv && node.op != "Gemm") || (conv && node.attrs.Int("group", 1) != 1))
+      return Status::InvalidArgument(LayerName(n) + " cannot be split by input channels (" +
+                                     LayerSchemeName(scheme) + "): only ungrouped Conv and Gemm can");
+    const int x = node.inputs.at(0);
+    const int y = node.outputs.at(0);
+    const Shape& xs = g_.values[x].shape;
+    const TensorData& w = *g_.ConstantData(node.inputs.at(1));
+    const TensorData* b = node.inputs.size() > 2 && node.inputs[2] >= 0 ? g_.ConstantData(node.inputs[2]) : nullptr;
+    // Channels are the split unit. For a dense layer over a 4-D input
+    // (flattened C-major), channel slice [c0,c1) is the contiguous feature
+    // range [c0·H·W, c1·H·W).
+    const int64_t C = xs.at(1);
+    const int64_t per_channel = conv ? 1 : NumElements(xs) / (xs[0] * C);
+    TS_ASSIGN_OR_RETURN(auto split, SplitOf(n, C));
+    const auto devices = DevicesOf(n);
+    const int merge_device = devices[0];
+    if (scheme == LayerScheme::kFdti || !place_[x].in_place_slices) TS_RETURN_IF_ERROR(CollectAt(x, merge_device));
+
+    std::vector<Piece> partials;  // in device order
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const Range1D c = split[i];
+      if (c.size() == 0) continue;
+      const Box need = ChannelSlice(xs, c.begin, c.end);
+      TS_ASSIGN_OR_RETURN(int in_buf, Fetch(x, devices[i], need));
+      SubgraphBuilder sb(g_, node.name + "/in" + std::to_string(c.begin) + "-" + std::to_string(c.end));
+      std::vector<int> ins = {sb.Input(x, need.shape()),
+                              sb.Constant(g_.values[node.inputs[1]].name,
+                                          SliceAxis(w, 1, c.begin * per_channel, c.end * per_channel))};
+      const Shape& ys = g_.values[y].shape;
+      int out = sb.Value(g_.values[y].name + "/partial", ys);
+      sb.Output(out);
+      Node clone = Clone(node, ins, {out});
+      clone.attrs.Erase("activation");  // applied once, after the merge
+      sb.AddNode(clone);
+      TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
+      Piece piece{devices[i],
+                  progs_[devices[i]].AddBuffer(-1, Box::Full(ys), g_.values[y].name + "/partial" + std::to_string(i)),
+                  Box::Full(ys)};
+      AddCompute(devices[i], std::move(sub), {in_buf}, n, StepKind::kCompute, {piece});
+      partials.push_back(piece);
+    }
+    // Partials travel to the merge device (METHODS §4: K·(N−1) values).
+    std::vector<int> merge_inputs;
+    for (const Piece& p : partials) {
+      if (p.device == merge_device) {
+        merge_inputs.push_back(p.buffer);
+        continue;
+      }
+      int buf = progs_[merge_device].AddBuffer(-1, p.box, g_.values[y].name + "/partial-from-" +
+                                                               std::to_string(p.device));
+      AddTransfer(p, p.box, merge_device, buf, p.box);
+      merge_inputs.push_back(buf);
+    }
+    // Merge: ((p0 + p1) + p2) + ... in device order, then bias, then activation.
+    const Shape& ys = g_.values[y].shape;
+    SubgraphBuilder sb(g_, node.name + "/merge");
+    std::vector<int> ins;
+    for (size_t i = 0; i < merge_inputs.size(); ++i) ins.push_back(sb.InputNamed("partial" + std::to_string(i), ys));
+    int acc = ins[0];
+    for (size_t i = 1; i < ins.size(); ++i) {
+      int sum = sb.Value("sum" + std::to_string(i), ys);
+      sb.AddNode(Node{node.name + "/sum" + std::to_string(i), "Add", {acc, ins[i]}, {sum}, {}});
+      acc = sum;
+    }
+    if (b) {
+      TensorData bias = *b;
+      bias.shape = ys.size() == 4 ? Shape{1, ys[1], 1, 1} : Shape{1, ys.back()};
+      int bc = sb.Constant(g_.values[node.inputs[2]].name, bias);
+      int with_bias = sb.Value("biased", ys);
+      sb.AddNode(Node{node.name + "/bias", "Add", {acc, bc}, {with_bias}, {}});
+      acc = with_bias;
+    }
+    TS_ASSIGN_OR_RETURN(auto act, ActivationNode(node));
+    if (act) {
+      int activated = sb.Value("activated", ys);
+      act->inputs = {acc};
+      act->outputs = {activated};
+      sb.AddNode(*act);
+      acc = activated;
+    }
+    if (acc == ins[0]) {  // one partial, no bias, no activation: still produce a separate output
+      int copy = sb.Value("merged", ys);
+      sb.AddNode(Node{node.name + "/merged", "Identity", {acc}, {copy}, {}});
+      acc = copy;
+    }
+    sb.Output(acc);
+    TS_ASSIGN_OR_RETURN(Graph merge, sb.Finish());
+    const Box full = Box::Full(ys);
+    Piece out{merge_device, progs_[merge_device].AddBuffer(y, full, g_.values[y].name), full};
+    AddCompute(merge_device, std::move(merge), merge_inputs, n, StepKind::kMerge, {out});
+    place_[y] = Placement{{out}, {}, false};
+    return Status::OK();
+  }
+
+  // ---- PART ------------------------------------------------------------------
+  Status CompilePart(int n) {
+    const Node& node = g_.nodes[n];
+    const auto acts = g_.ActivationInputs(node);
+    if (acts.empty() || node.outputs.size() != 1)
+      return Status::InvalidArgument(LayerName(n) + " cannot run per channel slice (part)");
+    const int y = node.outputs[0];
+    const Shape& ys = g_.values[y].shape;
+    const Shape& xs = g_.values[acts[0]].shape;
+    const bool flatten = (node.op == "Reshape" || node.op == "Flatten") && xs.size() == 4 && xs[2] == 1 &&
+                         xs[3] == 1 && ys.size() == 2 && ys[1] == xs[1];
+    const bool depthwise = node.op == "Conv" && node.attrs.Int("group", 1) == xs.at(1) &&
+                           g_.ConstantData(node.inputs[1])->shape[0] == xs.at(1);
+    const bool pool = node.op == "MaxPool" || node.op == "AveragePool" || node.op == "GlobalAveragePool" ||
+                      node.op == "GlobalMaxPool";
+    if (!(flatten || depthwise || pool || ElementwiseOps().count(node.op)) || xs.size() < 2 || ys.size() < 2 ||
+        ys[1] != xs[1])
+      return Status::InvalidArgument(LayerName(n) +
+                                     " cannot run per channel slice (part): only channel-wise layers can "
+                                     "(activations, pools, depthwise conv, batch-norm, flatten of a 1x1 map)");
+    const int64_t C = xs[1];
+    std::vector<Range1D> split;
+    std::vector<int> devices;
+    if (plan_.layers[n].split.empty() && place_[acts[0]].in_place_slices) {
+      for (const Piece& p : place_[acts[0]].primary) split.push_back(p.box.dims[1]), devices.push_back(p.device);
+    } else {
+      TS_ASSIGN_OR_RETURN(split, SplitOf(n, C));
+      devices = DevicesOf(n);
+    }
+    std::vector<Piece> pieces;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const Range1D c = split[i];
+      if (c.size() == 0) continue;
+      SubgraphBuilder sb(g_, node.name + "/ch" + std::to_string(c.begin) + "-" + std::to_string(c.end));
+      std::vector<int> ins, bufs;
+      for (int v : node.inputs) {
+        if (v < 0) {
+          ins.push_back(-1);
+          continue;
+        }
+        const Shape& s = g_.values[v].shape;
+        if (g_.values[v].constant) {
+          // Per-channel constants (BN parameters, depthwise weights, broadcast
+          // operands with a channel axis) are sliced; the rest are copied.
+          const TensorData& data = *g_.ConstantData(v);
+          int64_t axis = -1;
+          if (node.op == "BatchNormalization" || depthwise) axis = 0;
+          else if (s.size() + 1 >= ys.size() && ys.size() >= 2) {
+            int64_t a = static_cast<int64_t>(s.size()) - (static_cast<int64_t>(ys.size()) - 1);
+            if (a >= 0 && a < static_cast<int64_t>(s.size()) && s[a] == C) axis = a;
+          }
+          if (axis >= 0 && s.size() > static_cast<size_t>(axis) && s[axis] == C)
+            ins.push_back(sb.Constant(g_.values[v].name, SliceAxis(data, axis, c.begin, c.end)));
+          else
+            ins.push_back(sb.CopyConstant(v));
+          continue;
+        }
+        Box need = ChannelSlice(s, c.begin, c.end);
+        TS_ASSIGN_OR_RETURN(int buf, Fetch(v, devices[i], need));
+        bufs.push_back(buf);
+        ins.push_back(sb.Input(v, need.shape()));
+      }
+      Box out_box = Box::Full(ys);
+      out_box.dims[1] = c;
+      int out = sb.Value(g_.values[y].name, out_box.shape());
+      sb.Output(out);
+      Node clone = Clone(node, ins, {out});
+      if (depthwise) clone.attrs.Set("group", static_cast<int64_t>(c.size()));
+      if (flatten && clone.op == "Reshape") clone.attrs.Set("shape", std::vector<int64_t>{ys[0], c.size()});
+      sb.AddNode(clone);
+      TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
+      Piece piece{devices[i], progs_[devices[i]].AddBuffer(y, out_box, g_.values[y].name + "@" + out_box.ToString()),
+                  out_box};
+      AddCompute(devices[i], std::move(sub), bufs, n, StepKind::kCompute, {piece});
+      pieces.push_back(piece);
+    }
+    place_[y] = Placement{pieces, {}, true};
+    return Status::OK();
+  }
+
+  // ---- FFMT --------------------------------------------------------------------
+  // Splits the run [first, last] of FFMT layers into fused stacks whose only
+  // value leaving the stack is the last layer's output, longest first.
+  Status CompileFfmtRun(int first, int last) {
+    int start = first;
+    while (start <= last) {
+      int end = start;
+      for (int k = start; k <= last; ++k)
+        if (StackIsClosed(start, k)) end = k;
+      TS_RETURN_IF_ERROR(CompileStack(start, end));
+      start = end + 1;
+    }
+    return Status::OK();
+  }
+
+  bool StackIsClosed(int start, int k) const {
+    if (g_.nodes[k].outputs.size() != 1) return false;
+    std::set<int> graph_outputs(g_.outputs.begin(), g_.outputs.end());
+    for (int n = start; n <= k; ++n)
+      for (int v : g_.nodes[n].outputs) {
+        if (v == g_.nodes[k].outputs[0]) continue;
+        if (graph_outputs.count(v)) return false;
+        for (int c : consumers_[v])
+          if (c < start || c > k) return false;
+      }
+    return true;
+  }
+
+  Status CompileStack(int start, int end) {
+    for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(RegionMapOf(g_, n).status());
+    const LayerAssignment& a = plan_.layers[start];
+    const auto devices = DevicesOf(start);
+    const int y = g_.nodes[end].outputs[0];
+    const Shape& ys = g_.values[y].shape;
+    std::vector<double> rw = a.row_weights, cw = a.col_weights;
+    if (rw.empty()) rw.assign(std::max<int64_t>(1, a.grid_rows), 1.0);
+    if (cw.empty()) cw.assign(std::max<int64_t>(1, a.grid_cols), 1.0);
+    const auto tiles = GridTiles(ys[2], ys[3], rw, cw);
+    std::set<int> in_stack_values;
+    for (int n = start; n <= end; ++n)
+      for (int v : g_.nodes[n].outputs) in_stack_values.insert(v);
+
+    int64_t tiled_macs = 0, whole_macs = 0;
+    for (int n = start; n <= end; ++n) {
+      const Shape& s = g_.values[g_.nodes[n].outputs[0]].shape;
+      whole_macs += s[2] * s[3] * macs_per_position_[n];
+    }
+    std::vector<Piece> pieces;
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const int device = devices[t % devices.size()];
+      // Backwards: the region each value must provide, and each layer's view.
+      std::map<int, TileRegion> need;
+      struct LayerView {
+        std::vector<TileRegion> in;  // per activation input, the region it reads
+        int64_t pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
+        bool used = false;
+      };
+      std::vector<LayerView> view(end - start + 1);
+      need[y] = tiles[t];
+      for (int n = end; n >= start; --n) {
+        const Node& node = g_.nodes[n];
+        auto it = need.find(node.outputs[0]);
+        if (it == need.end()) continue;
+        LayerView& lv = view[n - start];
+        lv.used = true;
+        const TileRegion out = it->second;
+        auto map = RegionMapOf(g_, n);
+        for (int v : g_.ActivationInputs(node)) {
+          TileRegion in = out;
+          if (map->window) {
+            TS_ASSIGN_OR_RETURN(auto regions, BackPropagateTile({map->w}, out));
+            in = regions[0].input;
+            for (int ax = 0; ax < 2; ++ax) lv.pad_begin[ax] = regions[0].pad_begin[ax], lv.pad_end[ax] = regions[0].pad_end[ax];
+          }
+          lv.in.push_back(in);
+          auto [pos, inserted] = need.emplace(v, in);
+          if (!inserted) pos->second = Union(pos->second, in);
+        }
+        tiled_macs += out.rows.size() * out.cols.size() * macs_per_position_[n];
+      }
+      // Forwards: the tile's subgraph.
+      SubgraphBuilder sb(g_, g_.nodes[start].name + "/tile" + std::to_string(t));
+      std::map<int, int> sub_value;  // graph value -> subgraph value holding need[value]
+      std::vector<int> bufs;
+      for (int n = start; n <= end; ++n) {
+        const Node& node = g_.nodes[n];
+        const LayerView& lv = view[n - start];
+        if (!lv.used) continue;
+        std::vector<int> ins;
+        size_t act_index = 0;
+        for (int v : node.inputs) {
+          if (v < 0) {
+            ins.push_back(-1);
+            continue;
+          }
+          if (g_.values[v].constant) {
+            ins.push_back(sb.CopyConstant(v));
+            continue;
+          }
+          const Shape& vs = g_.values[v].shape;
+          if (!sub_value.count(v)) {  // a stack input: fetch its region once
+            TS_ASSIGN_OR_RETURN(int buf, Fetch(v, device, SpatialBox(vs, need[v])));
+            bufs.push_back(buf);
+            sub_value[v] = sb.Input(v, SpatialBox(vs, need[v]).shape());
+          }
+          int sv = sub_value[v];
+          const TileRegion& have = need[v];
+          const TileRegion& want = lv.in[act_index++];
+          if (!(have == want)) {  // another consumer needed more: crop
+            int cropped = sb.Value(g_.values[v].name + "/crop", SpatialBox(vs, want).shape());
+            Node slice{node.name + "/crop", "Slice", {sv}, {cropped}, {}};
+            slice.attrs.Set("starts", std::vector<int64_t>{want.rows.begin - have.rows.begin,
+                                                           want.cols.begin - have.cols.begin});
+            slice.attrs.Set("ends", std::vector<int64_t>{want.rows.end - have.rows.begin,
+                                                         want.cols.end - have.cols.begin});
+            slice.attrs.Set("axes", std::vector<int64_t>{2, 3});
+            sb.AddNode(slice);
+            sv = cropped;
+          }
+          ins.push_back(sv);
+        }
+        const int out_v = node.outputs[0];
+        int out = sb.Value(g_.values[out_v].name, SpatialBox(g_.values[out_v].shape, need[out_v]).shape());
+        sub_value[out_v] = out;
+        Node clone = Clone(node, ins, {out});
+        if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
+          clone.attrs.Set("pads", std::vector<int64_t>{lv.pad_begin[0], lv.pad_begin[1], lv.pad_end[0], lv.pad_end[1]});
+          clone.attrs.Set("ceil_mode", static_cast<int64_t>(0));
+        }
+        sb.AddNode(clone);
+      }
+      sb.Output(sub_value[y]);
+      TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
+      const Box out_box = SpatialBox(ys, tiles[t]);
+      Piece piece{device, progs_[device].AddBuffer(y, out_box, g_.values[y].name + "@" + out_box.ToString()),
+                  out_box};
+      AddCompute(device, std::move(sub), bufs, start, StepKind::kCompute, {piece});
+      pieces.push_back(piece);
+    }
+    place_[y] = Placement{pieces, {}, false};
+    halo_ += tiled_macs - whole_macs;
+    return Status::OK();
+  }
+
+  const Graph& g_;
+  const PartitionPlan& plan_;
+  std::vector<DeviceProgram> progs_;
+  std::vector<Placement> place_;
+  std::vector<std::vector<int>> consumers_;
+  std::vector<int64_t> macs_per_position_;
+  int64_t next_message_ = 0;
+  int64_t halo_ = 0;
+};
+
+}  // namespace
+
+Status CheckTileable(const Graph& graph, int node) { return RegionMapOf(graph, node).status(); }
+
+bool CanSplitOutputs(const Graph& graph, int node, int devices) {
+  const Node& n = graph.nodes[node];
+  if ((n.op != "Gemm" && n.op != "Conv") || n.inputs.size() < 2 || !graph.ConstantData(n.inputs[1])) return false;
+  if (n.op == "Gemm") return true;
+  const int64_t groups = n.attrs.Int("group", 1);
+  if (groups == 1) return true;
+  // Even slices must start and end on group boundaries.
+  const int64_t O = graph.values[n.outputs[0]].shape.at(1), og = O / groups;
+  int64_t edge = 0;
+  for (int64_t s : SplitProportional(O, std::vector<double>(devices, 1.0)))
+    if ((edge += s) % og != 0) return false;
+  return true;
+}
+
+bool CanSplitInputs(const Graph& graph, int node) {
+  const Node& n = graph.nodes[node];
+  if ((n.op != "Gemm" && n.op != "Conv") || n.inputs.size() < 2 || !graph.ConstantData(n.inputs[1])) return false;
+  return n.op == "Gemm" || n.attrs.Int("group", 1) == 1;
+}
+
+Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan) {
+  Compiler c(graph, plan);
+  return c.Run();
+}
+
+}  // namespace tessera

@@ -1,0 +1,55 @@
+// Plan -> DeviceProgram compiler (issue 4; METHODS §2–§4).
+//
+// Walks the graph in node order and keeps, for every value, where its pieces
+// live: a *primary* cover of disjoint boxes (who computed what) and
+// *replicas* (copies a device already received). Every layer states the box
+// of each input it needs on each of its devices; the compiler serves the need
+// from a local piece if one contains it, else assembles it from the primary
+// cover with Send/Recv (or a local Copy). Scheme by scheme:
+//
+//  WHOLE  device d needs every input in full; computes the node.
+//  FFMT   a fused stack of consecutive FFMT layers; per output tile the
+//         regions are walked back through the stack (halo.h), the stack input
+//         region is fetched once, and the tile runs with no communication.
+//  FDTO   every device needs the full input and computes its output-channel
+//  FDT1   slice with its weight slice (bias + activation applied locally).
+//  FDTI   device i needs input-channel slice i, computes a partial sum with
+//  FDT2   its weight slice; partials go to devices[0] and are merged there in
+//         device order, then bias and activation are applied once.
+//  PART   channel-wise layers run per slice where the slices already are.
+//
+// Weight-partitioned layers follow METHODS §4's data movement exactly: an
+// FDT layer's input is first collected on the layer's source device unless
+// it reaches the layer *in place* — slices of an FDTO/FDT1/PART output read
+// by an FDTO/FDT1 (all-gather: the reuse r = 1 case) or by PART/FDT2 (the
+// fused pair: no transfer).
+#pragma once
+
+#include <vector>
+
+#include "partition/compile/device_program.h"
+#include "partition/graph/graph.h"
+#include "partition/compile/partition_plan.h"
+#include "util/status.h"
+
+namespace tessera {
+
+struct CompiledPlan {
+  std::vector<DeviceProgram> programs;  // one per device, index = device
+  int64_t halo_mac_overhead = 0;        // MACs recomputed in FFMT halos
+};
+
+// REQUIRES: `graph` canonical and validated. Errors name the layer and what
+// about its scheme cannot be done (e.g. FDTI on a grouped conv).
+Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan);
+
+// What the compiler accepts, for planners and forced plans:
+// OK when node `node` may sit inside an FFMT stack (conv, pool, element-wise,
+// channel concat on 4-D maps); otherwise the reason, naming the layer.
+Status CheckTileable(const Graph& graph, int node);
+// FDTO/FDT1 over `devices` even slices (Conv whose groups allow it, Gemm).
+bool CanSplitOutputs(const Graph& graph, int node, int devices);
+// FDTI/FDT2 (ungrouped Conv, Gemm).
+bool CanSplitInputs(const Graph& graph, int node);
+
+}  // namespace tessera

@@ -1,0 +1,78 @@
+#include "partition/graph/arena_layout.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace tessera {
+
+namespace {
+bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
+size_t AlignUp(size_t n, size_t a) { return a <= 1 ? n : (n + a - 1) / a * a; }
+}  // namespace
+
+ArenaPlan GreedyBySizeLayout::Plan(const std::vector<BufferRequest>& buffers) const {
+  const size_t n = buffers.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (buffers[a].size != buffers[b].size) return buffers[a].size > buffers[b].size;
+    return buffers[a].first < buffers[b].first;
+  });
+  ArenaPlan plan;
+  plan.offsets.assign(n, 0);
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    const BufferRequest& b = buffers[i];
+    const size_t need = AlignUp(b.size, alignment_);
+    std::vector<size_t> clash;
+    for (size_t j : placed)
+      if (buffers[j].size > 0 && LifetimesOverlap(b, buffers[j])) clash.push_back(j);
+    std::sort(clash.begin(), clash.end(), [&](size_t x, size_t y) { return plan.offsets[x] < plan.offsets[y]; });
+    size_t candidate = 0;
+    for (size_t j : clash) {
+      const size_t start = plan.offsets[j];
+      if (start >= candidate + need) break;  // fits in the gap below j
+      candidate = std::max(candidate, AlignUp(start + buffers[j].size, alignment_));
+    }
+    plan.offsets[i] = candidate;
+    plan.size = std::max(plan.size, candidate + b.size);
+    placed.push_back(i);
+  }
+  return plan;
+}
+
+Status CheckNoOverlap(const std::vector<BufferRequest>& buffers, const ArenaPlan& plan) {
+  if (plan.offsets.size() != buffers.size()) return Status::Internal("arena plan has the wrong number of offsets");
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (plan.offsets[i] + buffers[i].size > plan.size)
+      return Status::Internal("buffer " + std::to_string(i) + " ends past the arena");
+    for (size_t j = i + 1; j < buffers.size(); ++j) {
+      if (buffers[i].size == 0 || buffers[j].size == 0 || !LifetimesOverlap(buffers[i], buffers[j])) continue;
+      const size_t a0 = plan.offsets[i], a1 = a0 + buffers[i].size;
+      const size_t b0 = plan.offsets[j], b1 = b0 + buffers[j].size;
+      if (a0 < b1 && b0 < a1)
+        return Status::Internal("buffers " + std::to_string(i) + " and " + std::to_string(j) +
+                                " are alive together and overlap in the arena");
+    }
+  }
+  return Status::OK();
+}
+
+size_t LiveBytesLowerBound(const std::vector<BufferRequest>& buffers) {
+  std::map<int, long long> delta;  // sweep over step boundaries
+  for (const auto& b : buffers) {
+    delta[b.first] += static_cast<long long>(b.size);
+    delta[b.last + 1] -= static_cast<long long>(b.size);
+  }
+  long long live = 0, best = 0;
+  for (const auto& [step, d] : delta) {
+    live += d;
+    best = std::max(best, live);
+  }
+  return static_cast<size_t>(best);
+}
+
+}  // namespace tessera

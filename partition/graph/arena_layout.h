@@ -1,0 +1,64 @@
+// Arena layout (METHODS §6 "Arena layout"): given every buffer's size and
+// lifetime, give it a byte offset so that buffers alive at the same time
+// never overlap, keeping the arena small. Sees only sizes and lifetimes.
+//
+// Lifetimes are closed step intervals [first, last] over the execution
+// order: a buffer produced by step 3 and last read by step 7 is {3, 7}.
+//
+//   arena:  0 ────────────────────────────────────────────── size
+//           [ buffers placed by the layout; a step's scratch is
+//             just one more buffer alive during that step only ]
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tessera {
+
+struct BufferRequest {
+  size_t size = 0;  // bytes
+  int first = 0;    // first step that touches it
+  int last = 0;     // last step that touches it (inclusive)
+};
+
+struct ArenaPlan {
+  std::vector<size_t> offsets;  // one per request
+  size_t size = 0;              // bytes of the arena (max offset + size)
+};
+
+class ArenaLayout {
+ public:
+  virtual ~ArenaLayout() = default;
+  virtual std::string name() const = 0;
+  virtual ArenaPlan Plan(const std::vector<BufferRequest>& buffers) const = 0;
+};
+
+// Greedy by size, the common microcontroller-runtime strategy:
+//  1. sort buffers by size, largest first (ties: earlier first use first);
+//  2. for each, collect the already-placed buffers whose lifetimes overlap
+//     it, sorted by offset;
+//  3. put it in the lowest gap between them that is large enough, else
+//     above the highest of them.
+// Fast, not optimal (METHODS §6: chain 5, 3, 2, 4 needs 10 where 8 suffice).
+class GreedyBySizeLayout final : public ArenaLayout {
+ public:
+  explicit GreedyBySizeLayout(size_t alignment = 64) : alignment_(alignment) {}
+  std::string name() const override { return "greedy-by-size"; }
+  ArenaPlan Plan(const std::vector<BufferRequest>& buffers) const override;
+
+ private:
+  const size_t alignment_;
+};
+
+// OK when no two buffers alive at the same step overlap in [offset, offset+size)
+// and every buffer ends within the arena; otherwise names the first clash.
+Status CheckNoOverlap(const std::vector<BufferRequest>& buffers, const ArenaPlan& plan);
+
+// Lower bound on any layout: the largest sum of sizes alive at one step.
+size_t LiveBytesLowerBound(const std::vector<BufferRequest>& buffers);
+
+}  // namespace tessera

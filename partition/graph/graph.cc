@@ -1,0 +1,220 @@
+#include "partition/graph/graph.h"
+
+#include <algorithm>
+#include <queue>
+#include <set>
+#include <sstream>
+
+namespace tessera {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? "," : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+namespace {
+template <typename T>
+const T* Get(const std::map<std::string, AttrValue>& m, const std::string& name) {
+  auto it = m.find(name);
+  if (it == m.end()) return nullptr;
+  return std::get_if<T>(&it->second);
+}
+}  // namespace
+
+int64_t Attributes::Int(const std::string& name, int64_t def) const {
+  if (auto* v = Get<int64_t>(map_, name)) return *v;
+  if (auto* f = Get<double>(map_, name)) return static_cast<int64_t>(*f);
+  return def;
+}
+
+double Attributes::Float(const std::string& name, double def) const {
+  if (auto* v = Get<double>(map_, name)) return *v;
+  if (auto* i = Get<int64_t>(map_, name)) return static_cast<double>(*i);
+  return def;
+}
+
+std::string Attributes::String(const std::string& name, const std::string& def) const {
+  if (auto* v = Get<std::string>(map_, name)) return *v;
+  return def;
+}
+
+std::vector<int64_t> Attributes::Ints(const std::string& name, std::vector<int64_t> def) const {
+  if (auto* v = Get<std::vector<int64_t>>(map_, name)) return *v;
+  return def;
+}
+
+std::vector<double> Attributes::Floats(const std::string& name, std::vector<double> def) const {
+  if (auto* v = Get<std::vector<double>>(map_, name)) return *v;
+  return def;
+}
+
+int Graph::AddValue(const std::string& value_name, const Shape& shape) {
+  Value v;
+  v.name = value_name;
+  v.shape = shape;
+  values.push_back(std::move(v));
+  return static_cast<int>(values.size()) - 1;
+}
+
+int Graph::AddConstant(const std::string& value_name, TensorData data) {
+  Value v;
+  v.name = value_name;
+  v.shape = data.shape;
+  v.constant = true;
+  values.push_back(std::move(v));
+  int id = static_cast<int>(values.size()) - 1;
+  constants[id] = std::move(data);
+  return id;
+}
+
+int Graph::AddNode(Node node) {
+  int index = static_cast<int>(nodes.size());
+  for (int out : node.outputs) values.at(out).producer = index;
+  nodes.push_back(std::move(node));
+  return index;
+}
+
+const TensorData* Graph::ConstantData(int value_id) const {
+  auto it = constants.find(value_id);
+  return it == constants.end() ? nullptr : &it->second;
+}
+
+std::vector<int> Graph::ActivationInputs(const Node& node) const {
+  std::vector<int> out;
+  for (int v : node.inputs)
+    if (v >= 0 && !values.at(v).constant) out.push_back(v);
+  return out;
+}
+
+std::vector<std::vector<int>> Graph::Consumers() const {
+  std::vector<std::vector<int>> c(values.size());
+  for (size_t n = 0; n < nodes.size(); ++n)
+    for (int v : nodes[n].inputs)
+      if (v >= 0) c[v].push_back(static_cast<int>(n));
+  return c;
+}
+
+Status Graph::Validate() const {
+  const int nv = static_cast<int>(values.size());
+  std::set<std::string> names;
+  std::vector<bool> available(values.size(), false);
+  for (int v : inputs) {
+    if (v < 0 || v >= nv) return Status::Internal("graph input id out of range");
+    available[v] = true;
+  }
+  for (int v = 0; v < nv; ++v)
+    if (values[v].constant) {
+      if (!constants.count(v)) return Status::Internal("constant '" + values[v].name + "' has no data");
+      available[v] = true;
+    }
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const Node& node = nodes[n];
+    if (!names.insert(node.name).second)
+      return Status::InvalidArgument("two nodes are named '" + node.name + "'");
+    for (int v : node.inputs) {
+      if (v < 0) continue;  // optional input left out
+      if (v >= nv) return Status::Internal("node '" + node.name + "' reads a value id out of range");
+      if (!available[v])
+        return Status::InvalidArgument("node '" + node.name + "' (" + node.op + ") reads '" + values[v].name +
+                                       "' before it is produced (graph not in topological order, or a cycle)");
+    }
+    for (int v : node.outputs) {
+      if (v < 0 || v >= nv) return Status::Internal("node '" + node.name + "' writes a value id out of range");
+      if (available[v]) return Status::InvalidArgument("value '" + values[v].name + "' is produced twice");
+      if (values[v].producer != static_cast<int>(n))
+        return Status::Internal("value '" + values[v].name + "' has a stale producer index");
+      available[v] = true;
+    }
+  }
+  for (int v : outputs) {
+    if (v < 0 || v >= nv) return Status::Internal("graph output id out of range");
+    if (!available[v]) return Status::InvalidArgument("graph output '" + values[v].name + "' is never produced");
+  }
+  return Status::OK();
+}
+
+Status Graph::SortTopologically() {
+  const size_t n = nodes.size();
+  std::vector<int> pending(n, 0);
+  auto consumers = Consumers();
+  std::vector<int> producer(values.size(), -1);
+  for (size_t i = 0; i < n; ++i)
+    for (int v : nodes[i].outputs) producer[v] = static_cast<int>(i);
+  for (size_t i = 0; i < n; ++i)
+    for (int v : nodes[i].inputs)
+      if (v >= 0 && producer[v] >= 0) ++pending[i];
+  // Min-heap on the original index keeps the order stable for graphs that are sorted already.
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.push(static_cast<int>(i));
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int v : nodes[i].outputs)
+      for (int c : consumers[v])
+        if (--pending[c] == 0) ready.push(c);
+  }
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i] > 0) return Status::InvalidArgument("graph has a cycle through node '" + nodes[i].name + "'");
+  }
+  std::vector<Node> sorted;
+  sorted.reserve(n);
+  for (int i : order) sorted.push_back(std::move(nodes[i]));
+  nodes = std::move(sorted);
+  for (size_t i = 0; i < n; ++i)
+    for (int v : nodes[i].outputs) values[v].producer = static_cast<int>(i);
+  return Status::OK();
+}
+
+void Graph::RemoveDeadNodes() {
+  std::vector<bool> live_value(values.size(), false);
+  for (int v : outputs) live_value[v] = true;
+  std::vector<bool> keep(nodes.size(), false);
+  for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i) {
+    bool needed = false;
+    for (int v : nodes[i].outputs) needed |= live_value[v];
+    if (!needed) continue;
+    keep[i] = true;
+    for (int v : nodes[i].inputs)
+      if (v >= 0) live_value[v] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(nodes[i]));
+  nodes = std::move(kept);
+  for (auto& v : values) v.producer = -1;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int v : nodes[i].outputs) values[v].producer = static_cast<int>(i);
+  for (auto it = constants.begin(); it != constants.end();) {
+    if (!live_value[it->first]) it = constants.erase(it);
+    else ++it;
+  }
+  // Constants whose data was dropped are no longer constants of this graph;
+  // leave their Value entries (ids stay stable) but unmark them.
+  for (size_t v = 0; v < values.size(); ++v)
+    if (values[v].constant && !constants.count(static_cast<int>(v))) values[v].constant = false;
+}
+
+int64_t Graph::WeightCount() const {
+  std::set<int> used;
+  for (const Node& node : nodes)
+    for (int v : node.inputs)
+      if (v >= 0 && values[v].constant) used.insert(v);
+  int64_t total = 0;
+  for (int v : used) total += NumElements(values[v].shape);
+  return total;
+}
+
+}  // namespace tessera

@@ -1,0 +1,130 @@
+// The Graph IR (ARCHITECTURE.md "Data flow"): values with static shapes,
+// nodes ("layers") in a canonical op set, and constant data (weights).
+//
+// Canonical form, produced by every importer and assumed by everything after:
+//  * Layout NCHW, float32 for every non-constant value. Batch is dim 0.
+//  * Weights are constant inputs of their node, ONNX style:
+//      Conv   inputs [X, W(O, C/g, kH, kW), B(O)?]
+//             attrs  kernel_shape[2], strides[2], pads[4]=(top,left,bottom,right),
+//                    dilations[2], group
+//      Gemm   inputs [X(N, in), W(out, in), B(out)?]   (y = x·Wᵀ + b; ONNX
+//             alpha/beta/transA/transB are folded away at import). With
+//             attr flatten_input=1, X may be [N, C, H, W] and is read as
+//             [N, C·H·W] (darknet's [connected] after a feature map).
+//  * A producer may carry a fused activation applied to its output
+//    (METHODS §1: "bias/BN/activation folded into the producer"):
+//      attr "activation" = "relu" | "leaky_relu" (alpha) | "clip" (min, max)
+//                        | "sigmoid" | "hard_sigmoid" (alpha, beta) | "tanh"
+//      with parameters in attrs "act_alpha", "act_beta" (clip: min, max).
+//    Absent or "" means linear. Conv, Gemm and Add (darknet [shortcut]) may
+//    carry one.
+//  * ONNX imports lose Identity, Dropout (inference), Constant and shape
+//    arithmetic: Reshape carries its resolved target shape in attr "shape".
+//    darknet imports keep one node per cfg section, so [dropout], [cost] and
+//    one-input [route] stay as Identity nodes and layer numbers are darknet's.
+//  * Op names and attribute names follow ONNX where an ONNX op exists
+//    (MaxPool, AveragePool, GlobalAveragePool, Relu, LeakyRelu, Clip(min,max
+//    as attrs), Sigmoid, HardSigmoid, Add, Mul, Max, Concat, Reshape,
+//    Transpose, Softmax, Pad(pads attr), Resize(nearest; attr "scales"),
+//    BatchNormalization (only where it could not be folded), MatMul (two
+//    non-constant inputs)). darknet-only ops: "Reorg" (attrs stride,
+//    reverse), "Region" (attrs num, classes, coords, softmax, background,
+//    anchors, mask, darknet_layer; also [yolo]), "DarknetCrop",
+//    "DarknetShortcut" (adds the channels two maps of different sizes share,
+//    subsampling the larger, as darknet's [shortcut] does).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tessera {
+
+using Shape = std::vector<int64_t>;
+
+// Product of dims (1 for a scalar shape {}).
+int64_t NumElements(const Shape& shape);
+// "[1,3,224,224]"
+std::string ShapeToString(const Shape& shape);
+
+// Constant float32 data: weights, biases, folded constants.
+struct TensorData {
+  Shape shape;
+  std::vector<float> values;  // row-major, NumElements(shape) values
+};
+
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+
+// Named attributes of a node. Getters return the default when absent.
+class Attributes {
+ public:
+  bool Has(const std::string& name) const { return map_.count(name) != 0; }
+  int64_t Int(const std::string& name, int64_t def = 0) const;
+  double Float(const std::string& name, double def = 0.0) const;
+  std::string String(const std::string& name, const std::string& def = "") const;
+  std::vector<int64_t> Ints(const std::string& name, std::vector<int64_t> def = {}) const;
+  std::vector<double> Floats(const std::string& name, std::vector<double> def = {}) const;
+  void Set(const std::string& name, AttrValue v) { map_[name] = std::move(v); }
+  void Erase(const std::string& name) { map_.erase(name); }
+  const std::map<std::string, AttrValue>& all() const { return map_; }
+
+ private:
+  std::map<std::string, AttrValue> map_;
+};
+
+// A tensor flowing through the graph. Identified by its index in Graph::values.
+struct Value {
+  std::string name;
+  Shape shape;
+  int producer = -1;      // node index, -1 for graph inputs and constants
+  bool constant = false;  // data lives in Graph::constants
+};
+
+struct Node {
+  std::string name;  // unique, human-readable ("conv1", "layer 3 convolutional")
+  std::string op;    // canonical op name (see top of file)
+  std::vector<int> inputs;   // value ids; constants (weights) included
+  std::vector<int> outputs;  // value ids
+  Attributes attrs;
+};
+
+class Graph {
+ public:
+  std::string name;  // model name (file stem)
+  std::vector<Value> values;
+  std::vector<Node> nodes;  // kept in a topological order (see Validate)
+  std::vector<int> inputs;   // graph input value ids (non-constant)
+  std::vector<int> outputs;  // graph output value ids
+  std::unordered_map<int, TensorData> constants;  // value id -> data
+
+  // Adds a non-constant value; returns its id.
+  int AddValue(const std::string& name, const Shape& shape);
+  // Adds a constant value with its data; returns its id.
+  int AddConstant(const std::string& name, TensorData data);
+  // Adds a node and records it as producer of its outputs; returns its index.
+  int AddNode(Node node);
+
+  const TensorData* ConstantData(int value_id) const;
+  bool IsConstant(int value_id) const { return values.at(value_id).constant; }
+  // Non-constant inputs of a node (the activations it reads).
+  std::vector<int> ActivationInputs(const Node& node) const;
+  // Nodes reading each value (computed on demand).
+  std::vector<std::vector<int>> Consumers() const;
+
+  // Checks ids are in range, every non-constant non-input value has exactly
+  // one producer, nodes are in topological order, names are unique.
+  Status Validate() const;
+  // Reorders nodes topologically (stable). Fails on a cycle naming a node in it.
+  Status SortTopologically();
+  // Removes nodes whose outputs reach no graph output, and unused constants.
+  void RemoveDeadNodes();
+  // Total weight values (sum over constants used by nodes).
+  int64_t WeightCount() const;
+};
+
+}  // namespace tessera

@@ -1,0 +1,86 @@
+#include "partition/graph/metrics.h"
+
+#include <algorithm>
+
+namespace tessera {
+
+namespace {
+
+int64_t SumNumel(const Graph& g, const std::vector<int>& ids) {
+  int64_t n = 0;
+  for (int v : ids)
+    if (v >= 0) n += NumElements(g.values[v].shape);
+  return n;
+}
+
+// Multiplications of one layer (METHODS §1, column R). Weight layers count
+// their exact MACs; the rest count a small per-output figure so that the
+// latency model still charges them something.
+int64_t Multiplications(const Graph& g, const Node& node, int64_t K) {
+  const std::string& op = node.op;
+  if (op == "Conv") {
+    // R = X'·Y'·U·V·(C/g)·O = K · U·V·(C/g); W is (O, C/g, U, V).
+    const Shape& w = g.values[node.inputs.at(1)].shape;
+    int64_t per_output = 1;
+    for (size_t i = 1; i < w.size(); ++i) per_output *= w[i];
+    return K * per_output;
+  }
+  if (op == "Gemm") {
+    // R = M·K per sample: every output sums over all `in` inputs.
+    const Shape& w = g.values[node.inputs.at(1)].shape;
+    return K * (w.size() == 2 ? w[1] : 1);
+  }
+  if (op == "MatMul") {
+    const Shape& a = g.values[node.inputs.at(0)].shape;
+    return K * (a.empty() ? 1 : a.back());
+  }
+  if (op == "MaxPool" || op == "AveragePool") {
+    int64_t window = 1;
+    for (int64_t k : node.attrs.Ints("kernel_shape")) window *= k;
+    return K * window;
+  }
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return SumNumel(g, g.ActivationInputs(node));
+  if (op == "Reshape" || op == "Flatten" || op == "Identity" || op == "Concat" || op == "Transpose" ||
+      op == "Reorg" || op == "Pad" || op == "Resize" || op == "DarknetCrop" || op == "Slice")
+    return 0;  // data movement only
+  return K;    // element-wise and the like: one operation per output
+}
+
+}  // namespace
+
+std::vector<LayerFigures> ComputeLayerFigures(const Graph& graph) {
+  std::vector<LayerFigures> out;
+  out.reserve(graph.nodes.size());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    LayerFigures f;
+    f.index = static_cast<int>(i) + 1;
+    f.node = static_cast<int>(i);
+    f.name = node.name;
+    f.op = node.op;
+    for (int v : graph.ActivationInputs(node)) f.input_shapes.push_back(graph.values[v].shape);
+    if (!node.outputs.empty()) f.output_shape = graph.values[node.outputs[0]].shape;
+    f.M = SumNumel(graph, graph.ActivationInputs(node));
+    f.K = SumNumel(graph, node.outputs);
+    // Q: every constant a layer reads is stored with it (weights + biases;
+    // BN is already folded into its conv, METHODS §1).
+    for (int v : node.inputs)
+      if (v >= 0 && graph.values[v].constant) f.Q += NumElements(graph.values[v].shape);
+    f.R = Multiplications(graph, node, f.K);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+ModelTotals ComputeTotals(const std::vector<LayerFigures>& layers) {
+  ModelTotals t;
+  t.layers = static_cast<int64_t>(layers.size());
+  for (const auto& l : layers) {
+    t.weights += l.Q;
+    t.macs += l.R;
+    t.max_io = std::max(t.max_io, l.M + l.K);
+  }
+  return t;
+}
+
+}  // namespace tessera

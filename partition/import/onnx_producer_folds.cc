@@ -1,0 +1,167 @@
+#include "partition/import/onnx_producer_folds.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace tessera {
+namespace {
+
+bool IsFoldTarget(const Node& node) {
+  return (node.op == "Conv" || node.op == "Gemm") && node.outputs.size() == 1 &&
+         node.attrs.String("activation").empty() && node.inputs.size() >= 2 && node.inputs[1] >= 0;
+}
+
+// Output channels of a Conv/Gemm producer: rows of its weight.
+int64_t OutputChannels(const Graph& g, const Node& p) { return g.values[p.inputs[1]].shape.at(0); }
+
+// Current bias of P (zeros if absent), as a fresh vector.
+std::vector<float> BiasOf(const Graph& g, const Node& p) {
+  const int64_t o = OutputChannels(g, p);
+  if (p.inputs.size() > 2 && p.inputs[2] >= 0) {
+    const TensorData* b = g.ConstantData(p.inputs[2]);
+    if (b != nullptr && static_cast<int64_t>(b->values.size()) == o) return b->values;
+  }
+  return std::vector<float>(static_cast<size_t>(o), 0.f);
+}
+
+void SetBias(Graph* g, Node* p, std::vector<float> bias, const std::string& suffix) {
+  TensorData d;
+  d.shape = {static_cast<int64_t>(bias.size())};
+  d.values = std::move(bias);
+  const int id = g->AddConstant(p->name + "/" + suffix, std::move(d));
+  if (p->inputs.size() < 3) p->inputs.resize(3, -1);
+  p->inputs[2] = id;
+}
+
+// BN parameters as constants of length `channels`, or false.
+bool ReadBatchNorm(const Graph& g, const Node& bn, int64_t channels, std::vector<const TensorData*>* params) {
+  if (bn.inputs.size() != 5 || bn.outputs.size() != 1) return false;
+  for (int i = 1; i < 5; ++i) {
+    const TensorData* t = bn.inputs[i] >= 0 ? g.ConstantData(bn.inputs[i]) : nullptr;
+    if (t == nullptr || static_cast<int64_t>(t->values.size()) != channels) return false;
+    params->push_back(t);
+  }
+  return true;
+}
+
+bool FoldBatchNorm(Graph* g, Node* p, const Node& bn) {
+  const int64_t o = OutputChannels(*g, *p);
+  const Shape& out_shape = g->values[p->outputs[0]].shape;
+  if (out_shape.size() < 2 || out_shape[1] != o) return false;
+  std::vector<const TensorData*> prm;  // scale, beta, mean, var
+  if (!ReadBatchNorm(*g, bn, o, &prm)) return false;
+  const TensorData* w = g->ConstantData(p->inputs[1]);
+  if (w == nullptr || w->values.empty() || static_cast<int64_t>(w->values.size()) % o != 0) return false;
+  const double eps = bn.attrs.Float("epsilon", 1e-5);
+  std::vector<float> bias = BiasOf(*g, *p);
+  TensorData w2 = *w;
+  const size_t per_row = w2.values.size() / static_cast<size_t>(o);
+  for (int64_t c = 0; c < o; ++c) {
+    const double s = prm[0]->values[c] / std::sqrt(static_cast<double>(prm[3]->values[c]) + eps);
+    for (size_t k = 0; k < per_row; ++k) {
+      float& v = w2.values[c * per_row + k];
+      v = static_cast<float>(v * s);
+    }
+    bias[c] = static_cast<float>((bias[c] - prm[2]->values[c]) * s + prm[1]->values[c]);
+  }
+  p->inputs[1] = g->AddConstant(p->name + "/W@bn", std::move(w2));
+  SetBias(g, p, std::move(bias), "bias@bn");
+  return true;
+}
+
+bool FoldBiasAdd(Graph* g, Node* p, const Node& add, int from_value) {
+  if (add.inputs.size() != 2 || add.outputs.size() != 1) return false;
+  const int c_id = add.inputs[0] == from_value ? add.inputs[1] : add.inputs[0];
+  const TensorData* c = c_id >= 0 ? g->ConstantData(c_id) : nullptr;
+  if (c == nullptr) return false;
+  const int64_t o = OutputChannels(*g, *p);
+  const Shape& out_shape = g->values[p->outputs[0]].shape;
+  if (out_shape.size() < 2 || out_shape[1] != o || c->shape.size() > out_shape.size()) return false;
+  // Right-align the constant against the output; only the channel axis may differ from 1.
+  const size_t lead = out_shape.size() - c->shape.size();
+  for (size_t i = 0; i < c->shape.size(); ++i) {
+    const size_t axis = lead + i;
+    if (c->shape[i] == 1) continue;
+    if (axis != 1 || c->shape[i] != o) return false;
+  }
+  std::vector<float> bias = BiasOf(*g, *p);
+  const bool scalar = c->values.size() == 1;
+  for (int64_t k = 0; k < o; ++k) bias[k] += c->values[scalar ? 0 : k];
+  SetBias(g, p, std::move(bias), "bias@add");
+  return true;
+}
+
+bool FoldActivation(Node* p, const Node& act) {
+  Attributes& a = p->attrs;
+  if (act.op == "Relu") {
+    a.Set("activation", std::string("relu"));
+  } else if (act.op == "LeakyRelu") {
+    a.Set("activation", std::string("leaky_relu"));
+    a.Set("act_alpha", act.attrs.Float("alpha", 0.01));
+  } else if (act.op == "Clip") {
+    a.Set("activation", std::string("clip"));
+    a.Set("act_alpha", act.attrs.Float("min", std::numeric_limits<float>::lowest()));
+    a.Set("act_beta", act.attrs.Float("max", std::numeric_limits<float>::max()));
+  } else if (act.op == "Sigmoid") {
+    a.Set("activation", std::string("sigmoid"));
+  } else if (act.op == "HardSigmoid") {
+    a.Set("activation", std::string("hard_sigmoid"));
+    a.Set("act_alpha", act.attrs.Float("alpha", 0.2));
+    a.Set("act_beta", act.attrs.Float("beta", 0.5));
+  } else if (act.op == "Tanh") {
+    a.Set("activation", std::string("tanh"));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status FoldIntoProducers(Graph* graph) {
+  Graph& g = *graph;
+  const auto consumers = g.Consumers();
+  std::vector<bool> is_output(g.values.size(), false);
+  for (int v : g.outputs) is_output[v] = true;
+  std::vector<bool> removed(g.nodes.size(), false);
+  static const std::set<std::string> kFoldable = {"BatchNormalization", "Add",     "Relu", "LeakyRelu", "Clip",
+                                                  "HardSigmoid",        "Sigmoid", "Tanh"};
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& c = g.nodes[n];
+    if (!kFoldable.count(c.op) || c.outputs.size() != 1) continue;
+    const auto act_inputs = g.ActivationInputs(c);
+    if (act_inputs.size() != 1 || c.inputs.empty() || c.inputs[0] < 0) continue;
+    const int v = act_inputs[0];
+    // Unary ops and BN read the producer's value as input 0; Add may read it on either side.
+    if (c.op != "Add" && c.inputs[0] != v) continue;
+    const int pi = g.values[v].producer;
+    if (pi < 0 || removed[pi] || consumers[v].size() != 1 || is_output[v]) continue;
+    Node& p = g.nodes[pi];
+    if (!IsFoldTarget(p) || p.outputs[0] != v) continue;
+    if (g.values[c.outputs[0]].shape != g.values[v].shape) continue;
+    bool folded = false;
+    if (c.op == "BatchNormalization")
+      folded = FoldBatchNorm(&g, &p, c);
+    else if (c.op == "Add")
+      folded = FoldBiasAdd(&g, &p, c, v);
+    else
+      folded = FoldActivation(&p, c);
+    if (!folded) continue;
+    p.outputs[0] = c.outputs[0];
+    g.values[c.outputs[0]].producer = pi;
+    g.values[v].producer = -1;
+    removed[n] = true;
+  }
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!removed[n]) kept.push_back(std::move(g.nodes[n]));
+  g.nodes = std::move(kept);
+  for (auto& v : g.values) v.producer = -1;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].outputs) g.values[v].producer = static_cast<int>(n);
+  return Status::OK();
+}
+
+}  // namespace tessera

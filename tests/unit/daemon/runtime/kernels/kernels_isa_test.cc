@@ -1,0 +1,137 @@
+// The per-ISA microkernels (daemon/runtime/kernels/microkernels.h) against plain
+// reference loops, for every level this CPU supports, over the shapes that
+// exercise their edges: partial panels (1..8 rows), column tails of every
+// length up to three full tiles, short and long depths, clamp on and off.
+// Tolerance: 1e-5 relative to the largest |value| of the row (the levels
+// differ only in fma vs mul+add rounding and summation is in the same order).
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/kernels/isa.h"
+#include "daemon/runtime/kernels/microkernels.h"
+#include "daemon/runtime/kernels/packed_gemm.h"
+#include "tests/unit/daemon/runtime/kernels/kernels_testing.h"
+
+namespace tessera {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+void CheckClose(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  float scale = 1e-6f;
+  for (float w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("index " << i << " got " << got[i] << " want " << want[i]);
+    REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * scale);
+  }
+}
+
+TEST_CASE("isa names parse back and the detected level is supported", "[kernels][isa]") {
+  for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+    auto parsed = ParseIsa(IsaName(isa));
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == isa);
+  }
+  CHECK_FALSE(ParseIsa("avx9000").ok());
+  const std::vector<Isa> supported = SupportedIsas();
+  REQUIRE(!supported.empty());
+  CHECK(supported.front() == Isa::kBaseline);
+  CHECK(supported.back() == DetectedIsa());
+  if (DetectedIsa() != Isa::kAvx512) CHECK_FALSE(SetActiveIsa(Isa::kAvx512).ok());  // refused, not granted
+}
+
+TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]") {
+  std::mt19937 rng(11);
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    CHECK(mk.isa == isa);
+    for (int64_t rows : {1, 3, 4, 5, 8})
+      for (int64_t k : {1, 7, 64})
+        for (int64_t n : {1, 7, 8, 12, 15, 16, 23, 24, 31, 47, 48, 49, 63, 75})
+          for (bool clamp : {false, true}) {
+            INFO("ISA " << IsaName(isa) << " rows " << rows << " k " << k << " n " << n << " clamp " << clamp);
+            const int64_t ldb = n + 3, ldc = n + 5;
+            std::vector<float> a = Random(static_cast<size_t>(rows * k), rng);
+            std::vector<float> b = Random(static_cast<size_t>(k * ldb), rng);
+            std::vector<float> bias = Random(static_cast<size_t>(rows), rng);
+            PackedMatrix packed;
+            packed.Pack(a.data(), rows, k, k);
+            // Sentinels around C catch stores outside the rows × n block.
+            std::vector<float> c(static_cast<size_t>(kPanelRows * ldc), 7.f), want = c;
+            GemmPanelArgs g;
+            g.a = packed.Panel(0);
+            g.b = b.data();
+            g.ldb = ldb;
+            g.k = k;
+            g.n = n;
+            g.c = c.data();
+            g.ldc = ldc;
+            g.rows = static_cast<int>(rows);
+            g.bias = bias.data();
+            g.clamp = clamp;
+            g.lo = -0.5f;
+            g.hi = 0.75f;
+            mk.gemm_panel(g);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t j = 0; j < n; ++j) {
+                double acc = bias[r];
+                for (int64_t i = 0; i < k; ++i) acc += double(a[r * k + i]) * b[i * ldb + j];
+                float v = static_cast<float>(acc);
+                if (clamp) v = std::min(std::max(v, g.lo), g.hi);
+                want[r * ldc + j] = v;
+              }
+            CheckClose(c, want);
+          }
+  }
+}
+
+TEST_CASE("every ISA's depthwise taps equal the reference loop", "[kernels][isa]") {
+  std::mt19937 rng(12);
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    for (int taps : {1, 4, 9, 25})
+      for (int64_t count : {1, 5, 8, 15, 16, 17, 31, 32, 33, 100})
+        for (bool clamp : {false, true}) {
+          INFO("ISA " << IsaName(isa) << " taps " << taps << " count " << count << " clamp " << clamp);
+          std::vector<int64_t> offsets(static_cast<size_t>(taps));
+          for (int t = 0; t < taps; ++t) offsets[t] = (t % 5) + 11 * (t / 5);
+          const int64_t span = count + offsets.back() + 1;
+          std::vector<float> poly = Random(static_cast<size_t>(span), rng);
+          std::vector<float> kernel = Random(static_cast<size_t>(taps), rng);
+          std::vector<float> out(static_cast<size_t>(count + 16), 7.f), want = out;
+          DepthwiseTapArgs d;
+          d.poly = poly.data();
+          d.offsets = offsets.data();
+          d.kernel = kernel.data();
+          d.taps = taps;
+          d.bias = 0.25f;
+          d.clamp = clamp;
+          d.lo = 0.f;
+          d.hi = 1.f;
+          d.count = count;
+          d.out = out.data();
+          mk.depthwise_taps(d);
+          for (int64_t q = 0; q < count; ++q) {
+            double acc = d.bias;
+            for (int t = 0; t < taps; ++t) acc += double(kernel[t]) * poly[q + offsets[t]];
+            float v = static_cast<float>(acc);
+            want[q] = clamp ? std::min(std::max(v, d.lo), d.hi) : v;
+          }
+          CheckClose(out, want);
+        }
+  }
+}
+
+}  // namespace
+}  // namespace tessera

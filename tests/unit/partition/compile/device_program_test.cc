@@ -1,0 +1,129 @@
+#include <catch2/catch.hpp>
+#include <numeric>
+
+#include "partition/compile/device_program.h"
+
+using namespace tessera;
+
+TEST_CASE("box extract and insert move exactly the region, for ranks 1 to 4") {
+  Shape shape = {2, 3, 4, 5};
+  std::vector<float> t(NumElements(shape));
+  std::iota(t.begin(), t.end(), 0.f);
+  Box box{{{1, 2}, {0, 3}, {1, 3}, {2, 5}}};
+  std::vector<float> packed(box.volume());
+  ExtractBox(t.data(), shape, box, packed.data());
+  // First packed row: n=1, c=0, h=1, w=2..4 -> offsets 60+0+5+2 .. = 67, 68, 69
+  CHECK(packed[0] == 67.f);
+  CHECK(packed[2] == 69.f);
+  CHECK(packed[3] == 72.f);  // h=2
+  std::vector<float> back(t.size(), -1.f);
+  InsertBox(packed.data(), back.data(), shape, box);
+  int64_t written = 0;
+  for (size_t i = 0; i < back.size(); ++i)
+    if (back[i] >= 0) {
+      CHECK(back[i] == t[i]);
+      ++written;
+    }
+  CHECK(written == box.volume());
+  std::vector<float> v = {0, 1, 2, 3, 4, 5};
+  float out[3];
+  ExtractBox(v.data(), {6}, Box{{{2, 5}}}, out);
+  CHECK(out[0] == 2.f);
+  CHECK(out[2] == 4.f);
+}
+
+TEST_CASE("box algebra: intersection, containment, relative coordinates") {
+  Box a{{{0, 4}, {2, 6}}}, b{{{2, 8}, {0, 3}}};
+  Box i = a.Intersect(b);
+  CHECK(i == Box{{{2, 4}, {2, 3}}});
+  CHECK(a.Contains(i));
+  CHECK_FALSE(a.Contains(b));
+  CHECK(i.RelativeTo(a) == Box{{{2, 4}, {0, 1}}});
+  CHECK(Box{{{0, 2}, {5, 5}}}.empty());
+}
+
+TEST_CASE("programs whose sends and receives do not pair up are rejected naming both ends") {
+  std::vector<DeviceProgram> p(2);
+  p[0].device = 0;
+  p[1].device = 1;
+  int b0 = p[0].AddBuffer(0, Box::Full({4}), "x");
+  int b1 = p[1].AddBuffer(0, Box::Full({4}), "x");
+  ProgramStep send;
+  send.kind = StepKind::kSend;
+  send.peer = 1;
+  send.message = 7;
+  send.src_buffer = b0;
+  send.src_box = Box::Full({4});
+  p[0].steps.push_back(send);
+  Status st = ValidatePrograms(p);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message() == "device 0 sends message 7 to device 1, which never receives it");
+  ProgramStep recv;
+  recv.kind = StepKind::kRecv;
+  recv.peer = 0;
+  recv.message = 7;
+  recv.dst_buffer = b1;
+  recv.dst_box = Box{{{0, 2}}};
+  p[1].steps.push_back(recv);
+  st = ValidatePrograms(p);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("sends 4 values, device 1 expects 2") != std::string::npos);
+  p[1].steps[0].dst_box = Box::Full({4});
+  CHECK(ValidatePrograms(p).ok());
+}
+
+#include "partition/compile/program_codec.h"
+
+TEST_CASE("device programs survive serialisation, and corrupted bytes are refused") {
+  Graph g;
+  int x = g.AddValue("x", {1, 2});
+  int w = g.AddConstant("w", {{3, 2}, {1, 2, 3, 4, 5, 6}});
+  int y = g.AddValue("y", {1, 3});
+  Node n{"dense", "Gemm", {x, w}, {y}, {}};
+  n.attrs.Set("activation", std::string("relu"));
+  n.attrs.Set("alpha", 0.5);
+  n.attrs.Set("pads", std::vector<int64_t>{1, 2});
+  n.attrs.Set("scales", std::vector<double>{1.5});
+  n.attrs.Set("group", int64_t{2});
+  g.AddNode(n);
+  g.inputs = {x};
+  g.outputs = {y};
+  DeviceProgram p;
+  p.device = 1;
+  int bx = p.AddBuffer(0, Box::Full({1, 2}), "x");
+  int by = p.AddBuffer(1, Box::Full({1, 3}), "y");
+  p.subgraphs.push_back(g);
+  ProgramStep c;
+  c.kind = StepKind::kCompute;
+  c.subgraph = 0;
+  c.inputs = {bx};
+  c.outputs = {by};
+  c.layer = 4;
+  p.steps.push_back(c);
+  ProgramStep s;
+  s.kind = StepKind::kSend;
+  s.peer = 0;
+  s.message = 12;
+  s.src_buffer = by;
+  s.src_box = Box{{{0, 1}, {1, 3}}};
+  p.steps.push_back(s);
+  p.model_inputs = {{0, bx}};
+  std::string bytes = SerializeProgram(p, "plan-abc");
+  std::string id;
+  auto back = ParseProgram(bytes, "mem", &id);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(id == "plan-abc");
+  CHECK(back->device == 1);
+  CHECK(SerializeProgram(*back, "plan-abc") == bytes);
+  const Node& bn = back->subgraphs[0].nodes[0];
+  CHECK(bn.attrs.String("activation") == "relu");
+  CHECK(bn.attrs.Ints("pads") == std::vector<int64_t>{1, 2});
+  CHECK(back->subgraphs[0].ConstantData(w)->values[5] == 6.f);
+  CHECK(back->steps[1].src_box == s.src_box);
+  // Truncation and bit flips give an error, never a crash.
+  for (size_t cut : {size_t{1}, bytes.size() / 2, bytes.size() - 1}) CHECK_FALSE(ParseProgram(bytes.substr(0, cut), "cut", nullptr).ok());
+  std::string junk = bytes;
+  for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(junk[i] ^ 0x5a);
+  (void)ParseProgram(junk, "junk", nullptr);  // must not crash; may or may not parse
+}

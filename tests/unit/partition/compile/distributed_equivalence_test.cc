@@ -1,0 +1,373 @@
+// Issue 4 proof on hand-built graphs: every scheme, compiled to device
+// programs and run in one process over in-process links, equals the unsplit
+// run (max |a−b| / max |b| ≤ 1e-5).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/program_runner.h"
+#include "daemon/runtime/seeded_input.h"
+#include "partition/graph/metrics.h"
+#include "partition/compile/program_compiler.h"
+#include "planner/plan.h"
+
+using namespace tessera;
+
+namespace {
+
+class GraphMaker {
+ public:
+  explicit GraphMaker(Shape input) : rng_(5) {
+    x_ = g_.AddValue("input", input);
+    g_.inputs = {x_};
+  }
+  int Conv(int in, int64_t out_ch, int64_t k, int64_t stride, int64_t pad, int64_t dil = 1, int64_t group = 1,
+           const std::string& act = "") {
+    const Shape s = g_.values[in].shape;
+    const int64_t h = (s[2] + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+    const int64_t w = (s[3] + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+    int wt = g_.AddConstant(Name("w"), Random({out_ch, s[1] / group, k, k}));
+    int b = g_.AddConstant(Name("b"), Random({out_ch}));
+    int y = g_.AddValue(Name("y"), {s[0], out_ch, h, w});
+    Node n{Name("conv"), "Conv", {in, wt, b}, {y}, {}};
+    n.attrs.Set("kernel_shape", std::vector<int64_t>{k, k});
+    n.attrs.Set("strides", std::vector<int64_t>{stride, stride});
+    n.attrs.Set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+    n.attrs.Set("dilations", std::vector<int64_t>{dil, dil});
+    n.attrs.Set("group", group);
+    if (!act.empty()) n.attrs.Set("activation", act), n.attrs.Set("act_alpha", 0.1);
+    g_.AddNode(n);
+    return y;
+  }
+  int Pool(int in, const std::string& op, int64_t k, int64_t stride, int64_t pad = 0) {
+    const Shape s = g_.values[in].shape;
+    int y = g_.AddValue(Name("p"), {s[0], s[1], (s[2] + 2 * pad - k) / stride + 1, (s[3] + 2 * pad - k) / stride + 1});
+    Node n{Name("pool"), op, {in}, {y}, {}};
+    n.attrs.Set("kernel_shape", std::vector<int64_t>{k, k});
+    n.attrs.Set("strides", std::vector<int64_t>{stride, stride});
+    n.attrs.Set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+    g_.AddNode(n);
+    return y;
+  }
+  int Unary(int in, const std::string& op) {
+    int y = g_.AddValue(Name("u"), g_.values[in].shape);
+    g_.AddNode(Node{Name(op), op, {in}, {y}, {}});
+    return y;
+  }
+  int Add(int a, int b) {
+    int y = g_.AddValue(Name("sum"), g_.values[a].shape);
+    g_.AddNode(Node{Name("add"), "Add", {a, b}, {y}, {}});
+    return y;
+  }
+  int Gap(int in) {
+    const Shape s = g_.values[in].shape;
+    int y = g_.AddValue(Name("gap"), {s[0], s[1], 1, 1});
+    g_.AddNode(Node{Name("gap"), "GlobalAveragePool", {in}, {y}, {}});
+    return y;
+  }
+  int Flatten(int in) {
+    const Shape s = g_.values[in].shape;
+    Shape o = {s[0], NumElements(s) / s[0]};
+    int y = g_.AddValue(Name("flat"), o);
+    Node n{Name("flatten"), "Reshape", {in}, {y}, {}};
+    n.attrs.Set("shape", o);
+    g_.AddNode(n);
+    return y;
+  }
+  int Dense(int in, int64_t out, const std::string& act = "") {
+    const Shape s = g_.values[in].shape;
+    int wt = g_.AddConstant(Name("w"), Random({out, NumElements(s) / s[0]}));
+    int b = g_.AddConstant(Name("b"), Random({out}));
+    int y = g_.AddValue(Name("d"), {s[0], out});
+    Node n{Name("gemm"), "Gemm", {in, wt, b}, {y}, {}};
+    if (!act.empty()) n.attrs.Set("activation", act);
+    g_.AddNode(n);
+    return y;
+  }
+  int input() const { return x_; }
+  Graph Finish(int out) {
+    g_.outputs = {out};
+    return g_;
+  }
+
+ private:
+  std::string Name(const std::string& p) { return p + std::to_string(counter_++); }
+  TensorData Random(Shape s) {
+    TensorData t{s, std::vector<float>(NumElements(s))};
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    for (float& v : t.values) v = u(rng_);
+    return t;
+  }
+  Graph g_;
+  int x_;
+  int counter_ = 0;
+  std::mt19937 rng_;
+};
+
+double MaxRelDiff(const TensorData& a, const TensorData& b) {
+  double max_abs = 0, max_ref = 1e-30;
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(a.values[i] - b.values[i])));
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(b.values[i])));
+  }
+  return max_abs / max_ref;
+}
+
+// Runs `plan` distributed and unsplit; returns the in-process run.
+InProcessRun CheckEquivalent(const Graph& g, const PartitionPlan& plan, double tol = 1e-5) {
+  std::vector<TensorData> inputs;
+  for (int v : g.inputs) inputs.push_back(SeededInput(g.values[v].shape, 9));
+  auto ex = Executor::Create(g, {});
+  INFO(ex.status().ToString());
+  REQUIRE(ex.ok());
+  std::vector<TensorData> ref;
+  REQUIRE((*ex)->Run(inputs, &ref).ok());
+  auto compiled = CompilePlan(g, plan);
+  INFO(compiled.status().ToString());
+  REQUIRE(compiled.ok());
+  auto run = RunProgramsInProcess(g, compiled->programs, inputs, {});
+  INFO(run.status().ToString());
+  REQUIRE(run.ok());
+  REQUIRE(run->outputs.size() == ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    REQUIRE(run->outputs[i].shape == ref[i].shape);
+    CHECK(MaxRelDiff(run->outputs[i], ref[i]) <= tol);
+  }
+  return std::move(*run);
+}
+
+LayerAssignment Whole(int d) { return {LayerScheme::kWhole, {d}, {}, 1, 1, {}, {}}; }
+LayerAssignment Ffmt(std::vector<int> devices, int64_t rows, int64_t cols, std::vector<double> rw = {},
+                     std::vector<double> cw = {}) {
+  return {LayerScheme::kFfmt, devices, {}, rows, cols, rw, cw};
+}
+LayerAssignment Split(LayerScheme s, std::vector<int> devices, std::vector<int64_t> split = {}) {
+  return {s, devices, split, 1, 1, {}, {}};
+}
+std::vector<int> Range(int n) {
+  std::vector<int> d(n);
+  for (int i = 0; i < n; ++i) d[i] = i;
+  return d;
+}
+
+// conv3 relu -> conv3 s2 leaky -> maxpool2 -> depthwise3 -> conv1x1 -> gap -> flatten -> dense relu -> dense
+Graph SmallCnn() {
+  GraphMaker m({1, 3, 20, 20});
+  int y = m.Conv(m.input(), 8, 3, 1, 1, 1, 1, "relu");
+  y = m.Conv(y, 16, 3, 2, 1, 1, 1, "leaky_relu");
+  y = m.Pool(y, "MaxPool", 2, 2);
+  y = m.Conv(y, 16, 3, 1, 1, 1, 16, "relu");  // depthwise
+  y = m.Conv(y, 12, 1, 1, 0);
+  y = m.Gap(y);
+  y = m.Flatten(y);
+  y = m.Dense(y, 10, "relu");
+  y = m.Dense(y, 6);
+  return m.Finish(y);
+}
+
+}  // namespace
+
+TEST_CASE("ffmt tiles reassemble to the unsplit output (2x2, 3x3, uneven)") {
+  Graph g = SmallCnn();
+  for (auto [n, rows, cols] : {std::tuple{4, 2, 2}, std::tuple{3, 3, 3}, std::tuple{2, 2, 1}, std::tuple{6, 3, 2}}) {
+    PartitionPlan plan;
+    plan.num_devices = n;
+    for (int l = 0; l < 5; ++l) plan.layers.push_back(Ffmt(Range(n), rows, cols));
+    for (int l = 5; l < 9; ++l) plan.layers.push_back(Whole(0));
+    auto run = CheckEquivalent(g, plan);
+    CHECK(run.total_bytes > 0);
+  }
+  PartitionPlan uneven;
+  uneven.num_devices = 3;
+  for (int l = 0; l < 5; ++l) uneven.layers.push_back(Ffmt({0, 1, 2}, 3, 1, {2, 1, 1}, {1}));
+  for (int l = 5; l < 9; ++l) uneven.layers.push_back(Whole(1));
+  CheckEquivalent(g, uneven);
+}
+
+TEST_CASE("ffmt halo overhead is counted and zero for a single tile") {
+  Graph g = SmallCnn();
+  PartitionPlan plan;
+  plan.num_devices = 4;
+  for (int l = 0; l < 5; ++l) plan.layers.push_back(Ffmt(Range(4), 2, 2));
+  for (int l = 5; l < 9; ++l) plan.layers.push_back(Whole(0));
+  auto c = CompilePlan(g, plan);
+  REQUIRE(c.ok());
+  CHECK(c->halo_mac_overhead > 0);
+  PartitionPlan one = plan;
+  for (int l = 0; l < 5; ++l) one.layers[l] = Ffmt({0}, 1, 1);
+  auto c1 = CompilePlan(g, one);
+  REQUIRE(c1.ok());
+  CHECK(c1->halo_mac_overhead == 0);
+}
+
+TEST_CASE("all-fdto, all-fdti, fused pairs and part layers equal the unsplit run") {
+  Graph g = SmallCnn();
+  const LayerScheme kO = LayerScheme::kFdto, kI = LayerScheme::kFdti, kP = LayerScheme::kPart;
+  for (int n : {2, 3, 4}) {
+    auto all = Range(n);
+    PartitionPlan fdto{n, 0, {Split(kO, all), Split(kO, all), Split(kP, all), Split(kP, all), Split(kO, all),
+                              Split(kP, all), Split(kP, all), Split(kO, all), Split(kO, all)}};
+    CheckEquivalent(g, fdto);
+    PartitionPlan fdti{n, 0, {Split(kI, all), Split(kI, all), Whole(0), Whole(0), Split(kI, all), Whole(0),
+                              Whole(0), Split(kI, all), Split(kI, all)}};
+    CheckEquivalent(g, fdti);
+    // conv1x1 (FDT1) -> gap, flatten (PART) -> dense (FDT2); dense (FDTO) at the end.
+    PartitionPlan pair{n, 0, {Whole(0), Split(LayerScheme::kFdt1, all), Split(kP, all), Split(kP, all),
+                              Split(LayerScheme::kFdt2, all), Whole(0), Whole(0), Split(kO, all), Split(kO, all)}};
+    CheckEquivalent(g, pair);
+    PartitionPlan pair2{n, 0, {Whole(0), Whole(0), Whole(0), Whole(0), Split(LayerScheme::kFdt1, all),
+                               Split(kP, all), Split(kP, all), Split(LayerScheme::kFdt2, all), Whole(1 % n)}};
+    CheckEquivalent(g, pair2);
+  }
+  // Uneven split: 12 output channels as 6, 4, 2.
+  PartitionPlan uneven{3, 0, {Whole(0), Whole(0), Whole(0), Whole(0), Split(kO, {0, 1, 2}, {6, 4, 2}),
+                              Split(kP, {0, 1, 2}, {6, 4, 2}), Split(kP, {0, 1, 2}, {6, 4, 2}),
+                              Split(kI, {0, 1, 2}, {2, 4, 6}), Whole(2)}};
+  CheckEquivalent(g, uneven);
+}
+
+TEST_CASE("pipeline ranges place whole layers on different devices") {
+  Graph g = SmallCnn();
+  PartitionPlan plan{3, 0, {Whole(0), Whole(0), Whole(1), Whole(1), Whole(1), Whole(2), Whole(2), Whole(2), Whole(0)}};
+  auto run = CheckEquivalent(g, plan);
+  CHECK(run.links.size() >= 3);
+}
+
+TEST_CASE("a residual block tiles as one fused stack") {
+  GraphMaker m({1, 4, 12, 12});
+  int a = m.Conv(m.input(), 4, 3, 1, 1, 1, 1, "relu");
+  int b = m.Conv(a, 4, 3, 1, 1);
+  int s = m.Add(b, m.input());
+  int r = m.Unary(s, "Relu");
+  int p = m.Pool(r, "AveragePool", 3, 1, 1);
+  Graph g = m.Finish(p);
+  PartitionPlan plan{4, 0, {}};
+  for (int l = 0; l < 5; ++l) plan.layers.push_back(Ffmt(Range(4), 2, 2));
+  CheckEquivalent(g, plan);
+}
+
+TEST_CASE("random conv stacks reassemble exactly under random grids") {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 25; ++trial) {
+    int64_t size = 12 + rng() % 20;
+    GraphMaker m({1, 2, size, size});
+    int y = m.input();
+    int depth = 1 + rng() % 4;
+    int layers = 0;
+    for (int l = 0; l < depth; ++l) {
+      int64_t k = 1 + rng() % 3, s = 1 + rng() % 2, d = 1 + rng() % 2, p = rng() % (k * d);
+      int64_t cur = m.Finish(y).values[y].shape[2];
+      if ((cur + 2 * p - d * (k - 1) - 1) / s + 1 < 3) break;
+      if (rng() % 4 == 0 && cur >= 4) y = m.Pool(y, rng() % 2 ? "MaxPool" : "AveragePool", 2, 2);
+      else y = m.Conv(y, 2 + rng() % 3, k, s, p, d, 1, rng() % 2 ? "relu" : "");
+      ++layers;
+    }
+    Graph g = m.Finish(y);
+    const int64_t out = g.values[y].shape[2];
+    int rows = 1 + rng() % std::min<int64_t>(3, out), cols = 1 + rng() % std::min<int64_t>(3, out);
+    int n = 1 + rng() % 4;
+    PartitionPlan plan{n, 0, {}};
+    for (int l = 0; l < layers; ++l) plan.layers.push_back(Ffmt(Range(n), rows, cols));
+    INFO("trial " << trial << " layers " << layers << " grid " << rows << "x" << cols << " devices " << n);
+    CheckEquivalent(g, plan);
+  }
+}
+
+TEST_CASE("impossible schemes are refused naming the layer") {
+  Graph g = SmallCnn();
+  PartitionPlan bad{2, 0, {Whole(0), Whole(0), Split(LayerScheme::kFdti, {0, 1}), Whole(0), Whole(0), Whole(0),
+                           Whole(0), Whole(0), Whole(0)}};
+  auto c = CompilePlan(g, bad);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("layer 3") != std::string::npos);
+  PartitionPlan wrong_split{2, 0, {Split(LayerScheme::kFdto, {0, 1}, {3, 3}), Whole(0), Whole(0), Whole(0), Whole(0),
+                                   Whole(0), Whole(0), Whole(0), Whole(0)}};
+  auto c2 = CompilePlan(g, wrong_split);
+  REQUIRE_FALSE(c2.ok());
+  CHECK(c2.status().message().find("add up to 6") != std::string::npos);
+  PartitionPlan short_plan{1, 0, {Whole(0)}};
+  CHECK_FALSE(CompilePlan(g, short_plan).ok());
+}
+
+namespace {
+// METHODS §4 communication in values for one choice per layer over a dense
+// chain with input sizes M and output sizes K (written out here, separately
+// from the planner, as the test's oracle).
+double Methods4Communication(const std::vector<LayerScheme>& c, const std::vector<int64_t>& M,
+                             const std::vector<int64_t>& K, int N) {
+  const size_t L = c.size();
+  auto is = [&](size_t l, LayerScheme s) { return l < L && c[l] == s; };
+  auto r = [&](size_t l) {  // r_l = o_l·(o_{l+1} + f_{l+1}), r_L = 0
+    return is(l, LayerScheme::kFdto) && (is(l + 1, LayerScheme::kFdto) || is(l + 1, LayerScheme::kFdt1)) ? 1.0 : 0.0;
+  };
+  double total = 0;
+  for (size_t l = 0; l < L; ++l) {
+    const double r_prev = l == 0 ? 0.0 : r(l - 1);
+    switch (c[l]) {
+      case LayerScheme::kFdto:
+        total += (1 - r_prev) * M[l] * (N - 1) + r(l) * K[l] * (N - 1) + (1 - r(l)) * K[l] * (N - 1.0) / N;
+        break;
+      case LayerScheme::kFdti: total += M[l] * (N - 1.0) / N + K[l] * (N - 1); break;
+      case LayerScheme::kFdt1: total += (1 - r_prev) * M[l] * (N - 1); break;
+      case LayerScheme::kFdt2: total += K[l] * (N - 1); break;
+      default: break;
+    }
+  }
+  return total;
+}
+}  // namespace
+
+TEST_CASE("measured values sent equal METHODS §4's predicted communication for every valid choice") {
+  // The METHODS §4 sanity chain: dense 4→8→16→4→4, no biases.
+  const std::vector<int64_t> M = {4, 8, 16, 4}, K = {8, 16, 4, 4};
+  GraphMaker m({1, 4});
+  int y = m.input();
+  for (int64_t k : K) y = m.Dense(y, k);
+  Graph g = m.Finish(y);
+  const LayerScheme choices[] = {LayerScheme::kFdto, LayerScheme::kFdti, LayerScheme::kFdt1, LayerScheme::kFdt2};
+  for (int N : {2, 4}) {
+    int valid = 0;
+    for (int code = 0; code < 256; ++code) {
+      std::vector<LayerScheme> c;
+      for (int l = 0, x = code; l < 4; ++l, x /= 4) c.push_back(choices[x % 4]);
+      bool ok = c[0] != LayerScheme::kFdt2 && c[3] != LayerScheme::kFdt1;  // s_1 = 0, f_L = 0
+      for (int l = 0; l + 1 < 4; ++l)  // s_{l+1} = f_l
+        ok &= (c[l] == LayerScheme::kFdt1) == (c[l + 1] == LayerScheme::kFdt2);
+      if (!ok) continue;
+      ++valid;
+      PartitionPlan plan{N, 0, {}};
+      for (auto s : c) plan.layers.push_back(Split(s, Range(N)));
+      auto run = CheckEquivalent(g, plan);
+      INFO("N=" << N << " plan code " << code);
+      CHECK(run.total_bytes == static_cast<int64_t>(Methods4Communication(c, M, K, N) * 4));
+    }
+    CHECK(valid == 29);  // sequences of {o, i, (f s)} covering 4 layers: a(n) = 2a(n−1) + a(n−2)
+  }
+  // The hand-derived figures for N = 2: all-FDTO 34, all-FDTI 48, two pairs 40 values.
+  CHECK(Methods4Communication({LayerScheme::kFdto, LayerScheme::kFdto, LayerScheme::kFdto, LayerScheme::kFdto}, M, K,
+                              2) == 34);
+  CHECK(Methods4Communication({LayerScheme::kFdti, LayerScheme::kFdti, LayerScheme::kFdti, LayerScheme::kFdti}, M, K,
+                              2) == 48);
+  CHECK(Methods4Communication({LayerScheme::kFdt1, LayerScheme::kFdt2, LayerScheme::kFdt1, LayerScheme::kFdt2}, M, K,
+                              2) == 40);
+}
+
+TEST_CASE("the planner's predicted communication equals the bytes the compiled plan sends") {
+  // METHODS §4 sanity chain; the planner picks the OWP optimum (objective
+  // communication); compiled and run, the measured values must equal its prediction.
+  GraphMaker m({1, 4});
+  int y = m.input();
+  for (int64_t k : {8, 16, 4, 4}) y = m.Dense(y, k);
+  Graph g = m.Finish(y);
+  for (int n : {2, 4}) {
+    PlanOptions po;
+    po.objective = Objective::kCommunication;
+    auto plan = BuildPlan(g, ComputeLayerFigures(g), UniformCluster(n), po);
+    INFO(plan.status().ToString());
+    REQUIRE(plan.ok());
+    auto run = CheckEquivalent(g, ToPartitionPlan(*plan));
+    INFO("N=" << n << " predicted " << plan->communication_plan_values << " values");
+    CHECK(run.total_bytes == static_cast<int64_t>(plan->communication_plan_values * 4));
+  }
+}

@@ -1,0 +1,180 @@
+// The MCU worker's program and kernels (transport/wire/mcu_program.h,
+// firmware/mcu_kernels.h) on the host: parity with the host executor on the
+// same inputs, an MCU bridged into a compiled pipeline plan, and fuzzed
+// programs that must be rejected or stay inside their arena.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/program_runner.h"
+#include "partition/compile/mcu_program_builder.h"
+#include "firmware/mcu_kernels.h"
+#include "partition/compile/program_compiler.h"
+
+namespace tessera {
+namespace {
+
+// The firmware's arena: program, then activations, then a guard band.
+struct HostArena {
+  static constexpr size_t kGuardFloats = 1024;
+  std::vector<uint64_t> words;
+  size_t program_aligned = 0, limit = 0;
+  mcu::ProgramView view;
+
+  uint32_t Load(const std::string& program, size_t arena_bytes) {
+    program_aligned = (program.size() + 7) & ~size_t{7};
+    limit = arena_bytes;
+    words.assign(arena_bytes / 8 + kGuardFloats / 2 + 1, 0x7FC000007FC00000ull);  // NaN fill
+    std::memcpy(words.data(), program.data(), program.size());
+    return mcu::ValidateProgram(words.data(), static_cast<uint32_t>(program.size()), arena_bytes, &view);
+  }
+  float* act() { return reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(words.data()) + program_aligned); }
+  bool GuardIntact() const {
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(words.data());
+    for (size_t b = limit; b < words.size() * 8; b += 8)
+      if (*reinterpret_cast<const uint64_t*>(base + b) != 0x7FC000007FC00000ull) return false;
+    return true;
+  }
+};
+
+std::vector<float> SeededInput(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(NumElements(shape));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+double MaxRel(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+    scale = std::max(scale, double(std::fabs(want[i])));
+  }
+  return diff / scale;
+}
+
+std::vector<float> Reference(const Graph& g, const std::vector<float>& input) {
+  auto ex = Executor::Create(g, ExecutorOptions{});
+  REQUIRE(ex.ok());
+  std::vector<TensorData> out;
+  REQUIRE((*ex)->Run({TensorData{g.values[g.inputs[0]].shape, input}}, &out).ok());
+  return out[0].values;
+}
+
+}  // namespace
+
+TEST_CASE("mcu kernels match the host executor", "[mcu]") {
+  for (Graph g : {MakeKeywordSpottingGraph(), MakeMcuOpsGraph()}) {
+    REQUIRE(g.Validate().ok());
+    auto image = BuildMcuProgram(g, McuProgramOptions{});
+    REQUIRE(image.ok());
+    HostArena arena;
+    REQUIRE(arena.Load(image->bytes, image->arena_bytes() + 8) == mcu::kErrNone);
+    auto input = SeededInput(g.values[g.inputs[0]].shape, 3);
+    std::memcpy(arena.act() + arena.view.inputs[0].offset, input.data(), input.size() * 4);
+    mcu::RunProgram(arena.view, arena.act());
+    const mcu::IoEntry& out = arena.view.outputs[0];
+    std::vector<float> got(arena.act() + out.offset, arena.act() + out.offset + out.count);
+    INFO(g.name);
+    CHECK(MaxRel(got, Reference(g, input)) <= 1e-5);
+    CHECK(arena.GuardIntact());
+  }
+  CHECK(BuildMcuProgram(MakeKeywordSpottingGraph(), {})->macs == 853920);
+}
+
+TEST_CASE("mcu program: the arena is checked before anything runs", "[mcu]") {
+  auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
+  REQUIRE(image.ok());
+  HostArena arena;
+  CHECK(arena.Load(image->bytes, image->arena_bytes() - 4) == mcu::kErrProgramTooLarge);
+  CHECK(arena.Load(image->bytes.substr(0, image->bytes.size() - 4), image->arena_bytes()) == mcu::kErrProgramTruncated);
+  std::string bad = image->bytes;
+  bad[0] ^= 1;
+  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramMagic);
+}
+
+TEST_CASE("mcu program: unsupported ops are named", "[mcu]") {
+  Graph g = MakeMcuOpsGraph();
+  g.nodes[0].attrs.Set("activation", std::string("tanh"));
+  auto r = BuildMcuProgram(g, {});
+  REQUIRE(!r.ok());
+  CHECK(r.status().IsNotSupported());
+  CHECK(r.status().message().find("'conv'") != std::string::npos);
+  g = MakeMcuOpsGraph();
+  g.nodes[3].op = "Softmax";
+  CHECK(BuildMcuProgram(g, {}).status().message().find("Softmax") != std::string::npos);
+}
+
+TEST_CASE("fuzz: corrupted programs are rejected or stay inside the arena", "[mcu][fuzz]") {
+  auto image = BuildMcuProgram(MakeMcuOpsGraph(), {});
+  REQUIRE(image.ok());
+  std::mt19937 rng(9);
+  const size_t header_and_layers = image->bytes.size() - 4 * size_t{2000};  // mostly metadata, not weights
+  int accepted = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::string bytes = image->bytes;
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) {
+      size_t at = rng() % std::min(bytes.size(), header_and_layers);
+      if (rng() % 2) bytes[at] ^= static_cast<char>(1u << (rng() % 8));
+      else bytes[at] = static_cast<char>(rng());
+    }
+    HostArena arena;
+    if (arena.Load(bytes, image->arena_bytes()) != mcu::kErrNone) continue;
+    ++accepted;
+    mcu::RunProgram(arena.view, arena.act());
+    REQUIRE(arena.GuardIntact());
+  }
+  INFO("accepted " << accepted << " of 400 corrupted programs");
+  CHECK(accepted < 400);
+}
+
+TEST_CASE("mcu program from a compiled pipeline plan, bridged like a via worker would", "[mcu]") {
+  Graph g = MakeKeywordSpottingGraph();
+  PartitionPlan plan;
+  plan.num_devices = 2;
+  plan.source = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    LayerAssignment a;
+    a.scheme = LayerScheme::kWhole;
+    a.devices = {i < 3 ? 0 : 1};  // conv1, pool1, conv2 on the Linux worker; the rest on the MCU
+    plan.layers.push_back(a);
+  }
+  auto compiled = CompilePlan(g, plan);
+  REQUIRE(compiled.ok());
+  McuProgramOptions opt;
+  opt.plan_id = 77;
+  auto image = BuildMcuProgram(compiled->programs[1], opt);
+  REQUIRE(image.ok());
+  HostArena arena;
+  REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+  REQUIRE(arena.view.header->num_inputs == 1);
+  REQUIRE(arena.view.header->num_outputs == 1);
+
+  // Device 0 runs on the host; the MCU's side of the link is served here.
+  auto links = MakeInProcessLinkPair("0", "1");
+  auto runner = ProgramRunner::Create(compiled->programs[0], RunnerOptions{});
+  REQUIRE(runner.ok());
+  auto input = SeededInput(g.values[g.inputs[0]].shape, 5);
+  std::vector<TensorData> outputs;
+  Status device0;
+  std::thread host([&] {
+    device0 = (*runner)->Run({nullptr, links.first.get()}, {TensorData{g.values[g.inputs[0]].shape, input}}, &outputs);
+  });
+  const mcu::IoEntry in = arena.view.inputs[0], out = arena.view.outputs[0];
+  auto bytes = links.second->Recv(in.message, std::chrono::seconds(10));
+  REQUIRE(bytes.ok());
+  REQUIRE(bytes->size() == in.count * 4);
+  std::memcpy(arena.act() + in.offset, bytes->data(), bytes->size());
+  mcu::RunProgram(arena.view, arena.act());
+  REQUIRE(links.second->Send(out.message, std::string(reinterpret_cast<const char*>(arena.act() + out.offset), out.count * 4)).ok());
+  host.join();
+  REQUIRE(device0.ok());
+  CHECK(MaxRel(outputs[0].values, Reference(g, input)) <= 1e-5);
+}
+
+}  // namespace tessera

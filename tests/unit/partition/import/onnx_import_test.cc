@@ -1,0 +1,580 @@
+// ONNX importer: canonical form (graph.h) and the folds of METHODS §1, built
+// from small models written here with the ONNX protobuf classes.
+//
+// The ONNX CMake targets define these for their users; the unit-test target
+// reaches the ONNX library only through tessera_partition, so set them here.
+#ifndef ONNX_NAMESPACE
+#define ONNX_NAMESPACE onnx
+#endif
+#ifndef ONNX_ML
+#define ONNX_ML 1
+#endif
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "daemon/runtime/executor.h"
+#include "onnx/onnx_pb.h"
+#include "partition/import/model_import.h"
+
+namespace tessera {
+namespace {
+
+class OnnxModelBuilder {
+ public:
+  explicit OnnxModelBuilder(int64_t opset, int64_t ir_version = 8) {
+    model_.set_ir_version(ir_version);
+    model_.set_producer_name("tessera-test");
+    auto* o = model_.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+    model_.mutable_graph()->set_name("test");
+  }
+
+  // dims < 0 become symbolic ("N", "d2", ...).
+  void Input(const std::string& name, const std::vector<int64_t>& dims, int32_t elem = onnx::TensorProto::FLOAT) {
+    auto* in = model_.mutable_graph()->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    auto* shape = tt->mutable_shape();
+    for (size_t i = 0; i < dims.size(); ++i) {
+      auto* d = shape->add_dim();
+      if (dims[i] >= 0)
+        d->set_dim_value(dims[i]);
+      else
+        d->set_dim_param(i == 0 ? "N" : "d" + std::to_string(i));
+    }
+  }
+
+  void Output(const std::string& name, int32_t elem = onnx::TensorProto::FLOAT) {
+    auto* out = model_.mutable_graph()->add_output();
+    out->set_name(name);
+    auto* tt = out->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    tt->mutable_shape();  // unknown rank is fine; the checker wants the field
+  }
+
+  void Floats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+    auto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+  }
+
+  void Doubles(const std::string& name, const std::vector<int64_t>& dims, const std::vector<double>& values) {
+    auto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::DOUBLE);
+    for (int64_t d : dims) t->add_dims(d);
+    for (double v : values) t->add_double_data(v);
+  }
+
+  void Int64s(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values) {
+    auto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+  }
+
+  onnx::NodeProto* Node(const std::string& op, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs, const std::string& name = "") {
+    auto* n = model_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& i : inputs) n->add_input(i);
+    for (const auto& o : outputs) n->add_output(o);
+    return n;
+  }
+
+  std::string Bytes() const { return model_.SerializeAsString(); }
+  onnx::ModelProto& model() { return model_; }
+
+ private:
+  onnx::ModelProto model_;
+};
+
+void SetInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+void SetFloat(onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+void SetInts(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+void SetString(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
+Result<Graph> Import(const OnnxModelBuilder& b, const ImportOptions& options = {}) {
+  return ImportOnnxBytes(b.Bytes(), "test.onnx", options);
+}
+
+std::vector<std::string> Ops(const Graph& g) {
+  std::vector<std::string> ops;
+  for (const Node& n : g.nodes) ops.push_back(n.op);
+  return ops;
+}
+
+const TensorData& ConstInput(const Graph& g, const Node& n, size_t i) {
+  const TensorData* d = g.ConstantData(n.inputs.at(i));
+  REQUIRE(d != nullptr);
+  return *d;
+}
+
+std::vector<float> Run(const Graph& g, const std::vector<TensorData>& inputs) {
+  auto ex = Executor::Create(g, ExecutorOptions{});
+  REQUIRE(ex.ok());
+  std::vector<TensorData> outputs;
+  Status st = (*ex)->Run(inputs, &outputs);
+  REQUIRE(st.ok());
+  REQUIRE(outputs.size() == 1);
+  return outputs[0].values;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: Conv + BatchNormalization + Relu fold into one Conv", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 3, 3});
+  b.Floats("w", {2, 1, 2, 2}, {1, 0, 0, 1, /**/ 0, 1, 1, 0});
+  b.Floats("b", {2}, {0.5f, -0.5f});
+  b.Floats("scale", {2}, {2, 3});
+  b.Floats("beta", {2}, {1, -1});
+  b.Floats("mean", {2}, {0.5f, 0.25f});
+  b.Floats("var", {2}, {4, 1});
+  b.Node("Conv", {"x", "w", "b"}, {"c"}, "conv1");
+  auto* bn = b.Node("BatchNormalization", {"c", "scale", "beta", "mean", "var"}, {"n"}, "bn1");
+  SetFloat(bn, "epsilon", 0.f);
+  b.Node("Relu", {"n"}, {"y"}, "relu1");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Conv"});
+  const Node& conv = g->nodes[0];
+  CHECK(conv.name == "conv1");
+  CHECK(conv.attrs.String("activation") == "relu");
+  CHECK(conv.attrs.Ints("pads") == std::vector<int64_t>{0, 0, 0, 0});
+  CHECK(conv.attrs.Ints("kernel_shape") == std::vector<int64_t>{2, 2});
+  // s = scale / sqrt(var): {1, 3}; W' = W·s; b' = (b - mean)·s + beta.
+  CHECK(ConstInput(*g, conv, 1).values == std::vector<float>{1, 0, 0, 1, 0, 3, 3, 0});
+  const auto& bias = ConstInput(*g, conv, 2).values;
+  CHECK(bias[0] == Approx(1.0));
+  CHECK(bias[1] == Approx(-3.25));
+  CHECK(g->values[g->outputs[0]].name == "y");
+  CHECK(g->values[g->outputs[0]].shape == Shape{1, 2, 2, 2});
+  CHECK(g->Validate().ok());
+}
+
+TEST_CASE("onnx: standalone BatchNormalization stays, Conv with two consumers keeps no activation", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 2, 2});
+  b.Floats("w", {2, 2, 1, 1}, {1, 0, 0, 1});
+  b.Floats("scale", {2}, {1, 1});
+  b.Floats("beta", {2}, {0, 0});
+  b.Floats("mean", {2}, {0, 0});
+  b.Floats("var", {2}, {1, 1});
+  b.Node("BatchNormalization", {"x", "scale", "beta", "mean", "var"}, {"n"}, "bn");
+  b.Node("Conv", {"n", "w"}, {"c"}, "conv");
+  b.Node("Relu", {"c"}, {"r"}, "relu");
+  b.Node("Add", {"c", "r"}, {"y"}, "add");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  CHECK(Ops(*g) == std::vector<std::string>{"BatchNormalization", "Conv", "Relu", "Add"});
+  CHECK(g->nodes[1].attrs.String("activation").empty());
+}
+
+TEST_CASE("onnx: Shape/Gather/Unsqueeze/Concat chain folds into Reshape's shape attr", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {-1, 2, 3, 4});
+  b.Int64s("zero", {}, {0});
+  b.Int64s("axes0", {1}, {0});
+  b.Int64s("minus1", {1}, {-1});
+  b.Node("Shape", {"x"}, {"s"});
+  auto* gather = b.Node("Gather", {"s", "zero"}, {"batch"});
+  SetInt(gather, "axis", 0);
+  b.Node("Unsqueeze", {"batch", "axes0"}, {"batch1"});
+  auto* concat = b.Node("Concat", {"batch1", "minus1"}, {"target"});
+  SetInt(concat, "axis", 0);
+  b.Node("Reshape", {"x", "target"}, {"flat"}, "reshape");
+  b.Node("Identity", {"flat"}, {"id"});
+  b.Node("Dropout", {"id"}, {"y"});
+  b.Output("y");
+  ImportOptions options;
+  options.batch = 2;
+  auto g = Import(b, options);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Reshape"});
+  CHECK(g->nodes[0].attrs.Ints("shape") == std::vector<int64_t>{2, 24});
+  CHECK(g->nodes[0].inputs.size() == 1);
+  CHECK(g->values[g->inputs[0]].shape == Shape{2, 2, 3, 4});
+  CHECK(g->values[g->outputs[0]].shape == Shape{2, 24});
+}
+
+TEST_CASE("onnx: Reshape with 0 and -1, Flatten, Squeeze and Unsqueeze become Reshape", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 3, 4});
+  b.Int64s("target", {3}, {0, -1, 4});
+  b.Int64s("axes", {1}, {0});
+  b.Node("Reshape", {"x", "target"}, {"r"});
+  auto* flat = b.Node("Flatten", {"r"}, {"f"});
+  SetInt(flat, "axis", 1);
+  b.Node("Unsqueeze", {"f", "axes"}, {"u"});
+  b.Node("Squeeze", {"u", "axes"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Reshape", "Reshape", "Reshape", "Reshape"});
+  CHECK(g->nodes[0].attrs.Ints("shape") == std::vector<int64_t>{1, 6, 4});
+  CHECK(g->nodes[1].attrs.Ints("shape") == std::vector<int64_t>{1, 24});
+  CHECK(g->nodes[2].attrs.Ints("shape") == std::vector<int64_t>{1, 1, 24});
+  CHECK(g->nodes[3].attrs.Ints("shape") == std::vector<int64_t>{1, 24});
+}
+
+TEST_CASE("onnx: Gemm alpha/beta/transB normalize to W[out,in] and B[out]", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2});
+  b.Floats("B", {2, 3}, {1, 2, 3, 4, 5, 6});  // [in=2, out=3], transB = 0
+  b.Floats("C", {3}, {1, 1, 1});
+  auto* gemm = b.Node("Gemm", {"x", "B", "C"}, {"g"}, "fc");
+  SetFloat(gemm, "alpha", 2.f);
+  SetFloat(gemm, "beta", 0.5f);
+  b.Node("Sigmoid", {"g"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Gemm"});
+  const Node& fc = g->nodes[0];
+  CHECK(fc.attrs.String("activation") == "sigmoid");
+  CHECK(ConstInput(*g, fc, 1).shape == Shape{3, 2});
+  CHECK(ConstInput(*g, fc, 1).values == std::vector<float>{2, 8, 4, 10, 6, 12});
+  CHECK(ConstInput(*g, fc, 2).values == std::vector<float>{0.5f, 0.5f, 0.5f});
+  CHECK_FALSE(fc.attrs.Has("alpha"));
+  CHECK_FALSE(fc.attrs.Has("transB"));
+}
+
+TEST_CASE("onnx: MatMul with constant weights plus Add bias becomes Gemm", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2});
+  b.Floats("w", {2, 2}, {1, 2, 3, 4});
+  b.Floats("bias", {2}, {10, 20});
+  b.Node("MatMul", {"x", "w"}, {"m"}, "mm");
+  b.Node("Add", {"m", "bias"}, {"y"}, "add");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Gemm"});
+  CHECK(ConstInput(*g, g->nodes[0], 1).values == std::vector<float>{1, 3, 2, 4});
+  CHECK(ConstInput(*g, g->nodes[0], 2).values == std::vector<float>{10, 20});
+  // y = x·w + bias with x = [1, 1]: [14, 26].
+  TensorData x{{1, 2}, {1, 1}};
+  CHECK(Run(*g, {x}) == std::vector<float>{14, 26});
+}
+
+TEST_CASE("onnx: Clip with min/max inputs (opset 11) folds into Conv as clip", "[onnx]") {
+  OnnxModelBuilder b(11);
+  b.Input("x", {1, 1, 2, 2});
+  b.Floats("w", {1, 1, 1, 1}, {1});
+  b.Floats("lo", {}, {0});
+  b.Floats("hi", {}, {6});
+  b.Node("Conv", {"x", "w"}, {"c"});
+  b.Node("Clip", {"c", "lo", "hi"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Conv"});
+  CHECK(g->nodes[0].attrs.String("activation") == "clip");
+  CHECK(g->nodes[0].attrs.Float("act_alpha") == 0.0);
+  CHECK(g->nodes[0].attrs.Float("act_beta") == 6.0);
+  TensorData x{{1, 1, 2, 2}, {-1, 3, 7, 6}};
+  CHECK(Run(*g, {x}) == std::vector<float>{0, 3, 6, 6});
+}
+
+TEST_CASE("onnx: standalone Clip, Pad and Resize take their inputs as attributes", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 2, 2});
+  b.Floats("hi", {}, {1});
+  b.Int64s("pads", {8}, {0, 0, 1, 0, 0, 0, 0, 1});
+  b.Floats("scales", {4}, {1, 1, 2, 2});
+  b.Node("Clip", {"x", "", "hi"}, {"c"});
+  b.Node("Pad", {"c", "pads"}, {"p"});
+  auto* resize = b.Node("Resize", {"p", "", "scales"}, {"y"});
+  SetString(resize, "mode", "nearest");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Clip", "Pad", "Resize"});
+  CHECK(g->nodes[0].attrs.Float("max") == 1.0);
+  CHECK(g->nodes[0].attrs.Float("min") < -1e30);
+  CHECK(g->nodes[1].attrs.Ints("pads") == std::vector<int64_t>{0, 0, 1, 0, 0, 0, 0, 1});
+  CHECK(g->nodes[2].attrs.Floats("scales") == std::vector<double>{1, 1, 2, 2});
+  CHECK(g->values[g->outputs[0]].shape == Shape{1, 1, 6, 6});
+  for (const Node& n : g->nodes) CHECK(n.inputs.size() == 1);
+}
+
+TEST_CASE("onnx: Softmax before opset 13 coerces to 2-D; from 13 it is one axis", "[onnx]") {
+  for (int64_t opset : {11, 13}) {
+    OnnxModelBuilder b(opset);
+    b.Input("x", {2, 3, 4});
+    auto* sm = b.Node("Softmax", {"x"}, {"y"});
+    SetInt(sm, "axis", 1);
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE(g.ok());
+    if (opset == 11) {
+      REQUIRE(Ops(*g) == std::vector<std::string>{"Reshape", "Softmax", "Reshape"});
+      CHECK(g->nodes[0].attrs.Ints("shape") == std::vector<int64_t>{2, 12});
+      CHECK(g->nodes[1].attrs.Int("axis") == 1);
+      CHECK(g->nodes[2].attrs.Ints("shape") == std::vector<int64_t>{2, 3, 4});
+    } else {
+      REQUIRE(Ops(*g) == std::vector<std::string>{"Softmax"});
+      CHECK(g->nodes[0].attrs.Int("axis") == 1);
+    }
+  }
+}
+
+TEST_CASE("onnx: dynamic dims: batch from options, others from --input-shape or an error", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {-1, 3, -1, -1});
+  b.Node("Relu", {"x"}, {"y"});
+  b.Output("y");
+  auto missing = Import(b);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().IsInvalidArgument());
+  CHECK_THAT(missing.status().message(),
+             Catch::Contains("test.onnx") && Catch::Contains("--input-shape") && Catch::Contains("'x'"));
+  ImportOptions options;
+  options.input_shapes[""] = {4, 3, 8, 8};
+  auto g = Import(b, options);
+  REQUIRE(g.ok());
+  CHECK(g->values[g->inputs[0]].shape == Shape{4, 3, 8, 8});
+  CHECK(g->values[g->outputs[0]].shape == Shape{4, 3, 8, 8});
+
+  ImportOptions wrong;
+  wrong.input_shapes["nope"] = {1, 3, 8, 8};
+  auto bad = Import(b, wrong);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("nope"));
+}
+
+TEST_CASE("onnx: 1-D Conv runs as a height-1 2-D Conv between Reshapes", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 5});
+  b.Floats("w", {1, 1, 3}, {1, 2, 3});
+  auto* conv = b.Node("Conv", {"x", "w"}, {"y"}, "conv1d");
+  SetInts(conv, "pads", {1, 1});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Reshape", "Conv", "Reshape"});
+  const Node& c = g->nodes[1];
+  CHECK(c.attrs.Ints("kernel_shape") == std::vector<int64_t>{1, 3});
+  CHECK(c.attrs.Ints("pads") == std::vector<int64_t>{0, 1, 0, 1});
+  CHECK(ConstInput(*g, c, 1).shape == Shape{1, 1, 1, 3});
+  TensorData x{{1, 1, 5}, {1, 0, 0, 0, 1}};
+  // Cross-correlation with [1,2,3], zero padded: [2, 1, 0, 3, 2].
+  CHECK(Run(*g, {x}) == std::vector<float>{2, 1, 0, 3, 2});
+}
+
+TEST_CASE("onnx: Split becomes one Slice per output", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 6});
+  b.Int64s("parts", {2}, {2, 4});
+  auto* split = b.Node("Split", {"x", "parts"}, {"a", "b"}, "split");
+  SetInt(split, "axis", 1);
+  b.Node("ReduceSum", {"b"}, {"s"});
+  b.Node("Mul", {"a", "s"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Slice", "Slice", "ReduceSum", "Mul"});
+  CHECK(g->nodes[0].attrs.Ints("starts") == std::vector<int64_t>{0});
+  CHECK(g->nodes[0].attrs.Ints("ends") == std::vector<int64_t>{2});
+  CHECK(g->nodes[1].attrs.Ints("starts") == std::vector<int64_t>{2});
+  CHECK(g->nodes[1].attrs.Ints("ends") == std::vector<int64_t>{6});
+  CHECK(g->values[g->outputs[0]].shape == Shape{1, 2});
+}
+
+TEST_CASE("onnx: opset-6 axis broadcasting becomes numpy broadcasting", "[onnx]") {
+  OnnxModelBuilder b(6, 3);
+  b.Input("x", {1, 2, 1, 2});
+  b.Floats("b", {2}, {10, 20});
+  b.Input("b", {2});  // IR 3: initializers are listed as inputs too
+  auto* add = b.Node("Add", {"x", "b"}, {"y"});
+  SetInt(add, "broadcast", 1);
+  SetInt(add, "axis", 1);
+  b.Output("y");
+  auto g = Import(b);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Add"});
+  CHECK(ConstInput(*g, g->nodes[0], 1).shape == Shape{2, 1, 1});
+  CHECK_FALSE(g->nodes[0].attrs.Has("broadcast"));
+  TensorData x{{1, 2, 1, 2}, {1, 2, 3, 4}};
+  CHECK(Run(*g, {x}) == std::vector<float>{11, 12, 23, 24});
+}
+
+TEST_CASE("onnx: float64 weights become float32", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 1, 1});
+  b.Doubles("w", {1, 1, 1, 1}, {0.25});
+  b.Node("Conv", {"x", "w"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  CHECK(ConstInput(*g, g->nodes[0], 1).values == std::vector<float>{0.25f});
+}
+
+TEST_CASE("onnx: NHWC input keeps its Transpose", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 4, 4, 3});
+  auto* t = b.Node("Transpose", {"x"}, {"nchw"});
+  SetInts(t, "perm", {0, 3, 1, 2});
+  b.Node("GlobalAveragePool", {"nchw"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Transpose", "GlobalAveragePool"});
+  CHECK(g->nodes[0].attrs.Ints("perm") == std::vector<int64_t>{0, 3, 1, 2});
+  CHECK(g->values[g->outputs[0]].shape == Shape{1, 3, 1, 1});
+}
+
+TEST_CASE("onnx: unsupported op is one NotSupported naming file, node and op", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 4});
+  b.Node("Relu", {"x"}, {"r"});
+  b.Node("Hardmax", {"r"}, {"y"}, "the_hardmax");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().IsNotSupported());
+  CHECK_THAT(g.status().message(),
+             Catch::Contains("test.onnx") && Catch::Contains("the_hardmax") && Catch::Contains("Hardmax"));
+}
+
+TEST_CASE("onnx: non-float32 inputs and outputs are NotSupported", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 4}, onnx::TensorProto::INT32);
+  b.Node("Relu", {"x"}, {"y"});
+  b.Output("y", onnx::TensorProto::INT32);
+  auto g = Import(b);
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().IsNotSupported());
+  CHECK_THAT(g.status().message(), Catch::Contains("float32"));
+}
+
+TEST_CASE("onnx: garbage, truncated and empty files are clear errors", "[onnx]") {
+  std::string garbage(4096, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>((i * 2654435761u) >> 13);
+  auto g1 = ImportOnnxBytes(garbage, "garbage.onnx", {});
+  REQUIRE_FALSE(g1.ok());
+  CHECK_THAT(g1.status().message(), Catch::Contains("garbage.onnx"));
+
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 4, 4});
+  std::vector<float> w(64, 0.5f);
+  b.Floats("w", {4, 1, 4, 4}, w);
+  b.Node("Conv", {"x", "w"}, {"y"});
+  b.Output("y");
+  const std::string full = b.Bytes();
+  REQUIRE(ImportOnnxBytes(full, "full.onnx", {}).ok());
+  // Every truncation point: an error (any code), never a crash.
+  for (size_t len = 0; len < full.size(); len += 7) {
+    auto g = ImportOnnxBytes(full.substr(0, len), "truncated.onnx", {});
+    CHECK_FALSE(g.ok());
+    if (!g.ok()) CHECK_THAT(g.status().message(), Catch::Contains("truncated.onnx"));
+  }
+  auto empty = ImportOnnxBytes("", "empty.onnx", {});
+  REQUIRE_FALSE(empty.ok());
+  CHECK_THAT(empty.status().message(), Catch::Contains("empty.onnx"));
+}
+
+TEST_CASE("onnx: corrupted bytes never crash the importer", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 4, 4});
+  b.Floats("w", {2, 2, 1, 1}, {1, 2, 3, 4});
+  b.Int64s("target", {2}, {1, -1});
+  b.Node("Conv", {"x", "w"}, {"c"});
+  b.Node("Relu", {"c"}, {"r"});
+  b.Node("Reshape", {"r", "target"}, {"y"});
+  b.Output("y");
+  const std::string full = b.Bytes();
+  uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  int imported = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::string bytes = full;
+    const int flips = 1 + static_cast<int>(next() >> 62);
+    for (int f = 0; f < flips; ++f) bytes[(next() >> 33) % bytes.size()] = static_cast<char>(next() >> 56);
+    auto g = ImportOnnxBytes(bytes, "flipped.onnx", {});
+    if (g.ok())
+      ++imported;
+    else
+      CHECK_THAT(g.status().message(), Catch::Contains("flipped.onnx"));
+  }
+  CHECK(imported < 400);
+}
+
+TEST_CASE("onnx: weights whose size does not match their dims are DataLoss", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 2, 2});
+  b.Floats("w", {1, 1, 1, 1}, {1});
+  b.Node("Conv", {"x", "w"}, {"y"});
+  b.Output("y");
+  auto* w = b.model().mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_raw_data(std::string(2, '\0'));  // 2 bytes for one float
+  auto g = Import(b);
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.status().message(), Catch::Contains("test.onnx"));
+}
+
+TEST_CASE("ImportModel dispatches by extension", "[onnx]") {
+  auto unknown = ImportModel("model.tflite", {});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().IsInvalidArgument());
+  CHECK_THAT(unknown.status().message(), Catch::Contains(".onnx") && Catch::Contains(".cfg"));
+
+  auto missing = ImportModel("/nonexistent/dir/model.onnx", {});
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.status().message(), Catch::Contains("/nonexistent/dir/model.onnx"));
+
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2});
+  b.Node("Relu", {"x"}, {"y"});
+  b.Output("y");
+  const auto path = std::filesystem::temp_directory_path() / "tessera_onnx_import_test.onnx";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << b.Bytes();
+  }
+  auto g = ImportModel(path.string(), {});
+  std::filesystem::remove(path);
+  REQUIRE(g.ok());
+  CHECK(g->name == "tessera_onnx_import_test");
+  CHECK(Ops(*g) == std::vector<std::string>{"Relu"});
+}
+
+}  // namespace tessera

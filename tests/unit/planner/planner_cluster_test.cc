@@ -1,0 +1,140 @@
+// Cluster files and quantities with units.
+#include <catch2/catch.hpp>
+
+#include "planner/cluster.h"
+#include "util/quantity.h"
+
+using namespace tessera;
+
+TEST_CASE("quantity: sizes, bandwidths, durations", "[planner][cluster]") {
+  CHECK(*ParseByteSize("564KiB") == 564 * 1024);
+  CHECK(*ParseByteSize("2GiB") == int64_t{2} << 30);
+  CHECK(*ParseByteSize("1.5 MiB") == 1572864);
+  CHECK(*ParseByteSize("512MB") == 512000000);
+  CHECK(*ParseByteSize("4096") == 4096);
+  CHECK_FALSE(ParseByteSize("2GB/s").ok());
+  CHECK(ParseByteSize("12 parsecs").status().message().find("KiB") != std::string::npos);
+
+  CHECK(ParseBandwidth("1Gbit/s")->bytes_per_s == Approx(125e6));
+  CHECK(ParseBandwidth("100Mbit/s")->bytes_per_s == Approx(12.5e6));
+  // UART 8N1: 10 bits per byte on the wire.
+  const Bandwidth uart = *ParseBandwidth("115200baud");
+  CHECK(uart.bytes_per_s == Approx(11520));
+  CHECK(uart.uart);
+  CHECK(ParseBandwidth("12MB/s")->bytes_per_s == Approx(12e6));
+  CHECK_FALSE(ParseBandwidth("100").ok());
+  CHECK_FALSE(ParseBandwidth("100Mbit").ok());
+
+  CHECK(*ParseDuration("0.2ms") == Approx(0.2e-3));
+  CHECK(*ParseDuration("50us") == Approx(50e-6));
+  CHECK(*ParseFrequency("480MHz") == Approx(480e6));
+  CHECK(*ParseFrequency("1.5e9") == Approx(1.5e9));
+}
+
+TEST_CASE("cluster: a mixed Pi + MCU file with presets", "[planner][cluster]") {
+  const std::string yaml = R"(devices:
+  - name: pi1
+    kind: linux
+    preset: RPi4-4GB
+    address: 10.0.0.11:7070
+  - name: pi2
+    address: 10.0.0.12:7070
+    ram: 2GiB
+    flash: 16GiB
+    cpu_hz: 1.5GHz
+    cycles_per_mac: 0.5
+  - name: mcu1
+    preset: STM32F446RE
+    serial: /dev/ttyUSB0
+    baud: 115200
+    via: pi1
+links:
+  default: { bandwidth: 1Gbit/s, latency: 0.2ms }
+)";
+  auto c = ParseCluster(yaml, "mixed.yaml", PresetDirectories());
+  REQUIRE(c.ok());
+  REQUIRE(c->size() == 3);
+  const Device& mcu = c->devices[2];
+  CHECK(mcu.kind == DeviceKind::kMcu);
+  CHECK(mcu.ram_bytes == 128 * 1024);
+  CHECK(mcu.flash_bytes == 512 * 1024);
+  CHECK(mcu.macs_per_s == Approx(180e6 / 9));  // METHODS §5: f / CpM
+  CHECK(c->devices[1].macs_per_s == Approx(3e9));
+  CHECK(c->devices[0].preset == "RPi4-4GB");
+  // pi1 -> pi2: 0.2 ms + 1e6 B / 125e6 B/s = 8.2 ms.
+  CHECK(c->TransferSeconds(0, 1, 1000000) == Approx(0.0082));
+  // mcu1 -> pi1 over the UART: 1152 B / 11520 B/s = 0.1 s.
+  CHECK(c->TransferSeconds(2, 0, 1152) == Approx(0.1));
+  // mcu1 -> pi2 goes through pi1: 0.1 s + 0.2 ms + 1152/125e6.
+  CHECK(c->TransferSeconds(2, 1, 1152) == Approx(0.1 + 0.2e-3 + 1152 / 125e6));
+}
+
+namespace {
+
+std::string ErrorsOf(const std::string& yaml) {
+  auto c = ParseCluster(yaml, "bad.yaml", PresetDirectories());
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == StatusCode::kInvalidArgument);
+  return c.status().message();
+}
+
+}  // namespace
+
+TEST_CASE("cluster: every mistake is one line with file:line and a fix", "[planner][cluster]") {
+  SECTION("unknown key") {
+    const std::string e = ErrorsOf("devices:\n  - name: a\n    ram: 1MiB\n    flassh: 1MiB\n    flash: 1MiB\n"
+                                   "    macs_per_s: 1e6\n");
+    CHECK(e.find("bad.yaml:4: unknown key 'flassh'") != std::string::npos);
+    CHECK(e.find("allowed keys") != std::string::npos);
+  }
+  SECTION("duplicate name") {
+    const std::string e = ErrorsOf(
+        "devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\n"
+        "  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\nlinks:\n  default: { bandwidth: 1Gbit/s }\n");
+    CHECK(e.find("bad.yaml:3: duplicate device name 'a'") != std::string::npos);
+  }
+  SECTION("bad unit") {
+    const std::string e = ErrorsOf("devices:\n  - { name: a, ram: 1MiBs, flash: 1MiB, macs_per_s: 1e6 }\n");
+    CHECK(e.find("bad.yaml:2:") != std::string::npos);
+    CHECK(e.find("unknown size unit 'MiBs'") != std::string::npos);
+  }
+  SECTION("missing link") {
+    const std::string e = ErrorsOf(
+        "devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\n"
+        "  - { name: b, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\n");
+    CHECK(e.find("no link between a and b") != std::string::npos);
+    CHECK(e.find("add links: default") != std::string::npos);
+  }
+  SECTION("unknown preset and link to a missing device") {
+    const std::string e = ErrorsOf(
+        "devices:\n  - { name: a, preset: STM32XYZ }\nlinks:\n  pairs:\n"
+        "    - { between: [a, ghost], bandwidth: 1Mbit/s }\n");
+    CHECK(e.find("bad.yaml:2: unknown preset 'STM32XYZ'") != std::string::npos);
+    CHECK(e.find("STM32F446RE") != std::string::npos);  // the list of known presets
+    CHECK(e.find("bad.yaml:5: link names device 'ghost'") != std::string::npos);
+  }
+  SECTION("not YAML") {
+    const std::string e = ErrorsOf("devices: [ { name: a\n");
+    CHECK(e.find("bad.yaml:") != std::string::npos);
+    CHECK(e.find("not valid YAML") != std::string::npos);
+  }
+}
+
+TEST_CASE("cluster: example files in configs/ load", "[planner][cluster]") {
+  for (const char* f : {"configs/local-loopback.yaml", "configs/pi-cluster.yaml", "configs/stm32-pair.yaml",
+                        "configs/pi-mcu-mixed.yaml"}) {
+    auto c = LoadClusterFile(std::string(TESSERA_SOURCE_DIR) + "/" + f);
+    INFO(f);
+    CHECK(c.ok());
+    if (!c.ok()) WARN(c.status().ToString());
+  }
+  CHECK(LoadClusterFile("/nonexistent/cluster.yaml").status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("cluster: --devices N is N identical unlimited devices", "[planner][cluster]") {
+  const Cluster c = UniformCluster(3);
+  REQUIRE(c.size() == 3);
+  CHECK(c.devices[2].ram_bytes == kUnlimitedBytes);
+  CHECK(c.Homogeneous());
+  CHECK(c.TransferSeconds(0, 1, 125000) == Approx(0.2e-3 + 1e-3));
+}

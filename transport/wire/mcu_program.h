@@ -1,0 +1,170 @@
+// The compact MCU program (issue 6): what a microcontroller worker runs.
+// Header-only and freestanding (<stdint.h>/<stddef.h> only: the arm-none-eabi toolchain ships no C++ library): the host builds it
+// (partition/compile/mcu_program_builder.h), the firmware validates and runs it,
+// and host tests run the very same interpreter against the host executor.
+//
+// Layout: little-endian 32-bit words, 4-byte aligned, no pointers.
+//   ProgramHeader
+//   IoEntry  inputs[num_inputs]     tensors received (DATA frames, message id)
+//   IoEntry  outputs[num_outputs]   tensors sent back after a run
+//   Layer    layers[num_layers]     executed in order
+//   float    weights[weight_floats]
+// Activations live in one region of `activation_floats` floats placed by the
+// firmware right after the program in its static arena; every offset below is
+// a float index into that region (weights: into the weight block). The
+// arena a device needs is therefore known on the host before deployment:
+// program bytes + 4 * activation_floats.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace tessera::mcu {
+
+constexpr uint32_t kProgramMagic = 0x504D5354;  // "TSMP"
+constexpr uint32_t kProgramVersion = 1;
+constexpr uint32_t kNoWeights = 0xFFFFFFFFu;
+
+enum LayerOp : uint32_t {
+  kOpConv = 1,           // NCHW conv, groups (depthwise: group == C == OC), dilation
+  kOpDense = 2,          // out[o] = b[o] + Σ W[o, i] x[i], x = the C·H·W input flattened
+  kOpMaxPool = 3,
+  kOpAvgPool = 4,        // `group` field = count_include_pad
+  kOpGlobalAvgPool = 5,
+  kOpRelu = 6,
+  kOpAdd = 7,            // out = in0 + in1 (same size)
+};
+
+enum Activation : uint32_t { kActNone = 0, kActRelu = 1 };
+
+struct ProgramHeader {
+  uint32_t magic, version, plan_id;
+  uint32_t activation_floats;
+  uint32_t num_layers, num_inputs, num_outputs;
+  uint32_t weight_floats;
+};
+
+struct IoEntry {
+  uint32_t message;  // message id on the link
+  uint32_t offset;   // float index in the activation region
+  uint32_t count;    // floats
+};
+
+struct Layer {
+  uint32_t op, activation;
+  uint32_t in0, in1, out;  // activation offsets (in1: Add only)
+  uint32_t c, h, w;        // input shape (one image)
+  uint32_t oc, oh, ow;     // output shape
+  uint32_t kh, kw, sh, sw, pad_top, pad_left, dh, dw;
+  uint32_t group;          // conv groups; avg pool: count_include_pad
+  uint32_t weight, bias;   // float offsets into the weight block (bias: kNoWeights = none)
+};
+
+static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 12 && sizeof(Layer) == 88,
+              "the program layout is fixed: 32-bit words only");
+
+// Reply to a STATUS request (frame type kFrameStatus), little-endian words.
+struct McuStatus {
+  uint32_t magic;            // kStatusMagic
+  uint32_t state;            // McuState
+  uint32_t plan_id;          // of the loaded program (0: none)
+  uint32_t arena_bytes;      // the static arena
+  uint32_t free_bytes;       // arena not used by program + activations
+  uint32_t last_error;       // McuError
+  uint32_t runs;             // completed inferences
+  uint32_t last_run_ms;      // duration of the last run (SysTick)
+  uint32_t bad_frames;       // dropped by the frame decoder
+  uint32_t refused_frames;   // tensors of another plan / not expected
+};
+constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
+
+enum McuState : uint32_t { kStateIdle = 0, kStateLoaded = 1, kStateError = 2 };
+
+enum McuError : uint32_t {
+  kErrNone = 0,
+  kErrProgramTooLarge,     // program + activations exceed the arena
+  kErrProgramMagic,        // not a program / wrong version
+  kErrProgramTruncated,    // sizes in the header exceed the bytes received
+  kErrProgramLayer,        // a layer reads or writes outside its regions, or an unknown op
+  kErrTensorRefused,       // a tensor of another plan, or of the wrong size
+};
+
+// A validated program: pointers into the caller's (aligned) bytes.
+struct ProgramView {
+  const ProgramHeader* header = nullptr;
+  const IoEntry* inputs = nullptr;
+  const IoEntry* outputs = nullptr;
+  const Layer* layers = nullptr;
+  const float* weights = nullptr;
+  uint32_t bytes = 0;  // program size
+};
+
+namespace detail {
+inline bool Inside(uint64_t offset, uint64_t count, uint64_t limit) { return offset + count <= limit; }
+inline uint64_t InputFloats(const Layer& l) { return uint64_t(l.c) * l.h * l.w; }
+inline uint64_t OutputFloats(const Layer& l) { return uint64_t(l.oc) * l.oh * l.ow; }
+}  // namespace detail
+
+// Checks that every read and write of every layer stays inside the
+// activation region and the weight block, so a corrupted or hostile program
+// can never make the interpreter touch memory outside them.
+// `bytes` must be 4-byte aligned. Returns kErrNone and fills `view` on success.
+inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t arena_bytes, ProgramView* view) {
+  using namespace detail;
+  if (nbytes < sizeof(ProgramHeader)) return kErrProgramTruncated;
+  const auto* h = static_cast<const ProgramHeader*>(bytes);
+  if (h->magic != kProgramMagic || h->version != kProgramVersion) return kErrProgramMagic;
+  uint64_t need = sizeof(ProgramHeader) + uint64_t(h->num_inputs + uint64_t(h->num_outputs)) * sizeof(IoEntry) +
+                  uint64_t(h->num_layers) * sizeof(Layer) + uint64_t(h->weight_floats) * 4;
+  if (h->num_inputs > 64 || h->num_outputs > 64 || h->num_layers > 4096 || need != nbytes) return kErrProgramTruncated;
+  if (need + uint64_t(h->activation_floats) * 4 > arena_bytes) return kErrProgramTooLarge;
+  const uint8_t* p = static_cast<const uint8_t*>(bytes) + sizeof(ProgramHeader);
+  ProgramView v;
+  v.header = h;
+  v.inputs = reinterpret_cast<const IoEntry*>(p);
+  v.outputs = v.inputs + h->num_inputs;
+  v.layers = reinterpret_cast<const Layer*>(v.outputs + h->num_outputs);
+  v.weights = reinterpret_cast<const float*>(v.layers + h->num_layers);
+  v.bytes = nbytes;
+  const uint64_t act = h->activation_floats, wts = h->weight_floats;
+  for (uint32_t i = 0; i < h->num_inputs + h->num_outputs; ++i)
+    if (!Inside(v.inputs[i].offset, v.inputs[i].count, act)) return kErrProgramLayer;
+  for (uint32_t i = 0; i < h->num_layers; ++i) {
+    const Layer& l = v.layers[i];
+    const uint64_t in = InputFloats(l), out = OutputFloats(l);
+    if (!Inside(l.in0, in, act) || !Inside(l.out, out, act) || out == 0) return kErrProgramLayer;
+    if (l.activation > kActRelu) return kErrProgramLayer;
+    switch (l.op) {
+      case kOpConv: {
+        if (l.group == 0 || l.c % l.group || l.oc % l.group || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0)
+          return kErrProgramLayer;
+        if (!Inside(l.weight, uint64_t(l.oc) * (l.c / l.group) * l.kh * l.kw, wts)) return kErrProgramLayer;
+        if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;
+        break;
+      }
+      case kOpDense:
+        if (l.oh != 1 || l.ow != 1 || !Inside(l.weight, uint64_t(l.oc) * in, wts)) return kErrProgramLayer;
+        if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;
+        break;
+      case kOpMaxPool:
+      case kOpAvgPool:
+        if (l.oc != l.c || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0) return kErrProgramLayer;
+        break;
+      case kOpGlobalAvgPool:
+        if (l.oc != l.c || l.oh != 1 || l.ow != 1 || in == 0) return kErrProgramLayer;
+        break;
+      case kOpRelu:
+        if (out != in) return kErrProgramLayer;
+        break;
+      case kOpAdd:
+        if (out != in || !Inside(l.in1, in, act)) return kErrProgramLayer;
+        break;
+      default:
+        return kErrProgramLayer;
+    }
+  }
+  *view = v;
+  return kErrNone;
+}
+
+}  // namespace tessera::mcu
