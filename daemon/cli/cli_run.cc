@@ -142,7 +142,10 @@ int RunRun(const RunOptions& ro) {
   ExecutorOptions eo;
   eo.threads = ro.threads;
   eo.profile = ro.profile;
-  auto ex = Executor::Create(*graph, eo);
+  // The single-device run keeps each weight once, in its kernel's form
+  // (a planned run still compiles device programs from the graph's weights).
+  const bool planned = !ro.plan_path.empty() || !ro.force.empty();
+  auto ex = planned ? Executor::Create(*graph, eo) : Executor::CreateReleasingWeights(&*graph, eo);
   if (!ex.ok()) return ReportError("run", ex.status());
 
   std::vector<TensorData> outputs;

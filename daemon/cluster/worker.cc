@@ -57,6 +57,9 @@ struct WorkerService::Loaded {
   int64_t memory_bytes = 0, weight_bytes = 0;
   McuLoadInfo mcu;  // bridge mode: what the MCU holds
 
+  // Kernels prepared once (weights packed once); one runner (device arena)
+  // per request in flight.
+  std::shared_ptr<const PreparedProgram> prepared;
   std::mutex pool_mu;
   std::vector<std::unique_ptr<ProgramRunner>> idle;  // GUARDED_BY(pool_mu)
   int runners = 0;                                   // GUARDED_BY(pool_mu)
@@ -131,13 +134,36 @@ std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
   return loaded_;
 }
 
-tessera::Status WorkerService::Install(const std::string& program_bytes, const proto::ProgramChunk& header,
+namespace {
+// Writes `bytes` to `path` (truncating); IOError naming the path.
+tessera::Status WriteFile(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return tessera::Status::IOError("cannot write " + path.string() + "; check --data-dir is writable");
+  return tessera::Status::OK();
+}
+}  // namespace
+
+tessera::Status WorkerService::Install(std::string program_bytes, const proto::ProgramChunk& header,
                                        bool persist, proto::LoadProgramReply* reply) {
   auto loaded = std::make_shared<Loaded>();
   loaded->header = header;
   loaded->header.clear_data();
+  const int64_t program_size = static_cast<int64_t>(program_bytes.size());
+  // The program goes to disk first (beside, renamed into place only once it
+  // loaded), so its bytes can be freed while it is decoded: one copy of the
+  // program in memory at a time (issue 11).
+  persist = persist && !options_.data_dir.empty();
+  const fs::path dir(options_.data_dir);
+  if (persist) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    TS_RETURN_IF_ERROR(WriteFile(dir / "program.pb.tmp", program_bytes));
+    TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", header.SerializeAsString()));
+  }
   std::string plan_id;
-  TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(program_bytes, "program for device " +
+  TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), "program for device " +
                                                                        std::to_string(header.device()), &plan_id));
   if (plan_id != header.plan_id())
     return tessera::Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +
@@ -163,9 +189,14 @@ tessera::Status WorkerService::Install(const std::string& program_bytes, const p
     // One runner now: proves every subgraph prepares, and measures memory.
     RunnerOptions ro;
     ro.threads = options_.threads;
-    TS_ASSIGN_OR_RETURN(auto runner, ProgramRunner::Create(loaded->program, ro));
+    // Each weight once, in the form the kernels read (issue 11): the
+    // program's copy of weights a kernel repacked is freed as it prepares;
+    // every request in flight gets a runner (arena) over the same kernels.
+    loaded->weight_bytes = 0;
+    TS_ASSIGN_OR_RETURN(loaded->prepared, PreparedProgram::PrepareReleasingWeights(&loaded->program, ro));
+    TS_ASSIGN_OR_RETURN(auto runner, loaded->prepared->NewRunner());
     loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
-    loaded->weight_bytes = loaded->program.WeightValues() * 4;
+    loaded->weight_bytes = static_cast<int64_t>(runner->weight_bytes());
     loaded->idle.push_back(std::move(runner));
     loaded->runners = 1;
   }
@@ -183,31 +214,23 @@ tessera::Status WorkerService::Install(const std::string& program_bytes, const p
     }
   }
 
-  if (persist && !options_.data_dir.empty()) {
-    // Written beside and renamed: a crash mid-write leaves the old program.
-    std::error_code ec;
-    fs::create_directories(options_.data_dir, ec);
-    const fs::path dir(options_.data_dir);
-    for (auto [name, bytes] : {std::pair<const char*, std::string>{"program.pb", program_bytes},
-                               std::pair<const char*, std::string>{"program.header", header.SerializeAsString()}}) {
-      const fs::path tmp = dir / (std::string(name) + ".tmp");
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      out.close();
-      if (!out) return tessera::Status::IOError("cannot write " + tmp.string() + "; check --data-dir is writable");
-      fs::rename(tmp, dir / name, ec);
-      if (ec) return tessera::Status::IOError("cannot rename " + tmp.string() + ": " + ec.message());
+  if (persist) {
+    // Renamed into place only now: a crash or a refused program leaves the old one.
+    for (const char* name : {"program.pb", "program.header"}) {
+      std::error_code ec;
+      fs::rename(dir / (std::string(name) + ".tmp"), dir / name, ec);
+      if (ec) return tessera::Status::IOError("cannot rename " + (dir / name).string() + ".tmp: " + ec.message());
     }
   }
   if (reply) {
     reply->set_plan_id(header.plan_id());
     reply->set_device(me);
-    reply->set_bytes(static_cast<int64_t>(program_bytes.size()));
+    reply->set_bytes(program_size);
     reply->set_memory_bytes(loaded->memory_bytes);
     reply->set_weight_bytes(loaded->weight_bytes);
   }
   spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps)", options_.name, header.plan_id(), me,
-               header.num_devices(), program_bytes.size(), loaded->program.steps.size());
+               header.num_devices(), program_size, loaded->program.steps.size());
   // The old program is released outside the lock: its destruction stops
   // its exchange streams (PeerSender), which may take a moment, and Health
   // and Status must keep answering meanwhile.
@@ -268,7 +291,7 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   if (static_cast<int64_t>(bytes.size()) != header.total_bytes())
     return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(bytes.size()) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
-  tessera::Status st = Install(bytes, header, /*persist=*/true, reply);
+  tessera::Status st = Install(std::move(bytes), header, /*persist=*/true, reply);
   if (!st.ok()) spdlog::warn("worker {}: load refused: {}", options_.name, st.ToString());
   return ToGrpcStatus(st);
 }
@@ -401,9 +424,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
     }
   }
   if (!runner) {
-    RunnerOptions ro;
-    ro.threads = options_.threads;
-    auto created = ProgramRunner::Create(program, ro);
+    auto created = loaded.prepared->NewRunner();
     if (!created.ok()) {
       std::lock_guard<std::mutex> lock(loaded.pool_mu);
       --loaded.runners;

@@ -11,59 +11,133 @@
 
 namespace tessera {
 
-struct Executor::Step {
-  const Node* node = nullptr;
-  std::unique_ptr<Kernel> kernel;
-  size_t scratch_bytes = 0;
-  size_t scratch_offset = 0;
-  // Input/output/scratch pointers, fixed once the arena exists (end of
-  // Create), so Run allocates nothing (kernel.h: no allocation in Eval).
-  EvalContext eval;
-};
-
-Executor::~Executor() { std::free(arena_); }
-
 namespace {
 constexpr size_t kAlign = 64;
 constexpr size_t kNoOffset = SIZE_MAX;
 size_t ValueBytes(const Value& v) { return static_cast<size_t>(NumElements(v.shape)) * sizeof(float); }
 }  // namespace
 
-Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const ExecutorOptions& options) {
-  TS_RETURN_IF_ERROR(graph.Validate());
-  std::unique_ptr<Executor> ex(new Executor());
-  ex->graph_ = &graph;
-  ex->options_ = options;
-  if (ex->options_.threads < 1) ex->options_.threads = 1;
+// Everything Create computes once; shared (read-only) by an executor and its
+// forks. Kernels are const in Eval (kernel.h), so forks may run at once.
+struct Executor::Prepared {
+  struct Step {
+    const Node* node = nullptr;
+    std::unique_ptr<Kernel> kernel;
+    size_t scratch_bytes = 0;
+    size_t scratch_offset = 0;
+  };
+  const Graph* graph = nullptr;
+  ExecutorOptions options;
+  std::vector<Step> steps;
+  std::vector<size_t> offsets;  // per value id, byte offset in the arena (kNoOffset: none)
+  std::vector<int> input_index, output_index;  // per value id: graph input/output index, or -1
+  size_t arena_bytes = 0;
+  size_t unplanned_bytes = 0;
+  size_t weight_bytes = 0;
+  std::vector<bool> constant_read;  // per value id
+};
 
-  // 1. Prepare every kernel: shapes and attributes are checked here, once.
+Executor::Executor(std::shared_ptr<const Prepared> prepared) : prepared_(std::move(prepared)) {}
+
+Executor::~Executor() {
+  if (owns_arena_) std::free(arena_);
+}
+
+size_t Executor::arena_bytes() const { return prepared_->arena_bytes; }
+size_t Executor::unplanned_bytes() const { return prepared_->unplanned_bytes; }
+size_t Executor::weight_bytes() const { return prepared_->weight_bytes; }
+bool Executor::ReadsConstant(int value) const {
+  return value >= 0 && static_cast<size_t>(value) < prepared_->constant_read.size() && prepared_->constant_read[value];
+}
+
+namespace {
+
+// Step 1 of Create: prepare every kernel; shapes and attributes are checked
+// here, once. Also sums the constant bytes the kernels keep reading.
+// With `release` (the same graph, mutable), a constant is freed as soon as
+// every node reading it has prepared and none reads it in Eval any more: the
+// raw and the repacked form of a weight coexist for one layer at a time.
+Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::vector<bool>* constant_read,
+                      std::vector<std::unique_ptr<Kernel>>* kernels, Graph* release) {
+  std::vector<int> readers_left(graph.values.size(), 0);
+  for (const Node& node : graph.nodes)
+    for (int v : node.inputs)
+      if (v >= 0 && graph.values[v].constant) ++readers_left[v];
   for (const Node& node : graph.nodes) {
     KernelFactory factory = FindKernel(node.op);
     if (factory == nullptr)
       return Status::NotSupported("node '" + node.name + "': op " + node.op + " has no kernel in tessera");
-    Step step;
-    step.node = &node;
-    step.kernel = factory();
-    KernelContext ctx{graph, node, {}, {}, {}, ex->options_.threads};
+    std::unique_ptr<Kernel> kernel = factory();
+    KernelContext ctx{graph, node, {}, {}, {}, options.threads};
     for (int v : node.inputs) {
       ctx.input_shapes.push_back(v >= 0 ? graph.values[v].shape : Shape{});
       ctx.constant_inputs.push_back(v >= 0 ? graph.ConstantData(v) : nullptr);
     }
     for (int v : node.outputs) ctx.output_shapes.push_back(graph.values[v].shape);
-    Status st = step.kernel->Prepare(ctx);
+    Status st = kernel->Prepare(ctx);
     if (!st.ok()) {
       if (st.message().find(node.name) == std::string::npos)
         st = st.WithContext("node '" + node.name + "' (" + node.op + ")");
       return st;
     }
-    step.scratch_bytes = step.kernel->ScratchBytes();
-    ex->steps_.push_back(std::move(step));
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const int v = node.inputs[k];
+      if (v < 0 || !graph.values[v].constant) continue;
+      if (kernel->ReadsConstantInEval(static_cast<int>(k))) (*constant_read)[v] = true;
+      if (--readers_left[v] == 0 && !(*constant_read)[v] && release != nullptr) {
+        auto it = release->constants.find(v);
+        if (it != release->constants.end()) std::vector<float>().swap(it->second.values);
+      }
+    }
+    kernels->push_back(std::move(kernel));
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const ExecutorOptions& options) {
+  return Create(graph, options, nullptr);
+}
+
+Result<std::unique_ptr<Executor>> Executor::CreateReleasingWeights(Graph* graph, const ExecutorOptions& options) {
+  return Create(*graph, options, graph);
+}
+
+Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const ExecutorOptions& options,
+                                                   Graph* release) {
+  TS_RETURN_IF_ERROR(graph.Validate());
+  auto p = std::make_shared<Prepared>();
+  p->graph = &graph;
+  p->options = options;
+  if (p->options.threads < 1) p->options.threads = 1;
+  const bool external = p->options.external_io;
+  const size_t nv = graph.values.size();
+
+  // 1. Kernels.
+  std::vector<bool> constant_read(nv, false);
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  TS_RETURN_IF_ERROR(PrepareKernels(graph, p->options, &constant_read, &kernels, release));
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    Prepared::Step step;
+    step.node = &graph.nodes[n];
+    step.kernel = std::move(kernels[n]);
+    step.scratch_bytes = step.kernel->ScratchBytes();
+    p->weight_bytes += step.kernel->OwnedWeightBytes();
+    p->steps.push_back(std::move(step));
+  }
+  for (size_t v = 0; v < nv; ++v)
+    if (constant_read[v]) p->weight_bytes += ValueBytes(graph.values[v]);
+  p->constant_read = constant_read;
 
   // 2. Lifetimes of activation buffers over the step order. Graph inputs are
   // alive from before step 0; graph outputs until after the last step.
+  // With external_io they live in the caller's memory and get no offset.
+  p->input_index.assign(nv, -1);
+  p->output_index.assign(nv, -1);
+  for (size_t i = 0; i < graph.inputs.size(); ++i) p->input_index[graph.inputs[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < graph.outputs.size(); ++i) p->output_index[graph.outputs[i]] = static_cast<int>(i);
   const int last_step = static_cast<int>(graph.nodes.size());  // "after the last node"
-  const size_t nv = graph.values.size();
   std::vector<int> first(nv, INT_MAX), last(nv, -1);
   for (int v : graph.inputs) first[v] = 0, last[v] = std::max(last[v], 0);
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
@@ -78,51 +152,137 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   std::vector<int> request_value;  // value id, or -(step+1) for a scratch buffer
   for (size_t v = 0; v < nv; ++v) {
     if (graph.values[v].constant || last[v] < 0 || first[v] == INT_MAX) continue;
+    if (external && (p->input_index[v] >= 0 || p->output_index[v] >= 0)) continue;
     requests.push_back({ValueBytes(graph.values[v]), first[v], last[v]});
     request_value.push_back(static_cast<int>(v));
-    ex->unplanned_bytes_ += ValueBytes(graph.values[v]);
+    p->unplanned_bytes += ValueBytes(graph.values[v]);
   }
-  for (size_t s = 0; s < ex->steps_.size(); ++s) {
-    if (ex->steps_[s].scratch_bytes == 0) continue;
+  for (size_t s = 0; s < p->steps.size(); ++s) {
+    if (p->steps[s].scratch_bytes == 0) continue;
     const int step = static_cast<int>(s) + 1;
-    requests.push_back({ex->steps_[s].scratch_bytes, step, step});
+    requests.push_back({p->steps[s].scratch_bytes, step, step});
     request_value.push_back(-static_cast<int>(s) - 1);
-    ex->unplanned_bytes_ += ex->steps_[s].scratch_bytes;
+    p->unplanned_bytes += p->steps[s].scratch_bytes;
   }
 
   // 3. Offsets (METHODS §6 arena layout), checked before use.
   GreedyBySizeLayout layout(kAlign);
   ArenaPlan plan = layout.Plan(requests);
   TS_RETURN_IF_ERROR(CheckNoOverlap(requests, plan));
-  ex->offsets_.assign(nv, kNoOffset);
+  p->offsets.assign(nv, kNoOffset);
   for (size_t r = 0; r < requests.size(); ++r) {
-    if (request_value[r] >= 0) ex->offsets_[request_value[r]] = plan.offsets[r];
-    else ex->steps_[-request_value[r] - 1].scratch_offset = plan.offsets[r];
+    if (request_value[r] >= 0) p->offsets[request_value[r]] = plan.offsets[r];
+    else p->steps[-request_value[r] - 1].scratch_offset = plan.offsets[r];
   }
-  ex->arena_bytes_ = plan.size;
-  const size_t alloc = std::max<size_t>(kAlign, (plan.size + kAlign - 1) / kAlign * kAlign);
-  ex->arena_ = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
-  if (ex->arena_ == nullptr)
-    return Status::ResourceExhausted("cannot allocate an arena of " + std::to_string(alloc) + " bytes");
+  p->arena_bytes = plan.size;
 
-  // 4. Every step's EvalContext, pointing into the arena and the constants.
-  char* base = reinterpret_cast<char*>(ex->arena_);
-  for (Step& step : ex->steps_) {
-    EvalContext& ctx = step.eval;
-    ctx.threads = ex->options_.threads;
-    for (int v : step.node->inputs) {
-      if (v < 0) ctx.inputs.push_back(nullptr);
-      else if (graph.values[v].constant) ctx.inputs.push_back(graph.ConstantData(v)->values.data());
-      else ctx.inputs.push_back(reinterpret_cast<const float*>(base + ex->offsets_[v]));
-    }
-    for (int v : step.node->outputs) ctx.outputs.push_back(reinterpret_cast<float*>(base + ex->offsets_[v]));
-    ctx.scratch = step.scratch_bytes ? reinterpret_cast<float*>(base + step.scratch_offset) : nullptr;
-  }
+  // 4. The first executor, with its own arena.
+  std::unique_ptr<Executor> ex(new Executor(std::move(p)));
+  if (!options.allocate_arena) return ex;
+  const size_t alloc = std::max<size_t>(kAlign, (ex->arena_bytes() + kAlign - 1) / kAlign * kAlign);
+  auto* arena = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
+  if (arena == nullptr)
+    return Status::ResourceExhausted("cannot allocate an arena of " + std::to_string(alloc) + " bytes");
+  ex->owns_arena_ = true;
+  ex->Bind(arena);
   return ex;
 }
 
+std::unique_ptr<Executor> Executor::Fork(void* arena) const {
+  std::unique_ptr<Executor> ex(new Executor(prepared_));
+  if (arena == nullptr) {
+    const size_t alloc = std::max<size_t>(kAlign, (arena_bytes() + kAlign - 1) / kAlign * kAlign);
+    arena = std::aligned_alloc(kAlign, alloc);
+    if (arena == nullptr) return nullptr;
+    ex->owns_arena_ = true;
+  }
+  ex->Bind(static_cast<float*>(arena));
+  return ex;
+}
+
+void Executor::Bind(float* arena) {
+  const Prepared& p = *prepared_;
+  const Graph& graph = *p.graph;
+  arena_ = arena;
+  eval_.assign(p.steps.size(), EvalContext{});
+  io_slots_.clear();
+  char* base = reinterpret_cast<char*>(arena_);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Prepared::Step& step = p.steps[s];
+    EvalContext& ctx = eval_[s];
+    ctx.threads = p.options.threads;
+    for (size_t k = 0; k < step.node->inputs.size(); ++k) {
+      const int v = step.node->inputs[k];
+      if (v < 0) {
+        ctx.inputs.push_back(nullptr);
+      } else if (graph.values[v].constant) {
+        ctx.inputs.push_back(graph.ConstantData(v)->values.data());
+      } else if (p.offsets[v] == kNoOffset) {  // external: patched by RunInPlace
+        const bool is_input = p.input_index[v] >= 0;
+        io_slots_.push_back({static_cast<int>(s), static_cast<int>(k),
+                             is_input ? p.input_index[v] : p.output_index[v], !is_input});
+        ctx.inputs.push_back(nullptr);
+      } else {
+        ctx.inputs.push_back(reinterpret_cast<const float*>(base + p.offsets[v]));
+      }
+    }
+    for (size_t k = 0; k < step.node->outputs.size(); ++k) {
+      const int v = step.node->outputs[k];
+      if (p.offsets[v] == kNoOffset) {
+        io_slots_.push_back({static_cast<int>(s), -1 - static_cast<int>(k), p.output_index[v], true});
+        ctx.outputs.push_back(nullptr);
+      } else {
+        ctx.outputs.push_back(reinterpret_cast<float*>(base + p.offsets[v]));
+      }
+    }
+    ctx.scratch = step.scratch_bytes ? reinterpret_cast<float*>(base + step.scratch_offset) : nullptr;
+  }
+}
+
+void Executor::EvalSteps() {
+  const Prepared& p = *prepared_;
+  Eigen::setNbThreads(p.options.threads);
+  if (!p.options.profile) {
+    for (size_t s = 0; s < p.steps.size(); ++s) p.steps[s].kernel->Eval(eval_[s]);
+    return;
+  }
+  const Graph& g = *p.graph;
+  if (step_seconds_.size() != g.nodes.size()) step_seconds_.assign(g.nodes.size(), 0.0);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    p.steps[s].kernel->Eval(eval_[s]);
+    step_seconds_[p.steps[s].node - g.nodes.data()] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
+void Executor::RunInPlace(const float* const* inputs, float* const* outputs) {
+  const Prepared& p = *prepared_;
+  const Graph& g = *p.graph;
+  for (const IoSlot& io : io_slots_) {
+    EvalContext& ctx = eval_[io.step];
+    if (io.slot >= 0)
+      ctx.inputs[io.slot] = io.is_output ? outputs[io.io] : inputs[io.io];
+    else
+      ctx.outputs[-1 - io.slot] = outputs[io.io];
+  }
+  EvalSteps();
+  // Outputs no node writes: a constant, or a graph input passed through.
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const int v = g.outputs[i];
+    const size_t bytes = ValueBytes(g.values[v]);
+    if (g.values[v].constant)
+      std::memcpy(outputs[i], g.ConstantData(v)->values.data(), bytes);
+    else if (p.input_index[v] >= 0)
+      std::memcpy(outputs[i], inputs[p.input_index[v]], bytes);
+  }
+}
+
 Status Executor::Run(const std::vector<TensorData>& inputs, std::vector<TensorData>* outputs) {
-  const Graph& g = *graph_;
+  const Prepared& p = *prepared_;
+  const Graph& g = *p.graph;
+  if (p.options.external_io || arena_ == nullptr)
+    return Status::FailedPrecondition("model '" + g.name + "': this executor runs with RunInPlace or only forks");
   if (inputs.size() != g.inputs.size())
     return Status::InvalidArgument("model '" + g.name + "' takes " + std::to_string(g.inputs.size()) +
                                    " input(s), got " + std::to_string(inputs.size()));
@@ -135,21 +295,10 @@ Status Executor::Run(const std::vector<TensorData>& inputs, std::vector<TensorDa
     if (static_cast<int64_t>(inputs[i].values.size()) != NumElements(v.shape))
       return Status::InvalidArgument("input '" + v.name + "' has " + std::to_string(inputs[i].values.size()) +
                                      " values for shape " + ShapeToString(v.shape));
-    if (offsets_[g.inputs[i]] != kNoOffset)
-      std::memcpy(base + offsets_[g.inputs[i]], inputs[i].values.data(), inputs[i].values.size() * sizeof(float));
+    if (p.offsets[g.inputs[i]] != kNoOffset)
+      std::memcpy(base + p.offsets[g.inputs[i]], inputs[i].values.data(), inputs[i].values.size() * sizeof(float));
   }
-  Eigen::setNbThreads(options_.threads);
-  if (!options_.profile) {
-    for (const Step& step : steps_) step.kernel->Eval(step.eval);
-  } else {
-    if (step_seconds_.size() != g.nodes.size()) step_seconds_.assign(g.nodes.size(), 0.0);
-    for (const Step& step : steps_) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step.kernel->Eval(step.eval);
-      step_seconds_[step.node - g.nodes.data()] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-  }
+  EvalSteps();
   // Outputs: reuse the caller's tensors when they already have the right
   // shapes, so a steady-state Run allocates nothing at all.
   const bool reuse = outputs->size() == g.outputs.size() &&
@@ -166,7 +315,7 @@ Status Executor::Run(const std::vector<TensorData>& inputs, std::vector<TensorDa
     if (g.values[v].constant) {
       t.values = g.ConstantData(v)->values;
     } else {
-      const float* src = reinterpret_cast<const float*>(base + offsets_[v]);
+      const float* src = reinterpret_cast<const float*>(base + p.offsets[v]);
       t.values.assign(src, src + NumElements(t.shape));
     }
   }

@@ -1,14 +1,26 @@
 // Executor: runs a whole Graph on one device in one pre-planned arena
 // (ARCHITECTURE.md "Executor"; METHODS §6 "Arena layout").
 //
-// Create() prepares every kernel (validating shapes and attributes), computes
-// every activation buffer's lifetime over the node order, and lays them out
-// in one arena (partition/graph/arena_layout.h). Run() copies the inputs in, runs
-// the kernels in order, copies the outputs out; it allocates nothing besides
-// the output tensors it returns.
+// Create() prepares every kernel (validating shapes and attributes, packing
+// constant weights), computes every activation buffer's lifetime over the
+// node order, and lays them out in one arena (partition/graph/arena_layout.h).
+// The prepared kernels are immutable and shared: Fork() makes another
+// executor over the same kernels (weights kept once) with its own arena, for
+// another request in flight.
 //
-// Thread-safety: Run() is not reentrant (one arena); create one Executor per
-// concurrent stream.
+// Two ways to run:
+//  * Run(): inputs are copied into the arena and outputs out of it; the
+//    arena holds graph inputs and outputs too (tessera run, tests).
+//  * RunInPlace() (options.external_io): graph inputs are read from and
+//    graph outputs written to caller memory, so the arena holds only the
+//    intermediates and scratch — a device program places those tensors in
+//    its own arena (program_runner.h) and nothing is copied.
+//
+//   arena (arena_bytes()):  [ intermediates and per-step scratch, offsets by
+//                             liveness; + inputs/outputs unless external_io ]
+//
+// Thread-safety: Run()/RunInPlace() are not reentrant (one arena); Fork()
+// one executor per concurrent stream. Fork() itself is thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -24,23 +36,53 @@ namespace tessera {
 struct ExecutorOptions {
   int threads = 1;  // intra-op threads (kernels use up to this many)
   bool profile = false;  // time every step of every Run (StepSeconds)
+  // Graph inputs and outputs live outside the arena (RunInPlace).
+  bool external_io = false;
+  // false: Create prepares the kernels but allocates no arena; such an
+  // executor only serves to Fork() executors bound to the caller's memory.
+  bool allocate_arena = true;
 };
 
 class Executor {
  public:
   // REQUIRES: `graph` is canonical (graph.h), validated, and outlives the
-  // executor. Fails with the node name on the first kernel that rejects it.
+  // executor and its forks. Fails with the node name on the first kernel
+  // that rejects it. The executor owns an arena of arena_bytes().
   static Result<std::unique_ptr<Executor>> Create(const Graph& graph, const ExecutorOptions& options);
+  // The same, and each weight is kept once (issue 11): the graph's constants
+  // that kernels repacked into their own form are freed as the kernels
+  // prepare (a layer at a time, so the peak is about one copy of the
+  // weights). The graph keeps their shapes. REQUIRES: nothing prepares
+  // `graph` again afterwards (more executors come from Fork()).
+  static Result<std::unique_ptr<Executor>> CreateReleasingWeights(Graph* graph, const ExecutorOptions& options);
+
+  // Another executor on the same prepared kernels. `arena`: caller-owned
+  // memory of arena_bytes(), 64-byte aligned, that must outlive the fork;
+  // nullptr: the fork allocates its own (nullptr result if that fails).
+  std::unique_ptr<Executor> Fork(void* arena = nullptr) const;
 
   // Bytes of the activation arena (planned buffers + largest scratch).
-  size_t arena_bytes() const { return arena_bytes_; }
+  size_t arena_bytes() const;
   // Sum of all activation buffer sizes, what an arena-less runtime would allocate.
-  size_t unplanned_bytes() const { return unplanned_bytes_; }
+  size_t unplanned_bytes() const;
+  // Bytes of constant weights the kernels read while running: those they
+  // repacked into their own form plus the graph constants they still read.
+  size_t weight_bytes() const;
+  // Whether a kernel still reads graph constant `value` while running (false
+  // for weights a kernel repacked into its own form in Prepare).
+  bool ReadsConstant(int value) const;
 
   // `inputs`: one tensor per graph input, in Graph::inputs order, with the
   // graph's shape (InvalidArgument naming the input otherwise).
   // `outputs`: replaced by one tensor per graph output.
+  // REQUIRES: !options.external_io.
   Status Run(const std::vector<TensorData>& inputs, std::vector<TensorData>* outputs);
+
+  // REQUIRES: options.external_io. inputs[i] points to NumElements of graph
+  // input i, outputs[i] to room for graph output i; none may overlap the
+  // arena or each other (except an output that aliases nothing it reads).
+  // Allocates nothing, cannot fail.
+  void RunInPlace(const float* const* inputs, float* const* outputs);
 
   // With options.profile: seconds each node took, summed over every Run so
   // far, indexed like Graph::nodes (nodes without a step stay 0).
@@ -51,17 +93,25 @@ class Executor {
   ~Executor();
 
  private:
-  Executor() = default;
-  struct Step;
-  const Graph* graph_ = nullptr;
-  ExecutorOptions options_;
-  std::vector<Step> steps_;
-  std::vector<size_t> offsets_;   // per value id, byte offset in the arena (SIZE_MAX: none)
-  size_t arena_bytes_ = 0;
-  size_t unplanned_bytes_ = 0;
-  size_t scratch_offset_ = 0;
-  float* arena_ = nullptr;  // 64-byte aligned, arena_bytes_ long
-  std::vector<double> step_seconds_;  // per node, with options_.profile
+  struct Prepared;
+  explicit Executor(std::shared_ptr<const Prepared> prepared);
+  static Result<std::unique_ptr<Executor>> Create(const Graph& graph, const ExecutorOptions& options, Graph* release);
+  // Points every step's EvalContext into `arena`.
+  void Bind(float* arena);
+  void EvalSteps();
+
+  std::shared_ptr<const Prepared> prepared_;
+  std::vector<EvalContext> eval_;  // per step, pointers fixed by Bind
+  // external_io: (step, slot) of every kernel input/output that is a graph
+  // input/output, patched by RunInPlace.
+  struct IoSlot {
+    int step, slot, io;
+    bool is_output;
+  };
+  std::vector<IoSlot> io_slots_;
+  float* arena_ = nullptr;
+  bool owns_arena_ = false;
+  std::vector<double> step_seconds_;  // per node, with options.profile
 };
 
 }  // namespace tessera

@@ -1,55 +1,236 @@
 #include "daemon/runtime/program_runner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <thread>
 
+#include "partition/graph/arena_layout.h"
+
 namespace tessera {
 
-Result<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(const DeviceProgram& program,
-                                                             const RunnerOptions& options) {
-  std::unique_ptr<ProgramRunner> r(new ProgramRunner());
-  r->program_ = &program;
-  r->options_ = options;
+namespace {
+constexpr size_t kAlign = 64;
+size_t Bytes(int64_t values) { return static_cast<size_t>(values) * sizeof(float); }
+}  // namespace
+
+// What Prepare computes once and every runner shares: the prepared executor
+// of every subgraph (weights packed once) and the device arena's layout.
+struct PreparedProgram::Layout {
+  const DeviceProgram* program = nullptr;
+  RunnerOptions options;
+  std::vector<std::unique_ptr<Executor>> prepared;  // per subgraph; never run, only forked
+  std::vector<size_t> buffer_offset;                // per buffer
+  std::vector<size_t> step_offset;                  // per step: its executor arena / Copy staging
+  std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
+  size_t arena_bytes = 0;
+  size_t weight_bytes = 0;
+};
+
+namespace {
+
+// Liveness of every buffer over the steps: [first, last] step touching it.
+// Model inputs are alive from step 0 (copied in before it), model outputs
+// until after the last step (copied out).
+void BufferLifetimes(const DeviceProgram& p, std::vector<int>* first, std::vector<int>* last) {
+  const int n = static_cast<int>(p.steps.size());
+  first->assign(p.buffers.size(), n);
+  last->assign(p.buffers.size(), -1);
+  auto touch = [&](int b, int i) {
+    if (b < 0) return;
+    (*first)[b] = std::min((*first)[b], i);
+    (*last)[b] = std::max((*last)[b], i);
+  };
+  for (int i = 0; i < n; ++i) {
+    const ProgramStep& s = p.steps[i];
+    touch(s.src_buffer, i);
+    touch(s.dst_buffer, i);
+    for (int b : s.inputs) touch(b, i);
+    for (int b : s.outputs) touch(b, i);
+  }
+  for (const auto& [value, b] : p.model_inputs) touch(b, 0);
+  for (const auto& [value, b] : p.model_outputs) touch(b, n);
+}
+
+// A Compute/Merge step's subgraph must read and write exactly its buffers'
+// shapes: the executor runs on them in place.
+Status CheckStepShapes(const DeviceProgram& p, size_t i) {
+  const ProgramStep& s = p.steps[i];
+  const Graph& g = p.subgraphs[s.subgraph];
+  const std::string where = "device " + std::to_string(p.device) + " step " + std::to_string(i);
+  if (s.inputs.size() != g.inputs.size() || s.outputs.size() != g.outputs.size())
+    return Status::InvalidArgument(where + ": subgraph " + g.name + " takes " + std::to_string(g.inputs.size()) +
+                                   " inputs and " + std::to_string(g.outputs.size()) + " outputs, the step gives " +
+                                   std::to_string(s.inputs.size()) + " and " + std::to_string(s.outputs.size()));
+  for (size_t k = 0; k < s.inputs.size(); ++k)
+    if (p.buffers[s.inputs[k]].shape() != g.values[g.inputs[k]].shape)
+      return Status::InvalidArgument(where + ": input " + std::to_string(k) + " of " + g.name + " has shape " +
+                                     ShapeToString(g.values[g.inputs[k]].shape) + ", its buffer " +
+                                     ShapeToString(p.buffers[s.inputs[k]].shape()));
+  for (size_t k = 0; k < s.outputs.size(); ++k)
+    if (p.buffers[s.outputs[k]].shape() != g.values[g.outputs[k]].shape)
+      return Status::InvalidArgument(where + ": output " + std::to_string(k) + " of " + g.name + " has shape " +
+                                     ShapeToString(g.values[g.outputs[k]].shape) + ", its buffer " +
+                                     ShapeToString(p.buffers[s.outputs[k]].shape()));
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const DeviceProgram& program,
+                                                                         const RunnerOptions& options) {
+  return Prepare(program, options, nullptr);
+}
+
+Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::PrepareReleasingWeights(
+    DeviceProgram* program, const RunnerOptions& options) {
+  return Prepare(*program, options, program);
+}
+
+Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const DeviceProgram& program,
+                                                                         const RunnerOptions& options,
+                                                                         DeviceProgram* release) {
+  auto layout = std::make_unique<Layout>();
+  layout->program = &program;
+  layout->options = options;
   ExecutorOptions eo;
   eo.threads = options.threads;
-  for (const Graph& g : program.subgraphs) {
-    auto ex = Executor::Create(g, eo);
+  eo.external_io = true;
+  eo.allocate_arena = false;  // the device arena holds every step's executor memory
+  for (size_t i = 0; i < program.subgraphs.size(); ++i) {
+    const Graph& g = program.subgraphs[i];
+    auto ex = release ? Executor::CreateReleasingWeights(&release->subgraphs[i], eo) : Executor::Create(g, eo);
     if (!ex.ok()) return ex.status().WithContext("device " + std::to_string(program.device) + ", " + g.name);
-    r->executors_.push_back(std::move(*ex));
+    layout->weight_bytes += (*ex)->weight_bytes();
+    layout->prepared.push_back(std::move(*ex));
   }
-  for (const auto& b : program.buffers) r->buffers_.emplace_back(static_cast<size_t>(b.box.volume()), 0.f);
+
+  // The device arena: buffers by liveness, plus each step's own memory.
+  std::vector<int> first, last;
+  BufferLifetimes(program, &first, &last);
+  std::vector<BufferRequest> requests;
+  for (size_t b = 0; b < program.buffers.size(); ++b)
+    requests.push_back({Bytes(program.buffers[b].box.volume()), std::min(first[b], last[b]), std::max(last[b], 0)});
+  std::vector<int> step_request(program.steps.size(), -1);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const ProgramStep& s = program.steps[i];
+    size_t bytes = 0;
+    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge) {
+      TS_RETURN_IF_ERROR(CheckStepShapes(program, i));
+      bytes = layout->prepared[s.subgraph]->arena_bytes();
+    } else if (s.kind == StepKind::kCopy) {
+      bytes = Bytes(s.src_box.volume());
+    }
+    if (bytes == 0) continue;
+    step_request[i] = static_cast<int>(requests.size());
+    requests.push_back({bytes, static_cast<int>(i), static_cast<int>(i)});
+  }
+  GreedyBySizeLayout arena_layout(kAlign);
+  const ArenaPlan plan = arena_layout.Plan(requests);
+  TS_RETURN_IF_ERROR(CheckNoOverlap(requests, plan).WithContext("device " + std::to_string(program.device)));
+  layout->arena_bytes = plan.size;
+  layout->buffer_offset.assign(plan.offsets.begin(), plan.offsets.begin() + program.buffers.size());
+  layout->step_offset.assign(program.steps.size(), 0);
+  for (size_t i = 0; i < program.steps.size(); ++i)
+    if (step_request[i] >= 0) layout->step_offset[i] = plan.offsets[step_request[i]];
+  layout->zero_at.assign(program.steps.size() + 1, {});
+  std::vector<bool> is_model_input(program.buffers.size(), false);
+  for (const auto& [value, b] : program.model_inputs) is_model_input[b] = true;
+  for (size_t b = 0; b < program.buffers.size(); ++b)
+    if (!is_model_input[b] && first[b] <= static_cast<int>(program.steps.size())) layout->zero_at[first[b]].push_back(b);
+
+  auto prepared = std::make_shared<PreparedProgram>(std::move(layout));
+  prepared->self_ = prepared;
+  return std::shared_ptr<const PreparedProgram>(std::move(prepared));
+}
+
+PreparedProgram::PreparedProgram(std::unique_ptr<Layout> layout) : layout_(std::move(layout)) {}
+PreparedProgram::~PreparedProgram() = default;
+
+Result<std::unique_ptr<ProgramRunner>> PreparedProgram::NewRunner() const {
+  std::unique_ptr<ProgramRunner> r(new ProgramRunner(self_.lock()));
+  TS_RETURN_IF_ERROR(r->BindArena());
   return r;
 }
 
-size_t ProgramRunner::memory_bytes() const {
-  size_t n = 0;
-  for (const auto& b : buffers_) n += b.size() * sizeof(float);
-  for (const auto& e : executors_) n += e->arena_bytes();
-  return n;
+size_t PreparedProgram::memory_bytes() const { return layout_->arena_bytes; }
+size_t PreparedProgram::weight_bytes() const { return layout_->weight_bytes; }
+bool PreparedProgram::ReadsConstant(int subgraph, int value) const {
+  // An executor's weight accounting knows which constants its kernels read.
+  return layout_->prepared.at(subgraph)->ReadsConstant(value);
 }
+
+ProgramRunner::ProgramRunner(std::shared_ptr<const PreparedProgram> prepared)
+    : prepared_(std::move(prepared)), layout_(prepared_->layout_.get()) {}
+
+Result<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(const DeviceProgram& program,
+                                                             const RunnerOptions& options) {
+  TS_ASSIGN_OR_RETURN(auto prepared, PreparedProgram::Prepare(program, options));
+  return prepared->NewRunner();
+}
+
+Result<std::unique_ptr<ProgramRunner>> ProgramRunner::Fork() const { return prepared_->NewRunner(); }
+
+ProgramRunner::~ProgramRunner() {
+  executors_.clear();
+  std::free(arena_);
+}
+
+Status ProgramRunner::BindArena() {
+  const PreparedProgram::Layout& l = *layout_;
+  const DeviceProgram& p = *l.program;
+  const size_t alloc = std::max<size_t>(kAlign, (l.arena_bytes + kAlign - 1) / kAlign * kAlign);
+  arena_ = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
+  if (arena_ == nullptr)
+    return Status::ResourceExhausted("device " + std::to_string(p.device) + ": cannot allocate its arena of " +
+                                     std::to_string(alloc) + " bytes");
+  executors_.clear();
+  executors_.resize(p.steps.size());
+  step_inputs_.assign(p.steps.size(), {});
+  step_outputs_.assign(p.steps.size(), {});
+  char* base = reinterpret_cast<char*>(arena_);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const ProgramStep& s = p.steps[i];
+    if (s.kind != StepKind::kCompute && s.kind != StepKind::kMerge) continue;
+    executors_[i] = l.prepared[s.subgraph]->Fork(base + l.step_offset[i]);
+    for (int b : s.inputs) step_inputs_[i].push_back(Buffer(b));
+    for (int b : s.outputs) step_outputs_[i].push_back(Buffer(b));
+  }
+  return Status::OK();
+}
+
+float* ProgramRunner::Buffer(int b) const {
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(arena_) + layout_->buffer_offset[b]);
+}
+
+size_t ProgramRunner::memory_bytes() const { return layout_->arena_bytes; }
+size_t ProgramRunner::weight_bytes() const { return layout_->weight_bytes; }
 
 Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs,
                           std::vector<TensorData>* outputs) {
-  const DeviceProgram& p = *program_;
+  const DeviceProgram& p = *layout_->program;
   const std::string me = "device " + std::to_string(p.device);
   if (inputs.size() != p.model_inputs.size())
     return Status::InvalidArgument(me + " expects " + std::to_string(p.model_inputs.size()) + " model inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    auto& buf = buffers_[p.model_inputs[i].second];
-    if (inputs[i].values.size() != buf.size())
+    const int b = p.model_inputs[i].second;
+    if (static_cast<int64_t>(inputs[i].values.size()) != p.buffers[b].box.volume())
       return Status::InvalidArgument(me + ": model input " + std::to_string(i) + " has the wrong size");
-    std::copy(inputs[i].values.begin(), inputs[i].values.end(), buf.begin());
+    std::copy(inputs[i].values.begin(), inputs[i].values.end(), Buffer(b));
   }
-  std::vector<TensorData> in, out;
+  char* base = reinterpret_cast<char*>(arena_);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const ProgramStep& s = p.steps[i];
+    for (int b : layout_->zero_at[i]) std::memset(Buffer(b), 0, Bytes(p.buffers[b].box.volume()));
     switch (s.kind) {
       case StepKind::kSend: {
         Link* link = s.peer < static_cast<int>(peers.size()) ? peers[s.peer] : nullptr;
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
-        std::string bytes(static_cast<size_t>(s.src_box.volume()) * sizeof(float), '\0');
-        ExtractBox(buffers_[s.src_buffer].data(), p.buffers[s.src_buffer].shape(), s.src_box,
+        // The link takes the message's bytes (its framing owns them from here).
+        std::string bytes(Bytes(s.src_box.volume()), '\0');
+        ExtractBox(Buffer(s.src_buffer), p.buffers[s.src_buffer].shape(), s.src_box,
                    reinterpret_cast<float*>(bytes.data()));
         TS_RETURN_IF_ERROR(link->Send(s.message, std::move(bytes)));
         break;
@@ -57,40 +238,34 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       case StepKind::kRecv: {
         Link* link = s.peer < static_cast<int>(peers.size()) ? peers[s.peer] : nullptr;
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
-        TS_ASSIGN_OR_RETURN(std::string bytes, link->Recv(s.message, options_.timeout));
+        TS_ASSIGN_OR_RETURN(std::string bytes, link->Recv(s.message, layout_->options.timeout));
         // The receiver checks sizes against its program before accepting (ARCHITECTURE.md wire rules).
-        if (bytes.size() != static_cast<size_t>(s.dst_box.volume()) * sizeof(float))
+        if (bytes.size() != Bytes(s.dst_box.volume()))
           return Status::DataLoss(me + ": message " + std::to_string(s.message) + " from device " +
                                   std::to_string(s.peer) + " has " + std::to_string(bytes.size()) +
                                   " bytes, the program expects " + std::to_string(s.dst_box.volume() * 4));
-        InsertBox(reinterpret_cast<const float*>(bytes.data()), buffers_[s.dst_buffer].data(),
-                  p.buffers[s.dst_buffer].shape(), s.dst_box);
+        InsertBox(reinterpret_cast<const float*>(bytes.data()), Buffer(s.dst_buffer), p.buffers[s.dst_buffer].shape(),
+                  s.dst_box);
         break;
       }
       case StepKind::kCopy: {
-        std::vector<float> tmp(static_cast<size_t>(s.src_box.volume()));
-        ExtractBox(buffers_[s.src_buffer].data(), p.buffers[s.src_buffer].shape(), s.src_box, tmp.data());
-        InsertBox(tmp.data(), buffers_[s.dst_buffer].data(), p.buffers[s.dst_buffer].shape(), s.dst_box);
+        auto* staging = reinterpret_cast<float*>(base + layout_->step_offset[i]);
+        ExtractBox(Buffer(s.src_buffer), p.buffers[s.src_buffer].shape(), s.src_box, staging);
+        InsertBox(staging, Buffer(s.dst_buffer), p.buffers[s.dst_buffer].shape(), s.dst_box);
         break;
       }
       case StepKind::kCompute:
-      case StepKind::kMerge: {
-        in.resize(s.inputs.size());
-        for (size_t k = 0; k < s.inputs.size(); ++k) {
-          in[k].shape = p.buffers[s.inputs[k]].shape();
-          in[k].values = buffers_[s.inputs[k]];
-        }
-        TS_RETURN_IF_ERROR(executors_[s.subgraph]->Run(in, &out).WithContext(me + " step " + std::to_string(i)));
-        for (size_t k = 0; k < s.outputs.size(); ++k) buffers_[s.outputs[k]] = std::move(out[k].values);
+      case StepKind::kMerge:
+        executors_[i]->RunInPlace(step_inputs_[i].data(), step_outputs_[i].data());
         break;
-      }
     }
   }
   outputs->clear();
   for (const auto& [value, buffer] : p.model_outputs) {
     TensorData t;
     t.shape = p.buffers[buffer].shape();
-    t.values = buffers_[buffer];
+    const float* src = Buffer(buffer);
+    t.values.assign(src, src + p.buffers[buffer].box.volume());
     outputs->push_back(std::move(t));
   }
   return Status::OK();

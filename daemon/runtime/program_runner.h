@@ -19,11 +19,68 @@ struct RunnerOptions {
   std::chrono::milliseconds timeout{60000};     // per Recv
 };
 
+// The device arena (issue 11: one arena per device program). Every buffer
+// of the program — received tiles and slices, partial sums, stack outputs —
+// and every Compute/Merge step's executor arena (the subgraph's
+// intermediates and scratch) get one offset in one arena, by liveness over
+// the program's steps, laid out by the METHODS §6 arena code the executor
+// uses (partition/graph/arena_layout.h):
+//
+//   device arena:  [ buffer b alive over steps [first(b), last(b)]      ]
+//                  [ executor arena of step i, alive at step i only    ]
+//                  [ Copy step i's staging box, alive at step i only   ]
+//
+// Executors read their inputs from and write their outputs to the buffers
+// in place (Executor::RunInPlace): nothing is copied between steps. A
+// buffer is zeroed at its first step, as if it were freshly allocated.
+class ProgramRunner;
+
+// The immutable, shareable part of running a DeviceProgram: every subgraph's
+// prepared kernels (weights packed once) and the device arena's layout.
+// One per loaded program; every request in flight gets a runner of its own
+// (its own arena) from NewRunner().
+class PreparedProgram {
+ public:
+  // REQUIRES: `program` outlives this object and its runners.
+  static Result<std::shared_ptr<const PreparedProgram>> Prepare(const DeviceProgram& program,
+                                                                const RunnerOptions& options);
+  // The same, freeing the program's weights that kernels repacked, layer by
+  // layer (Executor::CreateReleasingWeights): each weight is held once.
+  static Result<std::shared_ptr<const PreparedProgram>> PrepareReleasingWeights(DeviceProgram* program,
+                                                                                const RunnerOptions& options);
+  // A runner with its own device arena. ResourceExhausted if the arena cannot
+  // be allocated. Thread-safe.
+  Result<std::unique_ptr<ProgramRunner>> NewRunner() const;
+
+  size_t memory_bytes() const;  // the device arena (see ProgramRunner)
+  size_t weight_bytes() const;  // weights the kernels read, held once
+  // Whether some kernel still reads constant `value` of subgraph `subgraph`.
+  bool ReadsConstant(int subgraph, int value) const;
+
+  struct Layout;
+  explicit PreparedProgram(std::unique_ptr<Layout> layout);
+  static Result<std::shared_ptr<const PreparedProgram>> Prepare(const DeviceProgram& program,
+                                                                const RunnerOptions& options, DeviceProgram* release);
+  ~PreparedProgram();
+
+ private:
+  std::unique_ptr<Layout> layout_;
+  std::weak_ptr<const PreparedProgram> self_;
+  friend class ProgramRunner;
+};
+
 class ProgramRunner {
  public:
-  // REQUIRES: `program` outlives the runner. Prepares every subgraph's
-  // executor and allocates the program's buffers.
+  // REQUIRES: `program` outlives the runner and its forks. Prepares every
+  // subgraph's kernels once (weights packed once), lays out and allocates
+  // the device arena. Fails naming the device and step when a subgraph does
+  // not match the buffers it runs on.
   static Result<std::unique_ptr<ProgramRunner>> Create(const DeviceProgram& program, const RunnerOptions& options);
+
+  // Another runner over the same prepared program with its own device
+  // arena, for another request in flight. Thread-safe.
+  Result<std::unique_ptr<ProgramRunner>> Fork() const;
+  const std::shared_ptr<const PreparedProgram>& prepared() const { return prepared_; }
 
   // `peers[d]`: the link to device d (nullptr where the program never talks
   // to d). `inputs`: one tensor per program.model_inputs entry, in order.
@@ -31,16 +88,32 @@ class ProgramRunner {
   Status Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs,
              std::vector<TensorData>* outputs);
 
-  // Bytes of all buffers plus every executor's arena: the device's working memory.
+  // Bytes of the device arena: the device's whole working memory for one
+  // request (buffers + every step's intermediates and scratch, by liveness).
   size_t memory_bytes() const;
+  // Bytes of the weights the kernels read (packed forms + constants still
+  // read), held once however many runners are forked.
+  size_t weight_bytes() const;
+  ProgramRunner(const ProgramRunner&) = delete;
+  ProgramRunner& operator=(const ProgramRunner&) = delete;
+  ~ProgramRunner();
 
  private:
-  ProgramRunner() = default;
-  const DeviceProgram* program_ = nullptr;
-  RunnerOptions options_;
-  std::vector<std::unique_ptr<Executor>> executors_;  // per subgraph
-  std::vector<std::vector<float>> buffers_;
+  friend class PreparedProgram;
+  explicit ProgramRunner(std::shared_ptr<const PreparedProgram> prepared);
+  Status BindArena();
+  float* Buffer(int b) const;
+
+  std::shared_ptr<const PreparedProgram> prepared_;
+  const PreparedProgram::Layout* layout_ = nullptr;
+  float* arena_ = nullptr;
+  std::vector<std::unique_ptr<Executor>> executors_;  // per step (Compute/Merge), bound to arena_
+  // Per step: pointers of a Compute/Merge step's inputs and outputs.
+  std::vector<std::vector<const float*>> step_inputs_;
+  std::vector<std::vector<float*>> step_outputs_;
 };
+
+
 
 struct LinkTraffic {
   int from = 0, to = 0;

@@ -185,9 +185,28 @@ std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id)
   return m.SerializeAsString();
 }
 
+namespace {
+Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id);
+}  // namespace
+
 Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& origin, std::string* plan_id) {
   proto::DeviceProgramMsg m;
   if (!m.ParseFromString(bytes)) return Status::DataLoss(origin + ": not a serialized device program");
+  return DecodeProgram(m, origin, plan_id);
+}
+
+Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origin, std::string* plan_id) {
+  proto::DeviceProgramMsg m;
+  const bool parsed = m.ParseFromString(bytes);
+  std::string().swap(bytes);
+  if (!parsed) return Status::DataLoss(origin + ": not a serialized device program");
+  return DecodeProgram(m, origin, plan_id);
+}
+
+namespace {
+// Decodes `m` into a DeviceProgram, clearing each subgraph message once it
+// is decoded (its weights are then held once, in the result).
+Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id) {
   DeviceProgram p;
   p.device = m.device();
   if (plan_id) *plan_id = m.plan_id();
@@ -205,9 +224,10 @@ Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& 
     }
     p.buffers.push_back({bm.name(), bm.value(), box});
   }
-  for (const auto& gm : m.subgraphs()) {
+  for (auto& gm : *m.mutable_subgraphs()) {
     TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin));
     p.subgraphs.push_back(std::move(g));
+    gm.Clear();
   }
   const int nb = static_cast<int>(p.buffers.size());
   auto buffer_ok = [&](int b) { return b >= 0 && b < nb; };
@@ -237,5 +257,6 @@ Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& 
   TS_RETURN_IF_ERROR(ValidateProgram(p).WithContext(origin));
   return p;
 }
+}  // namespace
 
 }  // namespace tessera

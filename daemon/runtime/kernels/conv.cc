@@ -157,6 +157,18 @@ class ConvKernel final : public Kernel {
     return static_cast<size_t>(prepared_threads_ * cg_ * kh_ * kw_ * tile_) * sizeof(float);
   }
 
+  // Packed (im2col, pointwise) and Winograd-transformed weights replace the
+  // graph's: Eval reads them only on the unpacked and depthwise paths.
+  bool ReadsConstantInEval(int input) const override {
+    return input != 1 || !(strategy_ == kWinograd || !packed_.empty());
+  }
+  size_t OwnedWeightBytes() const override {
+    size_t n = 0;
+    for (const auto& m : packed_) n += m.bytes();
+    for (const auto& m : wino_packed_) n += m.bytes();
+    return n;
+  }
+
   void Eval(const EvalContext& ctx) const override {
     switch (strategy_) {
       case kDepthwise:

@@ -50,6 +50,12 @@ class Kernel {
   virtual Status Prepare(const KernelContext& ctx) = 0;
   // Valid after a successful Prepare.
   virtual size_t ScratchBytes() const { return 0; }
+  // Valid after a successful Prepare: whether Eval still reads constant
+  // input `input` (false when Prepare repacked it into the kernel's own
+  // form), and the bytes of such repacked weights the kernel owns. A worker
+  // keeps each weight once: graph constants nobody reads are released.
+  virtual bool ReadsConstantInEval(int input) const { return true; }
+  virtual size_t OwnedWeightBytes() const { return 0; }
   virtual void Eval(const EvalContext& ctx) const = 0;
 };
 

@@ -34,6 +34,7 @@ class PackedMatrix {
   // Panel p: [k][kRows] floats.
   const float* Panel(int64_t p) const { return data_.data() + p * k_ * kRows; }
   const Microkernels& kernels() const { return *kernels_; }
+  size_t bytes() const { return data_.size() * sizeof(float); }
 
  private:
   std::vector<float> data_;

@@ -1,0 +1,254 @@
+#!/usr/bin/python3
+"""Promised vs measured memory of a tessera cluster on loopback (issue 11).
+
+For one model, input shape and worker count N this starts N real
+`tessera worker` processes, plans with `tessera plan --cluster ... --json`
+(the promise: per device weights + peak buffer, and `ram_bytes` where the
+plan prints it), deploys with `tessera deploy`, serves the plan with
+`tessera gateway --plan`, sends R requests with `tessera infer`, and then
+reads every process's VmHWM (peak resident set) and VmRSS from
+/proc/PID/status. It also measures `tessera run` (single device) and
+`tessera plan` as whole processes (ru_maxrss of the finished child).
+
+Prints one JSON document on stdout (progress on stderr). Used by
+bench/memory/run (the table over models x N) and by the memory tests.
+
+Usage: measure.py TESSERA MODEL [--input-shape 1x3x608x608] [--devices 4]
+                  [--objective memory] [--requests 3] [--seed 1]
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def proc_status(pid):
+    """VmHWM and VmRSS of a live process, in bytes."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmHWM", "VmRSS"):
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def peak_of(cmd, env=None):
+    """Runs cmd; returns (returncode, stdout, stderr, peak RSS bytes) from wait4."""
+    r, w = os.pipe()
+    er, ew = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(w, 1)
+        os.dup2(ew, 2)
+        os.close(r)
+        os.close(er)
+        try:
+            os.execvpe(cmd[0], cmd, env or os.environ)
+        finally:
+            os._exit(127)
+    os.close(w)
+    os.close(ew)
+    out = b""
+    err = b""
+    # Read both pipes without deadlock: stderr is small, read it after stdout.
+    with os.fdopen(r, "rb") as fo, os.fdopen(er, "rb") as fe:
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(fo, selectors.EVENT_READ)
+        sel.register(fe, selectors.EVENT_READ)
+        open_count = 2
+        while open_count:
+            for key, _ in sel.select():
+                chunk = key.fileobj.read1(65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_count -= 1
+                elif key.fileobj is fo:
+                    out += chunk
+                else:
+                    err += chunk
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(), err.decode(), usage.ru_maxrss * 1024
+
+
+def last_json(text):
+    dec = json.JSONDecoder()
+    found, pos = None, text.find("{")
+    while pos != -1:
+        try:
+            doc, end = dec.raw_decode(text, pos)
+            if isinstance(doc, dict):
+                found = doc
+                pos = text.find("{", end)
+                continue
+        except json.JSONDecodeError:
+            pass
+        pos = text.find("{", pos + 1)
+    return found
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for(path, proc, what, seconds=30):
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            return
+        if proc.poll() is not None:
+            sys.exit(f"measure: {what} exited with {proc.returncode}")
+        time.sleep(0.05)
+    sys.exit(f"measure: {what} did not start within {seconds} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tessera")
+    ap.add_argument("model")
+    ap.add_argument("--input-shape", default=None)
+    ap.add_argument("--devices", type=int, default=4)
+    ap.add_argument("--objective", default="memory")
+    ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--seed", default="1")
+    ap.add_argument("--preset", default="RPi4-4GB", help="device preset of every worker in the cluster file")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--worker-wrapper", default="", help="prefix of worker w1's command (e.g. heaptrack -o FILE)")
+    args = ap.parse_args()
+    T = os.path.abspath(args.tessera)
+    # `run`, `plan` and `inspect` take the model as a positional argument;
+    # `deploy` and `gateway` as --model.
+    opts = ["--seed", args.seed] + (["--input-shape", args.input_shape] if args.input_shape else [])
+    model_args = [args.model, *opts]
+    model_opt = ["--model", args.model, *opts]
+
+    d = tempfile.mkdtemp(prefix="tessera-memory-")
+    procs = []
+    result = {"model": os.path.basename(args.model), "input_shape": args.input_shape, "devices": args.devices,
+              "objective": args.objective, "requests": args.requests}
+    try:
+        # Single device: tessera run (whole process peak) and its own account.
+        rc, out, err, peak = peak_of([T, "run", *model_args, "--json"])
+        if rc != 0:
+            sys.exit(f"measure: tessera run failed: {err[-2000:]}")
+        rj = last_json(out)
+        result["run"] = {"peak_rss_bytes": peak, "arena_bytes": rj.get("arena_bytes"),
+                         "weight_bytes": rj.get("weight_bytes")}
+        log(f"run: peak {peak / 2**20:.1f} MiB, arena {rj.get('arena_bytes', 0) / 2**20:.1f} MiB")
+
+        # Workers.
+        lines = ["devices:"]
+        for i in range(1, args.devices + 1):
+            port_file = os.path.join(d, f"w{i}.port")
+            logf = open(os.path.join(d, f"w{i}.log"), "w")
+            wrapper = args.worker_wrapper.split() if i == 1 else []
+            p = subprocess.Popen([*wrapper, T, "worker", "--listen", "127.0.0.1:0", "--name", f"w{i}", "--port-file", port_file],
+                                 stdout=logf, stderr=logf)
+            procs.append(p)
+            wait_for(port_file, p, f"worker w{i}")
+            addr = open(port_file).read().strip()
+            lines.append(f"  - {{ name: w{i}, kind: linux, address: {addr}, preset: {args.preset} }}")
+        lines += ["links:", "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"]
+        cluster = os.path.join(d, "cluster.yaml")
+        with open(cluster, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        workers = procs[:]
+
+        plan = os.path.join(d, "plan.pb")
+        rc, out, err, peak = peak_of([T, "plan", *model_args, "--cluster", cluster, "--objective", args.objective,
+                                      "--json", "--out", plan])
+        if rc != 0:
+            sys.exit(f"measure: tessera plan failed: {err[-2000:]}")
+        pj = last_json(out)
+        result["plan"] = {"peak_rss_bytes": peak}
+        log(f"plan: peak {peak / 2**20:.1f} MiB")
+        promised = {}
+        for dev in pj["device_summary"]:
+            promised[dev["name"]] = dev.get("ram_bytes", dev["weight_bytes"] + dev["peak_buffer_bytes"])
+
+        rc, out, err, peak = peak_of([T, "deploy", *model_opt, "--cluster", cluster, "--plan", plan])
+        if rc != 0:
+            sys.exit(f"measure: tessera deploy failed: {err[-2000:]}{out[-2000:]}")
+        result["deploy"] = {"peak_rss_bytes": peak,
+                            "report": [l.strip() for l in out.splitlines() if "working memory" in l]}
+        after_deploy = {f"w{i + 1}": proc_status(p.pid) for i, p in enumerate(workers)}
+
+        grpc_addr = f"127.0.0.1:{free_port()}"
+        http_addr = f"127.0.0.1:{free_port()}"
+        glog = open(os.path.join(d, "gateway.log"), "w")
+        gw = subprocess.Popen([T, "gateway", *model_opt, "--cluster", cluster, "--plan", plan, "--listen", grpc_addr,
+                               "--http", http_addr, "--data-dir", os.path.join(d, "gw")], stdout=glog, stderr=glog)
+        procs.append(gw)
+        x = os.path.join(d, "x.npy")
+        t0 = time.time()
+        answered = 0
+        while answered < args.requests and time.time() - t0 < 120:
+            if gw.poll() is not None:
+                sys.exit("measure: gateway exited; see " + os.path.join(d, "gateway.log"))
+            if not os.path.exists(x):
+                import numpy as np
+                shape = [int(s) for s in pj_input_shape(T, model_args).split("x")]
+                np.save(x, np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+            rc, out, err, _ = peak_of([T, "infer", "--gateway", grpc_addr, "--input", x,
+                                       "--output", os.path.join(d, "y.npy")])
+            if rc == 0:
+                answered += 1
+            else:
+                time.sleep(0.2)
+        if answered < args.requests:
+            sys.exit(f"measure: only {answered} of {args.requests} requests answered: {err[-1000:]}")
+        devices = []
+        for i, p in enumerate(workers):
+            name = f"w{i + 1}"
+            st = proc_status(p.pid)
+            devices.append({"name": name, "promised_bytes": promised.get(name),
+                            "peak_rss_bytes": st["VmHWM"], "rss_bytes": st["VmRSS"],
+                            "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"]})
+        result["device_memory"] = devices
+        gst = proc_status(gw.pid)
+        result["gateway"] = {"peak_rss_bytes": gst["VmHWM"], "rss_bytes": gst["VmRSS"]}
+        for dev in devices:
+            ratio = dev["peak_rss_bytes"] / dev["promised_bytes"] if dev["promised_bytes"] else float("nan")
+            log(f"{dev['name']}: promised {dev['promised_bytes'] / 2**20:.1f} MiB, "
+                f"peak {dev['peak_rss_bytes'] / 2**20:.1f} MiB ({ratio:.2f}x)")
+        log(f"gateway: peak {gst['VmHWM'] / 2**20:.1f} MiB")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            log("kept " + d)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def pj_input_shape(T, model_args):
+    """The model's first input shape as 1x3xHxW, from tessera inspect --json."""
+    rc, out, err, _ = peak_of([T, "inspect", *model_args, "--json"])
+    j = last_json(out)
+    return "x".join(str(v) for v in j["layers"][0]["input_shape"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
