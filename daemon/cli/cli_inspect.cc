@@ -29,7 +29,7 @@ std::string Human(int64_t v) {
 }
 
 int RunInspect(const ModelOptions& mo, bool json) {
-  auto graph = LoadModel(mo);
+  auto graph = LoadModel(mo, /*shapes_only=*/true);
   if (!graph.ok()) return ReportError("inspect", graph.status());
   const auto layers = ComputeLayerFigures(*graph);
   const ModelTotals totals = ComputeTotals(layers);

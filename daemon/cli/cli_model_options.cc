@@ -50,8 +50,9 @@ Result<ImportOptions> ModelOptions::ToImportOptions() const {
   return o;
 }
 
-Result<Graph> LoadModel(const ModelOptions& options) {
+Result<Graph> LoadModel(const ModelOptions& options, bool shapes_only) {
   TS_ASSIGN_OR_RETURN(ImportOptions io, options.ToImportOptions());
+  io.shapes_only = shapes_only;
   auto t0 = std::chrono::steady_clock::now();
   auto graph = ImportModel(options.model_path, io);
   if (!graph.ok()) return graph.status();

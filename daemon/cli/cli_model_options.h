@@ -30,7 +30,8 @@ struct ModelOptions {
 Result<Shape> ParseShape(const std::string& text);
 
 // Imports the model with a clear error prefix; logs the import time.
-Result<Graph> LoadModel(const ModelOptions& options);
+// `shapes_only`: for verbs that never run the model (ImportOptions::shapes_only).
+Result<Graph> LoadModel(const ModelOptions& options, bool shapes_only = false);
 
 // Prints "tessera <verb>: error: <message>" to stderr and returns the exit code 1.
 int ReportError(const std::string& verb, const Status& status);

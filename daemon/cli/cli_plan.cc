@@ -39,7 +39,7 @@ int RunPlan(const PlanCommandOptions& o) {
   } else {
     cluster = UniformCluster(o.devices);
   }
-  auto graph = LoadModel(o.model);
+  auto graph = LoadModel(o.model, /*shapes_only=*/true);
   if (!graph.ok()) return ReportError("plan", graph.status());
   const auto layers = ComputeLayerFigures(*graph);
   PlanOptions options;

@@ -391,6 +391,15 @@ class SeededWeights final : public WeightSource {
   uint64_t seed_;
 };
 
+// No values at all (ImportOptions::shapes_only): every parameter stays empty,
+// so the graph has its weights' shapes and holds none of their bytes.
+class ShapesOnlyWeights final : public WeightSource {
+ public:
+  Status Conv(int, int64_t, int64_t, bool, int64_t, float, LayerParameters*) override { return Status::OK(); }
+  Status Connected(int, int64_t, int64_t, bool, float, LayerParameters*) override { return Status::OK(); }
+  bool generated() const override { return true; }
+};
+
 // Folds darknet's inference BN into weights and bias (darknet normalize_cpu:
 // (x − mean)/(sqrt(var) + .000001f), then scale, then bias).
 void FoldBatchNorm(int64_t n, LayerParameters* p) {
@@ -955,7 +964,9 @@ Result<Graph> ImportDarknet(const std::string& cfg_path, const ImportOptions& op
   if (sections.size() == 1) return Status::InvalidArgument(cfg_path + ": no layers after [net]");
 
   std::unique_ptr<WeightSource> weights;
-  if (!options.weights_path.empty()) {
+  if (options.shapes_only) {
+    weights = std::make_unique<ShapesOnlyWeights>();
+  } else if (!options.weights_path.empty()) {
     TS_ASSIGN_OR_RETURN(weights, DarknetWeightsFile::Open(options.weights_path));
   } else {
     weights = std::make_unique<SeededWeights>(options.seed);
