@@ -156,7 +156,8 @@ def main():
             port_file = os.path.join(d, f"w{i}.port")
             logf = open(os.path.join(d, f"w{i}.log"), "w")
             wrapper = args.worker_wrapper.split() if i == 1 else []
-            p = subprocess.Popen([*wrapper, T, "worker", "--listen", "127.0.0.1:0", "--name", f"w{i}", "--port-file", port_file],
+            p = subprocess.Popen([*wrapper, T, "worker", "--listen", "127.0.0.1:0", "--name", f"w{i}", "--port-file", port_file,
+                                  "--data-dir", os.path.join(d, f"w{i}.data")],
                                  stdout=logf, stderr=logf)
             procs.append(p)
             wait_for(port_file, p, f"worker w{i}")
@@ -211,13 +212,29 @@ def main():
                 time.sleep(0.2)
         if answered < args.requests:
             sys.exit(f"measure: only {answered} of {args.requests} requests answered: {err[-1000:]}")
+        # What the gateway's /metrics says (workers polled by its health
+        # loop), read before /proc so the reported peak cannot be the newer.
+        metrics_peak = {}
+        t0 = time.time()
+        while time.time() - t0 < 10 and len(metrics_peak) < len(workers):
+            time.sleep(0.5)
+            try:
+                import urllib.request
+                text = urllib.request.urlopen(f"http://{http_addr}/metrics", timeout=5).read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line.startswith("tessera_worker_peak_rss_bytes{"):
+                    name = line.split('worker="', 1)[1].split('"', 1)[0]
+                    metrics_peak[name] = int(float(line.rsplit(" ", 1)[1]))
         devices = []
         for i, p in enumerate(workers):
             name = f"w{i + 1}"
             st = proc_status(p.pid)
             devices.append({"name": name, "promised_bytes": promised.get(name),
                             "peak_rss_bytes": st["VmHWM"], "rss_bytes": st["VmRSS"],
-                            "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"]})
+                            "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"],
+                            "metrics_peak_rss_bytes": metrics_peak.get(name)})
         result["device_memory"] = devices
         gst = proc_status(gw.pid)
         result["gateway"] = {"peak_rss_bytes": gst["VmHWM"], "rss_bytes": gst["VmRSS"]}

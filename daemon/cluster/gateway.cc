@@ -9,6 +9,7 @@
 
 #include "daemon/cluster/worker_tensor.h"
 #include "partition/compile/program_codec.h"
+#include "util/process_memory.h"
 
 namespace tessera {
 
@@ -247,6 +248,7 @@ Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::
     worker_plan_.assign(serving->stubs.size(), serving->cluster.plan_id);
     links_.clear();  // device indices changed; refilled from Worker.Status
     uart_.clear();
+    worker_rss_.clear();
   }
   spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
@@ -271,6 +273,7 @@ void Gateway::RefreshWorkerState() {
         links_[{l.from_device(), l.to_device()}] = {l.from_device(), l.to_device(), l.payload_bytes(), l.wire_bytes(),
                                                     l.messages()};
       if (status.has_uart()) uart_[i] = status.uart();
+      worker_rss_[i] = {status.rss_bytes(), status.peak_rss_bytes()};
     }
   }
 }
@@ -462,6 +465,23 @@ std::string Gateway::MetricsText() const {
   for (size_t i = 0; i < worker_up_.size(); ++i)
     m << "tessera_worker_up{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
       << (worker_up_[i] ? 1 : 0) << "\n";
+  // Memory as each process's kernel counts it (issue 11: promises are
+  // checked against these). Workers: from their last Status poll.
+  m << "# HELP tessera_worker_rss_bytes Resident memory of the worker process (VmRSS).\n"
+       "# TYPE tessera_worker_rss_bytes gauge\n";
+  for (const auto& [i, r] : worker_rss_)
+    m << "tessera_worker_rss_bytes{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} " << r.first
+      << "\n";
+  m << "# HELP tessera_worker_peak_rss_bytes Peak resident memory of the worker process (VmHWM).\n"
+       "# TYPE tessera_worker_peak_rss_bytes gauge\n";
+  for (const auto& [i, r] : worker_rss_)
+    m << "tessera_worker_peak_rss_bytes{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
+      << r.second << "\n";
+  const ProcessMemory own = ReadProcessMemory();
+  m << "# HELP tessera_gateway_rss_bytes Resident memory of the gateway process (VmRSS).\n"
+       "# TYPE tessera_gateway_rss_bytes gauge\ntessera_gateway_rss_bytes " << own.rss_bytes << "\n";
+  m << "# HELP tessera_gateway_peak_rss_bytes Peak resident memory of the gateway process (VmHWM).\n"
+       "# TYPE tessera_gateway_peak_rss_bytes gauge\ntessera_gateway_peak_rss_bytes " << own.peak_rss_bytes << "\n";
   m << "# HELP tessera_link_payload_bytes_total Tensor bytes sent between devices.\n"
        "# TYPE tessera_link_payload_bytes_total counter\n";
   for (const auto& [k, l] : links_)

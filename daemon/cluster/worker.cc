@@ -14,6 +14,7 @@
 
 #include "daemon/cluster/worker_mcu_bridge.h"
 #include "partition/compile/program_codec.h"
+#include "util/process_memory.h"
 
 namespace tessera {
 
@@ -163,8 +164,13 @@ tessera::Status WorkerService::Install(std::string program_bytes, const proto::P
     TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", header.SerializeAsString()));
   }
   std::string plan_id;
-  TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), "program for device " +
-                                                                       std::to_string(header.device()), &plan_id));
+  const std::string origin = "program for device " + std::to_string(header.device());
+  if (persist) {  // parsed back from disk: the bytes are freed first
+    std::string().swap(program_bytes);
+    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgramFile((dir / "program.pb.tmp").string(), origin, &plan_id));
+  } else {
+    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), origin, &plan_id));
+  }
   if (plan_id != header.plan_id())
     return tessera::Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +
                                    header.plan_id());
@@ -338,6 +344,9 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
   reply->set_requests_failed(requests_failed_);
   reply->set_in_flight(in_flight_);
   reply->set_peak_in_flight(peak_in_flight_);
+  const ProcessMemory memory = ReadProcessMemory();
+  reply->set_rss_bytes(memory.rss_bytes);
+  reply->set_peak_rss_bytes(memory.peak_rss_bytes);
   if (!loaded) return grpc::Status::OK;
   reply->set_plan_id(loaded->header.plan_id());
   reply->set_device(loaded->header.device());

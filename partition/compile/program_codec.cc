@@ -1,5 +1,7 @@
 #include "partition/compile/program_codec.h"
 
+#include <fstream>
+
 #include <algorithm>
 #include <cstring>
 
@@ -200,6 +202,14 @@ Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origi
   const bool parsed = m.ParseFromString(bytes);
   std::string().swap(bytes);
   if (!parsed) return Status::DataLoss(origin + ": not a serialized device program");
+  return DecodeProgram(m, origin, plan_id);
+}
+
+Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IOError(origin + ": cannot read " + path);
+  proto::DeviceProgramMsg m;
+  if (!m.ParseFromIstream(&in)) return Status::DataLoss(origin + ": " + path + " is not a serialized device program");
   return DecodeProgram(m, origin, plan_id);
 }
 

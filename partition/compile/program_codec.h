@@ -19,6 +19,9 @@ Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& 
 // parsed, and each subgraph's message right after it is decoded, so the
 // peak is about one copy of the program instead of three (issue 11).
 Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origin, std::string* plan_id);
+// The same from a file (a worker's --data-dir copy): the serialized bytes
+// are never held in memory beside the parsed message.
+Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id);
 
 std::string SerializeGraph(const Graph& graph);
 Result<Graph> ParseGraph(const std::string& bytes, const std::string& origin);

@@ -6,6 +6,8 @@
 #    kernels store them + its device arena, as the worker reports them at
 #    deploy) + 40 MiB (daemon baseline and transient load buffers; the idle
 #    daemon measures ~21 MiB).
+#  * the gateway's /metrics reports each worker's peak RSS
+#    (tessera_worker_peak_rss_bytes) within 10 % of what /proc says.
 #  * `tessera plan` reads shapes only: planning every darknet cfg Debian
 #    ships peaks below 150 MiB (YOLOv2 needed 216 MiB and VGG-16 549 MiB
 #    when the planner generated every weight).
@@ -32,6 +34,12 @@ for d in j["device_memory"]:
     bad |= not ok
     print("%s %s: VmHWM %.1f MiB, reported weights+arena %.1f MiB, bound %.1f MiB" % (
         "PASS" if ok else "FAIL", d["name"], d["peak_rss_bytes"] / 2**20, reported[d["name"]] / 2**20, bound / 2**20))
+    # Measured, not assumed: /metrics reports each worker'"'"'s own VmHWM.
+    m = d.get("metrics_peak_rss_bytes")
+    ok = m is not None and 0.9 * d["peak_rss_bytes"] <= m <= d["peak_rss_bytes"]
+    bad |= not ok
+    print("%s %s: /metrics tessera_worker_peak_rss_bytes %s vs /proc VmHWM %d" % (
+        "PASS" if ok else "FAIL", d["name"], m, d["peak_rss_bytes"]))
 sys.exit(1 if bad else 0)' || fail=1
 
 for cfg in /usr/share/darknet/cfg/*.cfg; do
