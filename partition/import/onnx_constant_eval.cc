@@ -439,6 +439,233 @@ double Unary(const std::string& op, double x) {
   return x;
 }
 
+const std::set<std::string>& UnaryOps() {
+  static const std::set<std::string> ops = {"Neg", "Abs",  "Sqrt",    "Floor", "Ceil", "Reciprocal", "Exp",
+                                            "Log", "Relu", "Sigmoid", "Tanh",  "Not",  "Sign"};
+  return ops;
+}
+
+// Comparisons and logic ops: their result is BOOL whatever the input type.
+const std::set<std::string>& CompareOps() {
+  static const std::set<std::string> ops = {"Equal",          "Less", "Greater", "LessOrEqual",
+                                            "GreaterOrEqual", "And",  "Or",      "Xor"};
+  return ops;
+}
+
+const std::set<std::string>& ArithmeticOps() {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Pow", "Mod"};
+  return ops;
+}
+
+// The one result of a single-output op as the list EvaluateConstantNode returns.
+Result<std::vector<ConstTensor>> SingleOutput(Result<ConstTensor> r) {
+  if (!r.ok()) return r.status();
+  return std::vector<ConstTensor>{std::move(r).value()};
+}
+
+// The first `n` inputs are present.
+Status RequireInputs(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in, size_t n) {
+  if (in.size() < n) return Invalid(node, "expects " + std::to_string(n) + " inputs");
+  for (size_t i = 0; i < n; ++i)
+    if (in[i] == nullptr) return Invalid(node, "input " + std::to_string(i) + " is missing");
+  return Status::OK();
+}
+
+// Identity, and Dropout at inference (its mask output cannot be folded).
+Result<std::vector<ConstTensor>> FoldIdentity(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  if (node.output_size() > 1 && !node.output(1).empty())
+    return Status::NotSupported("Dropout: the mask output is not supported");
+  return std::vector<ConstTensor>{*in[0]};
+}
+
+// Cast (type from attribute "to") and CastLike (type of input 1).
+Result<std::vector<ConstTensor>> FoldCast(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  const std::string& op = node.op_type();
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, op == "Cast" ? 1 : 2));
+  ConstTensor out = *in[0];
+  out.elem_type = op == "Cast" ? static_cast<int32_t>(AttrInt(node, "to", TensorProto::FLOAT)) : in[1]->elem_type;
+  if (out.elem_type == TensorProto::STRING || out.elem_type == TensorProto::UNDEFINED)
+    return Status::NotSupported("Cast: to string/undefined is not supported");
+  for (double& v : out.data) v = Narrow(v, out.elem_type);
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
+Result<std::vector<ConstTensor>> FoldUnary(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const std::string& op = node.op_type();
+  const int32_t type = in[0]->elem_type;
+  return SingleOutput(Elementwise(node, {in[0]}, type, [&](const std::vector<double>& a) { return Unary(op, a[0]); }));
+}
+
+// Arithmetic and comparison ops with numpy broadcasting.
+Result<std::vector<ConstTensor>> FoldBinary(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const std::string& op = node.op_type();
+  const int32_t type = CompareOps().count(op) ? static_cast<int32_t>(TensorProto::BOOL) : in[0]->elem_type;
+  const bool integer = IsIntegerType(in[0]->elem_type);
+  return SingleOutput(Elementwise(node, {in[0], in[1]}, type,
+                                  [&](const std::vector<double>& a) { return Binary(op, a[0], a[1], integer); }));
+}
+
+// Max, Min, Sum, Mean over any number of inputs.
+Result<std::vector<ConstTensor>> FoldVariadic(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const std::string& op = node.op_type();
+  std::vector<const ConstTensor*> args(in.begin(), in.end());
+  const bool integer = IsIntegerType(in[0]->elem_type);
+  return SingleOutput(Elementwise(node, args, in[0]->elem_type, [&](const std::vector<double>& a) {
+    double acc = a[0];
+    for (size_t i = 1; i < a.size(); ++i) acc = Binary(op == "Mean" ? "Sum" : op, acc, a[i], integer);
+    return op == "Mean" ? acc / static_cast<double>(a.size()) : acc;
+  }));
+}
+
+Result<std::vector<ConstTensor>> FoldWhere(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 3));
+  return SingleOutput(Elementwise(node, {in[0], in[1], in[2]}, in[1]->elem_type,
+                                  [](const std::vector<double>& a) { return a[0] != 0 ? a[1] : a[2]; }));
+}
+
+// Unsqueeze: `axes` index the result; each becomes a new dim of 1.
+Result<Shape> UnsqueezedDims(const onnx::NodeProto& node, const Shape& in_dims, const std::vector<int64_t>& axes) {
+  const int64_t rank = static_cast<int64_t>(in_dims.size() + axes.size());
+  std::vector<bool> inserted(rank, false);
+  for (int64_t a : axes) {
+    TS_ASSIGN_OR_RETURN(int64_t n, NormalizeAxis(node, a, rank));
+    inserted[n] = true;
+  }
+  Shape dims;
+  size_t j = 0;
+  for (int64_t i = 0; i < rank; ++i) dims.push_back(inserted[i] ? 1 : in_dims.at(j++));
+  return dims;
+}
+
+// Squeeze: drops the listed dims (each must be 1), or every 1 when none are listed.
+Result<Shape> SqueezedDims(const onnx::NodeProto& node, const Shape& in_dims, const std::vector<int64_t>& axes) {
+  const int64_t rank = static_cast<int64_t>(in_dims.size());
+  std::vector<bool> removed(rank, axes.empty());
+  if (axes.empty())
+    for (int64_t i = 0; i < rank; ++i) removed[i] = in_dims[i] == 1;
+  for (int64_t a : axes) {
+    TS_ASSIGN_OR_RETURN(int64_t n, NormalizeAxis(node, a, rank));
+    if (in_dims[n] != 1) return Invalid(node, "squeezed axis is not 1");
+    removed[n] = true;
+  }
+  Shape dims;
+  for (int64_t i = 0; i < rank; ++i)
+    if (!removed[i]) dims.push_back(in_dims[i]);
+  return dims;
+}
+
+Result<std::vector<ConstTensor>> FoldSqueezeOrUnsqueeze(const onnx::NodeProto& node,
+                                                        const std::vector<const ConstTensor*>& in, int64_t opset) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  TS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, AxesOf(node, in, opset >= 13));
+  ConstTensor out = *in[0];
+  if (node.op_type() == "Unsqueeze") {
+    TS_ASSIGN_OR_RETURN(out.dims, UnsqueezedDims(node, out.dims, axes));
+  } else {
+    TS_ASSIGN_OR_RETURN(out.dims, SqueezedDims(node, out.dims, axes));
+  }
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
+// Reshape: target shape from attribute "shape" before opset 5, from input 1 since.
+Result<std::vector<ConstTensor>> FoldReshape(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in,
+                                             int64_t opset) {
+  std::vector<int64_t> target;
+  if (opset < 5) {
+    TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+    target = AttrInts(node, "shape");
+  } else {
+    TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+    target = in[1]->Ints();
+  }
+  TS_ASSIGN_OR_RETURN(Shape dims, ResolveReshape(in[0]->dims, target, AttrInt(node, "allowzero", 0) != 0));
+  ConstTensor out = *in[0];
+  out.dims = dims;
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
+Result<std::vector<ConstTensor>> FoldFlatten(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const int64_t rank = static_cast<int64_t>(in[0]->dims.size());
+  int64_t axis = AttrInt(node, "axis", 1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis > rank) return Invalid(node, "axis out of range");
+  int64_t outer = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= in[0]->dims[i];
+  ConstTensor out = *in[0];
+  out.dims = {outer, outer == 0 ? 0 : NumElements(in[0]->dims) / outer};
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
+Result<std::vector<ConstTensor>> FoldConstantOfShape(const onnx::NodeProto& node,
+                                                     const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  ConstTensor out;
+  out.elem_type = TensorProto::FLOAT;
+  double fill = 0.0;
+  if (const auto* a = FindAttribute(node, "value")) {
+    TS_ASSIGN_OR_RETURN(ConstTensor v, ReadConstTensor(a->t()));
+    if (v.data.size() != 1) return Invalid(node, "value must hold one element");
+    out.elem_type = v.elem_type;
+    fill = v.data[0];
+  }
+  out.dims = in[0]->Ints();
+  TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
+  out.data.assign(static_cast<size_t>(NumElements(out.dims)), fill);
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
+Result<std::vector<ConstTensor>> FoldRange(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 3));
+  const double start = in[0]->data.at(0), limit = in[1]->data.at(0), delta = in[2]->data.at(0);
+  if (delta == 0) return Invalid(node, "delta 0");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+  if (n > (int64_t{1} << 24)) return Status::NotSupported("Range: too many elements to fold");
+  ConstTensor out;
+  out.elem_type = in[0]->elem_type;
+  out.dims = {n};
+  for (int64_t i = 0; i < n; ++i) out.data.push_back(Narrow(start + static_cast<double>(i) * delta, out.elem_type));
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
+Result<std::vector<ConstTensor>> FoldExpand(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  ConstTensor shape_as_tensor;
+  shape_as_tensor.dims = in[1]->Ints();
+  TS_RETURN_IF_ERROR(CheckFoldSize(shape_as_tensor.dims));
+  // Broadcast against a tensor of the requested shape whose values are unused.
+  shape_as_tensor.data.assign(static_cast<size_t>(NumElements(shape_as_tensor.dims)), 0.0);
+  return SingleOutput(Elementwise(node, {in[0], &shape_as_tensor}, in[0]->elem_type,
+                                  [](const std::vector<double>& a) { return a[0]; }));
+}
+
+Result<std::vector<ConstTensor>> FoldTile(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const ConstTensor& x = *in[0];
+  std::vector<int64_t> reps = in[1]->Ints();
+  if (reps.size() != x.dims.size()) return Invalid(node, "repeats length does not match rank");
+  ConstTensor out;
+  out.elem_type = x.elem_type;
+  for (size_t i = 0; i < reps.size(); ++i) {
+    if (reps[i] < 0) return Invalid(node, "negative repeat");
+    if (reps[i] > kMaxFoldedElements) return Status::NotSupported("Tile: too large to fold");
+    out.dims.push_back(x.dims[i] * reps[i]);
+  }
+  TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
+  out.data.resize(static_cast<size_t>(NumElements(out.dims)));
+  auto strides = RowMajorStrides(x.dims);
+  ForEachIndex(out.dims, [&](int64_t k, const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    for (size_t i = 0; i < idx.size(); ++i) off += (idx[i] % x.dims[i]) * strides[i];
+    out.data[k] = x.data[off];
+  });
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
 }  // namespace
 
 const onnx::AttributeProto* FindAttribute(const onnx::NodeProto& node, const std::string& name) {
@@ -511,198 +738,36 @@ Result<Shape> ResolveReshape(const Shape& input, const std::vector<int64_t>& tar
 Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& node,
                                                       const std::vector<const ConstTensor*>& in, int64_t opset) {
   const std::string& op = node.op_type();
-  auto one = [](Result<ConstTensor> r) -> Result<std::vector<ConstTensor>> {
-    if (!r.ok()) return r.status();
-    return std::vector<ConstTensor>{std::move(r).value()};
-  };
-  auto need = [&](size_t n) -> Status {
-    if (in.size() < n) return Invalid(node, "expects " + std::to_string(n) + " inputs");
-    for (size_t i = 0; i < n; ++i)
-      if (in[i] == nullptr) return Invalid(node, "input " + std::to_string(i) + " is missing");
-    return Status::OK();
-  };
-  if (op == "Constant") return one(EvalConstantAttr(node));
-  if (op == "Identity" || op == "Dropout") {
-    TS_RETURN_IF_ERROR(need(1));
-    if (node.output_size() > 1 && !node.output(1).empty())
-      return Status::NotSupported("Dropout: the mask output is not supported");
-    return std::vector<ConstTensor>{*in[0]};
-  }
-  if (op == "Cast" || op == "CastLike") {
-    TS_RETURN_IF_ERROR(need(op == "Cast" ? 1 : 2));
-    ConstTensor out = *in[0];
-    out.elem_type = op == "Cast" ? static_cast<int32_t>(AttrInt(node, "to", TensorProto::FLOAT)) : in[1]->elem_type;
-    if (out.elem_type == TensorProto::STRING || out.elem_type == TensorProto::UNDEFINED)
-      return Status::NotSupported("Cast: to string/undefined is not supported");
-    for (double& v : out.data) v = Narrow(v, out.elem_type);
-    return std::vector<ConstTensor>{std::move(out)};
-  }
-  static const std::set<std::string> kUnary = {"Neg", "Abs",  "Sqrt",    "Floor", "Ceil", "Reciprocal", "Exp",
-                                               "Log", "Relu", "Sigmoid", "Tanh",  "Not",  "Sign"};
-  if (kUnary.count(op)) {
-    TS_RETURN_IF_ERROR(need(1));
-    const int32_t type = in[0]->elem_type;
-    return one(Elementwise(node, {in[0]}, type, [&](const std::vector<double>& a) { return Unary(op, a[0]); }));
-  }
-  static const std::set<std::string> kCompare = {"Equal",          "Less", "Greater", "LessOrEqual",
-                                                 "GreaterOrEqual", "And",  "Or",      "Xor"};
-  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "Mod"};
-  if (kCompare.count(op) || kBinary.count(op)) {
-    TS_RETURN_IF_ERROR(need(2));
-    const int32_t type = kCompare.count(op) ? static_cast<int32_t>(TensorProto::BOOL) : in[0]->elem_type;
-    const bool integer = IsIntegerType(in[0]->elem_type);
-    return one(Elementwise(node, {in[0], in[1]}, type,
-                           [&](const std::vector<double>& a) { return Binary(op, a[0], a[1], integer); }));
-  }
-  if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
-    TS_RETURN_IF_ERROR(need(1));
-    std::vector<const ConstTensor*> args(in.begin(), in.end());
-    const bool integer = IsIntegerType(in[0]->elem_type);
-    return one(Elementwise(node, args, in[0]->elem_type, [&](const std::vector<double>& a) {
-      double acc = a[0];
-      for (size_t i = 1; i < a.size(); ++i) acc = Binary(op == "Mean" ? "Sum" : op, acc, a[i], integer);
-      return op == "Mean" ? acc / static_cast<double>(a.size()) : acc;
-    }));
-  }
-  if (op == "Where") {
-    TS_RETURN_IF_ERROR(need(3));
-    return one(Elementwise(node, {in[0], in[1], in[2]}, in[1]->elem_type,
-                           [](const std::vector<double>& a) { return a[0] != 0 ? a[1] : a[2]; }));
-  }
+  if (op == "Constant") return SingleOutput(EvalConstantAttr(node));
+  if (op == "Identity" || op == "Dropout") return FoldIdentity(node, in);
+  if (op == "Cast" || op == "CastLike") return FoldCast(node, in);
+  if (UnaryOps().count(op)) return FoldUnary(node, in);
+  if (CompareOps().count(op) || ArithmeticOps().count(op)) return FoldBinary(node, in);
+  if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") return FoldVariadic(node, in);
+  if (op == "Where") return FoldWhere(node, in);
   if (op == "Gather") {
-    TS_RETURN_IF_ERROR(need(2));
-    return one(Gather(node, *in[0], *in[1]));
+    TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+    return SingleOutput(Gather(node, *in[0], *in[1]));
   }
-  if (op == "Unsqueeze" || op == "Squeeze") {
-    TS_RETURN_IF_ERROR(need(1));
-    TS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, AxesOf(node, in, opset >= 13));
-    ConstTensor out = *in[0];
-    if (op == "Unsqueeze") {
-      const int64_t rank = static_cast<int64_t>(out.dims.size() + axes.size());
-      std::vector<bool> inserted(rank, false);
-      for (int64_t a : axes) {
-        TS_ASSIGN_OR_RETURN(int64_t n, NormalizeAxis(node, a, rank));
-        inserted[n] = true;
-      }
-      Shape dims;
-      size_t j = 0;
-      for (int64_t i = 0; i < rank; ++i) dims.push_back(inserted[i] ? 1 : in[0]->dims.at(j++));
-      out.dims = dims;
-    } else {
-      const int64_t rank = static_cast<int64_t>(out.dims.size());
-      std::vector<bool> removed(rank, axes.empty());
-      if (axes.empty())
-        for (int64_t i = 0; i < rank; ++i) removed[i] = out.dims[i] == 1;
-      for (int64_t a : axes) {
-        TS_ASSIGN_OR_RETURN(int64_t n, NormalizeAxis(node, a, rank));
-        if (out.dims[n] != 1) return Invalid(node, "squeezed axis is not 1");
-        removed[n] = true;
-      }
-      Shape dims;
-      for (int64_t i = 0; i < rank; ++i)
-        if (!removed[i]) dims.push_back(out.dims[i]);
-      out.dims = dims;
-    }
-    return std::vector<ConstTensor>{std::move(out)};
-  }
-  if (op == "Reshape") {
-    std::vector<int64_t> target;
-    if (opset < 5) {
-      TS_RETURN_IF_ERROR(need(1));
-      target = AttrInts(node, "shape");
-    } else {
-      TS_RETURN_IF_ERROR(need(2));
-      target = in[1]->Ints();
-    }
-    TS_ASSIGN_OR_RETURN(Shape dims, ResolveReshape(in[0]->dims, target, AttrInt(node, "allowzero", 0) != 0));
-    ConstTensor out = *in[0];
-    out.dims = dims;
-    return std::vector<ConstTensor>{std::move(out)};
-  }
-  if (op == "Flatten") {
-    TS_RETURN_IF_ERROR(need(1));
-    const int64_t rank = static_cast<int64_t>(in[0]->dims.size());
-    int64_t axis = AttrInt(node, "axis", 1);
-    if (axis < 0) axis += rank;
-    if (axis < 0 || axis > rank) return Invalid(node, "axis out of range");
-    int64_t outer = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= in[0]->dims[i];
-    ConstTensor out = *in[0];
-    out.dims = {outer, outer == 0 ? 0 : NumElements(in[0]->dims) / outer};
-    return std::vector<ConstTensor>{std::move(out)};
-  }
-  if (op == "Concat") return one(Concat(node, in));
+  if (op == "Unsqueeze" || op == "Squeeze") return FoldSqueezeOrUnsqueeze(node, in, opset);
+  if (op == "Reshape") return FoldReshape(node, in, opset);
+  if (op == "Flatten") return FoldFlatten(node, in);
+  if (op == "Concat") return SingleOutput(Concat(node, in));
   if (op == "Slice") {
-    TS_RETURN_IF_ERROR(need(1));
-    return one(Slice(node, in, opset));
+    TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+    return SingleOutput(Slice(node, in, opset));
   }
   if (op == "Transpose") {
-    TS_RETURN_IF_ERROR(need(1));
-    return one(Transpose(node, *in[0]));
+    TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+    return SingleOutput(Transpose(node, *in[0]));
   }
-  if (op == "ConstantOfShape") {
-    TS_RETURN_IF_ERROR(need(1));
-    ConstTensor out;
-    out.elem_type = TensorProto::FLOAT;
-    double fill = 0.0;
-    if (const auto* a = FindAttribute(node, "value")) {
-      TS_ASSIGN_OR_RETURN(ConstTensor v, ReadConstTensor(a->t()));
-      if (v.data.size() != 1) return Invalid(node, "value must hold one element");
-      out.elem_type = v.elem_type;
-      fill = v.data[0];
-    }
-    out.dims = in[0]->Ints();
-    TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
-    out.data.assign(static_cast<size_t>(NumElements(out.dims)), fill);
-    return std::vector<ConstTensor>{std::move(out)};
-  }
-  if (op == "Range") {
-    TS_RETURN_IF_ERROR(need(3));
-    const double start = in[0]->data.at(0), limit = in[1]->data.at(0), delta = in[2]->data.at(0);
-    if (delta == 0) return Invalid(node, "delta 0");
-    const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
-    if (n > (int64_t{1} << 24)) return Status::NotSupported("Range: too many elements to fold");
-    ConstTensor out;
-    out.elem_type = in[0]->elem_type;
-    out.dims = {n};
-    for (int64_t i = 0; i < n; ++i) out.data.push_back(Narrow(start + static_cast<double>(i) * delta, out.elem_type));
-    return std::vector<ConstTensor>{std::move(out)};
-  }
-  if (op == "Expand") {
-    TS_RETURN_IF_ERROR(need(2));
-    ConstTensor shape_as_tensor;
-    shape_as_tensor.dims = in[1]->Ints();
-    TS_RETURN_IF_ERROR(CheckFoldSize(shape_as_tensor.dims));
-    // Broadcast against a tensor of the requested shape whose values are unused.
-    shape_as_tensor.data.assign(static_cast<size_t>(NumElements(shape_as_tensor.dims)), 0.0);
-    return one(Elementwise(node, {in[0], &shape_as_tensor}, in[0]->elem_type,
-                           [](const std::vector<double>& a) { return a[0]; }));
-  }
-  if (op == "Tile") {
-    TS_RETURN_IF_ERROR(need(2));
-    const ConstTensor& x = *in[0];
-    std::vector<int64_t> reps = in[1]->Ints();
-    if (reps.size() != x.dims.size()) return Invalid(node, "repeats length does not match rank");
-    ConstTensor out;
-    out.elem_type = x.elem_type;
-    for (size_t i = 0; i < reps.size(); ++i) {
-      if (reps[i] < 0) return Invalid(node, "negative repeat");
-      if (reps[i] > kMaxFoldedElements) return Status::NotSupported("Tile: too large to fold");
-      out.dims.push_back(x.dims[i] * reps[i]);
-    }
-    TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
-    out.data.resize(static_cast<size_t>(NumElements(out.dims)));
-    auto strides = RowMajorStrides(x.dims);
-    ForEachIndex(out.dims, [&](int64_t k, const std::vector<int64_t>& idx) {
-      int64_t off = 0;
-      for (size_t i = 0; i < idx.size(); ++i) off += (idx[i] % x.dims[i]) * strides[i];
-      out.data[k] = x.data[off];
-    });
-    return std::vector<ConstTensor>{std::move(out)};
-  }
+  if (op == "ConstantOfShape") return FoldConstantOfShape(node, in);
+  if (op == "Range") return FoldRange(node, in);
+  if (op == "Expand") return FoldExpand(node, in);
+  if (op == "Tile") return FoldTile(node, in);
   if (op.rfind("Reduce", 0) == 0 && IsConstantEvaluable(op)) {
-    TS_RETURN_IF_ERROR(need(1));
-    return one(Reduce(node, in, opset));
+    TS_RETURN_IF_ERROR(RequireInputs(node, in, 1));
+    return SingleOutput(Reduce(node, in, opset));
   }
   return Status::NotSupported(op + ": not evaluated at import");
 }
