@@ -159,6 +159,9 @@ class OnnxModelImporter {
   // --- translation ---
   Status BuildGraph();
   Status TranslateNode(const onnx::NodeProto& node, int index);
+  Status CheckTranslatable(const onnx::NodeProto& node) const;
+  Status TranslateIdentity(const onnx::NodeProto& node);
+  Status TranslateCast(const onnx::NodeProto& node);
   Status TranslateConv(const onnx::NodeProto& node, const std::string& name);
   Status TranslatePool(const onnx::NodeProto& node, const std::string& name);
   Status TranslateGemm(const onnx::NodeProto& node, const std::string& name);
@@ -172,6 +175,12 @@ class OnnxModelImporter {
   Status TranslateSlice(const onnx::NodeProto& node, const std::string& name);
   Status TranslateReduce(const onnx::NodeProto& node, const std::string& name);
   Status TranslateSplit(const onnx::NodeProto& node, const std::string& name);
+  Status TranslateConcatOrTranspose(const onnx::NodeProto& node, const std::string& name);
+  Status TranslatePassThrough(const onnx::NodeProto& node, const std::string& name);
+  // Opset < 7 forms rewritten to today's numpy broadcasting (in place).
+  Status ApplyLegacyBroadcast(const onnx::NodeProto& node, const std::string& name, Attributes* a,
+                              std::vector<int>* inputs);
+  void MakeLegacyPreluSlopePerChannel(const std::string& name, std::vector<int>* inputs);
   Status Compact();
 
   // --- helpers ---
@@ -1203,7 +1212,9 @@ Status OnnxModelImporter::TranslateSplit(const onnx::NodeProto& node, const std:
   return Status::OK();
 }
 
-Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) {
+// Rejects what no translation handles: foreign domains, unknown ops, nodes
+// without an output or a first input.
+Status OnnxModelImporter::CheckTranslatable(const onnx::NodeProto& node) const {
   const std::string& op = node.op_type();
   if (!node.domain().empty() && node.domain() != "ai.onnx")
     return NodeError(StatusCode::kNotSupported, node, "operator domain '" + node.domain() + "' is not supported");
@@ -1213,29 +1224,126 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
     return NodeError(StatusCode::kInvalidArgument, node, "has no output");
   if (node.input_size() == 0 || node.input(0).empty())
     return NodeError(StatusCode::kNotSupported, node, "nodes without a first input are not supported");
-  const std::string name = node.name();
+  return Status::OK();
+}
 
-  if (op == "Identity" || op == "Dropout") {
-    TS_RETURN_IF_ERROR(RequireOnlyFirstOutputUsed(node, "the mask output"));
-    if (op == "Dropout" && node.input_size() > 2 && !node.input(2).empty()) {
-      if (!IsConst(node.input(2)))
-        return NodeError(StatusCode::kNotSupported, node, "training_mode must be a constant");
-      TS_ASSIGN_OR_RETURN(const ConstTensor* t, Const(node.input(2)));
-      if (!t->data.empty() && t->data[0] != 0)
-        return NodeError(StatusCode::kNotSupported, node, "training_mode=true is not supported (inference only)");
-    }
-    alias_[node.output(0)] = Resolve(node.input(0));
+// Identity and inference-mode Dropout: the output is another name for the input.
+Status OnnxModelImporter::TranslateIdentity(const onnx::NodeProto& node) {
+  TS_RETURN_IF_ERROR(RequireOnlyFirstOutputUsed(node, "the mask output"));
+  if (node.op_type() == "Dropout" && node.input_size() > 2 && !node.input(2).empty()) {
+    if (!IsConst(node.input(2))) return NodeError(StatusCode::kNotSupported, node, "training_mode must be a constant");
+    TS_ASSIGN_OR_RETURN(const ConstTensor* t, Const(node.input(2)));
+    if (!t->data.empty() && t->data[0] != 0)
+      return NodeError(StatusCode::kNotSupported, node, "training_mode=true is not supported (inference only)");
+  }
+  alias_[node.output(0)] = Resolve(node.input(0));
+  return Status::OK();
+}
+
+Status OnnxModelImporter::TranslateCast(const onnx::NodeProto& node) {
+  auto it = infos_.find(Resolve(node.input(0)));
+  if (AttrInt(node, "to", 0) == TensorProto::FLOAT && it != infos_.end() &&
+      it->second.elem_type == TensorProto::FLOAT) {
+    alias_[node.output(0)] = Resolve(node.input(0));  // float -> float: nothing to do
     return Status::OK();
   }
-  if (op == "Cast") {
-    auto it = infos_.find(Resolve(node.input(0)));
-    if (AttrInt(node, "to", 0) == TensorProto::FLOAT && it != infos_.end() &&
-        it->second.elem_type == TensorProto::FLOAT) {
-      alias_[node.output(0)] = Resolve(node.input(0));  // float -> float: nothing to do
-      return Status::OK();
-    }
-    return NodeError(StatusCode::kNotSupported, node, "casts between element types are not supported (float32 only)");
+  return NodeError(StatusCode::kNotSupported, node, "casts between element types are not supported (float32 only)");
+}
+
+// Concat (attr "axis", made non-negative) and Transpose (attr "perm",
+// reversed dims when absent).
+Status OnnxModelImporter::TranslateConcatOrTranspose(const onnx::NodeProto& node, const std::string& name) {
+  const std::string& op = node.op_type();
+  TS_ASSIGN_OR_RETURN(Shape first, StaticShape(node, node.input(0)));
+  const int64_t rank = static_cast<int64_t>(first.size());
+  std::vector<int> inputs;
+  for (const std::string& in : node.input()) {
+    TS_ASSIGN_OR_RETURN(int v, InputValue(node, in));
+    inputs.push_back(v);
   }
+  TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
+  Attributes a;
+  if (op == "Concat") {
+    int64_t axis = AttrInt(node, "axis", 1);  // opset < 4 defaulted to 1
+    if (axis < -rank || axis >= rank) return NodeError(StatusCode::kInvalidArgument, node, "axis out of range");
+    a.Set("axis", axis < 0 ? axis + rank : axis);
+  } else {
+    std::vector<int64_t> perm = AttrInts(node, "perm");
+    if (perm.empty())
+      for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+    a.Set("perm", perm);
+  }
+  AddNode(name, op, inputs, {y}, std::move(a));
+  return Status::OK();
+}
+
+Status OnnxModelImporter::ApplyLegacyBroadcast(const onnx::NodeProto& node, const std::string& name, Attributes* a,
+                                               std::vector<int>* inputs) {
+  // Before opset 7, B broadcast against A from dim `axis` on (not from the
+  // right): give a constant B trailing unit dims so that it broadcasts
+  // numpy-style like the canonical ops do.
+  const Shape a_shape = graph_.values[(*inputs)[0]].shape, b_shape = graph_.values[(*inputs)[1]].shape;
+  int64_t axis = a->Int("axis", static_cast<int64_t>(a_shape.size() - b_shape.size()));
+  if (axis < 0) axis += static_cast<int64_t>(a_shape.size());
+  const int64_t trailing = static_cast<int64_t>(a_shape.size()) - axis - static_cast<int64_t>(b_shape.size());
+  if (trailing < 0) return NodeError(StatusCode::kInvalidArgument, node, "broadcast axis out of range");
+  if (trailing > 0) {
+    if (!graph_.IsConstant((*inputs)[1]))
+      return NodeError(StatusCode::kNotSupported, node, "legacy axis broadcasting of a computed B");
+    TensorData b = *graph_.ConstantData((*inputs)[1]);
+    b.shape.insert(b.shape.end(), trailing, 1);
+    (*inputs)[1] = graph_.AddConstant(name + "/B_broadcast", std::move(b));
+  }
+  a->Erase("broadcast");
+  a->Erase("axis");
+  return Status::OK();
+}
+
+void OnnxModelImporter::MakeLegacyPreluSlopePerChannel(const std::string& name, std::vector<int>* inputs) {
+  // Before opset 7 a 1-D slope of length C was per channel (axis 1);
+  // since then it broadcasts from the right. Make it [C,1,...,1].
+  const Shape x_shape = graph_.values[(*inputs)[0]].shape;
+  const TensorData* slope = graph_.ConstantData((*inputs)[1]);
+  if (x_shape.size() > 2 && slope->shape.size() == 1 && slope->shape[0] == x_shape[1] && x_shape[1] != 1) {
+    TensorData per_channel = *slope;
+    per_channel.shape.assign(x_shape.size() - 1, 1);
+    per_channel.shape[0] = x_shape[1];
+    (*inputs)[1] = graph_.AddConstant(name + "/slope_per_channel", std::move(per_channel));
+  }
+}
+
+// Ops the kernels run under their ONNX name (PassThroughOps): attributes
+// copied, every input a value.
+Status OnnxModelImporter::TranslatePassThrough(const onnx::NodeProto& node, const std::string& name) {
+  const std::string& op = node.op_type();
+  std::string bad_attr;
+  Attributes a = CopyAttributes(node, &bad_attr);
+  if (!bad_attr.empty())
+    return NodeError(StatusCode::kNotSupported, node, "attribute '" + bad_attr + "' has an unsupported type");
+  std::vector<int> inputs;
+  for (const std::string& in : node.input()) {
+    if (in.empty()) return NodeError(StatusCode::kNotSupported, node, "omitted optional inputs are not supported");
+    TS_ASSIGN_OR_RETURN(int v, InputValue(node, in));
+    inputs.push_back(v);
+  }
+  if (opset_ < 7 && a.Int("broadcast", 0) != 0 && inputs.size() == 2)
+    TS_RETURN_IF_ERROR(ApplyLegacyBroadcast(node, name, &a, &inputs));
+  if (op == "PRelu" && opset_ < 7 && inputs.size() == 2 && graph_.IsConstant(inputs[1]))
+    MakeLegacyPreluSlopePerChannel(name, &inputs);
+  if (graph_.ActivationInputs(Node{"", op, inputs, {}, {}}).empty())
+    return NodeError(StatusCode::kNotSupported, node, "all inputs are constant but the op could not be folded");
+  TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
+  AddNode(name, op, inputs, {y}, std::move(a));
+  return Status::OK();
+}
+
+Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) {
+  TS_RETURN_IF_ERROR(CheckTranslatable(node));
+  const std::string& op = node.op_type();
+  const std::string name = node.name();
+
+  if (op == "Identity" || op == "Dropout") return TranslateIdentity(node);
+  if (op == "Cast") return TranslateCast(node);
   if ((op == "Max" || op == "Min" || op == "Sum" || op == "Mean") && node.input_size() == 1) {
     alias_[node.output(0)] = Resolve(node.input(0));
     return Status::OK();
@@ -1255,77 +1363,8 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
   if (op == "Split") return TranslateSplit(node, name);
   if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin")
     return TranslateReduce(node, name);
-  if (op == "Concat" || op == "Transpose") {
-    TS_ASSIGN_OR_RETURN(Shape first, StaticShape(node, node.input(0)));
-    const int64_t rank = static_cast<int64_t>(first.size());
-    std::vector<int> inputs;
-    for (const std::string& in : node.input()) {
-      TS_ASSIGN_OR_RETURN(int v, InputValue(node, in));
-      inputs.push_back(v);
-    }
-    TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
-    Attributes a;
-    if (op == "Concat") {
-      int64_t axis = AttrInt(node, "axis", 1);  // opset < 4 defaulted to 1
-      if (axis < -rank || axis >= rank) return NodeError(StatusCode::kInvalidArgument, node, "axis out of range");
-      a.Set("axis", axis < 0 ? axis + rank : axis);
-    } else {
-      std::vector<int64_t> perm = AttrInts(node, "perm");
-      if (perm.empty())
-        for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
-      a.Set("perm", perm);
-    }
-    AddNode(name, op, inputs, {y}, std::move(a));
-    return Status::OK();
-  }
-  if (PassThroughOps().count(op)) {
-    std::string bad_attr;
-    Attributes a = CopyAttributes(node, &bad_attr);
-    if (!bad_attr.empty())
-      return NodeError(StatusCode::kNotSupported, node, "attribute '" + bad_attr + "' has an unsupported type");
-    std::vector<int> inputs;
-    for (const std::string& in : node.input()) {
-      if (in.empty()) return NodeError(StatusCode::kNotSupported, node, "omitted optional inputs are not supported");
-      TS_ASSIGN_OR_RETURN(int v, InputValue(node, in));
-      inputs.push_back(v);
-    }
-    if (opset_ < 7 && a.Int("broadcast", 0) != 0 && inputs.size() == 2) {
-      // Before opset 7, B broadcast against A from dim `axis` on (not from the
-      // right): give a constant B trailing unit dims so that it broadcasts
-      // numpy-style like the canonical ops do.
-      const Shape a_shape = graph_.values[inputs[0]].shape, b_shape = graph_.values[inputs[1]].shape;
-      int64_t axis = a.Int("axis", static_cast<int64_t>(a_shape.size() - b_shape.size()));
-      if (axis < 0) axis += static_cast<int64_t>(a_shape.size());
-      const int64_t trailing = static_cast<int64_t>(a_shape.size()) - axis - static_cast<int64_t>(b_shape.size());
-      if (trailing < 0) return NodeError(StatusCode::kInvalidArgument, node, "broadcast axis out of range");
-      if (trailing > 0) {
-        if (!graph_.IsConstant(inputs[1]))
-          return NodeError(StatusCode::kNotSupported, node, "legacy axis broadcasting of a computed B");
-        TensorData b = *graph_.ConstantData(inputs[1]);
-        b.shape.insert(b.shape.end(), trailing, 1);
-        inputs[1] = graph_.AddConstant(name + "/B_broadcast", std::move(b));
-      }
-      a.Erase("broadcast");
-      a.Erase("axis");
-    }
-    if (op == "PRelu" && opset_ < 7 && inputs.size() == 2 && graph_.IsConstant(inputs[1])) {
-      // Before opset 7 a 1-D slope of length C was per channel (axis 1);
-      // since then it broadcasts from the right. Make it [C,1,...,1].
-      const Shape x_shape = graph_.values[inputs[0]].shape;
-      const TensorData* slope = graph_.ConstantData(inputs[1]);
-      if (x_shape.size() > 2 && slope->shape.size() == 1 && slope->shape[0] == x_shape[1] && x_shape[1] != 1) {
-        TensorData per_channel = *slope;
-        per_channel.shape.assign(x_shape.size() - 1, 1);
-        per_channel.shape[0] = x_shape[1];
-        inputs[1] = graph_.AddConstant(name + "/slope_per_channel", std::move(per_channel));
-      }
-    }
-    if (graph_.ActivationInputs(Node{"", op, inputs, {}, {}}).empty())
-      return NodeError(StatusCode::kNotSupported, node, "all inputs are constant but the op could not be folded");
-    TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
-    AddNode(name, op, inputs, {y}, std::move(a));
-    return Status::OK();
-  }
+  if (op == "Concat" || op == "Transpose") return TranslateConcatOrTranspose(node, name);
+  if (PassThroughOps().count(op)) return TranslatePassThrough(node, name);
   (void)index;
   return NodeError(StatusCode::kNotSupported, node, "operator '" + op + "' is not supported by tessera");
 }
