@@ -97,233 +97,365 @@ void FillModelTotals(const Graph& graph, const std::vector<LayerFigures>& layers
   plan->model_macs = totals.macs;
 }
 
-// METHODS §3 + §4: FFMT before the switch, OWP after it.
-Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const PlanOptions& options,
-                      Plan* plan) {
-  const Cluster& c = plan->cluster;
-  const int n = c.size();
+// What the §3 and §4 solvers chose: the switch layer, the weight layers
+// after it (the OWP chain) and the FDT scheme of each.
+struct SplitSolution {
+  MemorySplit split;
+  std::vector<OwpLayer> chain;
+  OwpPlan owp;
+};
+
+// Solves the memory split (§3) and the OWP schemes (§4) with cbc or the exact
+// solvers, and records their reports and figures in `plan`.
+Result<SplitSolution> SolveSplitAndSchemes(const Graph& graph, const std::vector<LayerFigures>& layers,
+                                           const PlanOptions& options, Plan* plan) {
+  const int n = plan->cluster.size();
   const bool use_cbc = options.solver.empty() || options.solver == "cbc";
   if (!use_cbc && options.solver != "exact")
     return Status::InvalidArgument("--solver " + options.solver + " is not available for --objective " +
                                    ObjectiveName(options.objective) + "; use cbc or exact");
   const auto start = std::chrono::steady_clock::now();
 
-  MemorySplit split;
+  SplitSolution s;
   if (use_cbc) {
-    TS_ASSIGN_OR_RETURN(split, SolveMemorySplitIlp(layers, n));
+    TS_ASSIGN_OR_RETURN(s.split, SolveMemorySplitIlp(layers, n));
   } else {
-    split = SolveMemorySplitExact(layers, n);
+    s.split = SolveMemorySplitExact(layers, n);
   }
-  plan->sub_solvers.push_back(split.solver);
-  plan->switch_layer = split.switch_layer;
+  plan->sub_solvers.push_back(s.split.solver);
+  plan->switch_layer = s.split.switch_layer;
   plan->footprint_single_bytes = SingleDeviceFootprint(layers) * kFloatBytes;
-  plan->footprint_per_device_bytes = split.footprint * kFloatBytes;
+  plan->footprint_per_device_bytes = s.split.footprint * kFloatBytes;
 
-  const std::vector<OwpLayer> chain = WeightPartitionedChain(graph, layers, split.switch_layer);
-  OwpPlan owp;
+  s.chain = WeightPartitionedChain(graph, layers, s.split.switch_layer);
   if (use_cbc) {
-    TS_ASSIGN_OR_RETURN(owp, SolveOwpIlp(chain, n));
+    TS_ASSIGN_OR_RETURN(s.owp, SolveOwpIlp(s.chain, n));
   } else {
-    owp = SolveOwpDp(chain, n);
+    s.owp = SolveOwpDp(s.chain, n);
   }
-  plan->sub_solvers.push_back(owp.solver);
-  plan->communication_all_fdto_values = OwpCommunication(chain, std::vector<FdtScheme>(chain.size(), FdtScheme::kFanOut), n);
-  plan->communication_plan_values = owp.values;
+  plan->sub_solvers.push_back(s.owp.solver);
+  plan->communication_all_fdto_values =
+      OwpCommunication(s.chain, std::vector<FdtScheme>(s.chain.size(), FdtScheme::kFanOut), n);
+  plan->communication_plan_values = s.owp.values;
 
-  const SolverReport& main = options.objective == Objective::kMemory ? split.solver : owp.solver;
+  const SolverReport& main = options.objective == Objective::kMemory ? s.split.solver : s.owp.solver;
   plan->solver.name = use_cbc ? "cbc" : main.name;
-  plan->solver.optimal = split.solver.optimal && owp.solver.optimal;
-  plan->solver.nodes = split.solver.nodes + owp.solver.nodes;
+  plan->solver.optimal = s.split.solver.optimal && s.owp.solver.optimal;
+  plan->solver.nodes = s.split.solver.nodes + s.owp.solver.nodes;
   plan->solver.seconds = Seconds(start);
+  return s;
+}
 
-  // Capacities for unequal devices: memory objective by RAM (tiles) and
-  // flash (weight slices), otherwise by MAC rate.
-  std::vector<double> tile_capacity(n), slice_capacity(n);
+// Relative size of each device's FFMT row tile and OWP channel slice.
+struct SplitCapacities {
+  std::vector<double> tile, slice;
+};
+
+// Capacities for unequal devices: memory objective by RAM (tiles) and
+// flash (weight slices), otherwise by MAC rate.
+SplitCapacities CapacitiesFor(const Cluster& c, Objective objective) {
+  const int n = c.size();
+  SplitCapacities cap{std::vector<double>(n), std::vector<double>(n)};
   for (int i = 0; i < n; ++i) {
     const Device& d = c.devices[i];
-    if (options.objective == Objective::kMemory) {
-      tile_capacity[i] = d.ram_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.ram_bytes);
-      slice_capacity[i] = d.flash_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.flash_bytes);
+    if (objective == Objective::kMemory) {
+      cap.tile[i] = d.ram_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.ram_bytes);
+      cap.slice[i] = d.flash_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.flash_bytes);
     } else {
-      tile_capacity[i] = slice_capacity[i] = d.macs_per_s;
+      cap.tile[i] = cap.slice[i] = d.macs_per_s;
     }
   }
-  if (c.Homogeneous()) std::fill(tile_capacity.begin(), tile_capacity.end(), 1.0), std::fill(slice_capacity.begin(), slice_capacity.end(), 1.0);
+  if (c.Homogeneous()) {
+    std::fill(cap.tile.begin(), cap.tile.end(), 1.0);
+    std::fill(cap.slice.begin(), cap.slice.end(), 1.0);
+  }
+  return cap;
+}
 
-  std::vector<int> chain_pos(layers.size() + 2, -1);
+// Position in the OWP chain of each layer index; -1 for layers not in it.
+std::vector<int> ChainPositions(const std::vector<OwpLayer>& chain, size_t layer_count) {
+  std::vector<int> chain_pos(layer_count + 2, -1);
   for (size_t k = 0; k < chain.size(); ++k) chain_pos[chain[k].index] = static_cast<int>(k);
-  // Layers carried per slice between linked weight layers (PART).
-  std::vector<char> part(layers.size() + 2, 0);
+  return chain_pos;
+}
+
+// Layers carried per slice between linked weight layers (PART), by layer index.
+std::vector<char> PartLayers(const std::vector<OwpLayer>& chain, size_t layer_count) {
+  std::vector<char> part(layer_count + 2, 0);
   for (size_t k = 0; k + 1 < chain.size(); ++k)
     if (chain[k].linked_to_next)
       for (int idx = chain[k].index + 1; idx < chain[k + 1].index; ++idx) part[idx] = 1;
+  return part;
+}
 
+// One layer's part on each device: of its MACs (share), of its input and
+// output buffers, of its weights; and the values it moves between devices.
+struct LayerShares {
+  std::vector<double> share, in_share, out_share, w_share;
+  Traffic traffic;
+  explicit LayerShares(int n) : share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0), traffic(n) {}
+};
+
+// FFMT: n×1 grid of row stripes of the output. The first layer of a fused
+// stack receives its input tiles from device 0; the last one gathers its
+// output tiles there.
+LayerShares PlanFfmtLayer(const Node& node, const LayerFigures& f, const std::vector<double>& tile_capacity,
+                          bool stack_starts, bool stack_ends, PlannedLayer* a) {
+  const int n = static_cast<int>(tile_capacity.size());
+  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
+  LayerShares shares(n);
+  const int64_t rows = f.output_shape[2];
+  const int64_t h_in = (!f.input_shapes.empty() && f.input_shapes[0].size() == 4) ? f.input_shapes[0][2] : rows;
+  std::vector<double> cap = tile_capacity;
+  std::vector<int64_t> r = SplitProportional(rows, cap);
+  a->scheme = "ffmt";
+  a->split_axis = "rows";
+  for (int i = 0; i < n; ++i)
+    if (r[i] > 0) {
+      a->devices.push_back(i);
+      a->split.push_back(r[i]);
+    }
+  a->grid = {static_cast<int64_t>(a->devices.size()), 1};
+  for (int i = 0; i < n; ++i) {
+    if (r[i] == 0) continue;
+    const int64_t rin = InputRowsForTile(node, f, r[i]);
+    shares.out_share[i] = static_cast<double>(r[i]) / rows;
+    shares.in_share[i] = static_cast<double>(rin) / std::max<int64_t>(h_in, 1);
+    shares.share[i] = shares.out_share[i];
+    shares.w_share[i] = 1.0;  // every tile needs all the weights
+  }
+  if (stack_starts)  // the stack's input tiles come from device 0
+    for (int i = 1; i < n; ++i) shares.traffic.Move(0, i, M * shares.in_share[i]);
+  if (stack_ends)  // gather the output tiles on device 0
+    for (int i = 1; i < n; ++i) shares.traffic.Move(i, 0, K * shares.out_share[i]);
+  return shares;
+}
+
+// Fan-out (fdto, fdt1): each device reads the whole input and writes its
+// output channels. `r_prev`: the previous layer already left the input on
+// every device; `r`: the next layer reuses the slices in place.
+void FillFanOutShares(const LayerFigures& f, FdtScheme x, bool r_prev, bool r, LayerShares* shares) {
+  const int n = static_cast<int>(shares->share.size());
+  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
+  const std::vector<double>& share = shares->share;
+  for (int i = 0; i < n; ++i) {
+    shares->in_share[i] = share[i] > 0 ? 1.0 : 0.0;
+    shares->out_share[i] = share[i];
+  }
+  if (!r_prev)
+    for (int i = 1; i < n; ++i)
+      if (share[i] > 0) shares->traffic.Move(0, i, M);  // distribute the whole input
+  if (x == FdtScheme::kFanOut) {
+    for (int i = 0; i < n; ++i) {
+      if (share[i] == 0) continue;
+      if (r) {  // share my slice with every peer (in-place reuse by l+1)
+        for (int h = 0; h < n; ++h)
+          if (h != i && share[h] > 0) shares->traffic.Move(i, h, K * share[i]);
+      } else {
+        shares->traffic.Move(i, 0, K * share[i]);  // back to the source for concatenation
+      }
+    }
+  }
+}
+
+// Fan-in (fdti, fdt2): input slices out, full-size partial sums back.
+void FillFanInShares(const LayerFigures& f, FdtScheme x, LayerShares* shares) {
+  const int n = static_cast<int>(shares->share.size());
+  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
+  const std::vector<double>& share = shares->share;
+  for (int i = 0; i < n; ++i) {
+    shares->in_share[i] = share[i];
+    shares->out_share[i] = share[i] > 0 ? 1.0 : 0.0;
+  }
+  if (x == FdtScheme::kFanIn)
+    for (int i = 1; i < n; ++i) shares->traffic.Move(0, i, M * share[i]);
+  for (int i = 1; i < n; ++i)
+    if (share[i] > 0) shares->traffic.Move(i, 0, K);
+}
+
+// Weight layer `k` of the OWP chain: channel slices per its FDT scheme.
+// Sets `previous_slice` to the channel split the PART layers after it carry.
+LayerShares PlanFdtLayer(const LayerFigures& f, const SplitSolution& solution, int k,
+                         const std::vector<double>& slice_capacity, PlannedLayer* a,
+                         std::vector<int64_t>* previous_slice) {
+  const int n = static_cast<int>(slice_capacity.size());
+  const std::vector<OwpLayer>& chain = solution.chain;
+  const OwpPlan& owp = solution.owp;
+  LayerShares shares(n);
+  const FdtScheme x = owp.schemes[k];
+  a->scheme = FdtSchemeName(x);
+  const bool fan_out = x == FdtScheme::kFanOut || x == FdtScheme::kPairFirst;
+  const int64_t channels = fan_out ? Channels(f.output_shape)
+                                   : (f.input_shapes.empty() ? 1 : Channels(f.input_shapes[0]));
+  std::vector<int64_t> s = SplitProportional(channels, slice_capacity);
+  a->split_axis = fan_out ? "out_channels" : "in_channels";
+  for (int i = 0; i < n; ++i)
+    if (s[i] > 0) {
+      a->devices.push_back(i);
+      a->split.push_back(s[i]);
+    }
+  for (int i = 0; i < n; ++i) shares.share[i] = static_cast<double>(s[i]) / std::max<int64_t>(channels, 1);
+  shares.w_share = shares.share;
+  const int prev = k > 0 ? static_cast<int>(owp.schemes[k - 1]) : -1;
+  const bool r_prev = k > 0 && chain[k - 1].linked_to_next && prev == static_cast<int>(FdtScheme::kFanOut) &&
+                      fan_out;
+  const int next = k + 1 < static_cast<int>(chain.size()) ? static_cast<int>(owp.schemes[k + 1]) : -1;
+  const bool r = chain[k].linked_to_next && x == FdtScheme::kFanOut &&
+                 (next == static_cast<int>(FdtScheme::kFanOut) || next == static_cast<int>(FdtScheme::kPairFirst));
+  if (fan_out) {
+    FillFanOutShares(f, x, r_prev, r, &shares);
+  } else {
+    FillFanInShares(f, x, &shares);
+  }
+  // After a fan-in merge the whole output sits on the source: channel-wise
+  // layers that follow run whole there (no slices to carry).
+  *previous_slice = fan_out ? s : std::vector<int64_t>{};
+  return shares;
+}
+
+// PART: a layer between linked weight layers keeps the channel slices of
+// the weight layer before it.
+LayerShares PlanPartLayer(const LayerFigures& f, const std::vector<int64_t>& previous_slice,
+                          const std::vector<double>& slice_capacity, PlannedLayer* a) {
+  const int n = static_cast<int>(slice_capacity.size());
+  LayerShares shares(n);
+  a->scheme = "part";
+  a->split_axis = "out_channels";
+  std::vector<int64_t> s = previous_slice.empty() ? SplitProportional(Channels(f.output_shape), slice_capacity)
+                                                  : previous_slice;
+  const double total = std::max<double>(1.0, std::accumulate(s.begin(), s.end(), 0.0));
+  for (int i = 0; i < n; ++i) {
+    if (s[i] > 0) {
+      a->devices.push_back(i);
+      a->split.push_back(s[i]);
+    }
+    shares.share[i] = shares.in_share[i] = shares.out_share[i] = shares.w_share[i] = s[i] / total;
+  }
+  return shares;
+}
+
+LayerShares PlanWholeLayer(int n, PlannedLayer* a) {
+  LayerShares shares(n);
+  a->scheme = "whole";
+  a->devices = {0};
+  shares.share[0] = shares.in_share[0] = shares.out_share[0] = shares.w_share[0] = 1.0;
+  return shares;
+}
+
+// Per-device sums over the layers of a split plan.
+struct SplitTotals {
+  std::vector<std::vector<int64_t>> buffer_of_layer;  // [layer][device], bytes
+  std::vector<double> weights, compute_s, macs;       // [device]
+  Traffic traffic;
+  std::vector<double> latency_per_layer;
+  SplitTotals(int layers, int n)
+      : buffer_of_layer(layers, std::vector<int64_t>(n, 0)),
+        weights(n, 0),
+        compute_s(n, 0),
+        macs(n, 0),
+        traffic(n),
+        latency_per_layer(layers, 0) {}
+};
+
+// Adds layer `l` to the totals; its latency is the slowest device's compute
+// plus the transfers of every sender.
+void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerShares& shares, SplitTotals* t) {
+  const int n = c.size();
+  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K), Q = static_cast<double>(f.Q);
+  double slowest = 0;
+  for (int i = 0; i < n; ++i) {
+    t->weights[i] += Q * shares.w_share[i];
+    const double buf = M * shares.in_share[i] + K * shares.out_share[i];
+    t->buffer_of_layer[l][i] = static_cast<int64_t>(std::ceil(buf)) * kFloatBytes;
+    const double mac = static_cast<double>(f.R) * shares.share[i];
+    t->macs[i] += mac;
+    const double seconds = mac / c.devices[i].macs_per_s;
+    t->compute_s[i] += seconds;
+    slowest = std::max(slowest, seconds);
+  }
+  const Traffic& layer_traffic = shares.traffic;
+  double transfer_s = 0;
+  for (int i = 0; i < n; ++i) {
+    t->traffic.sent[i] += layer_traffic.sent[i];
+    t->traffic.received[i] += layer_traffic.received[i];
+    // Senders share the network with device 0 at its end; count them in turn.
+    if (layer_traffic.sent[i] > 0)
+      transfer_s += c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0,
+                                      static_cast<int64_t>(std::ceil(layer_traffic.sent[i])) * kFloatBytes);
+  }
+  t->latency_per_layer[l] = slowest + transfer_s;
+}
+
+// Picks each layer's scheme in model order: FFMT before the switch (fused
+// stacks of tileable layers), the OWP scheme for chain layers after it, PART
+// between linked weight layers, otherwise whole on device 0.
+SplitTotals PlanSplitLayers(const Graph& graph, const std::vector<LayerFigures>& layers,
+                            const SplitSolution& solution, const SplitCapacities& capacity, Plan* plan) {
+  const Cluster& c = plan->cluster;
+  const int n = c.size();
   const int L = static_cast<int>(layers.size());
-  std::vector<std::vector<int64_t>> buffer_of_layer(L, std::vector<int64_t>(n, 0));
-  std::vector<double> weights(n, 0), compute_s(n, 0), macs(n, 0);
-  Traffic traffic(n);
-  std::vector<int> all(n);
-  std::iota(all.begin(), all.end(), 0);
+  const int switch_layer = solution.split.switch_layer;
+  const std::vector<int> chain_pos = ChainPositions(solution.chain, layers.size());
+  const std::vector<char> part = PartLayers(solution.chain, layers.size());
+  SplitTotals totals(L, n);
   std::vector<int64_t> previous_slice;  // the channel split flowing into PART layers
   bool in_ffmt_stack = false;
-  std::vector<double> latency_per_layer(L, 0);
-
   for (int l = 0; l < L; ++l) {
     const LayerFigures& f = layers[l];
-    const Node& node = graph.nodes[f.node];
     PlannedLayer a;
     a.index = f.index;
     a.name = f.name;
     a.op = f.op;
-    std::vector<double> share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0);
-    Traffic layer_traffic(n);
-    const double M = static_cast<double>(f.M), K = static_cast<double>(f.K), Q = static_cast<double>(f.Q);
-    const bool before_switch = split.switch_layer == 0 || f.index < split.switch_layer;
-
+    LayerShares shares(n);
+    const bool before_switch = switch_layer == 0 || f.index < switch_layer;
     if (before_switch && SpatiallyTileable(f)) {
-      // FFMT: n×1 grid of row stripes of the output.
-      const int64_t rows = f.output_shape[2];
-      const int64_t h_in = (!f.input_shapes.empty() && f.input_shapes[0].size() == 4) ? f.input_shapes[0][2] : rows;
-      std::vector<double> cap = tile_capacity;
-      std::vector<int64_t> r = SplitProportional(rows, cap);
-      a.scheme = "ffmt";
-      a.split_axis = "rows";
-      for (int i = 0; i < n; ++i)
-        if (r[i] > 0) {
-          a.devices.push_back(i);
-          a.split.push_back(r[i]);
-        }
-      a.grid = {static_cast<int64_t>(a.devices.size()), 1};
-      for (int i = 0; i < n; ++i) {
-        if (r[i] == 0) continue;
-        const int64_t rin = InputRowsForTile(node, f, r[i]);
-        out_share[i] = static_cast<double>(r[i]) / rows;
-        in_share[i] = static_cast<double>(rin) / std::max<int64_t>(h_in, 1);
-        share[i] = out_share[i];
-        w_share[i] = 1.0;  // every tile needs all the weights
-      }
-      if (!in_ffmt_stack)  // the stack's input tiles come from device 0
-        for (int i = 1; i < n; ++i) layer_traffic.Move(0, i, M * in_share[i]);
-      in_ffmt_stack = true;
-      const bool stack_ends = l + 1 == L || !(split.switch_layer == 0 || layers[l + 1].index < split.switch_layer) ||
+      const bool stack_ends = l + 1 == L || !(switch_layer == 0 || layers[l + 1].index < switch_layer) ||
                               !SpatiallyTileable(layers[l + 1]);
-      if (stack_ends)  // gather the output tiles on device 0
-        for (int i = 1; i < n; ++i) layer_traffic.Move(i, 0, K * out_share[i]);
-      if (stack_ends) in_ffmt_stack = false;
+      shares = PlanFfmtLayer(graph.nodes[f.node], f, capacity.tile, !in_ffmt_stack, stack_ends, &a);
+      in_ffmt_stack = !stack_ends;
     } else if (!before_switch && chain_pos[f.index] >= 0) {
-      const int k = chain_pos[f.index];
-      const FdtScheme x = owp.schemes[k];
-      a.scheme = FdtSchemeName(x);
-      const bool fan_out = x == FdtScheme::kFanOut || x == FdtScheme::kPairFirst;
-      const int64_t channels = fan_out ? Channels(f.output_shape)
-                                       : (f.input_shapes.empty() ? 1 : Channels(f.input_shapes[0]));
-      std::vector<int64_t> s = SplitProportional(channels, slice_capacity);
-      a.split_axis = fan_out ? "out_channels" : "in_channels";
-      for (int i = 0; i < n; ++i)
-        if (s[i] > 0) {
-          a.devices.push_back(i);
-          a.split.push_back(s[i]);
-        }
-      for (int i = 0; i < n; ++i) share[i] = static_cast<double>(s[i]) / std::max<int64_t>(channels, 1);
-      w_share = share;
-      const int prev = k > 0 ? static_cast<int>(owp.schemes[k - 1]) : -1;
-      const bool r_prev = k > 0 && chain[k - 1].linked_to_next && prev == static_cast<int>(FdtScheme::kFanOut) &&
-                          fan_out;
-      const int next = k + 1 < static_cast<int>(chain.size()) ? static_cast<int>(owp.schemes[k + 1]) : -1;
-      const bool r = chain[k].linked_to_next && x == FdtScheme::kFanOut &&
-                     (next == static_cast<int>(FdtScheme::kFanOut) || next == static_cast<int>(FdtScheme::kPairFirst));
-      if (fan_out) {
-        for (int i = 0; i < n; ++i) {
-          in_share[i] = share[i] > 0 ? 1.0 : 0.0;
-          out_share[i] = share[i];
-        }
-        if (!r_prev)
-          for (int i = 1; i < n; ++i)
-            if (share[i] > 0) layer_traffic.Move(0, i, M);  // distribute the whole input
-        if (x == FdtScheme::kFanOut) {
-          for (int i = 0; i < n; ++i) {
-            if (share[i] == 0) continue;
-            if (r) {  // share my slice with every peer (in-place reuse by l+1)
-              for (int h = 0; h < n; ++h)
-                if (h != i && share[h] > 0) layer_traffic.Move(i, h, K * share[i]);
-            } else {
-              layer_traffic.Move(i, 0, K * share[i]);  // back to the source for concatenation
-            }
-          }
-        }
-      } else {  // fan-in: input slices out, full-size partial sums back
-        for (int i = 0; i < n; ++i) {
-          in_share[i] = share[i];
-          out_share[i] = share[i] > 0 ? 1.0 : 0.0;
-        }
-        if (x == FdtScheme::kFanIn)
-          for (int i = 1; i < n; ++i) layer_traffic.Move(0, i, M * share[i]);
-        for (int i = 1; i < n; ++i)
-          if (share[i] > 0) layer_traffic.Move(i, 0, K);
-      }
-      // After a fan-in merge the whole output sits on the source: channel-wise
-      // layers that follow run whole there (no slices to carry).
-      previous_slice = fan_out ? s : std::vector<int64_t>{};
+      shares = PlanFdtLayer(f, solution, chain_pos[f.index], capacity.slice, &a, &previous_slice);
     } else if (!before_switch && part[f.index] && !previous_slice.empty()) {
-      a.scheme = "part";
-      a.split_axis = "out_channels";
-      std::vector<int64_t> s = previous_slice.empty() ? SplitProportional(Channels(f.output_shape), slice_capacity)
-                                                      : previous_slice;
-      const double total = std::max<double>(1.0, std::accumulate(s.begin(), s.end(), 0.0));
-      for (int i = 0; i < n; ++i) {
-        if (s[i] > 0) {
-          a.devices.push_back(i);
-          a.split.push_back(s[i]);
-        }
-        share[i] = in_share[i] = out_share[i] = w_share[i] = s[i] / total;
-      }
+      shares = PlanPartLayer(f, previous_slice, capacity.slice, &a);
     } else {
-      a.scheme = "whole";
-      a.devices = {0};
-      share[0] = in_share[0] = out_share[0] = w_share[0] = 1.0;
+      shares = PlanWholeLayer(n, &a);
       in_ffmt_stack = false;
     }
-
-    double slowest = 0;
-    for (int i = 0; i < n; ++i) {
-      weights[i] += Q * w_share[i];
-      const double buf = M * in_share[i] + K * out_share[i];
-      buffer_of_layer[l][i] = static_cast<int64_t>(std::ceil(buf)) * kFloatBytes;
-      const double mac = static_cast<double>(f.R) * share[i];
-      macs[i] += mac;
-      const double t = mac / c.devices[i].macs_per_s;
-      compute_s[i] += t;
-      slowest = std::max(slowest, t);
-    }
-    double transfer_s = 0;
-    for (int i = 0; i < n; ++i) {
-      traffic.sent[i] += layer_traffic.sent[i];
-      traffic.received[i] += layer_traffic.received[i];
-      // Senders share the network with device 0 at its end; count them in turn.
-      if (layer_traffic.sent[i] > 0)
-        transfer_s += c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0,
-                                        static_cast<int64_t>(std::ceil(layer_traffic.sent[i])) * kFloatBytes);
-    }
-    latency_per_layer[l] = slowest + transfer_s;
+    AddLayerCosts(c, f, l, shares, &totals);
     plan->layers.push_back(std::move(a));
   }
+  return totals;
+}
 
+// Device loads, largest footprint, latency and throughput from the totals.
+void FillSplitLoads(const SplitTotals& t, Plan* plan) {
+  const int n = plan->cluster.size();
+  const int L = static_cast<int>(t.buffer_of_layer.size());
   const double total_macs = std::max<double>(1.0, static_cast<double>(plan->model_macs));
   plan->loads.assign(n, DeviceLoad{});
   for (int i = 0; i < n; ++i) {
     DeviceLoad& d = plan->loads[i];
-    d.weight_bytes = static_cast<int64_t>(std::ceil(weights[i])) * kFloatBytes;
-    for (int l = 0; l < L; ++l) d.peak_buffer_bytes = std::max(d.peak_buffer_bytes, buffer_of_layer[l][i]);
-    d.compute_s = compute_s[i];
-    d.compute_share = macs[i] / total_macs;
-    d.sent_bytes = static_cast<int64_t>(std::ceil(traffic.sent[i])) * kFloatBytes;
-    d.received_bytes = static_cast<int64_t>(std::ceil(traffic.received[i])) * kFloatBytes;
+    d.weight_bytes = static_cast<int64_t>(std::ceil(t.weights[i])) * kFloatBytes;
+    for (int l = 0; l < L; ++l) d.peak_buffer_bytes = std::max(d.peak_buffer_bytes, t.buffer_of_layer[l][i]);
+    d.compute_s = t.compute_s[i];
+    d.compute_share = t.macs[i] / total_macs;
+    d.sent_bytes = static_cast<int64_t>(std::ceil(t.traffic.sent[i])) * kFloatBytes;
+    d.received_bytes = static_cast<int64_t>(std::ceil(t.traffic.received[i])) * kFloatBytes;
     plan->footprint_plan_bytes = std::max(plan->footprint_plan_bytes, d.weight_bytes + d.peak_buffer_bytes);
   }
-  plan->latency_s = std::accumulate(latency_per_layer.begin(), latency_per_layer.end(), 0.0);
+  plan->latency_s = std::accumulate(t.latency_per_layer.begin(), t.latency_per_layer.end(), 0.0);
   // Every device takes part in every layer: one inference at a time.
   plan->throughput_per_s = plan->latency_s > 0 ? 1.0 / plan->latency_s : 0.0;
-  return CheckDeviceMemory(*plan, layers, buffer_of_layer);
+}
+
+// METHODS §3 + §4: FFMT before the switch, OWP after it.
+Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const PlanOptions& options,
+                      Plan* plan) {
+  TS_ASSIGN_OR_RETURN(const SplitSolution solution, SolveSplitAndSchemes(graph, layers, options, plan));
+  const SplitCapacities capacity = CapacitiesFor(plan->cluster, options.objective);
+  const SplitTotals totals = PlanSplitLayers(graph, layers, solution, capacity, plan);
+  FillSplitLoads(totals, plan);
+  return CheckDeviceMemory(*plan, layers, totals.buffer_of_layer);
 }
 
 // METHODS §5: whole layers pipelined across devices.
