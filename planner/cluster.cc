@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -222,205 +223,269 @@ void ApplyDeviceFields(const YAML::Node& node, Device* d, ClusterErrors* errors,
   if (macs > 0) d->macs_per_s = macs;
 }
 
+// Presets are read when the first device names one, so a file that uses
+// none reads no preset directory (and logs none of its warnings).
+class PresetCatalog {
+ public:
+  explicit PresetCatalog(const std::vector<std::string>& dirs) : dirs_(dirs) {}
+  const std::map<std::string, Preset>& presets() {
+    if (!loaded_) {
+      presets_ = LoadPresets(dirs_);
+      loaded_ = true;
+    }
+    return presets_;
+  }
+
+ private:
+  const std::vector<std::string>& dirs_;
+  std::map<std::string, Preset> presets_;
+  bool loaded_ = false;
+};
+
+// Parses the text and checks the top-level keys. False when there is no
+// cluster to read further (the error is in `errors`).
+bool LoadClusterRoot(const std::string& yaml_text, YAML::Node* root, ClusterErrors* errors) {
+  try {
+    *root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    errors->Add(e.mark, "not valid YAML: " + e.msg + "; check indentation and brackets near this line");
+    return false;
+  }
+  if (!root->IsMap()) {
+    errors->Add(*root, "a cluster file is a map with keys 'devices' and 'links'");
+    return false;
+  }
+  CheckKeys(*root, {"devices", "links"}, "the cluster file", errors);
+  return true;
+}
+
+// Applies the preset named by `p` to `d`; errors inside the preset file are
+// reported at `p`, each naming its own file and line.
+void ApplyPreset(const YAML::Node& p, PresetCatalog* catalog, Device* d, ClusterErrors* errors) {
+  const std::map<std::string, Preset>& presets = catalog->presets();
+  auto it = presets.find(p.Scalar());
+  if (it == presets.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, _] : presets) names.push_back(n);
+    errors->Add(p, "unknown preset '" + p.Scalar() + "'; known presets: " +
+                       (names.empty() ? std::string("none (no preset directory found; set TESSERA_SHARED_DIR)")
+                                      : Join(names)));
+  } else {
+    d->preset = p.Scalar();
+    ClusterErrors preset_errors(it->second.file);
+    CheckKeys(it->second.node, kPresetKeys, "preset " + d->preset, &preset_errors);
+    ApplyDeviceFields(it->second.node, d, &preset_errors, "preset " + d->preset);
+    if (!preset_errors.empty()) errors->Add(p, preset_errors.ToStatus().message());
+  }
+}
+
+// Speed, RAM and flash must come from the preset or the entry; macs_per_s
+// may be derived from cpu_hz and cycles_per_mac.
+void RequireSpeedAndMemory(const YAML::Node& dn, Device* d, ClusterErrors* errors) {
+  if (d->macs_per_s <= 0) {
+    if (d->cpu_hz > 0 && d->cycles_per_mac > 0) d->macs_per_s = d->cpu_hz / d->cycles_per_mac;
+    else
+      errors->Add(dn, "device " + d->name + " has no speed; add cpu_hz and cycles_per_mac, or macs_per_s, or a preset");
+  }
+  if (d->ram_bytes <= 0) errors->Add(dn, "device " + d->name + " has no ram; add e.g. ram: 512KiB, or a preset");
+  if (d->flash_bytes <= 0) errors->Add(dn, "device " + d->name + " has no flash; add e.g. flash: 2MiB, or a preset");
+}
+
+// How the device is reached: its gRPC address, and for an mcu its serial
+// port, baud rate and the linux device it hangs off (`via`).
+void ParseDeviceConnection(const YAML::Node& dn, Device* d, ClusterErrors* errors) {
+  if (const auto a = dn["address"]) {
+    d->address = a.Scalar();
+    const auto colon = d->address.rfind(':');
+    if (colon == std::string::npos || colon + 1 == d->address.size() ||
+        d->address.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      errors->Add(a, "device " + d->name + ": address '" + d->address +
+                         "' needs a port; write host:port, e.g. 10.0.0.11:7070");
+    // An mcu's address is where its via worker serves it over gRPC
+    // (`tessera worker --mcu NAME=PORT@BAUD,listen=ADDR`); its traffic
+    // still crosses the UART, so its links stay routed through `via`.
+  }
+  if (const auto s = dn["serial"]) d->serial = s.Scalar();
+  if (const auto b = dn["baud"]) {
+    std::string text = b.Scalar();
+    if (text.find("baud") == std::string::npos) text += "baud";
+    auto bw = ParseBandwidth(text);
+    if (!bw.ok()) errors->Add(b, "device " + d->name + ": baud: " + bw.status().message());
+    else d->baud = static_cast<int64_t>(std::llround(bw->bytes_per_s * 10));
+  }
+  if (const auto v = dn["via"]) d->via = v.Scalar();
+  if (d->kind == DeviceKind::kLinux && (!d->via.empty() || !d->serial.empty()))
+    errors->Add(dn, "device " + d->name + " is linux but has serial/via; write kind: mcu or remove them");
+}
+
+// One entry of 'devices'; nullopt when it has no usable name (the error is
+// in `errors`). Fields come from its preset first, then from the entry.
+std::optional<Device> ParseDeviceEntry(const YAML::Node& dn, const Cluster& cluster, PresetCatalog* catalog,
+                                       ClusterErrors* errors) {
+  if (!dn.IsMap()) {
+    errors->Add(dn, "a device must be a map (name: ..., ram: ..., ...)");
+    return std::nullopt;
+  }
+  CheckKeys(dn, kDeviceKeys, "a device", errors);
+  Device d;
+  if (!IsScalar(dn["name"]) || dn["name"].Scalar().empty()) {
+    errors->Add(dn, "device without a name; add name: <unique name>");
+    return std::nullopt;
+  }
+  d.name = dn["name"].Scalar();
+  if (cluster.Find(d.name) >= 0) {
+    errors->Add(dn["name"], "duplicate device name '" + d.name + "'; device names must be unique");
+    return std::nullopt;
+  }
+  d.ram_bytes = d.flash_bytes = 0;  // required: from preset or entry
+  if (dn["serial"]) d.kind = DeviceKind::kMcu;
+  if (const auto p = dn["preset"]) ApplyPreset(p, catalog, &d, errors);
+  ApplyDeviceFields(dn, &d, errors, d.name);
+  RequireSpeedAndMemory(dn, &d, errors);
+  ParseDeviceConnection(dn, &d, errors);
+  return d;
+}
+
+// `via` must name a linux device; it also makes the UART link.
+void AddViaLinks(const std::vector<YAML::Node>& device_nodes, Cluster* cluster, ClusterErrors* errors) {
+  for (size_t i = 0; i < cluster->devices.size(); ++i) {
+    const Device& d = cluster->devices[i];
+    if (d.via.empty()) continue;
+    const int v = cluster->Find(d.via);
+    if (v < 0) {
+      errors->Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' is not a device in this file");
+    } else if (cluster->devices[v].kind != DeviceKind::kLinux) {
+      errors->Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' must be a linux device");
+    } else if (d.baud > 0) {
+      LinkSpec uart;
+      uart.bytes_per_s = d.baud / 10.0;
+      uart.uart = true;
+      cluster->links[{std::min<int>(i, v), std::max<int>(i, v)}] = uart;
+    }
+  }
+}
+
+// Bandwidth (required) and latency of one link entry; `what` labels errors.
+void ParseLinkSpec(const YAML::Node& n, const std::vector<std::string>& allowed, const std::string& what,
+                   LinkSpec* out, ClusterErrors* errors) {
+  CheckKeys(n, allowed, what, errors);
+  if (!n["bandwidth"]) {
+    errors->Add(n, what + " has no bandwidth; add e.g. bandwidth: 1Gbit/s");
+  } else {
+    auto bw = ParseBandwidth(n["bandwidth"].Scalar());
+    if (!bw.ok()) errors->Add(n["bandwidth"], what + ": " + bw.status().message());
+    else {
+      out->bytes_per_s = bw->bytes_per_s;
+      out->uart = bw->uart;
+    }
+  }
+  if (const auto l = n["latency"]) {
+    auto lat = ParseDuration(l.Scalar());
+    if (!lat.ok()) errors->Add(l, what + ": " + lat.status().message());
+    else out->latency_s = *lat;
+  }
+}
+
+// links.pairs: one direct link per pair of devices; it replaces the UART
+// link that baud/via made for that pair.
+void ParseLinkPairs(const YAML::Node& pairs, Cluster* cluster, ClusterErrors* errors) {
+  std::set<std::pair<int, int>> explicit_pairs;
+  for (const auto& p : pairs) {
+    if (!p.IsMap()) {
+      errors->Add(p, "a link must be a map { between: [a, b], bandwidth: ..., latency: ... }");
+      continue;
+    }
+    const auto between = p["between"];
+    if (!between || !between.IsSequence() || between.size() != 2) {
+      errors->Add(p, "a link needs between: [device, device]");
+      continue;
+    }
+    const int a = cluster->Find(between[0].Scalar());
+    const int b = cluster->Find(between[1].Scalar());
+    for (int k = 0; k < 2; ++k)
+      if ((k == 0 ? a : b) < 0)
+        errors->Add(between[k], "link names device '" + between[k].Scalar() + "', which is not in 'devices'");
+    if (a < 0 || b < 0) continue;
+    if (a == b) {
+      errors->Add(between, "a link joins two different devices, not '" + between[0].Scalar() + "' with itself");
+      continue;
+    }
+    const std::string what = "link " + between[0].Scalar() + "-" + between[1].Scalar();
+    LinkSpec link;
+    ParseLinkSpec(p, {"between", "bandwidth", "latency"}, what, &link, errors);
+    auto key = std::make_pair(std::min(a, b), std::max(a, b));
+    if (!explicit_pairs.insert(key).second) {
+      errors->Add(p, what + " is given twice; keep one entry per pair");
+      continue;
+    }
+    cluster->links[key] = link;  // overrides the link made by baud/via
+  }
+}
+
+// The 'links' map: a default link for every pair, and explicit pairs.
+void ParseLinks(const YAML::Node& links, Cluster* cluster, ClusterErrors* errors) {
+  if (!links.IsMap()) {
+    errors->Add(links, "'links' must be a map with 'default' and/or 'pairs'");
+    return;
+  }
+  CheckKeys(links, {"default", "pairs"}, "links", errors);
+  if (const auto def = links["default"]) {
+    if (!def.IsMap()) errors->Add(def, "links.default must be a map, e.g. { bandwidth: 1Gbit/s, latency: 0.2ms }");
+    else {
+      ParseLinkSpec(def, {"bandwidth", "latency"}, "links.default", &cluster->default_link, errors);
+      cluster->has_default_link = true;
+    }
+  }
+  if (const auto pairs = links["pairs"]) {
+    if (!pairs.IsSequence()) errors->Add(pairs, "links.pairs must be a list of { between: [a, b], bandwidth: ... }");
+    else ParseLinkPairs(pairs, cluster, errors);
+  }
+}
+
+// Every pair must be reachable: a direct link, the default, or via hops.
+// Missing pairs are reported at `at` (the links map, or the file), ten at most.
+void CheckEveryPairLinked(const Cluster& cluster, const YAML::Node& at, ClusterErrors* errors) {
+  int missing = 0;
+  for (int a = 0; a < cluster.size(); ++a)
+    for (int b = a + 1; b < cluster.size(); ++b) {
+      if (std::isfinite(cluster.TransferSeconds(a, b, 1))) continue;
+      if (++missing > 10) continue;
+      const Device& da = cluster.devices[a];
+      const Device& db = cluster.devices[b];
+      std::string fix = "add links: default: { bandwidth: 1Gbit/s } or a pair { between: [" + da.name + ", " +
+                        db.name + "], bandwidth: ... }";
+      if (da.kind == DeviceKind::kMcu && da.via.empty()) fix += ", or give " + da.name + " via: and baud:";
+      if (db.kind == DeviceKind::kMcu && db.via.empty()) fix += ", or give " + db.name + " via: and baud:";
+      errors->Add(at, "no link between " + da.name + " and " + db.name + "; " + fix);
+    }
+}
+
 }  // namespace
 
 Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& origin,
                              const std::vector<std::string>& preset_dirs) {
   ClusterErrors errors(origin);
   YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    errors.Add(e.mark, "not valid YAML: " + e.msg + "; check indentation and brackets near this line");
-    return errors.ToStatus();
-  }
-  if (!root.IsMap()) {
-    errors.Add(root, "a cluster file is a map with keys 'devices' and 'links'");
-    return errors.ToStatus();
-  }
-  CheckKeys(root, {"devices", "links"}, "the cluster file", &errors);
+  if (!LoadClusterRoot(yaml_text, &root, &errors)) return errors.ToStatus();
   const YAML::Node devs = root["devices"];
   if (!devs || !devs.IsSequence() || devs.size() == 0) {
     errors.Add(devs ? devs : root, "'devices' must be a non-empty list of devices (- name: pi1 ...)");
     return errors.ToStatus();
   }
 
-  std::map<std::string, Preset> presets;
-  bool presets_loaded = false;
+  PresetCatalog catalog(preset_dirs);
   Cluster cluster;
   cluster.origin = origin;
   std::vector<YAML::Node> device_nodes;
   for (const auto& dn : devs) {
-    if (!dn.IsMap()) {
-      errors.Add(dn, "a device must be a map (name: ..., ram: ..., ...)");
-      continue;
-    }
-    CheckKeys(dn, kDeviceKeys, "a device", &errors);
-    Device d;
-    if (!IsScalar(dn["name"]) || dn["name"].Scalar().empty()) {
-      errors.Add(dn, "device without a name; add name: <unique name>");
-      continue;
-    }
-    d.name = dn["name"].Scalar();
-    if (cluster.Find(d.name) >= 0) {
-      errors.Add(dn["name"], "duplicate device name '" + d.name + "'; device names must be unique");
-      continue;
-    }
-    d.ram_bytes = d.flash_bytes = 0;  // required: from preset or entry
-    if (dn["serial"]) d.kind = DeviceKind::kMcu;
-    if (const auto p = dn["preset"]) {
-      if (!presets_loaded) {
-        presets = LoadPresets(preset_dirs);
-        presets_loaded = true;
-      }
-      auto it = presets.find(p.Scalar());
-      if (it == presets.end()) {
-        std::vector<std::string> names;
-        for (const auto& [n, _] : presets) names.push_back(n);
-        errors.Add(p, "unknown preset '" + p.Scalar() + "'; known presets: " +
-                          (names.empty() ? std::string("none (no preset directory found; set TESSERA_SHARED_DIR)")
-                                         : Join(names)));
-      } else {
-        d.preset = p.Scalar();
-        ClusterErrors preset_errors(it->second.file);
-        CheckKeys(it->second.node, kPresetKeys, "preset " + d.preset, &preset_errors);
-        ApplyDeviceFields(it->second.node, &d, &preset_errors, "preset " + d.preset);
-        if (!preset_errors.empty()) errors.Add(p, preset_errors.ToStatus().message());
-      }
-    }
-    ApplyDeviceFields(dn, &d, &errors, d.name);
-    if (d.macs_per_s <= 0) {
-      if (d.cpu_hz > 0 && d.cycles_per_mac > 0) d.macs_per_s = d.cpu_hz / d.cycles_per_mac;
-      else
-        errors.Add(dn, "device " + d.name + " has no speed; add cpu_hz and cycles_per_mac, or macs_per_s, or a preset");
-    }
-    if (d.ram_bytes <= 0) errors.Add(dn, "device " + d.name + " has no ram; add e.g. ram: 512KiB, or a preset");
-    if (d.flash_bytes <= 0) errors.Add(dn, "device " + d.name + " has no flash; add e.g. flash: 2MiB, or a preset");
-    if (const auto a = dn["address"]) {
-      d.address = a.Scalar();
-      const auto colon = d.address.rfind(':');
-      if (colon == std::string::npos || colon + 1 == d.address.size() ||
-          d.address.find_first_not_of("0123456789", colon + 1) != std::string::npos)
-        errors.Add(a, "device " + d.name + ": address '" + d.address + "' needs a port; write host:port, e.g. 10.0.0.11:7070");
-      // An mcu's address is where its via worker serves it over gRPC
-      // (`tessera worker --mcu NAME=PORT@BAUD,listen=ADDR`); its traffic
-      // still crosses the UART, so its links stay routed through `via`.
-    }
-    if (const auto s = dn["serial"]) d.serial = s.Scalar();
-    if (const auto b = dn["baud"]) {
-      std::string text = b.Scalar();
-      if (text.find("baud") == std::string::npos) text += "baud";
-      auto bw = ParseBandwidth(text);
-      if (!bw.ok()) errors.Add(b, "device " + d.name + ": baud: " + bw.status().message());
-      else d.baud = static_cast<int64_t>(std::llround(bw->bytes_per_s * 10));
-    }
-    if (const auto v = dn["via"]) d.via = v.Scalar();
-    if (d.kind == DeviceKind::kLinux && (!d.via.empty() || !d.serial.empty()))
-      errors.Add(dn, "device " + d.name + " is linux but has serial/via; write kind: mcu or remove them");
-    cluster.devices.push_back(d);
+    std::optional<Device> d = ParseDeviceEntry(dn, cluster, &catalog, &errors);
+    if (!d) continue;
+    cluster.devices.push_back(*d);
     device_nodes.push_back(dn);
   }
-  // `via` must name a linux device; it also makes the UART link.
-  for (size_t i = 0; i < cluster.devices.size(); ++i) {
-    const Device& d = cluster.devices[i];
-    if (d.via.empty()) continue;
-    const int v = cluster.Find(d.via);
-    if (v < 0) {
-      errors.Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' is not a device in this file");
-    } else if (cluster.devices[v].kind != DeviceKind::kLinux) {
-      errors.Add(device_nodes[i]["via"], "device " + d.name + ": via '" + d.via + "' must be a linux device");
-    } else if (d.baud > 0) {
-      LinkSpec uart;
-      uart.bytes_per_s = d.baud / 10.0;
-      uart.uart = true;
-      cluster.links[{std::min<int>(i, v), std::max<int>(i, v)}] = uart;
-    }
-  }
-
-  if (const YAML::Node links = root["links"]) {
-    if (!links.IsMap()) {
-      errors.Add(links, "'links' must be a map with 'default' and/or 'pairs'");
-    } else {
-      CheckKeys(links, {"default", "pairs"}, "links", &errors);
-      auto parse_link = [&](const YAML::Node& n, const std::vector<std::string>& allowed, const std::string& what,
-                            LinkSpec* out) {
-        CheckKeys(n, allowed, what, &errors);
-        if (!n["bandwidth"]) {
-          errors.Add(n, what + " has no bandwidth; add e.g. bandwidth: 1Gbit/s");
-        } else {
-          auto bw = ParseBandwidth(n["bandwidth"].Scalar());
-          if (!bw.ok()) errors.Add(n["bandwidth"], what + ": " + bw.status().message());
-          else {
-            out->bytes_per_s = bw->bytes_per_s;
-            out->uart = bw->uart;
-          }
-        }
-        if (const auto l = n["latency"]) {
-          auto lat = ParseDuration(l.Scalar());
-          if (!lat.ok()) errors.Add(l, what + ": " + lat.status().message());
-          else out->latency_s = *lat;
-        }
-      };
-      if (const auto def = links["default"]) {
-        if (!def.IsMap()) errors.Add(def, "links.default must be a map, e.g. { bandwidth: 1Gbit/s, latency: 0.2ms }");
-        else {
-          parse_link(def, {"bandwidth", "latency"}, "links.default", &cluster.default_link);
-          cluster.has_default_link = true;
-        }
-      }
-      std::set<std::pair<int, int>> explicit_pairs;
-      if (const auto pairs = links["pairs"]) {
-        if (!pairs.IsSequence()) errors.Add(pairs, "links.pairs must be a list of { between: [a, b], bandwidth: ... }");
-        else
-          for (const auto& p : pairs) {
-            if (!p.IsMap()) {
-              errors.Add(p, "a link must be a map { between: [a, b], bandwidth: ..., latency: ... }");
-              continue;
-            }
-            const auto between = p["between"];
-            if (!between || !between.IsSequence() || between.size() != 2) {
-              errors.Add(p, "a link needs between: [device, device]");
-              continue;
-            }
-            const int a = cluster.Find(between[0].Scalar());
-            const int b = cluster.Find(between[1].Scalar());
-            for (int k = 0; k < 2; ++k)
-              if ((k == 0 ? a : b) < 0)
-                errors.Add(between[k], "link names device '" + between[k].Scalar() + "', which is not in 'devices'");
-            if (a < 0 || b < 0) continue;
-            if (a == b) {
-              errors.Add(between, "a link joins two different devices, not '" + between[0].Scalar() + "' with itself");
-              continue;
-            }
-            const std::string what = "link " + between[0].Scalar() + "-" + between[1].Scalar();
-            LinkSpec link;
-            parse_link(p, {"between", "bandwidth", "latency"}, what, &link);
-            auto key = std::make_pair(std::min(a, b), std::max(a, b));
-            if (!explicit_pairs.insert(key).second) {
-              errors.Add(p, what + " is given twice; keep one entry per pair");
-              continue;
-            }
-            cluster.links[key] = link;  // overrides the link made by baud/via
-          }
-      }
-    }
-  }
-  // Every pair must be reachable: a direct link, the default, or via hops.
-  if (errors.empty()) {
-    int missing = 0;
-    for (int a = 0; a < cluster.size(); ++a)
-      for (int b = a + 1; b < cluster.size(); ++b) {
-        if (std::isfinite(cluster.TransferSeconds(a, b, 1))) continue;
-        if (++missing > 10) continue;
-        const Device& da = cluster.devices[a];
-        const Device& db = cluster.devices[b];
-        std::string fix = "add links: default: { bandwidth: 1Gbit/s } or a pair { between: [" + da.name + ", " +
-                          db.name + "], bandwidth: ... }";
-        if (da.kind == DeviceKind::kMcu && da.via.empty()) fix += ", or give " + da.name + " via: and baud:";
-        if (db.kind == DeviceKind::kMcu && db.via.empty()) fix += ", or give " + db.name + " via: and baud:";
-        errors.Add(root["links"] ? root["links"] : root, "no link between " + da.name + " and " + db.name + "; " + fix);
-      }
-  }
+  AddViaLinks(device_nodes, &cluster, &errors);
+  if (const YAML::Node links = root["links"]) ParseLinks(links, &cluster, &errors);
+  if (errors.empty()) CheckEveryPairLinked(cluster, root["links"] ? root["links"] : root, &errors);
   if (!errors.empty()) return errors.ToStatus();
   return cluster;
 }
