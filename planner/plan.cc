@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "partition/compile/program_compiler.h"
 #include "planner/memory_split.h"
 #include "planner/placement.h"
 #include "util/quantity.h"
@@ -17,16 +18,13 @@ namespace {
 
 constexpr int64_t kFloatBytes = 4;
 
-// Ops whose output rows depend only on a window of input rows, so they can
-// sit inside an FFMT fused stack (METHODS §2).
-bool SpatiallyTileable(const LayerFigures& f) {
-  static const char* kOps[] = {"Conv", "MaxPool", "AveragePool", "Relu", "LeakyRelu", "Clip", "Sigmoid",
-                               "HardSigmoid", "Tanh", "Add", "Mul", "Max", "Concat", "BatchNormalization",
-                               "Reorg", "Resize", "Pad"};
+// Layers that may sit inside an FFMT fused stack (METHODS §2): output rows
+// depend only on a window of input rows. The compiler decides
+// (CheckTileable), so a plan never puts a layer in a stack that the compiler
+// then refuses (e.g. Reorg, whose output rows mix every input row).
+bool SpatiallyTileable(const Graph& graph, const LayerFigures& f) {
   if (f.output_shape.size() != 4 || f.output_shape[2] < 2) return false;
-  for (const char* op : kOps)
-    if (f.op == op) return true;
-  return false;
+  return CheckTileable(graph, f.node).ok();
 }
 
 // Input rows an FFMT tile of `out_rows` output rows reads (the halo of §2):
@@ -151,19 +149,31 @@ struct SplitCapacities {
   std::vector<double> tile, slice;
 };
 
-// Capacities for unequal devices: memory objective by RAM (tiles) and
-// flash (weight slices), otherwise by MAC rate.
+// Capacities for unequal devices: memory objective by RAM (tiles) and by
+// where weights live (slices: a Linux worker holds them in RAM, an MCU in
+// flash), otherwise by MAC rate. An unlimited device counts as large as the
+// largest limited one (not as 1 byte against the others' millions).
 SplitCapacities CapacitiesFor(const Cluster& c, Objective objective) {
   const int n = c.size();
   SplitCapacities cap{std::vector<double>(n), std::vector<double>(n)};
-  for (int i = 0; i < n; ++i) {
-    const Device& d = c.devices[i];
-    if (objective == Objective::kMemory) {
-      cap.tile[i] = d.ram_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.ram_bytes);
-      cap.slice[i] = d.flash_bytes == kUnlimitedBytes ? 1.0 : static_cast<double>(d.flash_bytes);
-    } else {
-      cap.tile[i] = cap.slice[i] = d.macs_per_s;
+  auto bounded = [&](const std::vector<int64_t>& bytes, std::vector<double>* out) {
+    int64_t largest = 0;
+    for (int64_t b : bytes)
+      if (b != kUnlimitedBytes) largest = std::max(largest, b);
+    for (int i = 0; i < n; ++i)
+      (*out)[i] = bytes[i] != kUnlimitedBytes ? static_cast<double>(bytes[i]) : largest > 0 ? largest : 1.0;
+  };
+  if (objective == Objective::kMemory) {
+    std::vector<int64_t> ram(n), weights(n);
+    for (int i = 0; i < n; ++i) {
+      const Device& d = c.devices[i];
+      ram[i] = d.ram_bytes;
+      weights[i] = d.kind == DeviceKind::kLinux ? std::min(d.ram_bytes, d.flash_bytes) : d.flash_bytes;
     }
+    bounded(ram, &cap.tile);
+    bounded(weights, &cap.slice);
+  } else {
+    for (int i = 0; i < n; ++i) cap.tile[i] = cap.slice[i] = c.devices[i].macs_per_s;
   }
   if (c.Homogeneous()) {
     std::fill(cap.tile.begin(), cap.tile.end(), 1.0);
@@ -408,9 +418,9 @@ SplitTotals PlanSplitLayers(const Graph& graph, const std::vector<LayerFigures>&
     a.op = f.op;
     LayerShares shares(n);
     const bool before_switch = switch_layer == 0 || f.index < switch_layer;
-    if (before_switch && SpatiallyTileable(f)) {
+    if (before_switch && SpatiallyTileable(graph, f)) {
       const bool stack_ends = l + 1 == L || !(switch_layer == 0 || layers[l + 1].index < switch_layer) ||
-                              !SpatiallyTileable(layers[l + 1]);
+                              !SpatiallyTileable(graph, layers[l + 1]);
       shares = PlanFfmtLayer(graph.nodes[f.node], f, capacity.tile, !in_ffmt_stack, stack_ends, &a);
       in_ffmt_stack = !stack_ends;
     } else if (!before_switch && chain_pos[f.index] >= 0) {
@@ -635,6 +645,17 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                           {"compute_s", d.compute_s},
                           {"sent_bytes", d.sent_bytes},
                           {"received_bytes", d.received_bytes}});
+    if (d.promised_bytes > 0)
+      per_device.back()["worker_ram"] = {{"promised_bytes", d.promised_bytes},
+                                         {"weight_bytes", d.promised_weight_bytes},
+                                         {"arena_bytes", d.promised_arena_bytes},
+                                         {"io_bytes", d.promised_io_bytes},
+                                         {"load_peak_bytes", d.promised_load_peak_bytes},
+                                         {"baseline_bytes", d.baseline_bytes},
+                                         {"in_flight", d.in_flight},
+                                         {"ram_bytes", plan.cluster.devices[i].ram_bytes == kUnlimitedBytes
+                                                           ? json(nullptr)
+                                                           : json(plan.cluster.devices[i].ram_bytes)}};
   }
   j["device_summary"] = per_device;
   return j;
@@ -672,17 +693,35 @@ std::string FormatPlanTable(const Plan& plan) {
     out += line;
   }
   out += "\n";
-  std::snprintf(line, sizeof line, "%-14s %-6s %12s %12s %12s %8s %12s %12s %12s\n", "device", "kind", "weights",
-                "peak buffer", "RAM", "compute", "compute s", "sent", "received");
+  std::snprintf(line, sizeof line, "%-14s %-6s %12s %12s %12s %12s %8s %12s %12s %12s\n", "device", "kind", "weights",
+                "peak buffer", "worker RAM", "RAM", "compute", "compute s", "sent", "received");
   out += line;
+  bool sized = false;
   for (int i = 0; i < plan.cluster.size(); ++i) {
     const Device& dv = plan.cluster.devices[i];
     const DeviceLoad& d = plan.loads[i];
-    std::snprintf(line, sizeof line, "%-14s %-6s %12s %12s %12s %7.1f%% %12.6f %12s %12s\n", dv.name.c_str(),
+    sized |= d.promised_bytes > 0;
+    std::snprintf(line, sizeof line, "%-14s %-6s %12s %12s %12s %12s %7.1f%% %12.6f %12s %12s\n", dv.name.c_str(),
                   DeviceKindName(dv.kind), FormatBytes(d.weight_bytes).c_str(), FormatBytes(d.peak_buffer_bytes).c_str(),
+                  d.promised_bytes > 0 ? FormatBytes(d.promised_bytes).c_str() : "-",
                   dv.ram_bytes == kUnlimitedBytes ? "unlimited" : FormatBytes(dv.ram_bytes).c_str(),
                   d.compute_share * 100, d.compute_s, FormatBytes(d.sent_bytes).c_str(),
                   FormatBytes(d.received_bytes).c_str());
+    out += line;
+  }
+  if (sized) {
+    // The promise's parts, for the device that needs the most.
+    int worst = 0;
+    for (int i = 0; i < plan.cluster.size(); ++i)
+      if (plan.loads[i].promised_bytes > plan.loads[worst].promised_bytes) worst = i;
+    const DeviceLoad& d = plan.loads[worst];
+    std::snprintf(line, sizeof line,
+                  "worker RAM = worker baseline + max(weights as the kernels store them + %d x (device arena + "
+                  "request I/O), weights while loading); largest: %s: %s = %s + max(%s + %d x (%s + %s), %s)\n",
+                  d.in_flight, plan.cluster.devices[worst].name.c_str(), FormatBytes(d.promised_bytes).c_str(),
+                  FormatBytes(d.baseline_bytes).c_str(), FormatBytes(d.promised_weight_bytes).c_str(), d.in_flight,
+                  FormatBytes(d.promised_arena_bytes).c_str(), FormatBytes(d.promised_io_bytes).c_str(),
+                  FormatBytes(d.promised_load_peak_bytes).c_str());
     out += line;
   }
   out += "\n";

@@ -53,6 +53,13 @@ struct DeviceLoad {
   double compute_s = 0;
   double compute_share = 0;  // of the model's MACs
   int64_t sent_bytes = 0, received_bytes = 0;
+  // What the device's worker will hold (issue 11 item 4), sized by the
+  // worker's own code from the compiled program (daemon/cluster/plan_fit.h);
+  // 0 = not sized (an MCU, or BuildPlan alone). promised = baseline +
+  // max(weights as stored + in_flight × arena, weights held while loading).
+  int64_t promised_bytes = 0, promised_weight_bytes = 0, promised_arena_bytes = 0, baseline_bytes = 0;
+  int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
+  int in_flight = 0;
 };
 
 struct Plan {

@@ -3,8 +3,8 @@
 
 For one model, input shape and worker count N this starts N real
 `tessera worker` processes, plans with `tessera plan --cluster ... --json`
-(the promise: per device weights + peak buffer, and `ram_bytes` where the
-plan prints it), deploys with `tessera deploy`, serves the plan with
+(the promise: device_summary[].worker_ram.promised_bytes, what each
+worker will hold by its own code), deploys with `tessera deploy`, serves the plan with
 `tessera gateway --plan`, sends R requests with `tessera infer`, and then
 reads every process's VmHWM (peak resident set) and VmRSS from
 /proc/PID/status. It also measures `tessera run` (single device) and
@@ -179,7 +179,9 @@ def main():
         log(f"plan: peak {peak / 2**20:.1f} MiB")
         promised = {}
         for dev in pj["device_summary"]:
-            promised[dev["name"]] = dev.get("ram_bytes", dev["weight_bytes"] + dev["peak_buffer_bytes"])
+            # The planner's per-device RAM, sized by the worker's own code
+            # (weights as stored + arena + baseline, plan_fit.h).
+            promised[dev["name"]] = dev["worker_ram"]
 
         rc, out, err, peak = peak_of([T, "deploy", *model_opt, "--cluster", cluster, "--plan", plan])
         if rc != 0:
@@ -231,7 +233,8 @@ def main():
         for i, p in enumerate(workers):
             name = f"w{i + 1}"
             st = proc_status(p.pid)
-            devices.append({"name": name, "promised_bytes": promised.get(name),
+            devices.append({"name": name, "promised_bytes": promised[name]["promised_bytes"],
+                            "promised_baseline_bytes": promised[name]["baseline_bytes"],
                             "peak_rss_bytes": st["VmHWM"], "rss_bytes": st["VmRSS"],
                             "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"],
                             "metrics_peak_rss_bytes": metrics_peak.get(name)})

@@ -27,6 +27,10 @@ void RegisterDeployCommand(CLI::App& app) {
   cmd->add_option("--seed", a->model.seed, "Seed of generated weights")->capture_default_str();
   cmd->add_option("--cluster", a->cluster, "Cluster file (YAML)")->required();
   cmd->add_option("--plan", a->serve.plan_path, "Plan file (tessera plan --out)")->required();
+  cmd->add_option("--worker-threads", a->serve.memory.threads,
+                  "The workers' --threads, for sizing their memory against ram:")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--insecure", a->serve.security.allow_plaintext_remote, "Allow plaintext gRPC to non-loopback workers");
   cmd->callback([a] {
     auto graph = LoadModel(a->model);
@@ -49,10 +53,14 @@ void RegisterDeployCommand(CLI::App& app) {
     if (!deployed.ok()) throw CLI::RuntimeError(ReportError("deploy", deployed.status()));
     std::printf("plan %s deployed\n", served->plan_id.c_str());
     for (size_t i = 0; i < deployed->size(); ++i)
-      std::printf("  %-12s %-22s program %8.2f MiB, weights %8.2f MiB, working memory %8.2f MiB\n",
+      std::printf("  %-12s %-22s program %8.2f MiB, weights %8.2f MiB, working memory %8.2f MiB%s%s\n",
                   served->workers[i].name.c_str(), served->workers[i].address.c_str(),
                   (*deployed)[i].program_bytes / 1048576.0, (*deployed)[i].weight_bytes / 1048576.0,
-                  (*deployed)[i].memory_bytes / 1048576.0);
+                  (*deployed)[i].memory_bytes / 1048576.0,
+                  i < served->memory.size() && served->memory[i].in_flight ? "; promised " : "",
+                  i < served->memory.size() && served->memory[i].in_flight
+                      ? DescribeDeviceMemory(served->memory[i]).c_str()
+                      : "");
   });
 }
 

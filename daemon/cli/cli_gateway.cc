@@ -33,6 +33,22 @@ struct GatewayArgs {
   GatewayOptions gateway;
 };
 
+// Each request in flight needs its own device arena on every worker
+// (daemon/runtime/device_memory.h): run no more at once than every device's
+// ram: holds.
+void LimitInFlightToRam(const ServedPlan& served, const Cluster& cluster, int* max_in_flight) {
+  for (size_t i = 0; i < served.memory.size() && i < served.workers.size(); ++i) {
+    const int d = cluster.Find(served.workers[i].name);
+    if (d < 0 || served.memory[i].in_flight == 0 || cluster.devices[d].ram_bytes == kUnlimitedBytes) continue;
+    const int fits = std::max(1, InFlightThatFits(served.memory[i], cluster.devices[d].ram_bytes));
+    if (fits < *max_in_flight) {
+      spdlog::warn("gateway: {} has ram for {} request(s) at once ({} each); --max-in-flight {} lowered to {}",
+                   served.workers[i].name, fits, DescribeDeviceMemory(served.memory[i]), *max_in_flight, fits);
+      *max_in_flight = fits;
+    }
+  }
+}
+
 int RunGateway(GatewayArgs& a) {
   auto graph = LoadModel(a.model);
   if (!graph.ok()) return ReportError("gateway", graph.status());
@@ -43,6 +59,7 @@ int RunGateway(GatewayArgs& a) {
   auto served = PrepareServedPlan(*graph, *cluster, a.serve);
   if (!served.ok()) return ReportError("gateway", served.status());
   if (!served->table.empty()) std::fprintf(stderr, "%s", served->table.c_str());
+  LimitInFlightToRam(*served, *cluster, &a.gateway.max_in_flight);
   if (a.deploy || a.serve.plan_path.empty()) {
     auto deployed = DeployPrograms(served->programs, served->plan_id, served->plan.source, served->workers,
                                    a.gateway.security, nullptr);
@@ -104,6 +121,10 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--plan", a->serve.plan_path, "Plan file (tessera plan --out); default: plan for the live workers");
   cmd->add_option("--objective", a->serve.objective, "Planner objective without --plan")->capture_default_str();
   cmd->add_option("--data-dir", a->serve.work_dir, "Where a plan made here is written")->capture_default_str();
+  cmd->add_option("--worker-threads", a->serve.memory.threads,
+                  "The workers' --threads, for sizing their memory against ram:")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--deploy", a->deploy, "Push the programs to the workers also when --plan is given");
   cmd->add_flag("--failover", a->failover,
                 "When a worker is down, re-plan (--objective) on the devices that answer, deploy, and retry the "

@@ -9,6 +9,7 @@
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
 #include "partition/graph/metrics.h"
+#include "daemon/cluster/plan_fit.h"
 #include "planner/cluster.h"
 #include "planner/plan.h"
 
@@ -24,6 +25,7 @@ struct PlanCommandOptions {
   std::string solver;
   bool json = false;
   std::string out_path;
+  FitOptions fit;
 };
 
 int RunPlan(const PlanCommandOptions& o) {
@@ -45,7 +47,9 @@ int RunPlan(const PlanCommandOptions& o) {
   PlanOptions options;
   options.objective = *objective;
   options.solver = o.solver;
-  auto plan = BuildPlan(*graph, layers, cluster, options);
+  // The per-device RAM is sized by the workers' own code and checked
+  // against every device's ram: (daemon/cluster/plan_fit.h, issue 11).
+  auto plan = PlanWithinMemory(*graph, layers, cluster, options, o.fit);
   if (!plan.ok()) return ReportError("plan", plan.status().WithContext(o.model.model_path));
   if (!o.out_path.empty()) {
     Status st = WritePlanProto(*plan, o.out_path);
@@ -69,6 +73,13 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--solver", o->solver,
                   "memory/communication: cbc (default) | exact; latency/throughput: exact (default) | dp | bnb | "
                   "exhaustive | bisection");
+  cmd->add_option("--threads", o->fit.memory.threads, "The workers' --threads (sizes their per-thread scratch)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--in-flight", o->fit.memory.in_flight,
+                  "Requests each worker runs at once (each needs its own device arena)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->add_option("--out", o->out_path, "Write the Plan protobuf here (plan.pb)");
   cmd->callback([o] {

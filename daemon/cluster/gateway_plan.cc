@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "daemon/cluster/plan_fit.h"
 #include "planner/plan_file.h"
 #include "partition/graph/metrics.h"
 #include "partition/compile/program_compiler.h"
@@ -45,7 +46,9 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     }
     PlanOptions po;
     TS_ASSIGN_OR_RETURN(po.objective, ParseObjective(options.objective));
-    TS_ASSIGN_OR_RETURN(Plan plan, BuildPlan(graph, ComputeLayerFigures(graph), live, po));
+    FitOptions fit;
+    fit.memory = options.memory;
+    TS_ASSIGN_OR_RETURN(Plan plan, PlanWithinMemory(graph, ComputeLayerFigures(graph), live, po, fit));
     served.table = FormatPlanTable(plan);
     for (const auto& l : plan.loads) served.predicted_sent_bytes.push_back(l.sent_bytes);
     std::filesystem::create_directories(options.work_dir.empty() ? "." : options.work_dir);
@@ -56,6 +59,7 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   served.plan_id = loaded.id;
   served.device_names = loaded.device_names;
   served.plan = loaded.plan;
+  std::vector<const Device*> devices;
   for (const auto& name : loaded.device_names) {
     const int i = cluster.Find(name);
     if (i < 0)
@@ -63,8 +67,13 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     if (cluster.devices[i].address.empty())
       return Status::InvalidArgument(cluster.origin + ": device '" + name + "' has no gRPC address");
     served.workers.push_back({name, cluster.devices[i].address});
+    devices.push_back(&cluster.devices[i]);
   }
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan));
+  // Nothing is deployed unless every worker's promise fits its ram: (issue 11).
+  auto fits = CheckProgramsFit(compiled.programs, devices, options.memory);
+  if (!fits.ok()) return fits.status().WithContext(plan_path);
+  served.memory = std::move(*fits);
   served.programs = std::move(compiled.programs);
   served.halo_mac_overhead = compiled.halo_mac_overhead;
   return served;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/cluster/gateway.h"
+#include "daemon/runtime/device_memory.h"
 #include "partition/graph/graph.h"
 #include "partition/compile/partition_plan.h"
 
@@ -24,6 +25,10 @@ struct ServedPlan {
   std::string table;                      // the planner's table, when planned here
   std::vector<int64_t> predicted_sent_bytes;  // per plan device, when planned here
   int64_t halo_mac_overhead = 0;
+  // Per plan device: what its worker will hold (daemon/runtime/device_memory.h),
+  // checked against the device's ram: before anything is deployed.
+  // MCU devices: in_flight 0, not sized here.
+  std::vector<DeviceMemory> memory;
 };
 
 struct ServePlanOptions {
@@ -33,6 +38,7 @@ struct ServePlanOptions {
   bool only_healthy = true;   // plan only for workers answering Health
   std::chrono::milliseconds probe_timeout{3000};  // per worker, with only_healthy
   TransportSecurity security;
+  DeviceMemoryOptions memory;  // the workers' threads and requests in flight
 };
 
 Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster, const ServePlanOptions& options);

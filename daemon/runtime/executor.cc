@@ -34,6 +34,7 @@ struct Executor::Prepared {
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;
   size_t weight_bytes = 0;
+  size_t load_peak_bytes = 0;
   std::vector<bool> constant_read;  // per value id
 };
 
@@ -46,6 +47,7 @@ Executor::~Executor() {
 size_t Executor::arena_bytes() const { return prepared_->arena_bytes; }
 size_t Executor::unplanned_bytes() const { return prepared_->unplanned_bytes; }
 size_t Executor::weight_bytes() const { return prepared_->weight_bytes; }
+size_t Executor::load_peak_bytes() const { return prepared_->load_peak_bytes; }
 bool Executor::ReadsConstant(int value) const {
   return value >= 0 && static_cast<size_t>(value) < prepared_->constant_read.size() && prepared_->constant_read[value];
 }
@@ -57,18 +59,24 @@ namespace {
 // With `release` (the same graph, mutable), a constant is freed as soon as
 // every node reading it has prepared and none reads it in Eval any more: the
 // raw and the repacked form of a weight coexist for one layer at a time.
+// `load_peak`: the most weight bytes held at once while preparing with
+// release (graph constants not yet released + repacked forms made so far +
+// the preparing kernel's transient), whether or not `release` is given:
+// what a worker's PrepareReleasingWeights peaks at (device_memory.h).
 Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::vector<bool>* constant_read,
-                      std::vector<std::unique_ptr<Kernel>>* kernels, Graph* release) {
+                      std::vector<std::unique_ptr<Kernel>>* kernels, Graph* release, size_t* load_peak) {
   std::vector<int> readers_left(graph.values.size(), 0);
+  size_t held = 0;
   for (const Node& node : graph.nodes)
     for (int v : node.inputs)
-      if (v >= 0 && graph.values[v].constant) ++readers_left[v];
+      if (v >= 0 && graph.values[v].constant && readers_left[v]++ == 0) held += ValueBytes(graph.values[v]);
+  *load_peak = held;
   for (const Node& node : graph.nodes) {
     KernelFactory factory = FindKernel(node.op);
     if (factory == nullptr)
       return Status::NotSupported("node '" + node.name + "': op " + node.op + " has no kernel in tessera");
     std::unique_ptr<Kernel> kernel = factory();
-    KernelContext ctx{graph, node, {}, {}, {}, options.threads};
+    KernelContext ctx{graph, node, {}, {}, {}, options.threads, options.shapes_only};
     for (int v : node.inputs) {
       ctx.input_shapes.push_back(v >= 0 ? graph.values[v].shape : Shape{});
       ctx.constant_inputs.push_back(v >= 0 ? graph.ConstantData(v) : nullptr);
@@ -80,11 +88,15 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
         st = st.WithContext("node '" + node.name + "' (" + node.op + ")");
       return st;
     }
+    *load_peak = std::max(*load_peak, held + kernel->OwnedWeightBytes() + kernel->PrepareTransientBytes());
+    held += kernel->OwnedWeightBytes();
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       const int v = node.inputs[k];
       if (v < 0 || !graph.values[v].constant) continue;
       if (kernel->ReadsConstantInEval(static_cast<int>(k))) (*constant_read)[v] = true;
-      if (--readers_left[v] == 0 && !(*constant_read)[v] && release != nullptr) {
+      if (--readers_left[v] == 0 && !(*constant_read)[v]) {
+        held -= ValueBytes(graph.values[v]);
+        if (release == nullptr) continue;
         auto it = release->constants.find(v);
         if (it != release->constants.end()) std::vector<float>().swap(it->second.values);
       }
@@ -111,13 +123,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   p->graph = &graph;
   p->options = options;
   if (p->options.threads < 1) p->options.threads = 1;
+  if (p->options.shapes_only) p->options.allocate_arena = false;
   const bool external = p->options.external_io;
   const size_t nv = graph.values.size();
 
   // 1. Kernels.
   std::vector<bool> constant_read(nv, false);
   std::vector<std::unique_ptr<Kernel>> kernels;
-  TS_RETURN_IF_ERROR(PrepareKernels(graph, p->options, &constant_read, &kernels, release));
+  TS_RETURN_IF_ERROR(PrepareKernels(graph, p->options, &constant_read, &kernels, release, &p->load_peak_bytes));
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     Prepared::Step step;
     step.node = &graph.nodes[n];
@@ -177,8 +190,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   p->arena_bytes = plan.size;
 
   // 4. The first executor, with its own arena.
+  const bool allocate = p->options.allocate_arena;
   std::unique_ptr<Executor> ex(new Executor(std::move(p)));
-  if (!options.allocate_arena) return ex;
+  if (!allocate) return ex;
   const size_t alloc = std::max<size_t>(kAlign, (ex->arena_bytes() + kAlign - 1) / kAlign * kAlign);
   auto* arena = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
   if (arena == nullptr)

@@ -41,6 +41,10 @@ struct ExecutorOptions {
   // false: Create prepares the kernels but allocates no arena; such an
   // executor only serves to Fork() executors bound to the caller's memory.
   bool allocate_arena = true;
+  // Sizes only (KernelContext::shapes_only): weights may have no values;
+  // arena_bytes() and weight_bytes() are what a real Create would give.
+  // Implies !allocate_arena; such an executor must never run or Fork.
+  bool shapes_only = false;
 };
 
 class Executor {
@@ -68,6 +72,10 @@ class Executor {
   // Bytes of constant weights the kernels read while running: those they
   // repacked into their own form plus the graph constants they still read.
   size_t weight_bytes() const;
+  // The most weight bytes held at once while the kernels prepare with
+  // release (CreateReleasingWeights): constants not yet released, repacked
+  // forms made so far, and the preparing kernel's transient buffers.
+  size_t load_peak_bytes() const;
   // Whether a kernel still reads graph constant `value` while running (false
   // for weights a kernel repacked into its own form in Prepare).
   bool ReadsConstant(int value) const;

@@ -27,6 +27,7 @@ struct PreparedProgram::Layout {
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
   size_t arena_bytes = 0;
   size_t weight_bytes = 0;
+  size_t load_peak_bytes = 0;
 };
 
 namespace {
@@ -99,10 +100,28 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   eo.threads = options.threads;
   eo.external_io = true;
   eo.allocate_arena = false;  // the device arena holds every step's executor memory
+  eo.shapes_only = options.shapes_only;
+  // Weight bytes while loading: decoding holds the message (every raw
+  // weight) plus one tensor; then subgraphs prepare in order, each releasing
+  // its raw weights as its kernels repack them (Executor::load_peak_bytes).
+  std::vector<size_t> raw(program.subgraphs.size(), 0);
+  size_t raw_total = 0, largest_tensor = 0;
+  for (size_t i = 0; i < program.subgraphs.size(); ++i)
+    for (const auto& [v, data] : program.subgraphs[i].constants) {
+      const size_t bytes = Bytes(NumElements(data.shape));
+      raw[i] += bytes;
+      largest_tensor = std::max(largest_tensor, bytes);
+    }
+  for (size_t r : raw) raw_total += r;
+  layout->load_peak_bytes = raw_total + largest_tensor;
+  size_t stored_before = 0, raw_after = raw_total;
   for (size_t i = 0; i < program.subgraphs.size(); ++i) {
     const Graph& g = program.subgraphs[i];
     auto ex = release ? Executor::CreateReleasingWeights(&release->subgraphs[i], eo) : Executor::Create(g, eo);
     if (!ex.ok()) return ex.status().WithContext("device " + std::to_string(program.device) + ", " + g.name);
+    raw_after -= raw[i];
+    layout->load_peak_bytes = std::max(layout->load_peak_bytes, stored_before + (*ex)->load_peak_bytes() + raw_after);
+    stored_before += (*ex)->weight_bytes();
     layout->weight_bytes += (*ex)->weight_bytes();
     layout->prepared.push_back(std::move(*ex));
   }
@@ -150,6 +169,9 @@ PreparedProgram::PreparedProgram(std::unique_ptr<Layout> layout) : layout_(std::
 PreparedProgram::~PreparedProgram() = default;
 
 Result<std::unique_ptr<ProgramRunner>> PreparedProgram::NewRunner() const {
+  if (layout_->options.shapes_only)
+    return Status::FailedPrecondition("device " + std::to_string(layout_->program->device) +
+                                      ": a program prepared for sizes only cannot run");
   std::unique_ptr<ProgramRunner> r(new ProgramRunner(self_.lock()));
   TS_RETURN_IF_ERROR(r->BindArena());
   return r;
@@ -157,6 +179,7 @@ Result<std::unique_ptr<ProgramRunner>> PreparedProgram::NewRunner() const {
 
 size_t PreparedProgram::memory_bytes() const { return layout_->arena_bytes; }
 size_t PreparedProgram::weight_bytes() const { return layout_->weight_bytes; }
+size_t PreparedProgram::load_peak_bytes() const { return layout_->load_peak_bytes; }
 bool PreparedProgram::ReadsConstant(int subgraph, int value) const {
   // An executor's weight accounting knows which constants its kernels read.
   return layout_->prepared.at(subgraph)->ReadsConstant(value);

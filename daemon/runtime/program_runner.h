@@ -17,6 +17,9 @@ namespace tessera {
 struct RunnerOptions {
   int threads = 1;                              // intra-op threads per device
   std::chrono::milliseconds timeout{60000};     // per Recv
+  // PreparedProgram only sizes the program (ExecutorOptions::shapes_only):
+  // its weights may have no values; NewRunner() refuses.
+  bool shapes_only = false;
 };
 
 // The device arena (issue 11: one arena per device program). Every buffer
@@ -54,6 +57,10 @@ class PreparedProgram {
 
   size_t memory_bytes() const;  // the device arena (see ProgramRunner)
   size_t weight_bytes() const;  // weights the kernels read, held once
+  // The most weight bytes held at once while the program loads: decoding
+  // (every raw weight + one tensor) and preparing with release (raw weights
+  // not yet repacked + repacked forms so far + a kernel's transient).
+  size_t load_peak_bytes() const;
   // Whether some kernel still reads constant `value` of subgraph `subgraph`.
   bool ReadsConstant(int subgraph, int value) const;
 

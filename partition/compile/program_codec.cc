@@ -61,7 +61,10 @@ void ToMsg(const Graph& g, proto::GraphMsg* m) {
   for (int o : g.outputs) m->add_outputs(o);
 }
 
-Result<Graph> FromMsg(const proto::GraphMsg& m, const std::string& origin) {
+// Each constant's bytes are released from `m` as soon as they are copied
+// out (issue 11: a worker loading a program holds the message plus one
+// tensor, not the message plus every decoded weight).
+Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin) {
   Graph g;
   g.name = m.name();
   const int nv = m.values_size();
@@ -71,7 +74,7 @@ Result<Graph> FromMsg(const proto::GraphMsg& m, const std::string& origin) {
                               std::to_string(id) + " of " + std::to_string(nv));
     return Status::OK();
   };
-  for (const auto& vm : m.values()) {
+  for (auto& vm : *m.mutable_values()) {
     Shape shape(vm.shape().begin(), vm.shape().end());
     int64_t volume = 1;
     for (int64_t d : shape) {
@@ -89,6 +92,7 @@ Result<Graph> FromMsg(const proto::GraphMsg& m, const std::string& origin) {
                                 " bytes for shape " + ShapeToString(shape));
       t.values.resize(n);
       std::memcpy(t.values.data(), vm.data().data(), n * 4);
+      std::string().swap(*vm.mutable_data());
       g.AddConstant(vm.name(), std::move(t));
     } else {
       g.AddValue(vm.name(), shape);

@@ -38,6 +38,8 @@ TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t en
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < axis; ++i) outer *= t.shape[i];
   for (size_t i = axis + 1; i < t.shape.size(); ++i) inner *= t.shape[i];
+  // A shapes-only constant (ImportOptions::shapes_only) slices to a shape.
+  if (t.values.empty()) return out;
   out.values.reserve(static_cast<size_t>(NumElements(out.shape)));
   for (int64_t o = 0; o < outer; ++o) {
     const float* src = t.values.data() + (o * t.shape[axis] + begin) * inner;

@@ -30,7 +30,7 @@ class BatchNormalizationKernel final : public Kernel {
                                     " must be [" + std::to_string(c_) + "]");
     folded_ = true;
     for (size_t i = 1; i < 5; ++i) folded_ &= ConstantOrNull(ctx, i) != nullptr;
-    if (folded_) {
+    if (folded_ && !ctx.shapes_only) {
       multiplier_.resize(c_);
       offset_.resize(c_);
       for (int64_t c = 0; c < c_; ++c)

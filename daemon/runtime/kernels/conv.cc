@@ -129,7 +129,8 @@ class ConvKernel final : public Kernel {
       // channels (resnet18 layers 2-3: 1.2-1.6x); at 64 channels its
       // transforms cost more than the multiplies it saves.
       strategy_ = kWinograd;
-      PrepareWinograd(ctx.constant_inputs[1]->values.data());
+      WinogradGeometry();
+      if (!ctx.shapes_only) PrepareWinograd(ctx.constant_inputs[1]->values.data());
     } else {
       strategy_ = kIm2col;
       col_lo_.resize(kw_);
@@ -137,13 +138,21 @@ class ConvKernel final : public Kernel {
       for (int64_t j = 0; j < kw_; ++j) ValidRange(j * dw_ - pl_, sw_, w_, ow_, &col_lo_[j], &col_hi_[j]);
     }
     packed_.clear();
+    repacks_weights_ = strategy_ == kWinograd;
+    shapes_only_owned_bytes_ = 0;
     if ((strategy_ == kIm2col || strategy_ == kPointwise) && ConstantOrNull(ctx, 1) != nullptr) {
       // Constant weights: packed once for PackedGemm, one matrix per group.
-      const float* wt = ctx.constant_inputs[1]->values.data();
       const int64_t k = cg_ * kh_ * kw_;
-      packed_.resize(group_);
-      for (int64_t g = 0; g < group_; ++g) packed_[g].Pack(wt + g * og_ * k, og_, k, k);
+      repacks_weights_ = true;
+      if (ctx.shapes_only) {
+        shapes_only_owned_bytes_ = static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
+      } else {
+        const float* wt = ctx.constant_inputs[1]->values.data();
+        packed_.resize(group_);
+        for (int64_t g = 0; g < group_; ++g) packed_[g].Pack(wt + g * og_ * k, og_, k, k);
+      }
     }
+    if (strategy_ == kWinograd && ctx.shapes_only) shapes_only_owned_bytes_ = 16 * PackedMatrix::BytesFor(o_, c_);
     return Status::OK();
   }
 
@@ -159,11 +168,13 @@ class ConvKernel final : public Kernel {
 
   // Packed (im2col, pointwise) and Winograd-transformed weights replace the
   // graph's: Eval reads them only on the unpacked and depthwise paths.
-  bool ReadsConstantInEval(int input) const override {
-    return input != 1 || !(strategy_ == kWinograd || !packed_.empty());
+  bool ReadsConstantInEval(int input) const override { return input != 1 || !repacks_weights_; }
+  // Winograd: U = G g Gᵀ is built whole (wino_u_) before it is packed.
+  size_t PrepareTransientBytes() const override {
+    return strategy_ == kWinograd ? static_cast<size_t>(16 * o_ * c_) * sizeof(float) : 0;
   }
   size_t OwnedWeightBytes() const override {
-    size_t n = 0;
+    size_t n = shapes_only_owned_bytes_;
     for (const auto& m : packed_) n += m.bytes();
     for (const auto& m : wino_packed_) n += m.bytes();
     return n;
@@ -215,6 +226,10 @@ class ConvKernel final : public Kernel {
     for (int xi = 0; xi < 16; ++xi) wino_packed_[xi].Pack(wino_u_.data() + xi * o_ * c_, o_, c_, c_);
     wino_u_.clear();
     wino_u_.shrink_to_fit();
+  }
+
+  // Tile counts and the chunk of tiles Eval transforms at once (ScratchBytes).
+  void WinogradGeometry() {
     tiles_h_ = (oh_ + 1) / 2;
     tiles_w_ = (ow_ + 1) / 2;
     // Chunk of tiles whose V and M (16·(C+O)·chunk floats) stay within ~2 MiB.
@@ -536,6 +551,8 @@ class ConvKernel final : public Kernel {
   // Winograd: transformed weights U[16][O][C], tile grid, tiles per chunk.
   std::vector<float> wino_u_;
   std::vector<PackedMatrix> wino_packed_;  // wino_u_ packed per position ξ
+  bool repacks_weights_ = false;           // Eval reads packed_/wino_packed_, not the graph's weight
+  size_t shapes_only_owned_bytes_ = 0;     // KernelContext::shapes_only: what packing would own
   std::vector<PackedMatrix> packed_;       // im2col/pointwise weights per group (constant weights only)
   int64_t tiles_h_ = 0, tiles_w_ = 0, wino_chunk_ = 1;
   int64_t wino_min_channels_ = 96;  // tests lower it through attr "winograd_min_channels"

@@ -29,6 +29,12 @@ struct KernelContext {
   // Data of constant inputs (weights, biases); nullptr for activations.
   std::vector<const TensorData*> constant_inputs;
   int threads = 1;  // intra-op threads the executor will allow in Eval
+  // Only sizes are wanted (the planner's memory promise, issue 11): weights
+  // may have no values (TensorData::values empty, ImportOptions::shapes_only).
+  // Prepare checks and sizes everything as usual but reads no weight values
+  // and repacks nothing; OwnedWeightBytes() and ScratchBytes() report what a
+  // real Prepare would own and need. Eval is never called.
+  bool shapes_only = false;
 };
 
 // Everything Eval gets. Pointers are borrowed from the executor's arena
@@ -56,6 +62,10 @@ class Kernel {
   // keeps each weight once: graph constants nobody reads are released.
   virtual bool ReadsConstantInEval(int input) const { return true; }
   virtual size_t OwnedWeightBytes() const { return 0; }
+  // Valid after a successful Prepare: bytes Prepare allocated and freed
+  // again besides what it keeps (e.g. an unpacked transformed copy), for the
+  // memory a worker peaks at while loading (device_memory.h).
+  virtual size_t PrepareTransientBytes() const { return 0; }
   virtual void Eval(const EvalContext& ctx) const = 0;
 };
 

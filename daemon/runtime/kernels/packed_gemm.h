@@ -35,6 +35,10 @@ class PackedMatrix {
   const float* Panel(int64_t p) const { return data_.data() + p * k_ * kRows; }
   const Microkernels& kernels() const { return *kernels_; }
   size_t bytes() const { return data_.size() * sizeof(float); }
+  // bytes() of a matrix Pack(a, m, k, ...) would make, without making it.
+  static size_t BytesFor(int64_t m, int64_t k) {
+    return static_cast<size_t>((m + kRows - 1) / kRows * k * kRows) * sizeof(float);
+  }
 
  private:
   std::vector<float> data_;

@@ -1,0 +1,124 @@
+#include "daemon/cluster/plan_fit.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "partition/compile/program_compiler.h"
+#include "util/quantity.h"
+
+namespace tessera {
+
+namespace {
+
+// One device over its RAM: who, by how much, and why.
+struct Overrun {
+  int device = 0;
+  DeviceMemory need;
+  int64_t ram = 0;
+};
+
+std::string DescribeOverruns(const std::vector<Overrun>& overruns, const std::vector<const Device*>& devices) {
+  std::string text;
+  for (const Overrun& o : overruns) {
+    if (!text.empty()) text += "; ";
+    text += "device " + devices[o.device]->name + " needs " + DescribeDeviceMemory(o.need) + " but has ram: " +
+            FormatBytes(static_cast<double>(o.ram)) + " (short by " + std::to_string(o.need.total_bytes() - o.ram) +
+            " bytes)";
+  }
+  return text;
+}
+
+// Sizes every Linux device's program; lists the devices over their RAM.
+Result<std::vector<DeviceMemory>> SizePrograms(const std::vector<DeviceProgram>& programs,
+                                               const std::vector<const Device*>& devices,
+                                               const DeviceMemoryOptions& options, std::vector<Overrun>* overruns) {
+  std::vector<DeviceMemory> sizes(programs.size());
+  for (size_t i = 0; i < programs.size(); ++i) {
+    sizes[i].device = static_cast<int>(i);
+    if (devices[i]->kind != DeviceKind::kLinux) {
+      sizes[i].baseline_bytes = 0;
+      sizes[i].in_flight = 0;
+      continue;
+    }
+    TS_ASSIGN_OR_RETURN(sizes[i], SizeDeviceProgram(programs[i], options));
+    sizes[i].device = static_cast<int>(i);
+    if (devices[i]->ram_bytes != kUnlimitedBytes && sizes[i].total_bytes() > devices[i]->ram_bytes)
+      overruns->push_back({static_cast<int>(i), sizes[i], devices[i]->ram_bytes});
+  }
+  return sizes;
+}
+
+void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
+  for (size_t i = 0; i < sizes.size() && i < plan->loads.size(); ++i) {
+    if (sizes[i].in_flight == 0) continue;  // MCU: the planner's own model
+    DeviceLoad& d = plan->loads[i];
+    d.promised_bytes = sizes[i].total_bytes();
+    d.promised_weight_bytes = sizes[i].weight_bytes;
+    d.promised_arena_bytes = sizes[i].arena_bytes;
+    d.promised_io_bytes = sizes[i].io_bytes;
+    d.promised_load_peak_bytes = sizes[i].load_peak_bytes;
+    d.baseline_bytes = sizes[i].baseline_bytes;
+    d.in_flight = sizes[i].in_flight;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<DeviceMemory>> CheckProgramsFit(const std::vector<DeviceProgram>& programs,
+                                                   const std::vector<const Device*>& devices,
+                                                   const DeviceMemoryOptions& options) {
+  if (programs.size() != devices.size())
+    return Status::Internal("CheckProgramsFit: " + std::to_string(programs.size()) + " programs for " +
+                            std::to_string(devices.size()) + " devices");
+  std::vector<Overrun> overruns;
+  TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(programs, devices, options, &overruns));
+  if (!overruns.empty())
+    return Status::ResourceExhausted("the plan does not fit: " + DescribeOverruns(overruns, devices) +
+                                     "; plan again for this cluster (tessera plan --cluster) or use larger devices");
+  return sizes;
+}
+
+Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
+                              const PlanOptions& options, const FitOptions& fit) {
+  Cluster planning = cluster;
+  std::vector<const Device*> devices;
+  for (const Device& d : cluster.devices) devices.push_back(&d);
+  std::string last_overrun;
+  for (int attempt = 0; attempt <= fit.max_replans; ++attempt) {
+    auto plan = BuildPlan(graph, layers, planning, options);
+    if (!plan.ok()) {
+      // The planner's own model gave up on the tightened capacities: the
+      // overrun that made us tighten them is the honest reason.
+      if (attempt > 0 && plan.status().code() == StatusCode::kResourceExhausted)
+        return Status::ResourceExhausted("no plan fits " + cluster.origin + " after " + std::to_string(attempt) +
+                                         " re-plans: " + last_overrun + "; add devices or use larger ones");
+      return plan.status();
+    }
+    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, ToPartitionPlan(*plan)));
+    std::vector<Overrun> overruns;
+    TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
+    if (overruns.empty()) {
+      plan->cluster = cluster;
+      FillPromises(sizes, &*plan);
+      if (attempt > 0) spdlog::info("plan fits every device's RAM after {} re-plan(s)", attempt);
+      return plan;
+    }
+    last_overrun = DescribeOverruns(overruns, devices);
+    if (attempt < fit.max_replans) spdlog::info("re-planning ({}/{}): {}", attempt + 1, fit.max_replans, last_overrun);
+    for (const Overrun& o : overruns) {
+      // Shrink what the planner may put on this device by how much the
+      // worker's real need exceeds its RAM (at least 5 %, at most half).
+      Device& d = planning.devices[o.device];
+      const double factor =
+          std::clamp(static_cast<double>(o.ram) / static_cast<double>(o.need.total_bytes()), 0.5, 0.95);
+      const int64_t cap = static_cast<int64_t>(static_cast<double>(std::min(d.ram_bytes, o.ram)) * factor);
+      d.ram_bytes = cap;
+      d.flash_bytes = std::min(d.flash_bytes, cap);  // a Linux worker holds its weights in RAM
+    }
+  }
+  return Status::ResourceExhausted("no plan fits " + cluster.origin + " after " + std::to_string(fit.max_replans) +
+                                   " re-plans: " + last_overrun + "; add devices or use larger ones");
+}
+
+}  // namespace tessera

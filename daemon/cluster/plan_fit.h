@@ -1,0 +1,52 @@
+// Plans whose memory promise is what the workers allocate (issue 11 item 4).
+//
+// The planner (planner/plan.h) models a device's memory as METHODS §3–§4 do:
+// raw float32 weights and the largest live input+output buffers. A worker
+// holds more and in other forms (packed and Winograd-transformed weights,
+// every step's intermediates and scratch in one device arena, the daemon
+// itself). So after BuildPlan the plan is compiled and every Linux device's
+// program is sized by the worker's own code (daemon/runtime/device_memory.h):
+//
+//   promised(d) = weights as stored + in_flight × device arena + worker baseline
+//
+// and checked against the device's `ram:`. A device over its RAM gets its
+// planning capacities (buffers and weights) scaled down by how much it is
+// over, and the planner runs again, up to FitOptions::max_replans times;
+// when no plan fits, the answer is ResourceExhausted naming the device, its
+// need (with its parts) and its limit. MCU devices keep the planner's model
+// (their programs run on the MCU runtime, not on a worker's kernels).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "daemon/runtime/device_memory.h"
+#include "partition/compile/device_program.h"
+#include "partition/graph/graph.h"
+#include "partition/graph/metrics.h"
+#include "planner/cluster.h"
+#include "planner/plan.h"
+#include "util/status.h"
+
+namespace tessera {
+
+struct FitOptions {
+  DeviceMemoryOptions memory;  // the workers' --threads, requests in flight
+  int max_replans = 6;
+};
+
+// BuildPlan, then size and re-plan as above. On success every Linux device's
+// DeviceLoad::promised_* is filled and `plan.cluster` is `cluster` as given.
+// `graph` may be shapes-only (ImportOptions::shapes_only).
+Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
+                              const PlanOptions& options, const FitOptions& fit);
+
+// The same check for programs already compiled (a plan file given to deploy
+// or the gateway): `devices[i]` is the cluster device that runs programs[i].
+// Returns each program's promise (MCU entries: device index only, total 0);
+// ResourceExhausted, naming every device over its RAM, when any is.
+Result<std::vector<DeviceMemory>> CheckProgramsFit(const std::vector<DeviceProgram>& programs,
+                                                   const std::vector<const Device*>& devices,
+                                                   const DeviceMemoryOptions& options);
+
+}  // namespace tessera

@@ -1,0 +1,51 @@
+#include "daemon/runtime/device_memory.h"
+
+#include <cstdio>
+
+#include "daemon/runtime/program_runner.h"
+
+namespace tessera {
+
+Result<DeviceMemory> SizeDeviceProgram(const DeviceProgram& program, const DeviceMemoryOptions& options) {
+  RunnerOptions ro;
+  ro.threads = options.threads;
+  ro.shapes_only = true;
+  TS_ASSIGN_OR_RETURN(auto prepared, PreparedProgram::Prepare(program, ro));
+  DeviceMemory m;
+  m.device = program.device;
+  m.weight_bytes = static_cast<int64_t>(prepared->weight_bytes());
+  m.arena_bytes = static_cast<int64_t>(prepared->memory_bytes());
+  m.load_peak_bytes = static_cast<int64_t>(prepared->load_peak_bytes());
+  int64_t io_values = 0;
+  for (const auto& [value, b] : program.model_inputs) io_values += program.buffers[b].box.volume();
+  for (const auto& [value, b] : program.model_outputs) io_values += program.buffers[b].box.volume();
+  m.io_bytes = 3 * io_values * static_cast<int64_t>(sizeof(float));
+  m.in_flight = options.in_flight < 1 ? 1 : options.in_flight;
+  return m;
+}
+
+std::string DescribeDeviceMemory(const DeviceMemory& m) {
+  const double mib = 1048576.0;
+  char text[256];
+  const std::string arena = (m.in_flight == 1 ? "" : std::to_string(m.in_flight) + " x ") +
+                            (m.io_bytes > 0 ? "(arena + request I/O)" : "arena");
+  const double arena_mib = static_cast<double>(m.in_flight * (m.arena_bytes + m.io_bytes)) / mib;
+  if (m.load_peak_bytes > m.serving_bytes())
+    std::snprintf(text, sizeof text, "%.1f MiB (worker baseline %.1f + weights while loading %.1f; serving: weights %.1f + %s %.1f)",
+                  m.total_bytes() / mib, m.baseline_bytes / mib, m.load_peak_bytes / mib, m.weight_bytes / mib,
+                  arena.c_str(), arena_mib);
+  else
+    std::snprintf(text, sizeof text, "%.1f MiB (weights %.1f + %s %.1f + worker baseline %.1f)", m.total_bytes() / mib,
+                  m.weight_bytes / mib, arena.c_str(), arena_mib, m.baseline_bytes / mib);
+  return text;
+}
+
+int InFlightThatFits(const DeviceMemory& m, int64_t ram_bytes) {
+  const int64_t fixed = m.weight_bytes + m.baseline_bytes, each = m.arena_bytes + m.io_bytes;
+  if (ram_bytes < fixed + each || ram_bytes < m.baseline_bytes + m.load_peak_bytes) return 0;
+  if (each == 0) return 1 << 20;
+  const int64_t n = (ram_bytes - fixed) / each;
+  return n > (1 << 20) ? (1 << 20) : static_cast<int>(n);
+}
+
+}  // namespace tessera

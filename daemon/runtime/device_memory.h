@@ -1,0 +1,71 @@
+// The memory a Linux worker holds for one device program, computed by the
+// worker's own code (issue 11 item 4: "the planner's per-device RAM is what
+// the worker allocates"). PreparedProgram sizes the program exactly as the
+// worker prepares it when it loads (same kernels, same packed weight forms,
+// same device-arena layout by liveness, METHODS §6), but reads no weight
+// values and allocates nothing, so the planner can size a shapes-only model.
+//
+//   RAM(device) = kWorkerBaselineBytes                     (the daemon itself)
+//               + max( weights as the kernels store them   (held once)
+//                      + in_flight × (device arena         (one per request)
+//                                     + request I/O),      (model inputs/outputs
+//                                                           as messages, 3 copies)
+//                      weights held while loading )        (raw + repacked so far)
+//
+// The second term matters where repacking is not free: while a layer is
+// repacked its raw and packed forms coexist (PreparedProgram::load_peak_bytes).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "partition/compile/device_program.h"
+#include "util/status.h"
+
+namespace tessera {
+
+// What a `tessera worker` process holds besides the program's weights,
+// arena and request I/O: code, gRPC's threads and buffers, thread stacks,
+// malloc arenas and fragmentation, the Exchange inbox. Measured as a worker's
+// peak RSS (VmHWM) after deploy and 3 requests minus the rest of its promise,
+// on x86-64 Debian 12 (release build, --threads 1): 26-34 MiB over
+// yolov2-tiny on 1 and 4 workers and YOLOv2 608² on 1
+// (bench/memory/measure.py). tests/integration/memory_promise.sh measures
+// it again on every CI run and fails if the median leaves [0.5, 1.15] x this.
+inline constexpr int64_t kWorkerBaselineBytes = 32ll << 20;
+
+struct DeviceMemory {
+  int device = 0;
+  int64_t weight_bytes = 0;    // weights as stored by the kernels (packed, Winograd-transformed)
+  int64_t arena_bytes = 0;     // one request's device arena
+  int64_t baseline_bytes = kWorkerBaselineBytes;
+  int in_flight = 1;           // requests a worker runs at once (one arena each)
+  int64_t load_peak_bytes = 0; // weights held at once while the program loads
+  // Model inputs/outputs this device receives or answers (the source
+  // device): the gRPC message, its parsed tensor and the TensorData each
+  // hold a copy while a request runs.
+  int64_t io_bytes = 0;
+  int64_t serving_bytes() const { return weight_bytes + in_flight * (arena_bytes + io_bytes); }
+  int64_t total_bytes() const { return baseline_bytes + std::max(serving_bytes(), load_peak_bytes); }
+};
+
+struct DeviceMemoryOptions {
+  int threads = 1;    // the worker's --threads (scratch per thread)
+  int in_flight = 1;  // requests at once on the worker
+};
+
+// Sizes one device program as a worker would hold it. The program's weights
+// may have no values (a shapes-only model). Fails, naming the device and
+// node, where the worker would refuse the program.
+Result<DeviceMemory> SizeDeviceProgram(const DeviceProgram& program, const DeviceMemoryOptions& options);
+
+// "123.4 MiB (weights 80.0 + arena 19.4 + baseline 24.0)": for tables and errors.
+std::string DescribeDeviceMemory(const DeviceMemory& memory);
+
+// The largest number of requests in flight whose memory fits `ram_bytes`
+// (0 when not even one does).
+int InFlightThatFits(const DeviceMemory& memory, int64_t ram_bytes);
+
+}  // namespace tessera

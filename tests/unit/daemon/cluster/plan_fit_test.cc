@@ -1,0 +1,114 @@
+// Plans whose promise is what the workers allocate (issue 11 item 4,
+// daemon/cluster/plan_fit.h): every Linux device's RAM is sized by the
+// worker's code from the compiled program and checked against its ram:.
+#include <catch2/catch.hpp>
+
+#include "daemon/cluster/plan_fit.h"
+#include "partition/compile/program_compiler.h"
+#include "partition/import/model_import.h"
+
+namespace tessera {
+namespace {
+
+Graph ShapesOnly(const std::string& name, int64_t side) {
+  ImportOptions io;
+  io.input_shapes[""] = {1, 3, side, side};
+  io.shapes_only = true;
+  auto g = ImportModel("/usr/share/darknet/cfg/" + name + ".cfg", io);
+  REQUIRE(g.ok());  // deploy/install-deps.sh installs Debian's darknet (cfg files)
+  return std::move(*g);
+}
+
+Cluster WithRam(int n, const std::vector<int64_t>& ram) {
+  Cluster c = UniformCluster(n);
+  for (int i = 0; i < n; ++i) c.devices[i].ram_bytes = ram[i];
+  return c;
+}
+
+TEST_CASE("a one-device cluster too small for YOLOv2 608 is refused, naming need and limit", "[planner][memory]") {
+  // Issue 11: `ram: 128MiB` used to get a plan whose own single-device
+  // footprint was 251 MiB, with exit 0.
+  const Graph g = ShapesOnly("yolov2", 608);
+  Cluster c = WithRam(1, {128ll << 20});
+  c.devices[0].name = "pi";
+  auto plan = PlanWithinMemory(g, ComputeLayerFigures(g), c, {}, {});
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().code() == StatusCode::kResourceExhausted);
+  const std::string m = plan.status().message();
+  CHECK(m.find("device pi needs") != std::string::npos);
+  CHECK(m.find("weights") != std::string::npos);
+  CHECK(m.find("arena") != std::string::npos);
+  CHECK(m.find("ram: 128.00 MiB") != std::string::npos);
+}
+
+TEST_CASE("every Linux device's promise is its compiled program sized by the worker's code", "[planner][memory]") {
+  const Graph g = ShapesOnly("yolov2-tiny", 416);
+  const auto layers = ComputeLayerFigures(g);
+  const Cluster c = UniformCluster(3);
+  FitOptions fit;
+  fit.memory.threads = 2;
+  fit.memory.in_flight = 2;
+  auto plan = PlanWithinMemory(g, layers, c, {}, fit);
+  REQUIRE(plan.ok());
+  auto compiled = CompilePlan(g, ToPartitionPlan(*plan));
+  REQUIRE(compiled.ok());
+  REQUIRE(compiled->programs.size() == 3);
+  for (int d = 0; d < 3; ++d) {
+    auto m = SizeDeviceProgram(compiled->programs[d], fit.memory);
+    REQUIRE(m.ok());
+    const DeviceLoad& load = plan->loads[d];
+    CHECK(load.promised_bytes == m->total_bytes());
+    CHECK(load.promised_weight_bytes == m->weight_bytes);
+    CHECK(load.promised_arena_bytes == m->arena_bytes);
+    CHECK(load.in_flight == 2);
+    CHECK(load.promised_load_peak_bytes == m->load_peak_bytes);
+    CHECK(load.promised_io_bytes == m->io_bytes);
+    CHECK(load.promised_bytes ==
+          kWorkerBaselineBytes + std::max(load.promised_weight_bytes +
+                                              2 * (load.promised_arena_bytes + load.promised_io_bytes),
+                                          load.promised_load_peak_bytes));
+  }
+  const auto json = PlanToJson(*plan);
+  CHECK(json["device_summary"][0]["worker_ram"]["promised_bytes"].get<int64_t>() == plan->loads[0].promised_bytes);
+  CHECK(FormatPlanTable(*plan).find("worker RAM") != std::string::npos);
+}
+
+TEST_CASE("a plan fits every device's ram, or is refused naming the device that does not", "[planner][memory]") {
+  const Graph g = ShapesOnly("yolov2-tiny", 416);
+  const auto layers = ComputeLayerFigures(g);
+  // What each of two equal devices needs.
+  auto even = PlanWithinMemory(g, layers, WithRam(2, {1ll << 32, 1ll << 32}), {}, {});
+  REQUIRE(even.ok());
+  const int64_t need = std::max(even->loads[0].promised_bytes, even->loads[1].promised_bytes);
+
+  SECTION("ram just below the even plan's need on one device: work moves to the other") {
+    auto plan = PlanWithinMemory(g, layers, WithRam(2, {1ll << 32, need - (2 << 20)}), {}, {});
+    REQUIRE(plan.ok());
+    CHECK(plan->loads[1].promised_bytes <= need - (2 << 20));
+    CHECK(plan->loads[0].promised_bytes > 0);
+    CHECK(plan->cluster.devices[1].ram_bytes == need - (2 << 20));  // the cluster as given, not as tightened
+  }
+  SECTION("ram below the worker's baseline: refused") {
+    auto plan = PlanWithinMemory(g, layers, WithRam(2, {1ll << 32, kWorkerBaselineBytes}), {}, {});
+    REQUIRE_FALSE(plan.ok());
+    CHECK(plan.status().code() == StatusCode::kResourceExhausted);
+    CHECK(plan.status().message().find("device dev2 needs") != std::string::npos);
+  }
+}
+
+TEST_CASE("compiled programs over a device's ram are refused before deploy", "[planner][memory]") {
+  const Graph g = ShapesOnly("yolov2-tiny", 416);
+  auto compiled = CompilePlan(g, SingleDevicePlan(g.nodes.size()));
+  REQUIRE(compiled.ok());
+  Cluster c = WithRam(1, {64ll << 20});
+  auto fits = CheckProgramsFit(compiled->programs, {&c.devices[0]}, {});
+  REQUIRE_FALSE(fits.ok());
+  CHECK(fits.status().message().find("device dev1 needs") != std::string::npos);
+  c.devices[0].ram_bytes = 1ll << 30;
+  auto ok = CheckProgramsFit(compiled->programs, {&c.devices[0]}, {});
+  REQUIRE(ok.ok());
+  CHECK((*ok)[0].total_bytes() > kWorkerBaselineBytes);
+}
+
+}  // namespace
+}  // namespace tessera

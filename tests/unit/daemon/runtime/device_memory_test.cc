@@ -1,0 +1,129 @@
+// The planner's per-device RAM is sized by the worker's own code (issue 11
+// item 4, daemon/runtime/device_memory.h). A shapes-only model (no weight
+// values) must size to exactly what the worker's PreparedProgram holds for the
+// same program with its weights: same packed forms, same device arena.
+#include <catch2/catch.hpp>
+
+#include "daemon/runtime/device_memory.h"
+#include "daemon/runtime/program_runner.h"
+#include "partition/compile/forced_plan.h"
+#include "partition/compile/program_compiler.h"
+#include "partition/import/model_import.h"
+
+namespace tessera {
+namespace {
+
+Graph Darknet(const std::string& name, int64_t side, bool shapes_only) {
+  ImportOptions io;
+  io.input_shapes[""] = {1, 3, side, side};
+  io.shapes_only = shapes_only;
+  auto g = ImportModel("/usr/share/darknet/cfg/" + name + ".cfg", io);
+  REQUIRE(g.ok());  // deploy/install-deps.sh installs Debian's darknet (cfg files)
+  return std::move(*g);
+}
+
+// devices == 1: the whole model on one device (SingleDevicePlan).
+std::vector<DeviceProgram> Programs(const Graph& g, ForcedScheme scheme, int devices) {
+  if (devices == 1) {
+    auto compiled = CompilePlan(g, SingleDevicePlan(g.nodes.size()));
+    REQUIRE(compiled.ok());
+    return std::move(compiled->programs);
+  }
+  ForcedPlanOptions o;
+  o.devices = devices;
+  o.grid_rows = o.grid_cols = scheme == ForcedScheme::kFfmt ? 2 : 1;
+  auto plan = MakeForcedPlan(g, scheme, o);
+  REQUIRE(plan.ok());
+  auto compiled = CompilePlan(g, *plan);
+  REQUIRE(compiled.ok());
+  return std::move(compiled->programs);
+}
+
+TEST_CASE("a shapes-only program sizes exactly like the loaded one", "[runtime][memory]") {
+  // yolov2-tiny at 416: Winograd (3x3, >=96 channels, >=64 outputs), packed
+  // im2col and pointwise convs, pooling; resnext50 at 64: grouped convs and
+  // residual adds; the whole model on one device, FFMT tiles, FDT slices.
+  struct Case {
+    std::string model;
+    int64_t side;
+    ForcedScheme scheme;
+    int devices;
+  };
+  const std::vector<Case> cases = {{"yolov2-tiny", 416, ForcedScheme::kPipeline, 1},
+                                   {"yolov2-tiny", 416, ForcedScheme::kFfmt, 4},
+                                   {"yolov2-tiny", 416, ForcedScheme::kFdto, 3},
+                                   {"resnext50", 64, ForcedScheme::kPipeline, 1}};
+  for (const Case& c : cases) {
+    for (int threads : {1, 3}) {
+      CAPTURE(c.model, c.side, c.devices, threads);
+      const Graph full = Darknet(c.model, c.side, false);
+      const Graph shapes = Darknet(c.model, c.side, true);
+      CHECK(shapes.WeightCount() == full.WeightCount());
+      const auto real = Programs(full, c.scheme, c.devices);
+      const auto sized = Programs(shapes, c.scheme, c.devices);
+      REQUIRE(real.size() == sized.size());
+      for (size_t d = 0; d < real.size(); ++d) {
+        RunnerOptions ro;
+        ro.threads = threads;
+        auto prepared = PreparedProgram::Prepare(real[d], ro);
+        REQUIRE(prepared.ok());
+        DeviceMemoryOptions mo;
+        mo.threads = threads;
+        auto m = SizeDeviceProgram(sized[d], mo);
+        REQUIRE(m.ok());
+        CHECK(m->weight_bytes == static_cast<int64_t>((*prepared)->weight_bytes()));
+        CHECK(m->arena_bytes == static_cast<int64_t>((*prepared)->memory_bytes()));
+        CHECK(m->baseline_bytes == kWorkerBaselineBytes);
+        CHECK(m->load_peak_bytes == static_cast<int64_t>((*prepared)->load_peak_bytes()));
+        CHECK(m->total_bytes() == kWorkerBaselineBytes +
+                                      std::max(m->weight_bytes + m->arena_bytes + m->io_bytes, m->load_peak_bytes));
+      }
+    }
+  }
+}
+
+TEST_CASE("packed weights count as the kernels store them, not as raw floats", "[runtime][memory]") {
+  // yolov2-tiny at 416 has Winograd layers: U = G g Gᵀ holds 16 values per 9.
+  const Graph shapes = Darknet("yolov2-tiny", 416, true);
+  auto m = SizeDeviceProgram(Programs(shapes, ForcedScheme::kPipeline, 1)[0], {});
+  REQUIRE(m.ok());
+  const int64_t raw = shapes.WeightCount() * 4;
+  CHECK(m->weight_bytes > raw);
+  CHECK(m->weight_bytes < raw * 16 / 9 + (1 << 20));
+}
+
+TEST_CASE("a program prepared for sizes only refuses to run", "[runtime][memory]") {
+  const Graph shapes = Darknet("yolov2-tiny", 96, true);
+  const auto programs = Programs(shapes, ForcedScheme::kPipeline, 1);
+  RunnerOptions ro;
+  ro.shapes_only = true;
+  auto prepared = PreparedProgram::Prepare(programs[0], ro);
+  REQUIRE(prepared.ok());
+  auto runner = (*prepared)->NewRunner();
+  REQUIRE_FALSE(runner.ok());
+  CHECK(runner.status().code() == StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("requests in flight multiply the arena, not the weights", "[runtime][memory]") {
+  DeviceMemory m;
+  m.weight_bytes = 100;
+  m.arena_bytes = 10;
+  m.baseline_bytes = 5;
+  m.in_flight = 3;
+  CHECK(m.total_bytes() == 135);
+  m.load_peak_bytes = 140;  // repacking held more than serving does
+  CHECK(m.total_bytes() == 145);
+  CHECK(InFlightThatFits(m, 144) == 0);
+  m.load_peak_bytes = 0;
+  CHECK(InFlightThatFits(m, 114) == 0);
+  CHECK(InFlightThatFits(m, 115) == 1);
+  CHECK(InFlightThatFits(m, 134) == 2);
+  CHECK(InFlightThatFits(m, 135) == 3);
+  CHECK(DescribeDeviceMemory(m).find("3 x arena") != std::string::npos);
+  m.io_bytes = 2;  // the source device also holds request inputs and outputs
+  CHECK(m.total_bytes() == 141);
+  CHECK(InFlightThatFits(m, 140) == 2);
+}
+
+}  // namespace
+}  // namespace tessera
