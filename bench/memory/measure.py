@@ -13,8 +13,14 @@ reads every process's VmHWM (peak resident set) and VmRSS from
 Prints one JSON document on stdout (progress on stderr). Used by
 bench/memory/run (the table over models x N) and by the memory tests.
 
+With --soak N (after the R requests): N more requests over one keep-alive
+HTTP connection to the gateway (POST /v1/infer), recording every worker's
+and the gateway's VmRSS after --warmup of them and at the end (issue 11:
+RSS must stay flat).
+
 Usage: measure.py TESSERA MODEL [--input-shape 1x3x608x608] [--devices 4]
                   [--objective memory] [--requests 3] [--seed 1]
+                  [--soak 2000 --warmup 200]
 """
 import argparse
 import json
@@ -116,6 +122,32 @@ def wait_for(path, proc, what, seconds=30):
     sys.exit(f"measure: {what} did not start within {seconds} s")
 
 
+def soak(args, http_addr, npy_path, workers, gw):
+    """--soak: requests over one keep-alive connection; VmRSS after the
+    warm-up and at the end, per worker and for the gateway."""
+    import http.client
+    body = open(npy_path, "rb").read()
+    host, port = http_addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    names = [f"w{i + 1}" for i in range(len(workers))] + ["gateway"]
+    pids = [p.pid for p in workers] + [gw.pid]
+    warm, errors, t0 = None, 0, time.time()
+    for r in range(args.soak):
+        conn.request("POST", "/v1/infer", body, {"Content-Type": "application/x-npy"})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            errors += 1
+        if r + 1 == min(args.warmup, args.soak):
+            warm = {n: proc_status(pid)["VmRSS"] for n, pid in zip(names, pids)}
+        if (r + 1) % 500 == 0:
+            log(f"soak: {r + 1}/{args.soak} requests, {errors} errors, {time.time() - t0:.1f} s")
+    conn.close()
+    end = {n: proc_status(pid)["VmRSS"] for n, pid in zip(names, pids)}
+    return {"requests": args.soak, "warmup": args.warmup, "errors": errors, "seconds": time.time() - t0,
+            "rss_after_warmup_bytes": warm, "rss_at_end_bytes": end}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tessera")
@@ -126,6 +158,8 @@ def main():
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--seed", default="1")
     ap.add_argument("--preset", default="RPi4-4GB", help="device preset of every worker in the cluster file")
+    ap.add_argument("--soak", type=int, default=0, help="requests over keep-alive HTTP after --requests")
+    ap.add_argument("--warmup", type=int, default=200, help="soak requests before the first RSS reading")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--worker-wrapper", default="", help="prefix of worker w1's command (e.g. heaptrack -o FILE)")
     args = ap.parse_args()
@@ -147,7 +181,7 @@ def main():
             sys.exit(f"measure: tessera run failed: {err[-2000:]}")
         rj = last_json(out)
         result["run"] = {"peak_rss_bytes": peak, "arena_bytes": rj.get("arena_bytes"),
-                         "weight_bytes": rj.get("weight_bytes")}
+                         "weight_bytes": rj.get("weight_bytes"), "load_peak_bytes": rj.get("load_peak_bytes")}
         log(f"run: peak {peak / 2**20:.1f} MiB, arena {rj.get('arena_bytes', 0) / 2**20:.1f} MiB")
 
         # Workers.
@@ -214,6 +248,8 @@ def main():
                 time.sleep(0.2)
         if answered < args.requests:
             sys.exit(f"measure: only {answered} of {args.requests} requests answered: {err[-1000:]}")
+        if args.soak:
+            result["soak"] = soak(args, http_addr, x, workers, gw)
         # What the gateway's /metrics says (workers polled by its health
         # loop), read before /proc so the reported peak cannot be the newer.
         metrics_peak = {}

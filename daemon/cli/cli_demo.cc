@@ -27,9 +27,11 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "daemon/cli/cli.h"
+#include "daemon/runtime/device_memory.h"
 #include "daemon/cli/cli_model_options.h"
 #include "daemon/runtime/executor.h"
 #include "daemon/cluster/gateway.h"
@@ -197,6 +199,9 @@ struct PlanForDemo {
   std::vector<DeviceProgram> programs;
   std::vector<int64_t> predicted_sent_bytes;
   bool planner_used = false;
+  // Per device: what its worker was promised to hold (issue 11 item 5:
+  // printed beside the measured peak RSS).
+  std::vector<DeviceMemory> memory;
 };
 
 // The demo's temporary directory (worker data, port files, QEMU logs);
@@ -268,15 +273,18 @@ Status InferThroughGateway(proto::Gateway::Stub& stub, const std::vector<TensorD
 
 // Worker.Status of the worker at `address`: the most requests it ran at once
 // (a pipelined plan keeps several inferences in flight); -1 if it does not answer.
-int PeakInFlight(const std::string& address) {
+// A worker's Status (in-flight counts, current and peak RSS); nullopt if it
+// does not answer.
+std::optional<proto::WorkerStatusReply> WorkerStatus(const std::string& address) {
   auto channel = OpenChannel(address, TransportSecurity{});
-  if (!channel.ok()) return -1;
+  if (!channel.ok()) return std::nullopt;
   auto stub = proto::Worker::NewStub(*channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   proto::StatusRequest req;
   proto::WorkerStatusReply reply;
-  return stub->Status(&ctx, req, &reply).ok() ? reply.peak_in_flight() : -1;
+  if (!stub->Status(&ctx, req, &reply).ok()) return std::nullopt;
+  return reply;
 }
 
 // What the demo's requests came back with, compared with the single-device
@@ -354,12 +362,15 @@ int RunDemo(const DemoOptions& d) {
     ServePlanOptions so;
     so.objective = d.objective;
     so.work_dir = dir;
+    so.memory.threads = d.threads;
+    so.memory.in_flight = std::max(1, d.clients);  // the demo's gateway runs that many at once
     auto served = PrepareLoopbackPlan(*graph, endpoints, so);
     if (served.ok()) {
       pd.plan_id = served->plan_id;
       pd.table = served->table;
       pd.programs = std::move(served->programs);
       pd.predicted_sent_bytes = served->predicted_sent_bytes;
+      pd.memory = served->memory;
       pd.planner_used = true;
       endpoints = served->workers;
     } else {
@@ -378,6 +389,11 @@ int RunDemo(const DemoOptions& d) {
     auto compiled = CompilePlan(*graph, *forced);
     if (!compiled.ok()) return ReportError("demo", compiled.status());
     pd.programs = std::move(compiled->programs);
+    for (const DeviceProgram& program : pd.programs) {
+      auto m = SizeDeviceProgram(program, {d.threads, std::max(1, d.clients)});
+      if (!m.ok()) return ReportError("demo", m.status());
+      pd.memory.push_back(*m);
+    }
     pd.plan_id = "forced-" + (d.force.empty() ? std::string("ffmt") : d.force) + "-" + std::to_string(d.devices);
     pd.table = "forced plan: " + (d.force.empty() ? std::string("ffmt") : d.force) + " over " +
                std::to_string(d.devices) + " devices\n";
@@ -486,6 +502,22 @@ int RunDemo(const DemoOptions& d) {
   int64_t predicted_per_request = 0;
   for (int64_t b : pd.predicted_sent_bytes) predicted_per_request += b;
 
+  // Promised vs measured memory per worker (issue 11 item 5).
+  nlohmann::json mem = nlohmann::json::array();
+  for (size_t i = 0; i < deployed->size(); ++i) {
+    const auto status = WorkerStatus(endpoints[i].address);
+    const int64_t promised = i < pd.memory.size() ? pd.memory[i].total_bytes() : 0;
+    const int64_t peak = status ? status->peak_rss_bytes() : 0;
+    mem.push_back({{"device", endpoints[i].name}, {"address", endpoints[i].address},
+                   {"memory_bytes", (*deployed)[i].memory_bytes}, {"weight_bytes", (*deployed)[i].weight_bytes},
+                   {"program_bytes", (*deployed)[i].program_bytes},
+                   {"peak_in_flight", status ? status->peak_in_flight() : -1},
+                   {"promised_bytes", promised},
+                   {"peak_rss_bytes", peak},
+                   {"rss_bytes", status ? status->rss_bytes() : 0},
+                   {"peak_over_promised", promised > 0 ? static_cast<double>(peak) / promised : 0.0}});
+  }
+
   if (d.json) {
     nlohmann::json j = {{"devices", d.devices},
                         {"requests", d.requests},
@@ -509,12 +541,6 @@ int RunDemo(const DemoOptions& d) {
                         {"failovers", gateway->failovers()},
                         {"final_devices", gateway->Served().workers.size()}};
     if (d.unplug) j["unplugged"] = endpoints[d.devices - 1].name;
-    nlohmann::json mem = nlohmann::json::array();
-    for (size_t i = 0; i < deployed->size(); ++i)
-      mem.push_back({{"device", endpoints[i].name}, {"address", endpoints[i].address},
-                     {"memory_bytes", (*deployed)[i].memory_bytes}, {"weight_bytes", (*deployed)[i].weight_bytes},
-                     {"program_bytes", (*deployed)[i].program_bytes},
-                     {"peak_in_flight", PeakInFlight(endpoints[i].address)}});
     j["device_memory"] = mem;
     if (!tally.first_error.empty()) j["error"] = tally.first_error;
     std::printf("%s\n", j.dump(1).c_str());
@@ -523,11 +549,19 @@ int RunDemo(const DemoOptions& d) {
                 d.model.c_str(), totals.weights * 4.0 / 1048576.0, totals.macs / 1e9, d.devices);
     std::printf("\n%s", pd.table.c_str());
     std::printf("\nplan %s deployed in %.2f s\n", pd.plan_id.c_str(), deploy_s);
-    std::printf("%-6s %-22s %14s %14s %14s\n", "device", "address", "weights MiB", "working MiB", "program MiB");
-    for (size_t i = 0; i < deployed->size(); ++i)
-      std::printf("%-6s %-22s %14.2f %14.2f %14.2f\n", endpoints[i].name.c_str(), endpoints[i].address.c_str(),
-                  (*deployed)[i].weight_bytes / 1048576.0, (*deployed)[i].memory_bytes / 1048576.0,
-                  (*deployed)[i].program_bytes / 1048576.0);
+    std::printf("%-6s %-22s %12s %12s %12s %12s %12s %9s\n", "device", "address", "weights MiB", "working MiB",
+                "program MiB", "promised MiB", "peak RSS MiB", "peak/prom");
+    for (const auto& row : mem) {
+      const double promised = row["promised_bytes"].get<int64_t>() / 1048576.0;
+      const double peak = row["peak_rss_bytes"].get<int64_t>() / 1048576.0;
+      std::printf("%-6s %-22s %12.2f %12.2f %12.2f %12.2f %12.2f %9.2f\n", row["device"].get<std::string>().c_str(),
+                  row["address"].get<std::string>().c_str(), row["weight_bytes"].get<int64_t>() / 1048576.0,
+                  row["memory_bytes"].get<int64_t>() / 1048576.0, row["program_bytes"].get<int64_t>() / 1048576.0,
+                  promised, peak, promised > 0 ? peak / promised : 0.0);
+    }
+    std::printf("promised = worker baseline + max(weights as stored + %d x (arena + request I/O), weights while "
+                "loading); peak RSS = the worker's VmHWM (Worker.Status)\n",
+                pd.memory.empty() ? 1 : pd.memory[0].in_flight);
     std::printf("\n%-5s %-5s %16s %16s %16s %8s\n", "from", "to", "payload bytes", "expected bytes", "wire bytes",
                 "wire/exp");
     for (const auto& l : jlinks)

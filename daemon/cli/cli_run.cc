@@ -174,6 +174,7 @@ int RunRun(const RunOptions& ro) {
   j["isa_detected"] = IsaName(DetectedIsa());
   j["arena_bytes"] = (*ex)->arena_bytes();
   j["weight_bytes"] = (*ex)->weight_bytes();  // as the kernels store them (packed, Winograd-transformed)
+  j["load_peak_bytes"] = (*ex)->load_peak_bytes();  // weights held at once while the kernels repacked them
   j["unplanned_bytes"] = (*ex)->unplanned_bytes();
   j["runs"] = ms.size();
   j["median_ms"] = median;
@@ -219,9 +220,10 @@ int RunRun(const RunOptions& ro) {
       std::printf("output %s: shape %s  checksum %.6g  abs-sum %.6g\n", o["name"].get<std::string>().c_str(),
                   ShapeToString(o["shape"].get<Shape>()).c_str(), o["checksum"].get<double>(),
                   o["abs_sum"].get<double>());
-    std::printf("arena: %zu bytes (%.2f MiB; %.2f MiB without the arena plan); weights as stored %.2f MiB\n",
+    std::printf("arena: %zu bytes (%.2f MiB; %.2f MiB without the arena plan); weights as stored %.2f MiB "
+                "(%.2f MiB at once while repacking)\n",
                 (*ex)->arena_bytes(), (*ex)->arena_bytes() / 1048576.0, (*ex)->unplanned_bytes() / 1048576.0,
-                (*ex)->weight_bytes() / 1048576.0);
+                (*ex)->weight_bytes() / 1048576.0, (*ex)->load_peak_bytes() / 1048576.0);
     std::printf("time: %.3f ms median of %zu run(s), %d thread(s), kernels %s (CPU supports %s)\n", median,
                 ms.size(), ro.threads, IsaName(ActiveIsa()), IsaName(DetectedIsa()));
     if (!finite) std::printf("warning: the output contains NaN or infinity\n");

@@ -9,6 +9,8 @@
 #    baseline the promise assumes (daemon/runtime/device_memory.h) is what
 #    the workers measure: median of VmHWM - (promise - baseline) within
 #    [0.5, 1.15] x the stated baseline.
+#  * `tessera run` of the same model peaks <= 1.15 x max(weights as stored +
+#    arena, weights while repacking) + 40 MiB.
 #  * the gateway's /metrics reports each worker's peak RSS
 #    (tessera_worker_peak_rss_bytes) within 10 % of what /proc says.
 #  * a cluster whose ram: cannot hold the model is refused: `tessera plan`
@@ -54,6 +56,10 @@ bad |= not ok
 print("%s worker baseline: measured median %.1f MiB (%s), stated %.1f MiB" % (
     "PASS" if ok else "FAIL", measured / 2**20, ", ".join("%.1f" % (b / 2**20) for b in baselines), stated / 2**20))
 sys.exit(1 if bad else 0)' || fail=1
+# `tessera run` on one device: peak <= 1.15 x max(weights as stored + arena,
+# weights while repacking) + 40 MiB (and the workers' bounds once more).
+bounds=$(echo "$out" | "$py" "$repo/tests/oracle/memory_bounds.py") || fail=1
+echo "$bounds" | grep "tessera run"
 
 # Refusals: clusters too small for the model.
 tmp=$(mktemp -d)
