@@ -9,6 +9,7 @@
 #    baseline the promise assumes (daemon/runtime/device_memory.h) is what
 #    the workers measure: median of VmHWM - (promise - baseline) within
 #    [0.5, 1.15] x the stated baseline.
+#  * the same for mobilenet_v2 (torchvision export) on 4 workers.
 #  * `tessera run` of the same model peaks <= 1.15 x max(weights as stored +
 #    arena, weights while repacking) + 40 MiB.
 #  * the gateway's /metrics reports each worker's peak RSS
@@ -60,6 +61,16 @@ sys.exit(1 if bad else 0)' || fail=1
 # weights while repacking) + 40 MiB (and the workers' bounds once more).
 bounds=$(echo "$out" | "$py" "$repo/tests/oracle/memory_bounds.py") || fail=1
 echo "$bounds" | grep "tessera run"
+
+# mobilenet_v2 (torchvision export, random weights) on 4 workers: the same
+# bounds for every worker and for `tessera run`.
+build=${2:?build dir}
+models=(mobilenet_v2)
+source "$repo/tests/oracle/ensure_models.sh"
+mv2=$("$py" "$repo/bench/memory/measure.py" "$T" "$out/mobilenet_v2.onnx" --devices 4 --requests 3) ||
+  { echo "FAIL measure.py on mobilenet_v2"; exit 1; }
+bounds=$(echo "$mv2" | "$py" "$repo/tests/oracle/memory_bounds.py") || fail=1
+echo "$bounds" | sed 's/^/mobilenet_v2: /'
 
 # Refusals: clusters too small for the model.
 tmp=$(mktemp -d)
