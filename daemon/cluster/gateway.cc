@@ -124,8 +124,11 @@ Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& 
     std::string bytes;
     {
       TS_ASSIGN_OR_RETURN(DeviceProgram p, program(static_cast<int>(d)));
-      bytes = SerializeProgram(p, plan_id);
-    }  // the program is freed before its bytes go out
+      bytes = SerializeProgram(std::move(p), plan_id);  // frees p's weights as it encodes them
+    }
+    const ProcessMemory m = ReadProcessMemory();
+    spdlog::debug("deploy: device {} program encoded, {:.1f} MiB; RSS {:.1f} MiB, peak {:.1f} MiB", d,
+                  bytes.size() / 1048576.0, m.rss_bytes / 1048576.0, m.peak_rss_bytes / 1048576.0);
     TS_RETURN_IF_ERROR(SendProgram(static_cast<int>(d), bytes, static_cast<int>(workers.size()), plan_id, source,
                                    workers, security, nullptr, &out[d]));
   }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "planner/plan_file.h"
+#include "util/process_memory.h"
 #include "partition/graph/metrics.h"
 #include "partition/compile/program_compiler.h"
 #include "planner/cluster.h"
@@ -79,10 +80,13 @@ namespace {
 // The windows of CompileDeviceProgramWithWeights: names of the nodes that
 // `device` runs a part of, grouped in node order so that each group's
 // weights (whole tensors, as imported) stay within `window_bytes` (a node
-// larger than that is a window of its own).
+// larger than that is a window of its own). Largest window first: a window
+// is held whole beside the program built so far, which is smallest at the
+// start (YOLOv2 on 3 devices: 125 MiB peak instead of 152 MiB in node order).
 std::vector<std::set<std::string>> WeightWindows(const Graph& shapes, const PartitionPlan& plan, int device,
                                                  int64_t window_bytes) {
   std::vector<std::set<std::string>> windows;
+  std::vector<int64_t> window_sizes;
   int64_t bytes_in_last = 0;
   for (size_t n = 0; n < shapes.nodes.size(); ++n) {
     const auto& devices = plan.layers[n].devices;
@@ -93,12 +97,19 @@ std::vector<std::set<std::string>> WeightWindows(const Graph& shapes, const Part
     if (bytes == 0) continue;
     if (windows.empty() || (bytes_in_last > 0 && bytes_in_last + bytes > window_bytes)) {
       windows.emplace_back();
+      window_sizes.push_back(0);
       bytes_in_last = 0;
     }
     windows.back().insert(shapes.nodes[n].name);
     bytes_in_last += bytes;
+    window_sizes.back() = bytes_in_last;
   }
-  return windows;
+  std::vector<size_t> order(windows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return window_sizes[a] > window_sizes[b]; });
+  std::vector<std::set<std::string>> largest_first;
+  for (size_t i : order) largest_first.push_back(std::move(windows[i]));
+  return largest_first;
 }
 
 // Moves the weight values `from` has into `into`, which has the same steps
@@ -147,6 +158,9 @@ Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const
                                         " (was the model file changed?)");
     TS_ASSIGN_OR_RETURN(CompiledPlan window, CompilePlan(weighted, plan, co));
     TS_RETURN_IF_ERROR(MoveWeightValues(std::move(window.programs[device]), &program));
+    const ProcessMemory m = ReadProcessMemory();
+    spdlog::debug("device {}: weights of {} layers read; RSS {:.1f} MiB, peak {:.1f} MiB", device,
+                  io.values_for_nodes->size(), m.rss_bytes / 1048576.0, m.peak_rss_bytes / 1048576.0);
   }
   for (const Graph& sub : program.subgraphs)
     for (const auto& [id, data] : sub.constants)

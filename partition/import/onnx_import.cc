@@ -522,7 +522,7 @@ bool OnnxModelImporter::FoldToShapeOnly(const onnx::NodeProto& node) {
     t.set_name(out);
     t.set_data_type(it->second.elem_type);
     for (int64_t d : it->second.dims) t.add_dims(d);
-    t.set_raw_data("");
+    t.set_raw_data(std::string(1, '\0'));  // a placeholder, as onnx_weightless_reader.h writes
     outputs.push_back(std::move(t));
   }
   auto* g = model_.mutable_graph();

@@ -130,7 +130,9 @@ bool FilterTensor(CodedInputStream* in, std::string* bytes, std::string* name, D
     if (length > kKeptPayloadBytes) {
       if (!in->Skip(static_cast<int>(length))) return false;  // seeks past it in a file
       *dropped = {static_cast<int64_t>(length), element_size};
-      WriteMessageField(kTensorRawData, std::string(), &out);
+      // One placeholder byte: the ONNX checker counts a value field only
+      // when it is non-empty. The importer never reads it (IsShapeOnly).
+      WriteMessageField(kTensorRawData, std::string(1, '\0'), &out);
       continue;
     }
     std::string payload;

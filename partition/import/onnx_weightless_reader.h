@@ -12,9 +12,9 @@
 // Clip bounds, Resize scales, BN statistics...) with its values, so constant
 // folding and shape inference work as with the whole model.
 //
-// A dropped payload is replaced by an empty raw_data (the tensor keeps its
-// name, dims and element type, and the ONNX checker still sees one value
-// field) and reported in `dropped` with its size, so that the importer can
+// A dropped payload is replaced by a one-byte placeholder raw_data (the
+// tensor keeps its name, dims and element type, and the ONNX checker still
+// sees one value field; nothing reads the byte) and reported in `dropped` with its size, so that the importer can
 // check it against the dims as it would the values.
 #pragma once
 
