@@ -142,12 +142,7 @@ Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const
     return Status::InvalidArgument("the plan has no device " + std::to_string(device));
   DeviceProgram program = std::move(skeleton.programs[device]);
   skeleton.programs.clear();
-  // An ONNX import reads every weight whatever values_for_nodes says: one
-  // window, one import per device.
-  std::string ext = std::filesystem::path(model.path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  const bool onnx = ext == ".onnx";
-  for (auto& nodes : WeightWindows(shapes, plan, device, onnx ? INT64_MAX : window_bytes)) {
+  for (auto& nodes : WeightWindows(shapes, plan, device, window_bytes)) {
     ImportOptions io = model.options;
     io.shapes_only = false;
     io.values_for_nodes = std::move(nodes);

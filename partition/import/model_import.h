@@ -37,8 +37,9 @@ struct ImportOptions {
   // names); every other weight keeps its shape and no values. Unset = every
   // node. For a gateway that builds one device's program at a time (issue 11).
   // darknet generates or reads only those layers' weights (a .weights file is
-  // seeked past the rest); ONNX imports every weight and drops the others
-  // afterwards. Ignored with shapes_only.
+  // seeked past the rest); ONNX reads the file twice: shapes only, to learn
+  // which initializers those nodes' weights are computed from, then with
+  // just those payloads (and the small ones). Ignored with shapes_only.
   std::optional<std::set<std::string>> values_for_nodes;
 };
 

@@ -20,6 +20,9 @@
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -147,14 +150,21 @@ class OnnxModelImporter {
  public:
   OnnxModelImporter(std::string origin, const ImportOptions& options) : origin_(std::move(origin)), options_(options) {}
 
-  // Exactly one of bytes / stream is non-null. With shapes_only, `stream`
-  // is the raw stream (a file is seeked past the weights it drops).
-  Result<Graph> Import(const std::string* bytes, google::protobuf::io::ZeroCopyInputStream* stream);
+  // Reads the model from `in` (a file stream is seeked past the weights it drops).
+  Result<Graph> Import(google::protobuf::io::ZeroCopyInputStream* in);
+
+  // Weight provenance, recorded by every import: for each Graph node, the
+  // initializers its weights are computed from (folds included). What the
+  // second pass of an ImportOptions::values_for_nodes import reads.
+  using Sources = std::set<std::string>;
+  const std::map<std::string, Sources>& node_sources() const { return node_sources_; }
+  // Reads the payloads of these initializers only (and every small one);
+  // the others become shape-only constants, as with shapes_only.
+  void KeepPayloadsOf(const std::set<std::string>* initializers) { keep_payloads_ = initializers; }
 
  private:
   // --- ONNX-level stages ---
-  // From `bytes`, or from `stream` when bytes is null.
-  Status Parse(const std::string* bytes, google::protobuf::io::ZeroCopyInputStream* stream);
+  Status Parse(google::protobuf::io::ZeroCopyInputStream* in);
   // shapes_only: every dropped payload matches its tensor's dims.
   Status CheckDroppedPayloads() const;
   Status Check();
@@ -202,6 +212,10 @@ class OnnxModelImporter {
   // Folds a node with a shape-only constant input into shape-only outputs
   // (dims from shape inference); false when an output's shape is unknown.
   bool FoldToShapeOnly(const onnx::NodeProto& node);
+  // The initializers constant `name` is computed from (itself if it is one).
+  Sources SourcesOf(const std::string& name) const;
+  // A folded node's outputs come from its constant inputs' sources.
+  void RecordFoldSources(const onnx::NodeProto& node);
   // The constant tensor `name` (initializer or folded); nullptr if not constant.
   Result<const ConstTensor*> Const(const std::string& name);
   // Value id of an existing value or constant (created on first use).
@@ -246,6 +260,10 @@ class OnnxModelImporter {
   std::unordered_map<std::string, ConstTensor> const_cache_;
   // shapes_only: initializers read without their values (name -> payload).
   std::unordered_map<std::string, onnx_import::DroppedPayload> dropped_;
+  const std::set<std::string>* keep_payloads_ = nullptr;
+  std::unordered_map<std::string, Sources> const_sources_;  // folded constant -> initializers
+  Sources translating_sources_;                              // of the ONNX node being translated
+  std::map<std::string, Sources> node_sources_;              // Graph node -> initializers
   std::unordered_set<std::string> runtime_inputs_;
   std::unordered_set<std::string> used_names_;          // read by some node or a graph output
   std::unordered_map<std::string, std::string> alias_;  // Identity/Dropout output -> its input
@@ -259,10 +277,7 @@ Status OnnxModelImporter::NodeError(StatusCode code, const onnx::NodeProto& node
   return Status(code, origin_ + ": node '" + node.name() + "' (" + node.op_type() + "): " + what);
 }
 
-Status OnnxModelImporter::Parse(const std::string* bytes, google::protobuf::io::ZeroCopyInputStream* stream) {
-  google::protobuf::io::ArrayInputStream array(bytes ? bytes->data() : nullptr,
-                                               bytes ? static_cast<int>(bytes->size()) : 0);
-  google::protobuf::io::ZeroCopyInputStream* in = bytes ? &array : stream;
+Status OnnxModelImporter::Parse(google::protobuf::io::ZeroCopyInputStream* in) {
   const void* first = nullptr;
   int first_size = 0;
   bool empty = true;
@@ -274,8 +289,9 @@ Status OnnxModelImporter::Parse(const std::string* bytes, google::protobuf::io::
     }
   }
   if (empty) return Status::InvalidArgument(origin_ + ": empty file, not an ONNX model");
-  if (options_.shapes_only) {
-    TS_RETURN_IF_ERROR(onnx_import::ParseModelWithoutLargeWeights(in, origin_, &model_, &dropped_));
+  if (options_.shapes_only || keep_payloads_ != nullptr) {
+    TS_RETURN_IF_ERROR(
+        onnx_import::ParseModelWithoutLargeWeights(in, origin_, &model_, &dropped_, keep_payloads_));
   } else if (!model_.ParseFromZeroCopyStream(in)) {
     return Status::DataLoss(origin_ +
                             ": not a valid ONNX model (protobuf parsing failed: truncated, corrupted "
@@ -535,6 +551,24 @@ bool OnnxModelImporter::FoldToShapeOnly(const onnx::NodeProto& node) {
   return true;
 }
 
+OnnxModelImporter::Sources OnnxModelImporter::SourcesOf(const std::string& name) const {
+  if (auto it = const_sources_.find(name); it != const_sources_.end()) return it->second;
+  if (initializer_index_.count(name)) return {name};
+  return {};
+}
+
+void OnnxModelImporter::RecordFoldSources(const onnx::NodeProto& node) {
+  if (node.op_type() == "Shape" || node.op_type() == "Size") return;  // from dims, not values
+  Sources sources;
+  for (const std::string& in : node.input())
+    if (!in.empty()) {
+      const Sources s = SourcesOf(in);
+      sources.insert(s.begin(), s.end());
+    }
+  for (const std::string& out : node.output())
+    if (!out.empty()) const_sources_[out] = sources;
+}
+
 Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
   auto* g = model_.mutable_graph();
   std::vector<bool> folded(g->node_size(), false);
@@ -587,6 +621,7 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
         // Computed from a weight read for its shape only (e.g. a transposed
         // weight): the result is a weight of the inferred shape, no values.
         if (!FoldToShapeOnly(node)) continue;
+        RecordFoldSources(node);
         folded[i] = true;
         *changed = true;
         continue;
@@ -607,6 +642,7 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
       initializer_index_[out] = g->initializer_size() - 1;
       const_cache_[out] = std::move(results[k]);
     }
+    RecordFoldSources(node);
     folded[i] = true;
     *changed = true;
   }
@@ -687,6 +723,7 @@ void OnnxModelImporter::AddNode(const std::string& name, const std::string& op, 
                                 std::vector<int> outputs, Attributes attrs) {
   Node n;
   n.name = UniqueNodeName(name);
+  node_sources_[n.name] = translating_sources_;
   n.op = op;
   n.inputs = std::move(inputs);
   n.outputs = std::move(outputs);
@@ -1449,6 +1486,12 @@ Status OnnxModelImporter::TranslatePassThrough(const onnx::NodeProto& node, cons
 
 Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) {
   TS_RETURN_IF_ERROR(CheckTranslatable(node));
+  translating_sources_.clear();
+  for (const std::string& in : node.input())
+    if (!in.empty()) {
+      const Sources s = SourcesOf(Resolve(in));
+      translating_sources_.insert(s.begin(), s.end());
+    }
   const std::string& op = node.op_type();
   const std::string name = node.name();
 
@@ -1549,8 +1592,8 @@ Status OnnxModelImporter::Compact() {
   return graph_.Validate();
 }
 
-Result<Graph> OnnxModelImporter::Import(const std::string* bytes, google::protobuf::io::ZeroCopyInputStream* stream) {
-  TS_RETURN_IF_ERROR(Parse(bytes, stream));
+Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStream* in) {
+  TS_RETURN_IF_ERROR(Parse(in));
   TS_RETURN_IF_ERROR(CheckDroppedPayloads());
   TS_RETURN_IF_ERROR(Check());
   // Before IR 4, shape inference only sees initializers that are also graph
@@ -1580,7 +1623,12 @@ Result<Graph> OnnxModelImporter::Import(const std::string* bytes, google::protob
   // The Graph holds its own copy of every weight now; free the protobuf's.
   model_.Clear();
   const_cache_.clear();
-  TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_));
+  std::vector<std::pair<std::string, std::string>> folded;
+  TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_, &folded));
+  for (const auto& [consumer, producer] : folded) {
+    const Sources s = node_sources_[consumer];
+    node_sources_[producer].insert(s.begin(), s.end());
+  }
   Status st = Compact();
   if (!st.ok()) return st.WithContext(origin_ + ": ");
   if (options_.values_for_nodes) KeepValuesOnlyFor(*options_.values_for_nodes, &graph_);
@@ -1593,12 +1641,36 @@ Result<Graph> OnnxModelImporter::Import(const std::string* bytes, google::protob
 
 namespace {
 
-Result<Graph> RunImporter(const std::string* bytes, google::protobuf::io::ZeroCopyInputStream* stream,
-                          const std::string& origin,
-                          const ImportOptions& options) {
-  OnnxModelImporter importer(origin, options);
+// Opens the model's bytes as a fresh stream (a values_for_nodes import reads them twice).
+using StreamOpener = std::function<Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>>()>;
+
+Result<Graph> ImportWith(const StreamOpener& open, const std::string& origin, const ImportOptions& options) {
+  if (!options.values_for_nodes || options.shapes_only) {
+    OnnxModelImporter importer(origin, options);
+    TS_ASSIGN_OR_RETURN(auto in, open());
+    return importer.Import(in.get());
+  }
+  // Values for some nodes only: a shapes-only pass learns which initializers
+  // their weights come from; the second pass reads just those payloads.
+  ImportOptions shapes = options;
+  shapes.shapes_only = true;
+  shapes.values_for_nodes.reset();
+  OnnxModelImporter first(origin, shapes);
+  TS_ASSIGN_OR_RETURN(auto in1, open());
+  TS_RETURN_IF_ERROR(first.Import(in1.get()).status());
+  std::set<std::string> keep;
+  for (const std::string& node : *options.values_for_nodes)
+    if (auto it = first.node_sources().find(node); it != first.node_sources().end())
+      keep.insert(it->second.begin(), it->second.end());
+  OnnxModelImporter second(origin, options);
+  second.KeepPayloadsOf(&keep);
+  TS_ASSIGN_OR_RETURN(auto in2, open());
+  return second.Import(in2.get());
+}
+
+Result<Graph> RunImporter(const StreamOpener& open, const std::string& origin, const ImportOptions& options) {
   try {
-    return importer.Import(bytes, stream);
+    return ImportWith(open, origin, options);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(origin + ": out of memory while importing (a tensor's dims are too large?)");
   } catch (const std::exception& e) {
@@ -1611,17 +1683,24 @@ Result<Graph> RunImporter(const std::string* bytes, google::protobuf::io::ZeroCo
 }  // namespace
 
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const ImportOptions& options) {
-  return RunImporter(&bytes, nullptr, origin, options);
+  StreamOpener open = [&]() -> Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>> {
+    return std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>(
+        std::make_unique<google::protobuf::io::ArrayInputStream>(bytes.data(), static_cast<int>(bytes.size())));
+  };
+  return RunImporter(open, origin, options);
 }
 
 Result<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, path);
   // Parsed straight from the file: a large model is not held twice, and
-  // with shapes_only the weights it drops are seeked past, never read.
-  google::protobuf::io::FileInputStream in(fd);
-  in.SetCloseOnDelete(true);
-  return RunImporter(nullptr, &in, path, options);
+  // the weights a shapes-only import drops are seeked past, never read.
+  StreamOpener open = [&]() -> Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>> {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, path);
+    auto in = std::make_unique<google::protobuf::io::FileInputStream>(fd);
+    in->SetCloseOnDelete(true);
+    return std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>(std::move(in));
+  };
+  return RunImporter(open, path, options);
 }
 
 }  // namespace tessera

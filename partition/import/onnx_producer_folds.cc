@@ -132,7 +132,7 @@ bool FoldActivation(Node* p, const Node& act) {
 
 }  // namespace
 
-Status FoldIntoProducers(Graph* graph) {
+Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
   Graph& g = *graph;
   const auto consumers = g.Consumers();
   std::vector<bool> is_output(g.values.size(), false);
@@ -161,6 +161,7 @@ Status FoldIntoProducers(Graph* graph) {
     else
       folded = FoldActivation(&p, c);
     if (!folded) continue;
+    if (folded_into != nullptr) folded_into->emplace_back(c.name, p.name);
     p.outputs[0] = c.outputs[0];
     g.values[c.outputs[0]].producer = pi;
     g.values[v].producer = -1;

@@ -101,7 +101,8 @@ bool EnterMessage(CodedInputStream* in, CodedInputStream::Limit* limit) {
 
 // One TensorProto (up to the current limit) into `bytes`, its large float
 // payload left out. `name` and `dropped` describe it.
-bool FilterTensor(CodedInputStream* in, std::string* bytes, std::string* name, DroppedPayload* dropped) {
+bool FilterTensor(CodedInputStream* in, const std::set<std::string>* keep, std::string* bytes, std::string* name,
+                  DroppedPayload* dropped) {
   StringOutputStream sink(bytes);
   CodedOutputStream out(&sink);
   uint64_t data_type = TensorProto::UNDEFINED;
@@ -127,7 +128,8 @@ bool FilterTensor(CodedInputStream* in, std::string* bytes, std::string* name, D
     }
     uint32_t length = 0;
     if (!in->ReadVarint32(&length)) return false;
-    if (length > kKeptPayloadBytes) {
+    const bool wanted = keep != nullptr && (name->empty() || keep->count(*name) != 0);
+    if (length > kKeptPayloadBytes && !wanted) {
       if (!in->Skip(static_cast<int>(length))) return false;  // seeks past it in a file
       *dropped = {static_cast<int64_t>(length), element_size};
       // One placeholder byte: the ONNX checker counts a value field only
@@ -142,7 +144,8 @@ bool FilterTensor(CodedInputStream* in, std::string* bytes, std::string* name, D
   return in->ConsumedEntireMessage();
 }
 
-bool FilterGraph(CodedInputStream* in, std::string* bytes, std::unordered_map<std::string, DroppedPayload>* dropped) {
+bool FilterGraph(CodedInputStream* in, const std::set<std::string>* keep, std::string* bytes,
+                 std::unordered_map<std::string, DroppedPayload>* dropped) {
   StringOutputStream sink(bytes);
   CodedOutputStream out(&sink);
   for (uint32_t tag = in->ReadTag(); tag != 0; tag = in->ReadTag()) {
@@ -155,7 +158,7 @@ bool FilterGraph(CodedInputStream* in, std::string* bytes, std::unordered_map<st
     if (!EnterMessage(in, &limit)) return false;
     std::string tensor, name;
     DroppedPayload payload;
-    if (!FilterTensor(in, &tensor, &name, &payload)) return false;
+    if (!FilterTensor(in, keep, &tensor, &name, &payload)) return false;
     in->PopLimit(limit);
     if (payload.bytes > 0) (*dropped)[name] = payload;
     WriteMessageField(kGraphInitializer, tensor, &out);
@@ -163,7 +166,8 @@ bool FilterGraph(CodedInputStream* in, std::string* bytes, std::unordered_map<st
   return in->ConsumedEntireMessage();
 }
 
-bool FilterModel(CodedInputStream* in, std::string* bytes, std::unordered_map<std::string, DroppedPayload>* dropped) {
+bool FilterModel(CodedInputStream* in, const std::set<std::string>* keep, std::string* bytes,
+                 std::unordered_map<std::string, DroppedPayload>* dropped) {
   StringOutputStream sink(bytes);
   CodedOutputStream out(&sink);
   for (uint32_t tag = in->ReadTag(); tag != 0; tag = in->ReadTag()) {
@@ -174,7 +178,7 @@ bool FilterModel(CodedInputStream* in, std::string* bytes, std::unordered_map<st
     CodedInputStream::Limit limit;
     if (!EnterMessage(in, &limit)) return false;
     std::string graph;
-    if (!FilterGraph(in, &graph, dropped)) return false;
+    if (!FilterGraph(in, keep, &graph, dropped)) return false;
     in->PopLimit(limit);
     WriteMessageField(kModelGraph, graph, &out);
   }
@@ -185,12 +189,13 @@ bool FilterModel(CodedInputStream* in, std::string* bytes, std::unordered_map<st
 
 Status ParseModelWithoutLargeWeights(google::protobuf::io::ZeroCopyInputStream* in, const std::string& origin,
                                      onnx::ModelProto* model,
-                                     std::unordered_map<std::string, DroppedPayload>* dropped) {
+                                     std::unordered_map<std::string, DroppedPayload>* dropped,
+                                     const std::set<std::string>* keep) {
   std::string kept;
   bool ok = false;
   {
     CodedInputStream coded(in);
-    ok = FilterModel(&coded, &kept, dropped);
+    ok = FilterModel(&coded, keep, &kept, dropped);
   }
   if (!ok || !model->ParseFromString(kept))
     return Status::DataLoss(origin +

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -42,11 +43,14 @@ struct DroppedPayload {
 };
 
 // Parses a ModelProto from `in` into `model` without large float payloads.
-// `dropped`: initializer name -> what was left out. Errors: DataLoss for a
-// stream that is not a well-formed protobuf (truncated, corrupted, or not an
-// ONNX file), naming `origin`.
+// `dropped`: initializer name -> what was left out. `keep` (optional): the
+// initializers whose payloads are read whatever their size (a payload that
+// comes before its tensor's name is kept too: exporters write the name
+// first). Errors: DataLoss for a stream that is not a well-formed protobuf
+// (truncated, corrupted, or not an ONNX file), naming `origin`.
 Status ParseModelWithoutLargeWeights(google::protobuf::io::ZeroCopyInputStream* in, const std::string& origin,
                                      onnx::ModelProto* model,
-                                     std::unordered_map<std::string, DroppedPayload>* dropped);
+                                     std::unordered_map<std::string, DroppedPayload>* dropped,
+                                     const std::set<std::string>* keep = nullptr);
 
 }  // namespace tessera::onnx_import

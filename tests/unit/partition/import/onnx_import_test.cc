@@ -667,6 +667,15 @@ TEST_CASE("onnx shapes only: large float weights keep their shapes and lose thei
   REQUIRE(partial.ok());
   CHECK(ConstInput(*partial, partial->nodes[0], 1).values.empty());
   CHECK(ConstInput(*partial, partial->nodes[3], 1).values == ConstInput(*full, full->nodes[3], 1).values);
+  // The conv's weight is computed (BN folded in) from the conv and BN
+  // initializers: asking for the conv reads all of them, and only them.
+  ImportOptions only_conv;
+  only_conv.values_for_nodes = std::set<std::string>{"conv"};
+  auto conv_only = ImportOnnx(path, only_conv);
+  REQUIRE(conv_only.ok());
+  CHECK(ConstInput(*conv_only, conv_only->nodes[0], 1).values == ConstInput(*full, full->nodes[0], 1).values);
+  CHECK(ConstInput(*conv_only, conv_only->nodes[0], 2).values == ConstInput(*full, full->nodes[0], 2).values);
+  CHECK(ConstInput(*conv_only, conv_only->nodes[3], 1).values.empty());
   std::filesystem::remove(path);
 }
 
