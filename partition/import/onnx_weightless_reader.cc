@@ -188,8 +188,7 @@ bool FilterModel(CodedInputStream* in, const std::set<std::string>* keep, std::s
 }  // namespace
 
 Status ParseModelWithoutLargeWeights(google::protobuf::io::ZeroCopyInputStream* in, const std::string& origin,
-                                     onnx::ModelProto* model,
-                                     std::unordered_map<std::string, DroppedPayload>* dropped,
+                                     onnx::ModelProto* model, std::unordered_map<std::string, DroppedPayload>* dropped,
                                      const std::set<std::string>* keep) {
   std::string kept;
   bool ok = false;

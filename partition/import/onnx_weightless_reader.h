@@ -49,8 +49,7 @@ struct DroppedPayload {
 // first). Errors: DataLoss for a stream that is not a well-formed protobuf
 // (truncated, corrupted, or not an ONNX file), naming `origin`.
 Status ParseModelWithoutLargeWeights(google::protobuf::io::ZeroCopyInputStream* in, const std::string& origin,
-                                     onnx::ModelProto* model,
-                                     std::unordered_map<std::string, DroppedPayload>* dropped,
+                                     onnx::ModelProto* model, std::unordered_map<std::string, DroppedPayload>* dropped,
                                      const std::set<std::string>* keep = nullptr);
 
 }  // namespace tessera::onnx_import

@@ -66,7 +66,8 @@ TEST_CASE("a device's program built from windows of weights equals the weighted 
   REQUIRE(planned.ok());
   const PartitionPlan plan = ToPartitionPlan(*planned);
   // One window per layer (1 byte), a few layers per window (1 MiB), one window.
-  for (int64_t window : {int64_t{1}, int64_t{1} << 20, int64_t{1} << 40}) CheckSamePrograms(full, shapes, plan, model, window);
+  for (int64_t window : {int64_t{1}, int64_t{1} << 20, int64_t{1} << 40})
+    CheckSamePrograms(full, shapes, plan, model, window);
   for (ForcedScheme scheme : {ForcedScheme::kFdti, ForcedScheme::kPairs, ForcedScheme::kFfmt}) {
     ForcedPlanOptions fo;
     fo.devices = 3;

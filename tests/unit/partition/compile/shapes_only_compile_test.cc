@@ -62,8 +62,8 @@ TEST_CASE("a shapes-only graph compiles to the weighted graph's programs without
   const Graph full = ImportYoloTiny(false);
   const Graph shapes = ImportYoloTiny(true);
   REQUIRE(full.WeightCount() == shapes.WeightCount());
-  for (ForcedScheme scheme : {ForcedScheme::kFdto, ForcedScheme::kFdti, ForcedScheme::kPairs, ForcedScheme::kFfmt,
-                              ForcedScheme::kPipeline}) {
+  for (ForcedScheme scheme :
+       {ForcedScheme::kFdto, ForcedScheme::kFdti, ForcedScheme::kPairs, ForcedScheme::kFfmt, ForcedScheme::kPipeline}) {
     ForcedPlanOptions fo;
     fo.devices = 3;
     auto plan = MakeForcedPlan(full, scheme, fo);
