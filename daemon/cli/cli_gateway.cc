@@ -50,8 +50,14 @@ void LimitInFlightToRam(const ServedPlan& served, const Cluster& cluster, int* m
 }
 
 int RunGateway(GatewayArgs& a) {
-  auto graph = LoadModel(a.model);
+  // Issue 11: the gateway runs no layer. It keeps the model's shapes only
+  // and reads weights one device at a time while it deploys
+  // (gateway_plan.h CompileDeviceProgramWithWeights).
+  auto graph = LoadModel(a.model, /*shapes_only=*/true);
   if (!graph.ok()) return ReportError("gateway", graph.status());
+  auto import_options = a.model.ToImportOptions();
+  if (!import_options.ok()) return ReportError("gateway", import_options.status());
+  const ModelSource weights{a.model.model_path, *import_options};
   auto cluster = LoadClusterFile(a.cluster);
   if (!cluster.ok()) return ReportError("gateway", cluster.status());
   a.serve.security = a.gateway.security;
@@ -61,8 +67,7 @@ int RunGateway(GatewayArgs& a) {
   if (!served->table.empty()) std::fprintf(stderr, "%s", served->table.c_str());
   LimitInFlightToRam(*served, *cluster, &a.gateway.max_in_flight);
   if (a.deploy || a.serve.plan_path.empty()) {
-    auto deployed = DeployPrograms(served->programs, served->plan_id, served->plan.source, served->workers,
-                                   a.gateway.security, nullptr);
+    auto deployed = DeployServedPlan(*served, *graph, weights, a.gateway.security);
     if (!deployed.ok()) return ReportError("gateway", deployed.status());
     spdlog::info("gateway: deployed plan {} to {} workers", served->plan_id, served->workers.size());
   }
@@ -72,7 +77,7 @@ int RunGateway(GatewayArgs& a) {
     // Re-plan for the devices of the cluster file that answer now (the
     // planner, --objective) and deploy; the gateway swaps plans and retries.
     // `graph` and `cluster` outlive the gateway (declared before it).
-    a.gateway.failover = [&a, &graph, &cluster](const std::vector<std::string>& down) -> Result<ServedCluster> {
+    a.gateway.failover = [&a, &graph, &cluster, &weights](const std::vector<std::string>& down) -> Result<ServedCluster> {
       ServePlanOptions so = a.serve;
       so.plan_path.clear();
       so.only_healthy = true;
@@ -83,7 +88,7 @@ int RunGateway(GatewayArgs& a) {
         if (std::find(down.begin(), down.end(), w.name) != down.end())
           return Status::Unavailable("worker " + w.name + " answers Health again but failed a request; not re-planned");
       if (!next.table.empty()) std::fprintf(stderr, "failover plan:\n%s", next.table.c_str());
-      return DeployServedPlan(next, a.gateway.security);
+      return DeployServedPlan(next, *graph, weights, a.gateway.security);
     };
   }
   auto gateway = Gateway::Create(a.gateway);

@@ -24,6 +24,7 @@ struct PlanCommandOptions {
   std::string objective = "memory";
   std::string solver;
   bool json = false;
+  bool with_weights = false;
   std::string out_path;
   FitOptions fit;
 };
@@ -41,7 +42,7 @@ int RunPlan(const PlanCommandOptions& o) {
   } else {
     cluster = UniformCluster(o.devices);
   }
-  auto graph = LoadModel(o.model, /*shapes_only=*/true);
+  auto graph = LoadModel(o.model, /*shapes_only=*/!o.with_weights);
   if (!graph.ok()) return ReportError("plan", graph.status());
   const auto layers = ComputeLayerFigures(*graph);
   PlanOptions options;
@@ -81,6 +82,8 @@ void RegisterPlanCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->add_flag("--with-weights", o->with_weights,
+                "Import the weights too (plan reads shapes only; the plan is the same, this checks it)");
   cmd->add_option("--out", o->out_path, "Write the Plan protobuf here (plan.pb)");
   cmd->callback([o] {
     if (int rc = RunPlan(*o)) throw CLI::RuntimeError(rc);

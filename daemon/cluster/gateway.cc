@@ -35,6 +35,48 @@ ModelSignature ModelSignature::Of(const Graph& graph) {
   return s;
 }
 
+namespace {
+
+// Streams one serialized program to workers[d] in kChunkBytes chunks.
+// `sent` counts the bytes that went out (for progress).
+Status SendProgram(int d, const std::string& b, int num_devices, const std::string& plan_id, int source,
+                   const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
+                   const std::function<void(int64_t)>& sent, DeployedDevice* out) {
+  const std::string where = "worker " + workers[d].name + " (" + workers[d].address + ")";
+  TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(workers[d].address, security));
+  auto stub = proto::Worker::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+  ctx.set_wait_for_ready(true);
+  proto::LoadProgramReply reply;
+  auto writer = stub->LoadProgram(&ctx, &reply);
+  int64_t seq = 0;
+  for (size_t off = 0; off < b.size() || seq == 0; off += kChunkBytes, ++seq) {
+    proto::ProgramChunk chunk;
+    chunk.set_plan_id(plan_id);
+    chunk.set_seq(seq);
+    chunk.set_deadline_unix_ms(UnixMillisNow() + 600000);
+    if (seq == 0) {
+      chunk.set_device(d);
+      chunk.set_num_devices(num_devices);
+      chunk.set_source(source);
+      chunk.set_total_bytes(static_cast<int64_t>(b.size()));
+      for (size_t q = 0; q < workers.size(); ++q) (*chunk.mutable_peers())[static_cast<int>(q)] = workers[q].address;
+    }
+    const size_t n = std::min(kChunkBytes, b.size() - std::min(off, b.size()));
+    chunk.set_data(b.substr(std::min(off, b.size()), n));
+    if (!writer->Write(chunk)) break;
+    if (sent) sent(static_cast<int64_t>(n));
+    if (off + n >= b.size()) break;
+  }
+  writer->WritesDone();
+  TS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish(), where));
+  *out = {static_cast<int64_t>(b.size()), reply.memory_bytes(), reply.weight_bytes()};
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgram>& programs,
                                                    const std::string& plan_id, int source,
                                                    const std::vector<WorkerEndpoint>& workers,
@@ -51,46 +93,19 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
   }
   std::atomic<int64_t> sent{0};
   std::mutex progress_mu;
+  auto count = [&](int64_t n) {
+    sent += n;
+    if (progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      progress(sent.load(), total);
+    }
+  };
   std::vector<DeployedDevice> out(programs.size());
   std::vector<std::future<Status>> done;
   for (size_t d = 0; d < programs.size(); ++d)
     done.push_back(std::async(std::launch::async, [&, d]() -> Status {
-      const std::string where = "worker " + workers[d].name + " (" + workers[d].address + ")";
-      TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(workers[d].address, security));
-      auto stub = proto::Worker::NewStub(channel);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-      ctx.set_wait_for_ready(true);
-      proto::LoadProgramReply reply;
-      auto writer = stub->LoadProgram(&ctx, &reply);
-      const std::string& b = bytes[d];
-      int64_t seq = 0;
-      for (size_t off = 0; off < b.size() || seq == 0; off += kChunkBytes, ++seq) {
-        proto::ProgramChunk chunk;
-        chunk.set_plan_id(plan_id);
-        chunk.set_seq(seq);
-        chunk.set_deadline_unix_ms(UnixMillisNow() + 600000);
-        if (seq == 0) {
-          chunk.set_device(static_cast<int>(d));
-          chunk.set_num_devices(static_cast<int>(programs.size()));
-          chunk.set_source(source);
-          chunk.set_total_bytes(static_cast<int64_t>(b.size()));
-          for (size_t q = 0; q < workers.size(); ++q) (*chunk.mutable_peers())[static_cast<int>(q)] = workers[q].address;
-        }
-        const size_t n = std::min(kChunkBytes, b.size() - std::min(off, b.size()));
-        chunk.set_data(b.substr(std::min(off, b.size()), n));
-        if (!writer->Write(chunk)) break;
-        sent += static_cast<int64_t>(n);
-        if (progress) {
-          std::lock_guard<std::mutex> lock(progress_mu);
-          progress(sent.load(), total);
-        }
-        if (off + n >= b.size()) break;
-      }
-      writer->WritesDone();
-      TS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish(), where));
-      out[d] = {static_cast<int64_t>(b.size()), reply.memory_bytes(), reply.weight_bytes()};
-      return Status::OK();
+      return SendProgram(static_cast<int>(d), bytes[d], static_cast<int>(programs.size()), plan_id, source, workers,
+                         security, count, &out[d]);
     }));
   Status first;
   for (auto& f : done) {
@@ -98,6 +113,25 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
     if (!st.ok() && first.ok()) first = st;
   }
   if (!first.ok()) return first;
+  return out;
+}
+
+Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& program, const std::string& plan_id,
+                                                           int source, const std::vector<WorkerEndpoint>& workers,
+                                                           const TransportSecurity& security) {
+  std::vector<DeployedDevice> out(workers.size());
+  for (size_t d = 0; d < workers.size(); ++d) {
+    std::string bytes;
+    {
+      TS_ASSIGN_OR_RETURN(DeviceProgram p, program(static_cast<int>(d)));
+      bytes = SerializeProgram(std::move(p), plan_id);  // frees p's weights as it encodes them
+    }
+    const ProcessMemory m = ReadProcessMemory();
+    spdlog::debug("deploy: device {} program encoded, {:.1f} MiB; RSS {:.1f} MiB, peak {:.1f} MiB", d,
+                  bytes.size() / 1048576.0, m.rss_bytes / 1048576.0, m.peak_rss_bytes / 1048576.0);
+    TS_RETURN_IF_ERROR(SendProgram(static_cast<int>(d), bytes, static_cast<int>(workers.size()), plan_id, source,
+                                   workers, security, nullptr, &out[d]));
+  }
   return out;
 }
 

@@ -49,6 +49,15 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
                                                    const TransportSecurity& security,
                                                    const std::function<void(int64_t, int64_t)>& progress);
 
+// The same one device at a time, for a caller that cannot hold every
+// program at once (the weightless gateway, issue 11): program(d) builds
+// device d's program, which is serialized, freed, sent to workers[d] and its
+// bytes freed before program(d + 1) is built. Peak: one program + its bytes.
+using ProgramSource = std::function<Result<DeviceProgram>(int device)>;
+Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& program, const std::string& plan_id,
+                                                           int source, const std::vector<WorkerEndpoint>& workers,
+                                                           const TransportSecurity& security);
+
 // Payload bytes one request sends on each link (from, to), read off the
 // programs' Send steps: what /metrics compares the measured counters with.
 std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<DeviceProgram>& programs);

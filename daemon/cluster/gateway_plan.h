@@ -11,6 +11,7 @@
 #include "daemon/runtime/device_memory.h"
 #include "partition/graph/graph.h"
 #include "partition/compile/partition_plan.h"
+#include "partition/import/model_import.h"
 
 namespace tessera {
 
@@ -43,9 +44,41 @@ struct ServePlanOptions {
 
 Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster, const ServePlanOptions& options);
 
-// Pushes `plan`'s programs to its workers and returns what a gateway then
-// serves (a failover's answer: gateway.h FailoverFn).
+// The model file a gateway reads weights from when it deploys.
+struct ModelSource {
+  std::string path;
+  ImportOptions options;  // as for the graph served (shapes_only is ignored)
+};
+
+// Issue 11 item 3, "no weights where none are needed": a gateway runs no
+// layer, so it keeps only the shapes-only graph (ImportOptions::shapes_only)
+// and plans and compiles with it (programs whose weights have shapes and no
+// values: enough for link bytes, validation and /metrics). When it deploys,
+// it builds one device's program at a time with that device's weights and
+// frees it once sent (DeployProgramsOneByOne). Building device d's program:
+// the layers d runs a part of are taken in windows of at most `window_bytes`
+// of their (whole) weights; for each window the model is imported with
+// values for those layers only (ImportOptions::values_for_nodes: darknet
+// generates or reads nothing else) and the plan compiled with values for d
+// only (CompileOptions::values_for_device); the window's weight slices are
+// moved into d's program and the window's graph freed. The compiler is
+// deterministic, so the result equals CompilePlan(weighted graph,
+// plan).programs[d] bit for bit; every weight of it is checked to have
+// values. Peak: d's weights + one window + one slice, not the model.
+inline constexpr int64_t kWeightWindowBytes = 16 << 20;
+Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const PartitionPlan& plan, int device,
+                                                      const ModelSource& model,
+                                                      int64_t window_bytes = kWeightWindowBytes);
+
+// Pushes `plan`'s programs, as compiled (from a graph with weights), to its
+// workers and returns what a gateway then serves (the demo's failover).
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSecurity& security);
+
+// Pushes `plan`'s programs to its workers, one device at a time with its
+// weights read from `model` (CompileDeviceProgramWithWeights), and returns
+// what a gateway then serves (a failover's answer: gateway.h FailoverFn).
+Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const Graph& shapes, const ModelSource& model,
+                                       const TransportSecurity& security);
 
 // The demo's cluster: identical Linux devices (UniformCluster) at `workers`.
 Result<ServedPlan> PrepareLoopbackPlan(const Graph& graph, const std::vector<WorkerEndpoint>& workers,

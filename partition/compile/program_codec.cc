@@ -1,5 +1,8 @@
 #include "partition/compile/program_codec.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include <fstream>
 
 #include <algorithm>
@@ -153,7 +156,10 @@ Result<Graph> ParseGraph(const std::string& bytes, const std::string& origin) {
   return FromMsg(m, origin);
 }
 
-std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id) {
+namespace {
+
+// Everything of `p` but its subgraphs.
+proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const std::string& plan_id) {
   proto::DeviceProgramMsg m;
   m.set_plan_id(plan_id);
   m.set_device(p.device);
@@ -163,7 +169,6 @@ std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id)
     bm->set_value(b.value);
     ToMsg(b.box, bm->mutable_box());
   }
-  for (const Graph& g : p.subgraphs) ToMsg(g, m.add_subgraphs());
   for (const auto& s : p.steps) {
     auto* sm = m.add_steps();
     sm->set_kind(static_cast<proto::StepMsg::Kind>(static_cast<int>(s.kind)));
@@ -188,7 +193,44 @@ std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id)
     io->set_value(v);
     io->set_buffer(b);
   }
+  return m;
+}
+
+}  // namespace
+
+std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id) {
+  proto::DeviceProgramMsg m = ProgramMsgWithoutSubgraphs(p, plan_id);
+  for (const Graph& g : p.subgraphs) ToMsg(g, m.add_subgraphs());
   return m.SerializeAsString();
+}
+
+std::string SerializeProgram(DeviceProgram&& p, const std::string& plan_id) {
+  // Protobuf messages concatenate: the subgraphs are encoded one by one as
+  // repeated field entries, each freed from `p` once encoded, then the rest
+  // of the message is appended. ParseProgram reads the same program. The
+  // output is reserved up front (weights + room for the structure) so that
+  // it is not copied as it grows; reserved pages untouched stay unresident.
+  using Wire = google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  int64_t weight_bytes = 0;
+  for (const Graph& g : p.subgraphs)
+    for (const auto& [id, data] : g.constants) weight_bytes += static_cast<int64_t>(data.values.size()) * 4;
+  std::string out;
+  out.reserve(static_cast<size_t>(weight_bytes) + p.subgraphs.size() * 16384 + (1 << 20));
+  const uint32_t tag = Wire::MakeTag(proto::DeviceProgramMsg::kSubgraphsFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
+  for (Graph& g : p.subgraphs) {
+    proto::GraphMsg gm;
+    ToMsg(g, &gm);
+    g = Graph();
+    uint8_t prefix[16];
+    uint8_t* end = CodedOutputStream::WriteTagToArray(tag, prefix);
+    end = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(gm.ByteSizeLong()), end);
+    out.append(reinterpret_cast<const char*>(prefix), static_cast<size_t>(end - prefix));
+    gm.AppendToString(&out);
+  }
+  p.subgraphs.clear();
+  ProgramMsgWithoutSubgraphs(p, plan_id).AppendToString(&out);
+  return out;
 }
 
 namespace {

@@ -11,6 +11,11 @@
 namespace tessera {
 
 std::string SerializeProgram(const DeviceProgram& program, const std::string& plan_id);
+// The same, consuming `program`: each subgraph (with its weights) is freed
+// as soon as it is encoded, so the peak is about one copy of the weights
+// instead of three (the gateway builds and sends one program at a time,
+// issue 11). The bytes parse to the same program (field order differs).
+std::string SerializeProgram(DeviceProgram&& program, const std::string& plan_id);
 // Errors (DataLoss / InvalidArgument) name `origin` and what is wrong; the
 // parsed program is also checked for internal consistency (buffer ids,
 // subgraph arity), so a corrupted program never reaches a kernel.

@@ -31,23 +31,6 @@ const std::set<std::string>& ElementwiseOps() {
   return ops;
 }
 
-TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t end) {
-  TensorData out;
-  out.shape = t.shape;
-  out.shape[axis] = end - begin;
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < axis; ++i) outer *= t.shape[i];
-  for (size_t i = axis + 1; i < t.shape.size(); ++i) inner *= t.shape[i];
-  // A shapes-only constant (ImportOptions::shapes_only) slices to a shape.
-  if (t.values.empty()) return out;
-  out.values.reserve(static_cast<size_t>(NumElements(out.shape)));
-  for (int64_t o = 0; o < outer; ++o) {
-    const float* src = t.values.data() + (o * t.shape[axis] + begin) * inner;
-    out.values.insert(out.values.end(), src, src + (end - begin) * inner);
-  }
-  return out;
-}
-
 Box ChannelSlice(const Shape& shape, int64_t c0, int64_t c1) {
   Box b = Box::Full(shape);
   b.dims.at(1) = {c0, c1};
@@ -163,7 +146,7 @@ Result<std::optional<Node>> ActivationNode(const Node& producer) {
 
 class Compiler {
  public:
-  Compiler(const Graph& g, const PartitionPlan& p) : g_(g), plan_(p) {}
+  Compiler(const Graph& g, const PartitionPlan& p, const CompileOptions& o) : g_(g), plan_(p), options_(o) {}
 
   Result<CompiledPlan> Run() {
     if (plan_.layers.size() != g_.nodes.size())
@@ -333,6 +316,8 @@ class Compiler {
   int AddCompute(int device, Graph sub, const std::vector<int>& inputs, int layer, StepKind kind,
                  std::vector<Piece> outputs_as) {
     DeviceProgram& p = progs_[device];
+    if (options_.values_for_device >= 0 && device != options_.values_for_device)
+      for (auto& [id, data] : sub.constants) std::vector<float>().swap(data.values);
     ProgramStep s;
     s.kind = kind;
     s.layer = layer + 1;
@@ -756,6 +741,7 @@ class Compiler {
 
   const Graph& g_;
   const PartitionPlan& plan_;
+  const CompileOptions options_;
   std::vector<DeviceProgram> progs_;
   std::vector<Placement> place_;
   std::vector<std::vector<int>> consumers_;
@@ -788,8 +774,26 @@ bool CanSplitInputs(const Graph& graph, int node) {
   return n.op == "Gemm" || n.attrs.Int("group", 1) == 1;
 }
 
-Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan) {
-  Compiler c(graph, plan);
+TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t end) {
+  TensorData out;
+  out.shape = t.shape;
+  out.shape.at(axis) = end - begin;
+  // A weight without values (shapes-only import, issue 11) slices to a
+  // weight without values: reading t.values here would run off an empty vector.
+  if (t.values.empty()) return out;
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < axis; ++i) outer *= t.shape[i];
+  for (size_t i = axis + 1; i < t.shape.size(); ++i) inner *= t.shape[i];
+  out.values.reserve(static_cast<size_t>(NumElements(out.shape)));
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* src = t.values.data() + (o * t.shape[axis] + begin) * inner;
+    out.values.insert(out.values.end(), src, src + (end - begin) * inner);
+  }
+  return out;
+}
+
+Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan, const CompileOptions& options) {
+  Compiler c(graph, plan, options);
   return c.Run();
 }
 

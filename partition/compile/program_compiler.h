@@ -39,9 +39,26 @@ struct CompiledPlan {
   int64_t halo_mac_overhead = 0;        // MACs recomputed in FFMT halos
 };
 
+struct CompileOptions {
+  // >= 0: only this device's program gets weight values; every other
+  // program's weights keep their shapes and no values. For building one
+  // device's program at a time without holding every device's weight
+  // slices at once (the gateway, issue 11).
+  int values_for_device = -1;
+};
+
 // REQUIRES: `graph` canonical and validated. Errors name the layer and what
 // about its scheme cannot be done (e.g. FDTI on a grouped conv).
-Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan);
+Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan,
+                                 const CompileOptions& options = CompileOptions());
+
+// The slice [begin, end) of `t` along `axis` (row-major), as the compiler
+// cuts FDT weights. A tensor without values (TensorData::values empty: a
+// shapes-only import, ImportOptions::shapes_only) gives a slice of the right
+// shape and no values, so shapes-only graphs compile (memory accounting).
+// REQUIRES: axis < rank, 0 <= begin <= end <= t.shape[axis], and t.values
+// empty or holding NumElements(t.shape) values.
+TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t end);
 
 // What the compiler accepts, for planners and forced plans:
 // OK when node `node` may sit inside an FFMT stack (conv, pool, element-wise,

@@ -261,6 +261,10 @@ class WeightSource {
   virtual Status Conv(int layer, int64_t n, int64_t weights, bool bn, int64_t fan_in, float gain,
                       LayerParameters* p) = 0;
   virtual Status Connected(int layer, int64_t inputs, int64_t outputs, bool bn, float gain, LayerParameters* p) = 0;
+  // A layer whose `floats` parameter values are not wanted
+  // (ImportOptions::values_for_nodes): a file is read past them, a
+  // generator makes none (its layers do not depend on each other).
+  virtual Status Skip(int layer, int64_t floats) = 0;
   virtual bool generated() const = 0;
   virtual void Finish() {}
 };
@@ -312,6 +316,15 @@ class DarknetWeightsFile final : public WeightSource {
     return Status::OK();
   }
 
+  Status Skip(int layer, int64_t floats) override {
+    const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+    TS_RETURN_IF_ERROR(CheckAvailable(bytes, "layer " + std::to_string(layer) + " parameters"));
+    in_.seekg(bytes, std::ios::cur);
+    if (!in_) return Status::IOError(path_ + ": seek error at offset " + std::to_string(offset_));
+    offset_ += bytes;
+    return Status::OK();
+  }
+
   bool generated() const override { return false; }
 
   void Finish() override {
@@ -332,11 +345,15 @@ class DarknetWeightsFile final : public WeightSource {
     dst->resize(static_cast<size_t>(n));
     return ReadBytes(dst->data(), static_cast<int64_t>(n * sizeof(float)), what);
   }
-  Status ReadBytes(void* dst, int64_t bytes, const std::string& what) {
+  Status CheckAvailable(int64_t bytes, const std::string& what) const {
     if (offset_ + bytes > size_)
       return Status::DataLoss(path_ + ": truncated darknet weights file: " + what + " need " + std::to_string(bytes) +
                               " bytes at offset " + std::to_string(offset_) + ", the file has " +
                               std::to_string(size_) + " (does the cfg match the weights?)");
+    return Status::OK();
+  }
+  Status ReadBytes(void* dst, int64_t bytes, const std::string& what) {
+    TS_RETURN_IF_ERROR(CheckAvailable(bytes, what));
     in_.read(static_cast<char*>(dst), bytes);
     if (!in_) return Status::IOError(path_ + ": read error at offset " + std::to_string(offset_));
     offset_ += bytes;
@@ -365,6 +382,7 @@ class SeededWeights final : public WeightSource {
     Generate(layer, outputs, inputs * outputs, bn, inputs, gain, p);
     return Status::OK();
   }
+  Status Skip(int, int64_t) override { return Status::OK(); }
   bool generated() const override { return true; }
 
  private:
@@ -397,6 +415,7 @@ class ShapesOnlyWeights final : public WeightSource {
  public:
   Status Conv(int, int64_t, int64_t, bool, int64_t, float, LayerParameters*) override { return Status::OK(); }
   Status Connected(int, int64_t, int64_t, bool, float, LayerParameters*) override { return Status::OK(); }
+  Status Skip(int, int64_t) override { return Status::OK(); }
   bool generated() const override { return true; }
 };
 
@@ -624,8 +643,11 @@ class DarknetGraphBuilder {
 
     const int64_t cg = in.c / groups;
     LayerParameters p;
-    TS_RETURN_IF_ERROR(
-        weights_->Conv(CurrentLayer(), n, n * cg * size * size, bn != 0, cg * size * size, act.he_gain, &p));
+    if (WantsValues(*node))
+      TS_RETURN_IF_ERROR(
+          weights_->Conv(CurrentLayer(), n, n * cg * size * size, bn != 0, cg * size * size, act.he_gain, &p));
+    else
+      TS_RETURN_IF_ERROR(weights_->Skip(CurrentLayer(), n * (bn ? 4 : 1) + n * cg * size * size));
     FoldBatchNorm(n, &p);
     const int w_id = g_.AddConstant(node->name + ".weight", TensorData{{n, cg, size, size}, std::move(p.weights)});
     const int b_id = g_.AddConstant(node->name + ".bias", TensorData{{n}, std::move(p.biases)});
@@ -681,7 +703,10 @@ class DarknetGraphBuilder {
     TS_ASSIGN_OR_RETURN(Activation act, ParseActivation(o, "logistic"));
     const int64_t inputs = in.flat ? in.c : in.c * in.h * in.w;
     LayerParameters p;
-    TS_RETURN_IF_ERROR(weights_->Connected(CurrentLayer(), inputs, outputs, bn != 0, act.he_gain, &p));
+    if (WantsValues(*node))
+      TS_RETURN_IF_ERROR(weights_->Connected(CurrentLayer(), inputs, outputs, bn != 0, act.he_gain, &p));
+    else
+      TS_RETURN_IF_ERROR(weights_->Skip(CurrentLayer(), outputs * (bn ? 4 : 1) + inputs * outputs));
     FoldBatchNorm(outputs, &p);
     const int w_id = g_.AddConstant(node->name + ".weight", TensorData{{outputs, inputs}, std::move(p.weights)});
     const int b_id = g_.AddConstant(node->name + ".bias", TensorData{{outputs}, std::move(p.biases)});
@@ -793,6 +818,10 @@ class DarknetGraphBuilder {
                        " map: height and width scale differently");
     node->op = "DarknetShortcut";
     return Status::OK();
+  }
+
+  bool WantsValues(const Node& node) const {
+    return !options_.values_for_nodes || options_.values_for_nodes->count(node.name) != 0;
   }
 
   void DampResidualBranch(int value) {

@@ -16,4 +16,14 @@ Result<Graph> ImportModel(const std::string& path, const ImportOptions& options)
                                  "'; expected an ONNX model (.onnx) or a darknet config (.cfg)");
 }
 
+void KeepValuesOnlyFor(const std::set<std::string>& nodes, Graph* graph) {
+  std::set<int> kept;
+  for (const Node& n : graph->nodes)
+    if (nodes.count(n.name))
+      for (int v : n.inputs)
+        if (v >= 0) kept.insert(v);
+  for (auto& [id, data] : graph->constants)
+    if (!kept.count(id)) std::vector<float>().swap(data.values);
+}
+
 }  // namespace tessera

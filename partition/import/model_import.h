@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "partition/graph/graph.h"
@@ -25,10 +27,25 @@ struct ImportOptions {
   int64_t batch = 1;
   // Shapes only: weights get their shapes but no values (TensorData::values
   // empty), for verbs that never run the model (inspect, plan): planning
-  // YOLOv2 then holds no 194 MiB of weights (issue 11). darknet only for
-  // now; ONNX constant folding needs values and ignores it.
+  // YOLOv2 then holds no 194 MiB of weights (issue 11). darknet: no weight
+  // is generated or read. ONNX: float initializers larger than 64 KiB are
+  // skipped in the file (onnx_weightless_reader.h); integer and small
+  // tensors keep their values for constant folding and shape arithmetic, so
+  // some small weights (biases, BN statistics) may still have values.
   bool shapes_only = false;
+  // Values only for the weights read by these nodes (canonical Graph node
+  // names); every other weight keeps its shape and no values. Unset = every
+  // node. For a gateway that builds one device's program at a time (issue 11).
+  // darknet generates or reads only those layers' weights (a .weights file is
+  // seeked past the rest); ONNX reads the file twice: shapes only, to learn
+  // which initializers those nodes' weights are computed from, then with
+  // just those payloads (and the small ones). Ignored with shapes_only.
+  std::optional<std::set<std::string>> values_for_nodes;
 };
+
+// Drops the values of every constant of `graph` that no node in `nodes`
+// (by name) reads; shapes are kept.
+void KeepValuesOnlyFor(const std::set<std::string>& nodes, Graph* graph);
 
 // Reads an .onnx file. Errors name the file, the node and the op type.
 Result<Graph> ImportOnnx(const std::string& path, const ImportOptions& options);

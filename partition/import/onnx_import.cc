@@ -15,9 +15,14 @@
 // Every error names the origin (file) and, where one is involved, the node
 // and its op type: "<file>: node '<name>' (<Op>): <what>".
 #include <algorithm>
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -31,10 +36,13 @@
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include "partition/import/model_import.h"
 #include "partition/import/onnx_constant_eval.h"
 #include "partition/import/onnx_producer_folds.h"
 #include "partition/import/onnx_tensor.h"
+#include "partition/import/onnx_weightless_reader.h"
 
 namespace tessera {
 namespace {
@@ -142,13 +150,23 @@ class OnnxModelImporter {
  public:
   OnnxModelImporter(std::string origin, const ImportOptions& options) : origin_(std::move(origin)), options_(options) {}
 
-  // Exactly one of bytes / stream is non-null.
-  Result<Graph> Import(const std::string* bytes, std::istream* stream);
+  // Reads the model from `in` (a file stream is seeked past the weights it drops).
+  Result<Graph> Import(google::protobuf::io::ZeroCopyInputStream* in);
+
+  // Weight provenance, recorded by every import: for each Graph node, the
+  // initializers its weights are computed from (folds included). What the
+  // second pass of an ImportOptions::values_for_nodes import reads.
+  using Sources = std::set<std::string>;
+  const std::map<std::string, Sources>& node_sources() const { return node_sources_; }
+  // Reads the payloads of these initializers only (and every small one);
+  // the others become shape-only constants, as with shapes_only.
+  void KeepPayloadsOf(const std::set<std::string>* initializers) { keep_payloads_ = initializers; }
 
  private:
   // --- ONNX-level stages ---
-  // From `bytes`, or from `stream` when bytes is null.
-  Status Parse(const std::string* bytes, std::istream* stream);
+  Status Parse(google::protobuf::io::ZeroCopyInputStream* in);
+  // shapes_only: every dropped payload matches its tensor's dims.
+  Status CheckDroppedPayloads() const;
   Status Check();
   Status ReadOpset();
   Status CheckPositiveAttributes() const;
@@ -187,6 +205,17 @@ class OnnxModelImporter {
   Status NodeError(StatusCode code, const onnx::NodeProto& node, const std::string& what) const;
   std::string Resolve(const std::string& name) const;
   bool IsConst(const std::string& name) const;
+  // A constant whose values the shapes-only reader left out (dims only).
+  bool IsShapeOnly(const std::string& name) const { return dropped_.count(name) != 0; }
+  // Dims of a constant (with or without values). REQUIRES: IsConst(name).
+  Shape ConstDims(const std::string& name) const;
+  // Folds a node with a shape-only constant input into shape-only outputs
+  // (dims from shape inference); false when an output's shape is unknown.
+  bool FoldToShapeOnly(const onnx::NodeProto& node);
+  // The initializers constant `name` is computed from (itself if it is one).
+  Sources SourcesOf(const std::string& name) const;
+  // A folded node's outputs come from its constant inputs' sources.
+  void RecordFoldSources(const onnx::NodeProto& node);
   // The constant tensor `name` (initializer or folded); nullptr if not constant.
   Result<const ConstTensor*> Const(const std::string& name);
   // Value id of an existing value or constant (created on first use).
@@ -229,6 +258,12 @@ class OnnxModelImporter {
   std::string inference_error_;                             // what strict shape inference said, if it failed
   std::unordered_map<std::string, int> initializer_index_;  // name -> index in graph.initializer
   std::unordered_map<std::string, ConstTensor> const_cache_;
+  // shapes_only: initializers read without their values (name -> payload).
+  std::unordered_map<std::string, onnx_import::DroppedPayload> dropped_;
+  const std::set<std::string>* keep_payloads_ = nullptr;
+  std::unordered_map<std::string, Sources> const_sources_;  // folded constant -> initializers
+  Sources translating_sources_;                              // of the ONNX node being translated
+  std::map<std::string, Sources> node_sources_;              // Graph node -> initializers
   std::unordered_set<std::string> runtime_inputs_;
   std::unordered_set<std::string> used_names_;          // read by some node or a graph output
   std::unordered_map<std::string, std::string> alias_;  // Identity/Dropout output -> its input
@@ -242,15 +277,43 @@ Status OnnxModelImporter::NodeError(StatusCode code, const onnx::NodeProto& node
   return Status(code, origin_ + ": node '" + node.name() + "' (" + node.op_type() + "): " + what);
 }
 
-Status OnnxModelImporter::Parse(const std::string* bytes, std::istream* stream) {
-  const bool empty = bytes ? bytes->empty() : stream->peek() == std::char_traits<char>::eof();
+Status OnnxModelImporter::Parse(google::protobuf::io::ZeroCopyInputStream* in) {
+  const void* first = nullptr;
+  int first_size = 0;
+  bool empty = true;
+  while (in->Next(&first, &first_size)) {
+    if (first_size > 0) {
+      empty = false;
+      in->BackUp(first_size);
+      break;
+    }
+  }
   if (empty) return Status::InvalidArgument(origin_ + ": empty file, not an ONNX model");
-  if (!(bytes ? model_.ParseFromString(*bytes) : model_.ParseFromIstream(stream)))
+  if (options_.shapes_only || keep_payloads_ != nullptr) {
+    TS_RETURN_IF_ERROR(
+        onnx_import::ParseModelWithoutLargeWeights(in, origin_, &model_, &dropped_, keep_payloads_));
+  } else if (!model_.ParseFromZeroCopyStream(in)) {
     return Status::DataLoss(origin_ +
                             ": not a valid ONNX model (protobuf parsing failed: truncated, corrupted "
                             "or not an .onnx file)");
+  }
   if (!model_.has_graph() || model_.graph().output_size() == 0)
     return Status::InvalidArgument(origin_ + ": not a valid ONNX model (no graph or no graph outputs)");
+  if (!dropped_.empty())
+    spdlog::debug("{}: shapes only: left out the values of {} initializers", origin_, dropped_.size());
+  return Status::OK();
+}
+
+Status OnnxModelImporter::CheckDroppedPayloads() const {
+  for (const auto& t : model_.graph().initializer()) {
+    auto it = dropped_.find(t.name());
+    if (it == dropped_.end()) continue;
+    TS_ASSIGN_OR_RETURN(int64_t n, onnx_import::TensorElementCount(t));
+    if (n * it->second.element_size != it->second.bytes)
+      return Status::DataLoss(origin_ + ": tensor '" + t.name() + "' (" + ElemTypeName(t.data_type()) + ") holds " +
+                              std::to_string(it->second.bytes) + " bytes, its dims need " +
+                              std::to_string(n * it->second.element_size) + " (truncated or corrupted file)");
+  }
   return Status::OK();
 }
 
@@ -448,10 +511,62 @@ Result<const ConstTensor*> OnnxModelImporter::Const(const std::string& name) {
   if (auto it = const_cache_.find(name); it != const_cache_.end()) return &it->second;
   auto it = initializer_index_.find(name);
   if (it == initializer_index_.end()) return static_cast<const ConstTensor*>(nullptr);
+  if (IsShapeOnly(name))
+    return Status::NotSupported(origin_ + ": the values of constant '" + name + "' (" +
+                                ShapeToString(ConstDims(name)) +
+                                ") were left out (shapes only: inspect/plan) but are needed to import the model; "
+                                "run a verb that loads the weights");
   auto read = onnx_import::ReadConstTensor(model_.graph().initializer(it->second));
   if (!read.ok()) return read.status().WithContext(origin_ + ": ");
   auto [pos, inserted] = const_cache_.emplace(name, std::move(read).value());
   return &pos->second;
+}
+
+Shape OnnxModelImporter::ConstDims(const std::string& name) const {
+  if (auto it = const_cache_.find(name); it != const_cache_.end()) return it->second.dims;
+  const onnx::TensorProto& t = model_.graph().initializer(initializer_index_.at(name));
+  return Shape(t.dims().begin(), t.dims().end());
+}
+
+bool OnnxModelImporter::FoldToShapeOnly(const onnx::NodeProto& node) {
+  std::vector<onnx::TensorProto> outputs;
+  for (const std::string& out : node.output()) {
+    if (out.empty()) continue;
+    auto it = infos_.find(out);
+    if (it == infos_.end() || !it->second.Static() || it->second.elem_type == 0) return false;
+    onnx::TensorProto t;
+    t.set_name(out);
+    t.set_data_type(it->second.elem_type);
+    for (int64_t d : it->second.dims) t.add_dims(d);
+    t.set_raw_data(std::string(1, '\0'));  // a placeholder, as onnx_weightless_reader.h writes
+    outputs.push_back(std::move(t));
+  }
+  auto* g = model_.mutable_graph();
+  for (auto& t : outputs) {
+    const int64_t elem = onnx_import::RawElementSize(t.data_type());
+    dropped_[t.name()] = {NumElements(Shape(t.dims().begin(), t.dims().end())) * elem, elem};
+    initializer_index_[t.name()] = g->initializer_size();
+    *g->add_initializer() = std::move(t);
+  }
+  return true;
+}
+
+OnnxModelImporter::Sources OnnxModelImporter::SourcesOf(const std::string& name) const {
+  if (auto it = const_sources_.find(name); it != const_sources_.end()) return it->second;
+  if (initializer_index_.count(name)) return {name};
+  return {};
+}
+
+void OnnxModelImporter::RecordFoldSources(const onnx::NodeProto& node) {
+  if (node.op_type() == "Shape" || node.op_type() == "Size") return;  // from dims, not values
+  Sources sources;
+  for (const std::string& in : node.input())
+    if (!in.empty()) {
+      const Sources s = SourcesOf(in);
+      sources.insert(s.begin(), s.end());
+    }
+  for (const std::string& out : node.output())
+    if (!out.empty()) const_sources_[out] = sources;
 }
 
 Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
@@ -484,10 +599,14 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
       results.push_back(std::move(t));
     } else if (onnx_import::IsConstantEvaluable(op)) {
       std::vector<const ConstTensor*> inputs;
-      bool all_const = true;
+      bool all_const = true, shape_only = false;
       for (const std::string& in : node.input()) {
         if (in.empty()) {
           inputs.push_back(nullptr);
+          continue;
+        }
+        if (IsShapeOnly(in)) {  // shapes only: its values were never read
+          shape_only = true;
           continue;
         }
         TS_ASSIGN_OR_RETURN(const ConstTensor* c, Const(in));
@@ -498,6 +617,15 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
         inputs.push_back(c);
       }
       if (!all_const) continue;
+      if (shape_only) {
+        // Computed from a weight read for its shape only (e.g. a transposed
+        // weight): the result is a weight of the inferred shape, no values.
+        if (!FoldToShapeOnly(node)) continue;
+        RecordFoldSources(node);
+        folded[i] = true;
+        *changed = true;
+        continue;
+      }
       auto r = onnx_import::EvaluateConstantNode(node, inputs, opset_);
       if (!r.ok()) {
         if (r.status().IsNotSupported()) continue;  // stays a node; translation decides
@@ -514,6 +642,7 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
       initializer_index_[out] = g->initializer_size() - 1;
       const_cache_[out] = std::move(results[k]);
     }
+    RecordFoldSources(node);
     folded[i] = true;
     *changed = true;
   }
@@ -545,6 +674,11 @@ Result<int> OnnxModelImporter::InputValue(const onnx::NodeProto& node, const std
                          "computes in float32 only");
   TensorData data;
   data.shape.assign(t.dims().begin(), t.dims().end());
+  if (IsShapeOnly(name)) {  // shapes only: the weight keeps its shape, no values
+    const int id = graph_.AddConstant(name, std::move(data));
+    value_ids_[name] = id;
+    return id;
+  }
   auto values = onnx_import::ReadFloats(t);
   if (!values.ok()) return values.status().WithContext(origin_ + ": ");
   data.values = std::move(values).value();
@@ -589,6 +723,7 @@ void OnnxModelImporter::AddNode(const std::string& name, const std::string& op, 
                                 std::vector<int> outputs, Attributes attrs) {
   Node n;
   n.name = UniqueNodeName(name);
+  node_sources_[n.name] = translating_sources_;
   n.op = op;
   n.inputs = std::move(inputs);
   n.outputs = std::move(outputs);
@@ -760,19 +895,22 @@ Status OnnxModelImporter::TranslateGemm(const onnx::NodeProto& node, const std::
   const bool trans_a = AttrInt(node, "transA", 0) != 0, trans_b = AttrInt(node, "transB", 0) != 0;
   TS_ASSIGN_OR_RETURN(Shape a_shape, StaticShape(node, node.input(0)));
   if (a_shape.size() != 2) return NodeError(StatusCode::kInvalidArgument, node, "A must have rank 2");
-  TS_ASSIGN_OR_RETURN(const ConstTensor* b, Const(node.input(1)));
-  if (b->dims.size() != 2) return NodeError(StatusCode::kInvalidArgument, node, "B must have rank 2");
-  const int64_t k = trans_b ? b->dims[1] : b->dims[0], n_out = trans_b ? b->dims[0] : b->dims[1];
+  const Shape b_dims = ConstDims(node.input(1));
+  if (b_dims.size() != 2) return NodeError(StatusCode::kInvalidArgument, node, "B must have rank 2");
+  const int64_t k = trans_b ? b_dims[1] : b_dims[0], n_out = trans_b ? b_dims[0] : b_dims[1];
   const int64_t m = trans_a ? a_shape[1] : a_shape[0];
   if ((trans_a ? a_shape[0] : a_shape[1]) != k)
     return NodeError(StatusCode::kInvalidArgument, node,
-                     "A " + ShapeToString(a_shape) + " and B " + ShapeToString(b->dims) + " do not multiply");
+                     "A " + ShapeToString(a_shape) + " and B " + ShapeToString(b_dims) + " do not multiply");
   TensorData w;
   w.shape = {n_out, k};
-  w.values.resize(static_cast<size_t>(n_out * k));
-  for (int64_t o = 0; o < n_out; ++o)
-    for (int64_t i = 0; i < k; ++i)
-      w.values[o * k + i] = static_cast<float>(alpha * (trans_b ? b->data[o * k + i] : b->data[i * n_out + o]));
+  if (!IsShapeOnly(node.input(1))) {
+    TS_ASSIGN_OR_RETURN(const ConstTensor* b, Const(node.input(1)));
+    w.values.resize(static_cast<size_t>(n_out * k));
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < k; ++i)
+        w.values[o * k + i] = static_cast<float>(alpha * (trans_b ? b->data[o * k + i] : b->data[i * n_out + o]));
+  }
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
   if (trans_a) {
     const int xt = AddIntermediate(node.input(0) + "/transposed", {m, k});
@@ -802,17 +940,23 @@ Status OnnxModelImporter::TranslateGemm(const onnx::NodeProto& node, const std::
     return Status::OK();
   }
   if (has_c && beta != 0.0) {
-    TS_ASSIGN_OR_RETURN(const ConstTensor* c, Const(node.input(2)));
-    const int64_t nc = NumElements(c->dims);
-    const bool per_output = (nc == n_out && !c->dims.empty() && c->dims.back() == n_out) || nc == 1;
+    const Shape c_dims = ConstDims(node.input(2));
+    const int64_t nc = NumElements(c_dims);
+    const bool per_output = (nc == n_out && !c_dims.empty() && c_dims.back() == n_out) || nc == 1;
+    const ConstTensor* c = nullptr;  // null: shapes only, the bias keeps its shape and no values
+    if (!IsShapeOnly(node.input(2))) {
+      TS_ASSIGN_OR_RETURN(c, Const(node.input(2)));
+    }
     TensorData bias;
     if (per_output) {
       bias.shape = {n_out};
-      for (int64_t o = 0; o < n_out; ++o) bias.values.push_back(static_cast<float>(beta * c->data[nc == 1 ? 0 : o]));
+      if (c != nullptr)
+        for (int64_t o = 0; o < n_out; ++o) bias.values.push_back(static_cast<float>(beta * c->data[nc == 1 ? 0 : o]));
       inputs.push_back(graph_.AddConstant(name + "/B", std::move(bias)));
     } else {
-      bias.shape = c->dims;
-      for (double v : c->data) bias.values.push_back(static_cast<float>(beta * v));
+      bias.shape = c_dims;
+      if (c != nullptr)
+        for (double v : c->data) bias.values.push_back(static_cast<float>(beta * v));
       matrix_bias = graph_.AddConstant(name + "/C", std::move(bias));
     }
   }
@@ -839,23 +983,26 @@ Status OnnxModelImporter::TranslateMatMul(const onnx::NodeProto& node, const std
     AddNode(name, "MatMul", {a, b}, {y}, Attributes());
     return Status::OK();
   }
-  TS_ASSIGN_OR_RETURN(const ConstTensor* b, Const(node.input(1)));
-  if (b->dims.size() != 2) {
+  const Shape b_dims = ConstDims(node.input(1));
+  if (b_dims.size() != 2) {
     TS_ASSIGN_OR_RETURN(int a, InputValue(node, node.input(0)));
     TS_ASSIGN_OR_RETURN(int bv, InputValue(node, node.input(1)));
     TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
     AddNode(name, "MatMul", {a, bv}, {y}, Attributes());
     return Status::OK();
   }
-  const int64_t k = b->dims[0], n_out = b->dims[1];
+  const int64_t k = b_dims[0], n_out = b_dims[1];
   if (a_shape.back() != k)
     return NodeError(StatusCode::kInvalidArgument, node,
-                     "A " + ShapeToString(a_shape) + " and B " + ShapeToString(b->dims) + " do not multiply");
+                     "A " + ShapeToString(a_shape) + " and B " + ShapeToString(b_dims) + " do not multiply");
   TensorData w;
   w.shape = {n_out, k};
-  w.values.resize(static_cast<size_t>(n_out * k));
-  for (int64_t o = 0; o < n_out; ++o)
-    for (int64_t i = 0; i < k; ++i) w.values[o * k + i] = static_cast<float>(b->data[i * n_out + o]);
+  if (!IsShapeOnly(node.input(1))) {
+    TS_ASSIGN_OR_RETURN(const ConstTensor* b, Const(node.input(1)));
+    w.values.resize(static_cast<size_t>(n_out * k));
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < k; ++i) w.values[o * k + i] = static_cast<float>(b->data[i * n_out + o]);
+  }
   const int w_id = graph_.AddConstant(name + "/W", std::move(w));
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
   TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
@@ -1339,6 +1486,12 @@ Status OnnxModelImporter::TranslatePassThrough(const onnx::NodeProto& node, cons
 
 Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) {
   TS_RETURN_IF_ERROR(CheckTranslatable(node));
+  translating_sources_.clear();
+  for (const std::string& in : node.input())
+    if (!in.empty()) {
+      const Sources s = SourcesOf(Resolve(in));
+      translating_sources_.insert(s.begin(), s.end());
+    }
   const std::string& op = node.op_type();
   const std::string name = node.name();
 
@@ -1439,8 +1592,9 @@ Status OnnxModelImporter::Compact() {
   return graph_.Validate();
 }
 
-Result<Graph> OnnxModelImporter::Import(const std::string* bytes, std::istream* stream) {
-  TS_RETURN_IF_ERROR(Parse(bytes, stream));
+Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStream* in) {
+  TS_RETURN_IF_ERROR(Parse(in));
+  TS_RETURN_IF_ERROR(CheckDroppedPayloads());
   TS_RETURN_IF_ERROR(Check());
   // Before IR 4, shape inference only sees initializers that are also graph
   // inputs; folded constants are not, so lift old models to IR 4 semantics.
@@ -1469,9 +1623,15 @@ Result<Graph> OnnxModelImporter::Import(const std::string* bytes, std::istream* 
   // The Graph holds its own copy of every weight now; free the protobuf's.
   model_.Clear();
   const_cache_.clear();
-  TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_));
+  std::vector<std::pair<std::string, std::string>> folded;
+  TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_, &folded));
+  for (const auto& [consumer, producer] : folded) {
+    const Sources s = node_sources_[consumer];
+    node_sources_[producer].insert(s.begin(), s.end());
+  }
   Status st = Compact();
   if (!st.ok()) return st.WithContext(origin_ + ": ");
+  if (options_.values_for_nodes) KeepValuesOnlyFor(*options_.values_for_nodes, &graph_);
   spdlog::debug("{}: imported {} nodes, {} values, {} weights (opset {})", origin_, graph_.nodes.size(),
                 graph_.values.size(), graph_.WeightCount(), opset_);
   return std::move(graph_);
@@ -1481,11 +1641,36 @@ Result<Graph> OnnxModelImporter::Import(const std::string* bytes, std::istream* 
 
 namespace {
 
-Result<Graph> RunImporter(const std::string* bytes, std::istream* stream, const std::string& origin,
-                          const ImportOptions& options) {
-  OnnxModelImporter importer(origin, options);
+// Opens the model's bytes as a fresh stream (a values_for_nodes import reads them twice).
+using StreamOpener = std::function<Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>>()>;
+
+Result<Graph> ImportWith(const StreamOpener& open, const std::string& origin, const ImportOptions& options) {
+  if (!options.values_for_nodes || options.shapes_only) {
+    OnnxModelImporter importer(origin, options);
+    TS_ASSIGN_OR_RETURN(auto in, open());
+    return importer.Import(in.get());
+  }
+  // Values for some nodes only: a shapes-only pass learns which initializers
+  // their weights come from; the second pass reads just those payloads.
+  ImportOptions shapes = options;
+  shapes.shapes_only = true;
+  shapes.values_for_nodes.reset();
+  OnnxModelImporter first(origin, shapes);
+  TS_ASSIGN_OR_RETURN(auto in1, open());
+  TS_RETURN_IF_ERROR(first.Import(in1.get()).status());
+  std::set<std::string> keep;
+  for (const std::string& node : *options.values_for_nodes)
+    if (auto it = first.node_sources().find(node); it != first.node_sources().end())
+      keep.insert(it->second.begin(), it->second.end());
+  OnnxModelImporter second(origin, options);
+  second.KeepPayloadsOf(&keep);
+  TS_ASSIGN_OR_RETURN(auto in2, open());
+  return second.Import(in2.get());
+}
+
+Result<Graph> RunImporter(const StreamOpener& open, const std::string& origin, const ImportOptions& options) {
   try {
-    return importer.Import(bytes, stream);
+    return ImportWith(open, origin, options);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(origin + ": out of memory while importing (a tensor's dims are too large?)");
   } catch (const std::exception& e) {
@@ -1498,14 +1683,24 @@ Result<Graph> RunImporter(const std::string* bytes, std::istream* stream, const 
 }  // namespace
 
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const ImportOptions& options) {
-  return RunImporter(&bytes, nullptr, origin, options);
+  StreamOpener open = [&]() -> Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>> {
+    return std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>(
+        std::make_unique<google::protobuf::io::ArrayInputStream>(bytes.data(), static_cast<int>(bytes.size())));
+  };
+  return RunImporter(open, origin, options);
 }
 
 Result<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::FromErrno(errno, path);
-  // Parsed straight from the file: a large model is not held twice.
-  return RunImporter(nullptr, &in, path, options);
+  // Parsed straight from the file: a large model is not held twice, and
+  // the weights a shapes-only import drops are seeked past, never read.
+  StreamOpener open = [&]() -> Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>> {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, path);
+    auto in = std::make_unique<google::protobuf::io::FileInputStream>(fd);
+    in->SetCloseOnDelete(true);
+    return std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>(std::move(in));
+  };
+  return RunImporter(open, path, options);
 }
 
 }  // namespace tessera

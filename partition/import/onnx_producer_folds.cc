@@ -15,19 +15,24 @@ bool IsFoldTarget(const Node& node) {
 // Output channels of a Conv/Gemm producer: rows of its weight.
 int64_t OutputChannels(const Graph& g, const Node& p) { return g.values[p.inputs[1]].shape.at(0); }
 
-// Current bias of P (zeros if absent), as a fresh vector.
+// A constant imported with its values (not shapes only, ImportOptions).
+bool HasValues(const TensorData& t) { return static_cast<int64_t>(t.values.size()) == NumElements(t.shape); }
+
+// Current bias of P (zeros if absent), as a fresh vector; empty when the
+// bias was imported for its shape only (then a folded bias has no values either).
 std::vector<float> BiasOf(const Graph& g, const Node& p) {
   const int64_t o = OutputChannels(g, p);
   if (p.inputs.size() > 2 && p.inputs[2] >= 0) {
     const TensorData* b = g.ConstantData(p.inputs[2]);
-    if (b != nullptr && static_cast<int64_t>(b->values.size()) == o) return b->values;
+    if (b != nullptr && NumElements(b->shape) == o) return b->values;
   }
   return std::vector<float>(static_cast<size_t>(o), 0.f);
 }
 
-void SetBias(Graph* g, Node* p, std::vector<float> bias, const std::string& suffix) {
+// `bias` has o values, or none (shapes only).
+void SetBias(Graph* g, Node* p, int64_t o, std::vector<float> bias, const std::string& suffix) {
   TensorData d;
-  d.shape = {static_cast<int64_t>(bias.size())};
+  d.shape = {o};
   d.values = std::move(bias);
   const int id = g->AddConstant(p->name + "/" + suffix, std::move(d));
   if (p->inputs.size() < 3) p->inputs.resize(3, -1);
@@ -39,7 +44,7 @@ bool ReadBatchNorm(const Graph& g, const Node& bn, int64_t channels, std::vector
   if (bn.inputs.size() != 5 || bn.outputs.size() != 1) return false;
   for (int i = 1; i < 5; ++i) {
     const TensorData* t = bn.inputs[i] >= 0 ? g.ConstantData(bn.inputs[i]) : nullptr;
-    if (t == nullptr || static_cast<int64_t>(t->values.size()) != channels) return false;
+    if (t == nullptr || NumElements(t->shape) != channels) return false;
     params->push_back(t);
   }
   return true;
@@ -52,21 +57,28 @@ bool FoldBatchNorm(Graph* g, Node* p, const Node& bn) {
   std::vector<const TensorData*> prm;  // scale, beta, mean, var
   if (!ReadBatchNorm(*g, bn, o, &prm)) return false;
   const TensorData* w = g->ConstantData(p->inputs[1]);
-  if (w == nullptr || w->values.empty() || static_cast<int64_t>(w->values.size()) % o != 0) return false;
+  if (w == nullptr || NumElements(w->shape) == 0 || NumElements(w->shape) % o != 0) return false;
   const double eps = bn.attrs.Float("epsilon", 1e-5);
   std::vector<float> bias = BiasOf(*g, *p);
-  TensorData w2 = *w;
-  const size_t per_row = w2.values.size() / static_cast<size_t>(o);
-  for (int64_t c = 0; c < o; ++c) {
+  // Shapes only (ImportOptions): what lacks a value folds into no values.
+  bool params_known = true;
+  for (const TensorData* t : prm) params_known &= HasValues(*t);
+  const bool weights_known = params_known && HasValues(*w);
+  if (!params_known) bias.clear();
+  TensorData w2;
+  w2.shape = w->shape;
+  if (weights_known) w2.values = w->values;
+  const size_t per_row = static_cast<size_t>(NumElements(w->shape) / o);
+  for (int64_t c = 0; c < o && params_known; ++c) {
     const double s = prm[0]->values[c] / std::sqrt(static_cast<double>(prm[3]->values[c]) + eps);
-    for (size_t k = 0; k < per_row; ++k) {
+    for (size_t k = 0; k < per_row && weights_known; ++k) {
       float& v = w2.values[c * per_row + k];
       v = static_cast<float>(v * s);
     }
-    bias[c] = static_cast<float>((bias[c] - prm[2]->values[c]) * s + prm[1]->values[c]);
+    if (!bias.empty()) bias[c] = static_cast<float>((bias[c] - prm[2]->values[c]) * s + prm[1]->values[c]);
   }
   p->inputs[1] = g->AddConstant(p->name + "/W@bn", std::move(w2));
-  SetBias(g, p, std::move(bias), "bias@bn");
+  SetBias(g, p, o, std::move(bias), "bias@bn");
   return true;
 }
 
@@ -86,9 +98,10 @@ bool FoldBiasAdd(Graph* g, Node* p, const Node& add, int from_value) {
     if (axis != 1 || c->shape[i] != o) return false;
   }
   std::vector<float> bias = BiasOf(*g, *p);
-  const bool scalar = c->values.size() == 1;
-  for (int64_t k = 0; k < o; ++k) bias[k] += c->values[scalar ? 0 : k];
-  SetBias(g, p, std::move(bias), "bias@add");
+  if (!HasValues(*c)) bias.clear();  // shapes only: the folded bias has no values
+  const bool scalar = NumElements(c->shape) == 1;
+  for (int64_t k = 0; k < o && !bias.empty(); ++k) bias[k] += c->values[scalar ? 0 : k];
+  SetBias(g, p, o, std::move(bias), "bias@add");
   return true;
 }
 
@@ -119,7 +132,7 @@ bool FoldActivation(Node* p, const Node& act) {
 
 }  // namespace
 
-Status FoldIntoProducers(Graph* graph) {
+Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
   Graph& g = *graph;
   const auto consumers = g.Consumers();
   std::vector<bool> is_output(g.values.size(), false);
@@ -148,6 +161,7 @@ Status FoldIntoProducers(Graph* graph) {
     else
       folded = FoldActivation(&p, c);
     if (!folded) continue;
+    if (folded_into != nullptr) folded_into->emplace_back(c.name, p.name);
     p.outputs[0] = c.outputs[0];
     g.values[c.outputs[0]].producer = pi;
     g.values[v].producer = -1;

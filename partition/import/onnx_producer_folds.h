@@ -21,6 +21,7 @@ namespace tessera {
 // P then produces C's output (its name and id stay) and C is removed. Folded
 // weights are new constants; shared weights are never modified in place.
 // Unused values stay in `graph` (ids are stable); RemoveDeadNodes drops their data.
-Status FoldIntoProducers(Graph* graph);
+// `folded` (optional) gets one (C's name, P's name) pair per fold.
+Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded = nullptr);
 
 }  // namespace tessera

@@ -30,7 +30,8 @@ float Bfloat16ToFloat(uint16_t b) {
   return v;
 }
 
-// Bytes per element in raw_data; 0 for types we do not read.
+}  // namespace
+
 size_t RawElementSize(int32_t t) {
   switch (t) {
     case TensorProto::FLOAT:
@@ -54,6 +55,8 @@ size_t RawElementSize(int32_t t) {
       return 0;
   }
 }
+
+namespace {
 
 template <typename T>
 T LoadLittleEndian(const char* p) {

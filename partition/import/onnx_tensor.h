@@ -27,6 +27,9 @@ struct ConstTensor {
   std::vector<int64_t> Ints() const;
 };
 
+// Bytes per element of `elem_type` in raw_data; 0 for types not read.
+size_t RawElementSize(int32_t elem_type);
+
 // Name of an ONNX element type ("float", "int64", ...), for messages.
 std::string ElemTypeName(int32_t elem_type);
 

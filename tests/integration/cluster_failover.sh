@@ -19,26 +19,12 @@ fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
 start_scratch tessera-failover
 
-{ echo "devices:"
-  for i in 1 2 3 4; do
-    "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" 2>>"$D/w$i.log" &
-    PIDS[$i]=$!
-    for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
-    [ -f "$D/w$i.port" ] || { echo "FAIL worker w$i did not start" >&2; exit 1; }
-    echo "  - { name: w$i, kind: linux, address: $(cat $D/w$i.port), ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }"
-  done
-  echo "links:"; echo "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"; } > "$D/cluster.yaml" || exit 1
+start_loopback_workers 4 || exit 1
 
 "$python" -c "import numpy as np; np.save('$D/x.npy', np.random.default_rng(3).standard_normal((1,3,128,128)).astype(np.float32))"
 "$T" run "$CFG" --input-shape $SHAPE --input "$D/x.npy" --output "$D/ref.npy" >/dev/null || { echo "FAIL tessera run"; exit 1; }
 
-GRPC=127.0.0.1:$(free_port); HTTP=127.0.0.1:$(free_port)
-"$T" gateway --cluster "$D/cluster.yaml" --model "$CFG" --input-shape $SHAPE --failover --listen $GRPC --http $HTTP \
-  --data-dir "$D/gw" 2>"$D/gateway.log" &
-GW=$!
-up=0
-for _ in $(seq 600); do curl -sf http://$HTTP/healthz >/dev/null && { up=1; break; }; kill -0 $GW 2>/dev/null || break; sleep 0.1; done
-[ $up = 1 ] || { echo "FAIL gateway did not become healthy"; tail -20 "$D/gateway.log"; exit 1; }
+start_gateway 60 --model "$CFG" --input-shape $SHAPE --failover || exit 1
 
 infer() {  # tag
   "$T" infer --gateway $GRPC --deadline-ms 60000 --input "$D/x.npy" --output "$D/$1.npy" >/dev/null 2>"$D/$1.err" &&

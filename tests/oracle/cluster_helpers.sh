@@ -39,3 +39,36 @@ start_scratch() {  # prefix
   GW=
   trap 'for p in "${PIDS[@]}" $GW; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; [[ ${KEEP:-0} = 1 ]] || rm -rf "$D"' EXIT
 }
+
+# Starts N `tessera worker` processes on loopback ports (pids in PIDS[1..N],
+# logs in $D/wI.log) and writes $D/cluster.yaml naming them w1..wN.
+#   requires: $T, $D (start_scratch)
+start_loopback_workers() {  # N
+  local i
+  { echo "devices:"
+    for i in $(seq "$1"); do
+      "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" 2>>"$D/w$i.log" &
+      PIDS[$i]=$!
+      for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
+      [ -f "$D/w$i.port" ] || { echo "FAIL worker w$i did not start" >&2; return 1; }
+      echo "  - { name: w$i, kind: linux, address: $(cat $D/w$i.port), ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }"
+    done
+    echo "links:"; echo "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"; } > "$D/cluster.yaml"
+}
+
+# Starts `tessera gateway --cluster $D/cluster.yaml ARGS...` on free ports
+# ($GRPC, $HTTP; pid $GW, log $D/gateway.log) and waits up to `seconds` for
+# /healthz. Non-zero (log tail printed) if it does not come up.
+start_gateway() {  # seconds args...
+  local seconds=$1 up=0
+  shift
+  GRPC=127.0.0.1:$(free_port); HTTP=127.0.0.1:$(free_port)
+  "$T" gateway --cluster "$D/cluster.yaml" "$@" --listen $GRPC --http $HTTP --data-dir "$D/gw" 2>"$D/gateway.log" &
+  GW=$!
+  for _ in $(seq $((seconds * 10))); do
+    curl -sf http://$HTTP/healthz >/dev/null && { up=1; break; }
+    kill -0 $GW 2>/dev/null || break
+    sleep 0.1
+  done
+  [ $up = 1 ] || { echo "FAIL gateway did not become healthy"; tail -20 "$D/gateway.log"; return 1; }
+}

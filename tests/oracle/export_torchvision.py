@@ -46,11 +46,13 @@ def build(name):
         return m.mnasnet1_0(weights=None)
     if name == "resnet50":  # for bench/planner, not the default test set
         return m.resnet50(weights=None)
+    if name == "vgg16":  # for bench/memory (528 MB of weights), not the default test set
+        return m.vgg16(weights=None)
     raise ValueError(f"unknown model {name}")
 
 
 MODELS = ["mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0"]
-EXTRA_MODELS = ["resnet50"]
+EXTRA_MODELS = ["resnet50", "vgg16"]
 
 
 def calibrate_batchnorm(model, seed):

@@ -121,6 +121,17 @@ TEST_CASE("device programs survive serialisation, and corrupted bytes are refuse
   CHECK(bn.attrs.Ints("pads") == std::vector<int64_t>{1, 2});
   CHECK(back->subgraphs[0].ConstantData(w)->values[5] == 6.f);
   CHECK(back->steps[1].src_box == s.src_box);
+  // The consuming encoder (one subgraph at a time, issue 11) gives bytes that
+  // parse to the same program.
+  DeviceProgram consumed = p;
+  std::string streamed = SerializeProgram(std::move(consumed), "plan-abc");
+  CHECK(streamed.size() == bytes.size());
+  std::string streamed_id;
+  auto again = ParseProgram(streamed, "streamed", &streamed_id);
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  CHECK(streamed_id == "plan-abc");
+  CHECK(SerializeProgram(*again, "plan-abc") == bytes);
   // Truncation and bit flips give an error, never a crash.
   for (size_t cut : {size_t{1}, bytes.size() / 2, bytes.size() - 1}) CHECK_FALSE(ParseProgram(bytes.substr(0, cut), "cut", nullptr).ok());
   std::string junk = bytes;

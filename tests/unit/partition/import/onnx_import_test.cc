@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -75,6 +76,15 @@ class OnnxModelBuilder {
     t->set_data_type(onnx::TensorProto::DOUBLE);
     for (int64_t d : dims) t->add_dims(d);
     for (double v : values) t->add_double_data(v);
+  }
+
+  // Stored as raw_data (how PyTorch's exporter writes weights).
+  void RawFloats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+    auto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
   }
 
   void Int64s(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values) {
@@ -575,6 +585,141 @@ TEST_CASE("ImportModel dispatches by extension", "[onnx]") {
   REQUIRE(g.ok());
   CHECK(g->name == "tessera_onnx_import_test");
   CHECK(Ops(*g) == std::vector<std::string>{"Relu"});
+}
+
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+std::vector<float> Ramp(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 7919) % 101 - 50);
+  return v;
+}
+
+// Conv (72 KiB of raw float32 weights) + BN + Relu, GlobalAveragePool,
+// Reshape to an int64 target, Gemm (75 KiB of float_data weights) + bias:
+// what a torchvision export looks like, at a size a unit test affords.
+OnnxModelBuilder SmallCnn() {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 32, 8, 8});
+  b.RawFloats("conv.w", {64, 32, 3, 3}, Ramp(64 * 32 * 9, 0.01f));
+  b.Floats("bn.scale", {64}, Ramp(64, 0.02f));
+  b.Floats("bn.beta", {64}, Ramp(64, 0.03f));
+  b.Floats("bn.mean", {64}, Ramp(64, 0.01f));
+  std::vector<float> var(64, 1.5f);
+  b.Floats("bn.var", {64}, var);
+  b.Int64s("flat", {2}, {1, -1});
+  b.Floats("fc.w", {64, 300}, Ramp(64 * 300, 0.001f));
+  b.Floats("fc.b", {300}, Ramp(300, 0.1f));
+  auto* conv = b.Node("Conv", {"x", "conv.w"}, {"c"}, "conv");
+  SetInts(conv, "pads", {1, 1, 1, 1});
+  b.Node("BatchNormalization", {"c", "bn.scale", "bn.beta", "bn.mean", "bn.var"}, {"n"}, "bn");
+  b.Node("Relu", {"n"}, {"r"}, "relu");
+  b.Node("GlobalAveragePool", {"r"}, {"p"}, "gap");
+  b.Node("Reshape", {"p", "flat"}, {"f"}, "flatten");
+  b.Node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, "fc");
+  b.Output("y");
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("onnx shapes only: large float weights keep their shapes and lose their values; the graph is the same",
+          "[onnx]") {
+  const OnnxModelBuilder b = SmallCnn();
+  auto full = Import(b);
+  REQUIRE(full.ok());
+  ImportOptions so;
+  so.shapes_only = true;
+  auto shapes = Import(b, so);
+  INFO(shapes.status().ToString());
+  REQUIRE(shapes.ok());
+  REQUIRE(Ops(*shapes) == Ops(*full));
+  REQUIRE(Ops(*shapes) == std::vector<std::string>{"Conv", "GlobalAveragePool", "Reshape", "Gemm"});
+  REQUIRE(shapes->values.size() == full->values.size());
+  for (size_t v = 0; v < full->values.size(); ++v) CHECK(shapes->values[v].shape == full->values[v].shape);
+  CHECK(shapes->WeightCount() == full->WeightCount());
+  // The conv's weight (BN folded in) and the dense weight have no values;
+  // the biases (small, BN folded) have exactly the weighted import's.
+  const Node& conv = shapes->nodes[0];
+  const Node& fc = shapes->nodes[3];
+  CHECK(ConstInput(*shapes, conv, 1).shape == Shape{64, 32, 3, 3});
+  CHECK(ConstInput(*shapes, conv, 1).values.empty());
+  CHECK(ConstInput(*shapes, fc, 1).shape == Shape{300, 64});
+  CHECK(ConstInput(*shapes, fc, 1).values.empty());
+  CHECK(ConstInput(*shapes, conv, 2).values == ConstInput(*full, full->nodes[0], 2).values);
+  CHECK(ConstInput(*shapes, fc, 2).values == ConstInput(*full, full->nodes[3], 2).values);
+  CHECK(conv.attrs.String("activation") == "relu");
+  CHECK(shapes->Validate().ok());
+
+  // From a file too (the weights are seeked past there), and values only for
+  // some nodes (the gateway's per-device builds): the others keep shapes.
+  const std::string path = (std::filesystem::temp_directory_path() / "tessera_shapes_only_test.onnx").string();
+  { std::ofstream(path, std::ios::binary) << b.Bytes(); }
+  auto from_file = ImportOnnx(path, so);
+  REQUIRE(from_file.ok());
+  CHECK(ConstInput(*from_file, from_file->nodes[0], 1).values.empty());
+  ImportOptions only_fc;
+  only_fc.values_for_nodes = std::set<std::string>{"fc"};
+  auto partial = ImportOnnx(path, only_fc);
+  REQUIRE(partial.ok());
+  CHECK(ConstInput(*partial, partial->nodes[0], 1).values.empty());
+  CHECK(ConstInput(*partial, partial->nodes[3], 1).values == ConstInput(*full, full->nodes[3], 1).values);
+  // The conv's weight is computed (BN folded in) from the conv and BN
+  // initializers: asking for the conv reads all of them, and only them.
+  ImportOptions only_conv;
+  only_conv.values_for_nodes = std::set<std::string>{"conv"};
+  auto conv_only = ImportOnnx(path, only_conv);
+  REQUIRE(conv_only.ok());
+  CHECK(ConstInput(*conv_only, conv_only->nodes[0], 1).values == ConstInput(*full, full->nodes[0], 1).values);
+  CHECK(ConstInput(*conv_only, conv_only->nodes[0], 2).values == ConstInput(*full, full->nodes[0], 2).values);
+  CHECK(ConstInput(*conv_only, conv_only->nodes[3], 1).values.empty());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("onnx shapes only: a weight computed from a shape-only weight is a shape-only weight", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 64});
+  b.RawFloats("w_t", {300, 64}, Ramp(300 * 64, 0.001f));
+  auto* t = b.Node("Transpose", {"w_t"}, {"w"}, "transpose_w");
+  SetInts(t, "perm", {1, 0});
+  b.Node("MatMul", {"x", "w"}, {"y"}, "mm");
+  b.Output("y");
+  auto full = Import(b);
+  REQUIRE(full.ok());
+  ImportOptions so;
+  so.shapes_only = true;
+  auto shapes = Import(b, so);
+  INFO(shapes.status().ToString());
+  REQUIRE(shapes.ok());
+  REQUIRE(Ops(*shapes) == Ops(*full));
+  REQUIRE(Ops(*shapes) == std::vector<std::string>{"Gemm"});
+  CHECK(ConstInput(*shapes, shapes->nodes[0], 1).shape == ConstInput(*full, full->nodes[0], 1).shape);
+  CHECK(ConstInput(*shapes, shapes->nodes[0], 1).values.empty());
+  CHECK_FALSE(ConstInput(*full, full->nodes[0], 1).values.empty());
+}
+
+TEST_CASE("onnx shapes only: truncated files and payloads are clear errors, never a crash", "[onnx]") {
+  const std::string full = SmallCnn().Bytes();
+  ImportOptions so;
+  so.shapes_only = true;
+  for (size_t len = 0; len < full.size(); len += 997) {
+    auto g = ImportOnnxBytes(full.substr(0, len), "truncated.onnx", so);
+    CHECK_FALSE(g.ok());
+    if (!g.ok()) CHECK_THAT(g.status().message(), Catch::Contains("truncated.onnx"));
+  }
+  // A payload too large to read (so it is skipped) but shorter than its dims need.
+  OnnxModelBuilder b = SmallCnn();
+  auto* w = b.model().mutable_graph()->mutable_initializer(0);
+  REQUIRE(w->name() == "conv.w");
+  w->set_raw_data(std::string(70000, '\0'));
+  auto g = Import(b, so);
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(g.status().message(), Catch::Contains("test.onnx") && Catch::Contains("conv.w") &&
+                                       Catch::Contains("70000 bytes") && Catch::Contains("73728"));
 }
 
 }  // namespace tessera
