@@ -19,15 +19,7 @@ fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
 start_scratch tessera-failover
 
-{ echo "devices:"
-  for i in 1 2 3 4; do
-    "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" 2>>"$D/w$i.log" &
-    PIDS[$i]=$!
-    for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
-    [ -f "$D/w$i.port" ] || { echo "FAIL worker w$i did not start" >&2; exit 1; }
-    echo "  - { name: w$i, kind: linux, address: $(cat $D/w$i.port), ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }"
-  done
-  echo "links:"; echo "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"; } > "$D/cluster.yaml" || exit 1
+start_workers "$T" 4 || exit 1
 
 "$python" -c "import numpy as np; np.save('$D/x.npy', np.random.default_rng(3).standard_normal((1,3,128,128)).astype(np.float32))"
 "$T" run "$CFG" --input-shape $SHAPE --input "$D/x.npy" --output "$D/ref.npy" >/dev/null || { echo "FAIL tessera run"; exit 1; }

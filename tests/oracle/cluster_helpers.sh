@@ -39,3 +39,19 @@ start_scratch() {  # prefix
   GW=
   trap 'for p in "${PIDS[@]}" $GW; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; [[ ${KEEP:-0} = 1 ]] || rm -rf "$D"' EXIT
 }
+
+# Starts worker processes w1..wN on free loopback ports (logs $D/wI.log, pids
+# in PIDS[I]) and writes $D/cluster.yaml listing them (identical 1 GiB Linux
+# devices, 1 Gbit/s links). Returns 1 when a worker does not start.
+start_workers() {  # tessera N
+  local i
+  { echo "devices:"
+    for i in $(seq "$2"); do
+      "$1" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" 2>>"$D/w$i.log" &
+      PIDS[$i]=$!
+      for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
+      [ -f "$D/w$i.port" ] || { echo "FAIL worker w$i did not start" >&2; return 1; }
+      echo "  - { name: w$i, kind: linux, address: $(cat "$D/w$i.port"), ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }"
+    done
+    echo "links:"; echo "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"; } > "$D/cluster.yaml"
+}
