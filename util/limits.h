@@ -65,6 +65,11 @@ inline constexpr int kMaxHttpConnections = 256;
 // (idle keep-alive included) is closed.
 inline constexpr int64_t kHttpIdleTimeoutMs = 10000;
 
+// A gRPC connection (worker or gateway port) that does not finish its
+// handshake within this time is closed (gRPC's default is 120 s, long
+// enough for idle connections to use up the process's descriptors).
+inline constexpr int kGrpcHandshakeTimeoutMs = 10000;
+
 // ---- checks -------------------------------------------------------------------
 
 // The element count of `dims` when every dimension is >= 0, the rank is at

@@ -616,6 +616,7 @@ Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service
   builder.AddListeningPort(listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
   builder.RegisterService(service);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");

@@ -187,6 +187,13 @@ void Serve(HttpEndpoint::State& s, HttpConnection& c) {
     }
     if (ec) break;
     c.deadline = NanosFromNow(s.options.body_timeout);
+    // A client that asks first (curl does above 1 MB) gets its go-ahead
+    // now instead of waiting a second for it.
+    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> go_ahead{http::status::continue_, 11};
+      http::write(socket, go_ahead, ec);
+      if (ec) break;
+    }
     http::read(socket, buffer, parser, ec);
     if (ec == http::error::body_limit) {  // a chunked body that grew past the limit
       auto res = too_large();

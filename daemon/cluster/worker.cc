@@ -628,6 +628,7 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
     builder.AddListeningPort(address, credentials, port);
     builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
     builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
     builder.RegisterService(s);
     return builder.BuildAndStart();
   };

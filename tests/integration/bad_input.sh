@@ -12,7 +12,8 @@
 #     filters=2^40 and width=2e9;
 #   * --http 0.0.0.0:PORT without --insecure is refused like gRPC's --listen;
 #   * idle HTTP connections beyond the cap are refused, /healthz says so while
-#     it lasts, gRPC keeps serving, and idle ones are closed after the timeout.
+#     it lasts, gRPC keeps serving, and idle ones are closed after the timeout;
+#     idle TCP connections to a worker's gRPC port are closed after 10 s.
 # Args: path to tessera, build dir.
 set -u
 T=${1:?tessera binary}
@@ -122,8 +123,13 @@ refused "infer --input descr.npy" "descr" "$T" infer --gateway $GRPC --input "$D
   ok "infer after the hostile requests == run" || bad "infer after the hostile requests"
 
 # ---- idle connections: cap, /healthz, gRPC unaffected, idle timeout ---------
-"$python" - "$HTTP" "$GRPC" "$T" "$D" <<'EOF' && ok "idle connections bounded" || bad "idle connections"
+"$python" - "$HTTP" "$GRPC" "$T" "$D" "$(cat "$D/w1.port")" <<'EOF' && ok "idle connections bounded" || bad "idle connections"
 import socket, subprocess, sys, time
+# Idle TCP connections to a worker's gRPC port: closed after the handshake
+# timeout (util/limits.h kGrpcHandshakeTimeoutMs, 10 s; gRPC's default is 120 s).
+whost, wport = sys.argv[5].rsplit(":", 1)
+worker_held = [socket.create_connection((whost, int(wport))) for _ in range(50)]
+worker_t0 = time.time()
 host, port = sys.argv[1].rsplit(":", 1)
 held = []
 for _ in range(100):  # 3x the gateway's --http-max-connections 32
@@ -166,6 +172,19 @@ time.sleep(5.5)  # past the window in which /healthz reports the refusals
 h = get("/healthz")
 print("  /healthz afterwards:", h.splitlines()[0])
 ok = ok and " 200 " in h.splitlines()[0]
+time.sleep(max(0, worker_t0 + 13 - time.time()))
+wclosed = 0
+for s in worker_held:
+    s.settimeout(0.5)
+    try:
+        while s.recv(65536): pass
+        wclosed += 1
+    except ConnectionResetError:
+        wclosed += 1
+    except socket.timeout:
+        pass
+print(f"  idle connections to worker w1's gRPC port closed by it within 13 s: {wclosed} of {len(worker_held)}")
+ok = ok and wclosed == len(worker_held)
 sys.exit(0 if ok else 1)
 EOF
 curl -sf http://$HTTP/metrics | grep -E '^tessera_http_connections_(refused|timed_out)_total' | sed 's/^/  /'

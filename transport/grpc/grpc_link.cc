@@ -198,6 +198,7 @@ Result<std::string> ExchangeInbox::Take(int from, int64_t message, std::chrono::
 void ExchangeInbox::AbortRequest(uint32_t request, const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!running_.count(request)) return;  // finished already: nothing waits, and nothing is kept
     aborted_.emplace(request, why);
   }
   cv_.notify_all();
