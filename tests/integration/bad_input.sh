@@ -130,6 +130,18 @@ import socket, subprocess, sys, time
 whost, wport = sys.argv[5].rsplit(":", 1)
 worker_held = [socket.create_connection((whost, int(wport))) for _ in range(50)]
 worker_t0 = time.time()
+def drained(sockets):  # how many of them the server closed (end-of-stream within 0.5 s each)
+    n = 0
+    for s in sockets:
+        s.settimeout(0.5)
+        try:
+            while s.recv(65536): pass
+            n += 1
+        except ConnectionResetError:
+            n += 1
+        except socket.timeout:
+            pass
+    return n
 host, port = sys.argv[1].rsplit(":", 1)
 held = []
 for _ in range(100):  # 3x the gateway's --http-max-connections 32
@@ -156,16 +168,7 @@ print("  gRPC infer while they are open: exit", r.returncode, "in %.1f s" % (tim
 ok = ok and r.returncode == 0
 # The server closes idle connections after --http-idle-timeout-ms (2 s).
 time.sleep(3.5)
-closed = 0
-for s in held:  # refused ones got a 503 first; every one must reach end-of-stream
-    s.settimeout(0.5)
-    try:
-        while s.recv(65536): pass
-        closed += 1
-    except ConnectionResetError:
-        closed += 1
-    except socket.timeout:
-        pass
+closed = drained(held)  # refused ones got a 503 first; every one must reach end-of-stream
 print(f"  closed by the server after the idle timeout: {closed} of {len(held)}")
 ok = ok and closed == len(held)
 time.sleep(5.5)  # past the window in which /healthz reports the refusals
@@ -173,16 +176,7 @@ h = get("/healthz")
 print("  /healthz afterwards:", h.splitlines()[0])
 ok = ok and " 200 " in h.splitlines()[0]
 time.sleep(max(0, worker_t0 + 13 - time.time()))
-wclosed = 0
-for s in worker_held:
-    s.settimeout(0.5)
-    try:
-        while s.recv(65536): pass
-        wclosed += 1
-    except ConnectionResetError:
-        wclosed += 1
-    except socket.timeout:
-        pass
+wclosed = drained(worker_held)
 print(f"  idle connections to worker w1's gRPC port closed by it within 13 s: {wclosed} of {len(worker_held)}")
 ok = ok and wclosed == len(worker_held)
 sys.exit(0 if ok else 1)
