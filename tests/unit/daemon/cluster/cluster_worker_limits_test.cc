@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,13 @@ int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
   return -1;
 }
 
+// The binary the workers run: this build's, or $TESSERA_WORKER_BINARY (to
+// show that an older build fails these tests).
+std::string WorkerBinary() {
+  const char* other = std::getenv("TESSERA_WORKER_BINARY");
+  return other && *other ? other : TESSERA_BINARY;
+}
+
 // One `tessera worker` process on a free loopback port.
 struct WorkerProcess {
   pid_t pid = -1;
@@ -52,13 +60,13 @@ struct WorkerProcess {
   WorkerProcess(const std::string& name, const std::filesystem::path& scratch) : dir(scratch / name) {
     std::filesystem::create_directories(dir);
     const std::string port_file = (dir / "port").string();
-    std::vector<std::string> args = {TESSERA_BINARY, "worker",      "--listen",    "127.0.0.1:0",
+    std::vector<std::string> args = {WorkerBinary(), "worker",      "--listen",    "127.0.0.1:0",
                                      "--name",       name,          "--port-file", port_file,
                                      "--data-dir",   (dir / "data").string()};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid, TESSERA_BINARY, nullptr, nullptr, argv.data(), environ) == 0);
+    REQUIRE(posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), environ) == 0);
     for (int i = 0; i < 200 && address.empty(); ++i) {
       std::ifstream in(port_file);
       std::getline(in, address);
