@@ -285,7 +285,8 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   proto::ProgramChunk chunk, header;
   // The chunks as they arrive: memory follows the bytes received, never
   // the size the header announces (issue 14: 8 GiB announced were
-  // reserved up front). With a data dir they go to disk one by one.
+  // reserved up front). Install writes them to the data dir one by one,
+  // without joining them first.
   std::vector<std::string> chunks;
   int64_t received = 0;
   int64_t expected_seq = 0;
