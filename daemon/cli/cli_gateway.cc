@@ -31,6 +31,7 @@ struct GatewayArgs {
   bool deploy = false;
   bool failover = false;
   GatewayOptions gateway;
+  HttpEndpointOptions http_options;
 };
 
 // Each request in flight needs its own device arena on every worker
@@ -50,6 +51,10 @@ void LimitInFlightToRam(const ServedPlan& served, const Cluster& cluster, int* m
 }
 
 int RunGateway(GatewayArgs& a) {
+  // Refused before anything is planned or deployed.
+  if (!a.http.empty())
+    if (Status st = CheckHttpListenAddress(a.http, a.gateway.security.allow_plaintext_remote); !st.ok())
+      return ReportError("gateway", st);
   // Issue 11: the gateway runs no layer. It keeps the model's shapes only
   // and reads weights one device at a time while it deploys
   // (gateway_plan.h CompileDeviceProgramWithWeights).
@@ -99,7 +104,12 @@ int RunGateway(GatewayArgs& a) {
   if (!server.ok()) return ReportError("gateway", server.status());
   std::unique_ptr<HttpEndpoint> http;
   if (!a.http.empty()) {
-    auto h = HttpEndpoint::Start(gateway->get(), a.http, a.gateway.max_input_bytes + (1 << 20));
+    HttpEndpointOptions ho = a.http_options;
+    ho.listen = a.http;
+    // The body carries the input plus its .npy header or JSON text around it.
+    ho.max_body_bytes = a.gateway.max_input_bytes;
+    ho.allow_remote = a.gateway.security.allow_plaintext_remote;
+    auto h = HttpEndpoint::Start(gateway->get(), ho);
     if (!h.ok()) return ReportError("gateway", h.status());
     http = std::move(*h);
   }
@@ -138,9 +148,18 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--http", a->http, "HTTP address (\"\" = none)")->capture_default_str();
   cmd->add_option("--max-in-flight", a->gateway.max_in_flight, "Requests on the cluster at once")->capture_default_str();
   cmd->add_option("--queue", a->gateway.queue_capacity, "Requests waiting before RESOURCE_EXHAUSTED")->capture_default_str();
-  cmd->add_option("--max-body-bytes", a->gateway.max_input_bytes, "Largest accepted input")->capture_default_str();
+  cmd->add_option("--max-body-bytes", a->gateway.max_input_bytes,
+                  "Largest accepted request: HTTP body (413 beyond) and gRPC inputs")
+      ->capture_default_str();
+  cmd->add_option("--http-max-connections", a->http_options.max_connections,
+                  "HTTP connections served at once (more are answered 503)")
+      ->capture_default_str();
+  cmd->add_option_function<int64_t>(
+         "--http-idle-timeout-ms", [a](int64_t ms) { a->http_options.idle_timeout = std::chrono::milliseconds(ms); },
+         "Close an HTTP connection that sends no request header for this long (default 10000)");
   cmd->add_flag("--insecure", a->gateway.security.allow_plaintext_remote,
-                "Allow plaintext gRPC to non-loopback workers (trusted network only)");
+                "Allow plaintext gRPC and HTTP off loopback: to non-loopback workers, and --listen/--http on "
+                "other interfaces (trusted network only)");
   cmd->callback([a] {
     if (int rc = RunGateway(*a)) throw CLI::RuntimeError(rc);
   });

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <spdlog/spdlog.h>
 
+#include "util/limits.h"
+
 namespace tessera {
 
 void ModelOptions::AddTo(CLI::App& cmd) {
@@ -31,6 +33,7 @@ Result<Shape> ParseShape(const std::string& text) {
       item += text[i];
     }
   }
+  TS_RETURN_IF_ERROR(CheckedElementCount(shape, "the input").status());
   return shape;
 }
 

@@ -283,6 +283,7 @@ Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::
     links_.clear();  // device indices changed; refilled from Worker.Status
     uart_.clear();
     worker_rss_.clear();
+    worker_dropped_.clear();
   }
   spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
@@ -308,6 +309,7 @@ void Gateway::RefreshWorkerState() {
                                                     l.messages()};
       if (status.has_uart()) uart_[i] = status.uart();
       worker_rss_[i] = {status.rss_bytes(), status.peak_rss_bytes()};
+      worker_dropped_[i] = status.exchange_dropped();
     }
   }
 }
@@ -511,6 +513,15 @@ std::string Gateway::MetricsText() const {
   for (const auto& [i, r] : worker_rss_)
     m << "tessera_worker_peak_rss_bytes{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
       << r.second << "\n";
+  m << "# HELP tessera_worker_exchange_dropped_frames_total Exchange frames a worker refused to keep, by reason.\n"
+       "# TYPE tessera_worker_exchange_dropped_frames_total counter\n";
+  for (const auto& [i, x] : worker_dropped_) {
+    const std::string labels = "worker=\"" + served.workers[i].name + "\",device=\"" + std::to_string(i) + "\"";
+    m << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"unexpected\"} " << x.unexpected() << "\n"
+      << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"finished\"} " << x.finished() << "\n"
+      << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"early_over_limit\"} "
+      << x.early_over_limit() << "\n";
+  }
   const ProcessMemory own = ReadProcessMemory();
   m << "# HELP tessera_gateway_rss_bytes Resident memory of the gateway process (VmRSS).\n"
        "# TYPE tessera_gateway_rss_bytes gauge\ntessera_gateway_rss_bytes " << own.rss_bytes << "\n";
@@ -639,6 +650,7 @@ Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service
   builder.AddListeningPort(listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
   builder.RegisterService(service);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");

@@ -23,6 +23,7 @@
 #include "partition/graph/graph.h"
 #include "proto/services.grpc.pb.h"
 #include "transport/grpc/grpc_channel.h"
+#include "util/limits.h"
 
 namespace tessera {
 
@@ -89,7 +90,7 @@ struct GatewayOptions {
   int max_in_flight = 4;        // requests on the cluster at once
   int queue_capacity = 64;      // waiting beyond that -> RESOURCE_EXHAUSTED
   int64_t default_deadline_ms = 60000;
-  int64_t max_input_bytes = 256 << 20;
+  int64_t max_input_bytes = kMaxRequestBytes;  // util/limits.h
   std::chrono::milliseconds health_interval{1000};
   TransportSecurity security;
   // Set: when a worker of the served plan is down (found before a request
@@ -174,6 +175,7 @@ class Gateway {
   std::map<std::pair<int, int>, LinkBytes> links_;       // GUARDED_BY(mu_)
   std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
   std::map<size_t, std::pair<int64_t, int64_t>> worker_rss_;  // by device: (VmRSS, VmHWM); GUARDED_BY(mu_)
+  std::map<size_t, proto::ExchangeDrops> worker_dropped_;     // by device; GUARDED_BY(mu_)
 
   bool stopping_ = false;  // GUARDED_BY(mu_)
   std::thread health_;

@@ -4,11 +4,15 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
+#include <atomic>
+#include <condition_variable>
 #include <list>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "daemon/runtime/json_tensor.h"
 #include "daemon/runtime/npy.h"
+#include "transport/grpc/grpc_channel.h"
 
 namespace tessera {
 
@@ -17,49 +21,87 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+using Clock = std::chrono::steady_clock;
+
+// One connection and the thread serving it. `deadline` (steady clock, ns
+// since epoch; 0 = none) is when the watchdog shuts the socket down: set
+// while the connection waits for a request or a body, cleared while the
+// gateway works on the request.
+struct HttpConnection {
+  std::shared_ptr<tcp::socket> socket;
+  std::thread thread;
+  std::atomic<int64_t> deadline{0};
+  std::atomic<bool> done{false};
+};
+
 struct HttpEndpoint::State {
   Gateway* gateway = nullptr;
-  int64_t max_body_bytes = 0;
+  HttpEndpointOptions options;
   asio::io_context io;
   std::unique_ptr<tcp::acceptor> acceptor;
-  std::thread accept_thread;
+  std::thread accept_thread, watchdog_thread;
   std::mutex mu;
-  std::list<std::pair<std::shared_ptr<tcp::socket>, std::thread>> connections;  // GUARDED_BY(mu)
-  bool stopping = false;                                                        // GUARDED_BY(mu)
+  std::condition_variable watchdog_cv;
+  std::list<std::unique_ptr<HttpConnection>> connections;  // GUARDED_BY(mu)
+  bool stopping = false;                                   // GUARDED_BY(mu)
+  // The listener's trouble, for /healthz and /metrics.
+  int64_t refused_over_limit = 0;     // GUARDED_BY(mu): connections answered 503
+  int64_t closed_idle = 0;            // GUARDED_BY(mu): closed by the idle/body timeout
+  int64_t accept_errors = 0;          // GUARDED_BY(mu)
+  std::string last_accept_error;      // GUARDED_BY(mu)
+  Clock::time_point last_accept_error_at{}, last_refused_at{};  // GUARDED_BY(mu)
 };
 
 namespace {
-
-// Nested JSON arrays -> (shape, values); InvalidArgument for ragged or non-numeric data.
-Status FlattenJson(const nlohmann::json& j, size_t depth, Shape* shape, std::vector<float>* values) {
-  if (j.is_number()) {
-    if (depth != shape->size() && !shape->empty()) return Status::InvalidArgument("ragged JSON array");
-    values->push_back(j.get<float>());
-    return Status::OK();
-  }
-  if (!j.is_array()) return Status::InvalidArgument("the JSON body must be an array of numbers");
-  if (depth == shape->size()) {
-    if (!values->empty()) return Status::InvalidArgument("ragged JSON array");
-    shape->push_back(static_cast<int64_t>(j.size()));
-  } else if (depth > shape->size() || (*shape)[depth] != static_cast<int64_t>(j.size())) {
-    return Status::InvalidArgument("ragged JSON array");
-  }
-  for (const auto& e : j) TS_RETURN_IF_ERROR(FlattenJson(e, depth + 1, shape, values));
-  return Status::OK();
-}
 
 Result<TensorData> ParseBody(const std::string& body, const std::string& content_type, const Shape& want) {
   if (body.rfind("\x93NUMPY", 0) == 0 || content_type.find("npy") != std::string::npos ||
       content_type.find("octet-stream") != std::string::npos)
     return ParseNpy(body, "request body");
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::InvalidArgument("the body is neither JSON nor .npy");
-  if (j.is_object() && j.contains("inputs")) j = j["inputs"];
-  TensorData t;
-  TS_RETURN_IF_ERROR(FlattenJson(j, 0, &t.shape, &t.values));
-  // A flat array of the right length takes the model's shape.
-  if (t.shape.size() == 1 && static_cast<int64_t>(t.values.size()) == NumElements(want)) t.shape = want;
-  return t;
+  return ParseJsonTensor(body, want, NumElements(want), "request body");
+}
+
+int64_t NanosFromNow(std::chrono::milliseconds d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>((Clock::now() + d).time_since_epoch()).count();
+}
+
+// Within this long after the listener last failed to accept or refused a
+// connection over the limit, /healthz reports it.
+constexpr auto kListenerTroubleWindow = std::chrono::seconds(5);
+
+// "" when the listener is fine, else what is wrong with it.
+std::string ListenerTrouble(HttpEndpoint::State& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto now = Clock::now();
+  if (s.accept_errors > 0 && now - s.last_accept_error_at < kListenerTroubleWindow)
+    return "the HTTP listener cannot accept connections: " + s.last_accept_error;
+  if (s.refused_over_limit > 0 && now - s.last_refused_at < kListenerTroubleWindow)
+    return "HTTP connections at the limit of " + std::to_string(s.options.max_connections) +
+           "; newer ones are refused (idle ones close after " + std::to_string(s.options.idle_timeout.count()) +
+           " ms)";
+  return "";
+}
+
+std::string ListenerMetrics(HttpEndpoint::State& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::string out;
+  out += "# TYPE tessera_http_connections gauge\ntessera_http_connections " + std::to_string(s.connections.size()) + "\n";
+  out += "# TYPE tessera_http_connections_refused_total counter\ntessera_http_connections_refused_total " +
+         std::to_string(s.refused_over_limit) + "\n";
+  out += "# TYPE tessera_http_connections_timed_out_total counter\ntessera_http_connections_timed_out_total " +
+         std::to_string(s.closed_idle) + "\n";
+  out += "# TYPE tessera_http_accept_errors_total counter\ntessera_http_accept_errors_total " +
+         std::to_string(s.accept_errors) + "\n";
+  return out;
+}
+
+http::response<http::string_body> JsonError(int code, const std::string& message, const char* status_name) {
+  http::response<http::string_body> res{static_cast<http::status>(code), 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = nlohmann::json{{"error", message}, {"code", status_name}}.dump() + "\n";
+  res.keep_alive(false);
+  res.prepare_payload();
+  return res;
 }
 
 int HttpCode(StatusCode code) {
@@ -92,11 +134,13 @@ http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::req
   };
   const std::string target(req.target());
   if (req.method() == http::verb::get && target == "/healthz") {
+    const std::string trouble = ListenerTrouble(s);
+    if (!trouble.empty()) return reply(503, "text/plain", "degraded: " + trouble + "\n");
     const bool up = s.gateway->AllWorkersUp();
     return reply(up ? 200 : 503, "text/plain", up ? "ok\n" : "degraded: a worker is down\n");
   }
   if (req.method() == http::verb::get && target == "/metrics")
-    return reply(200, "text/plain; version=0.0.4", s.gateway->MetricsText());
+    return reply(200, "text/plain; version=0.0.4", s.gateway->MetricsText() + ListenerMetrics(s));
   if (target == "/v1/infer") {
     if (req.method() != http::verb::post) return error(Status::InvalidArgument("use POST for /v1/infer"));
     const auto& sig = s.gateway->options().signature;
@@ -119,44 +163,157 @@ http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::req
   return error(Status::NotFound("no such endpoint " + target + " (POST /v1/infer, GET /healthz, GET /metrics)"));
 }
 
-void Serve(HttpEndpoint::State& s, std::shared_ptr<tcp::socket> socket) {
+void Serve(HttpEndpoint::State& s, HttpConnection& c) {
+  tcp::socket& socket = *c.socket;
+  const auto too_large = [&] {
+    return JsonError(413, "the body exceeds " + std::to_string(s.options.max_body_bytes) +
+                              " bytes (the gateway's --max-body-bytes)", "ResourceExhausted");
+  };
   beast::error_code ec;
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.body_limit(static_cast<std::uint64_t>(s.max_body_bytes));
-    http::read(*socket, buffer, parser, ec);
-    if (ec == http::error::body_limit) {
-      http::response<http::string_body> res{http::status::bad_request, 11};
-      res.set(http::field::content_type, "application/json");
-      res.body() = nlohmann::json{{"error", "the body exceeds " + std::to_string(s.max_body_bytes) + " bytes"},
-                                  {"code", "InvalidArgument"}}.dump() + "\n";
-      res.prepare_payload();
-      http::write(*socket, res, ec);
+    parser.body_limit(static_cast<std::uint64_t>(s.options.max_body_bytes));
+    // The header (or, between requests, the next one) within the idle timeout.
+    c.deadline = NanosFromNow(s.options.idle_timeout);
+    http::read_header(socket, buffer, parser, ec);
+    if (ec == http::error::body_limit ||
+        (!ec && parser.content_length() && *parser.content_length() > static_cast<uint64_t>(s.options.max_body_bytes))) {
+      // Refused before the body is read; the connection closes after the answer.
+      c.deadline = NanosFromNow(s.options.body_timeout);
+      auto res = too_large();
+      http::write(socket, res, ec);
       break;
     }
     if (ec) break;
+    c.deadline = NanosFromNow(s.options.body_timeout);
+    // A client that asks first (curl does above 1 MB) gets its go-ahead
+    // now instead of waiting a second for it.
+    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> go_ahead{http::status::continue_, 11};
+      http::write(socket, go_ahead, ec);
+      if (ec) break;
+    }
+    http::read(socket, buffer, parser, ec);
+    if (ec == http::error::body_limit) {  // a chunked body that grew past the limit
+      auto res = too_large();
+      http::write(socket, res, ec);
+      break;
+    }
+    if (ec) break;
+    c.deadline = 0;  // the gateway's own deadline bounds the work
     auto res = Handle(s, parser.get());
-    http::write(*socket, res, ec);
+    c.deadline = NanosFromNow(s.options.body_timeout);  // a client that never reads its answer
+    http::write(socket, res, ec);
     if (ec || !res.keep_alive()) break;
   }
-  socket->shutdown(tcp::socket::shutdown_both, ec);
-  socket->close(ec);
+  // Closed under the lock the watchdog holds, so it never shuts down a
+  // descriptor number this socket gave back (and another connection reused).
+  std::lock_guard<std::mutex> lock(s.mu);
+  c.deadline = 0;
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+  c.done = true;
+}
+
+// Joins the threads of finished connections. REQUIRES: s.mu held.
+void ReapFinished(HttpEndpoint::State& s) {
+  for (auto it = s.connections.begin(); it != s.connections.end();) {
+    if ((*it)->done) {
+      if ((*it)->thread.joinable()) (*it)->thread.join();
+      it = s.connections.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void AcceptLoop(HttpEndpoint::State& s) {
+  for (;;) {
+    auto socket = std::make_shared<tcp::socket>(s.io);
+    beast::error_code aec;
+    s.acceptor->accept(*socket, aec);
+    std::unique_lock<std::mutex> lock(s.mu);
+    if (s.stopping) break;
+    if (aec) {
+      // Out of descriptors (EMFILE/ENFILE) or the like: the pending
+      // connection stays queued; try again shortly instead of spinning.
+      ++s.accept_errors;
+      s.last_accept_error = aec.message();
+      s.last_accept_error_at = Clock::now();
+      spdlog::warn("gateway HTTP: accept failed: {}", aec.message());
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    ReapFinished(s);
+    if (static_cast<int>(s.connections.size()) >= s.options.max_connections) {
+      ++s.refused_over_limit;
+      s.last_refused_at = Clock::now();
+      lock.unlock();
+      // A fresh socket's send buffer takes this small answer without blocking.
+      auto res = JsonError(503,
+                           "the gateway serves " + std::to_string(s.options.max_connections) +
+                               " HTTP connections at once; try again later",
+                           "Unavailable");
+      beast::error_code wec;
+      http::write(*socket, res, wec);
+      socket->shutdown(tcp::socket::shutdown_both, wec);
+      socket->close(wec);
+      continue;
+    }
+    auto c = std::make_unique<HttpConnection>();
+    c->socket = socket;
+    HttpConnection* raw = c.get();
+    c->thread = std::thread([&s, raw] { Serve(s, *raw); });
+    s.connections.push_back(std::move(c));
+  }
+}
+
+// Shuts down the sockets of connections past their deadline (their
+// blocked read or write then fails and the thread ends) and reaps threads.
+void WatchdogLoop(HttpEndpoint::State& s) {
+  std::unique_lock<std::mutex> lock(s.mu);
+  while (!s.stopping) {
+    s.watchdog_cv.wait_for(lock, std::chrono::milliseconds(100));
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    for (auto& c : s.connections) {
+      const int64_t deadline = c->deadline;
+      if (deadline != 0 && deadline < now && !c->done) {
+        c->deadline = 0;
+        ++s.closed_idle;
+        beast::error_code ec;
+        c->socket->shutdown(tcp::socket::shutdown_both, ec);
+      }
+    }
+    ReapFinished(s);
+  }
 }
 
 }  // namespace
 
-Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(Gateway* gateway, const std::string& listen,
-                                                          int64_t max_body_bytes) {
+Status CheckHttpListenAddress(const std::string& listen, bool allow_remote) {
+  if (!IsLoopbackAddress(listen) && !allow_remote)
+    return Status::FailedPrecondition("refusing to serve plaintext HTTP on " + listen +
+                                      ": only loopback addresses are allowed; pass --insecure to serve a trusted "
+                                      "network (TLS is not implemented yet)");
+  return Status::OK();
+}
+
+Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(Gateway* gateway, const HttpEndpointOptions& options) {
+  const std::string& listen = options.listen;
   const auto colon = listen.rfind(':');
   if (colon == std::string::npos) return Status::InvalidArgument("--http wants host:port, got '" + listen + "'");
+  TS_RETURN_IF_ERROR(CheckHttpListenAddress(listen, options.allow_remote));
   std::unique_ptr<HttpEndpoint> e(new HttpEndpoint());
   e->state_ = std::make_unique<State>();
   State& s = *e->state_;
   s.gateway = gateway;
-  s.max_body_bytes = max_body_bytes;
+  s.options = options;
   beast::error_code ec;
-  const auto address = asio::ip::make_address(listen.substr(0, colon), ec);
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const auto address = asio::ip::make_address(host, ec);
   if (ec) return Status::InvalidArgument("--http: bad address '" + listen + "': " + ec.message());
   const int port = std::atoi(listen.substr(colon + 1).c_str());
   s.acceptor = std::make_unique<tcp::acceptor>(s.io);
@@ -166,26 +323,8 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(Gateway* gateway, cons
   if (!ec) s.acceptor->bind(endpoint, ec);
   if (!ec) s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::Unavailable("cannot listen for HTTP on " + listen + ": " + ec.message());
-  s.accept_thread = std::thread([&s] {
-    for (;;) {
-      auto socket = std::make_shared<tcp::socket>(s.io);
-      beast::error_code aec;
-      s.acceptor->accept(*socket, aec);
-      std::lock_guard<std::mutex> lock(s.mu);
-      if (s.stopping) break;
-      if (aec) continue;
-      s.connections.emplace_back(socket, std::thread([&s, socket] { Serve(s, socket); }));
-      // Reap finished connections now and then: a closed socket means its thread is done or ending.
-      for (auto it = s.connections.begin(); it != s.connections.end();) {
-        if (!it->first->is_open() && it->second.joinable()) {
-          it->second.join();
-          it = s.connections.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-  });
+  s.accept_thread = std::thread([&s] { AcceptLoop(s); });
+  s.watchdog_thread = std::thread([&s] { WatchdogLoop(s); });
   return e;
 }
 
@@ -202,16 +341,24 @@ HttpEndpoint::~HttpEndpoint() {
     std::lock_guard<std::mutex> lock(s.mu);
     s.stopping = true;
   }
+  s.watchdog_cv.notify_all();
+  if (s.watchdog_thread.joinable()) s.watchdog_thread.join();
   // Wake the blocked accept() with a connection of our own.
   tcp::socket waker(s.io);
   waker.connect(s.acceptor->local_endpoint(), ec);
   if (s.accept_thread.joinable()) s.accept_thread.join();
   waker.close(ec);
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.acceptor->close(ec);
-  for (auto& [socket, thread] : s.connections) socket->shutdown(tcp::socket::shutdown_both, ec);
-  for (auto& [socket, thread] : s.connections)
-    if (thread.joinable()) thread.join();
+  std::list<std::unique_ptr<HttpConnection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.acceptor->close(ec);
+    for (auto& c : s.connections)
+      if (!c->done) c->socket->shutdown(tcp::socket::shutdown_both, ec);
+    connections.swap(s.connections);
+  }
+  // Joined without the lock: a connection ending takes it to close its socket.
+  for (auto& c : connections)
+    if (c->thread.joinable()) c->thread.join();
 }
 
 }  // namespace tessera

@@ -14,6 +14,7 @@
 
 #include "daemon/cluster/worker_mcu_bridge.h"
 #include "partition/compile/program_codec.h"
+#include "util/limits.h"
 #include "util/process_memory.h"
 
 namespace tessera {
@@ -32,13 +33,8 @@ Result<TensorData> FromTensorMsg(const proto::TensorMsg& msg, const std::string&
   if (!msg.dtype().empty() && msg.dtype() != "float32")
     return tessera::Status::InvalidArgument(what + " has dtype '" + msg.dtype() + "'; only float32 is accepted");
   TensorData t;
-  int64_t n = 1;
-  for (int64_t d : msg.shape()) {
-    if (d < 0 || d > (int64_t{1} << 31)) return tessera::Status::InvalidArgument(what + " has a bad dimension " + std::to_string(d));
-    t.shape.push_back(d);
-    n *= d;
-    if (n > (int64_t{1} << 31)) return tessera::Status::InvalidArgument(what + " is too large");
-  }
+  t.shape.assign(msg.shape().begin(), msg.shape().end());
+  TS_ASSIGN_OR_RETURN(const int64_t n, CheckedElementCount(t.shape, what));
   if (static_cast<int64_t>(msg.data().size()) != n * 4)
     return tessera::Status::InvalidArgument(what + " has " + std::to_string(msg.data().size()) + " bytes of data, its shape " +
                                    ShapeToString(t.shape) + " needs " + std::to_string(n * 4));
@@ -52,7 +48,7 @@ Result<TensorData> FromTensorMsg(const proto::TensorMsg& msg, const std::string&
 struct WorkerService::Loaded {
   proto::ProgramChunk header;  // plan id, device, peers (data cleared)
   DeviceProgram program;
-  ExchangeInbox inbox;
+  std::unique_ptr<ExchangeInbox> inbox;  // made once the program is known (its Recv steps)
   std::map<int, std::unique_ptr<PeerSender>> senders;       // devices this program sends to
   std::map<int, std::unique_ptr<proto::Worker::Stub>> stubs;  // every other device (fan-out)
   int64_t memory_bytes = 0, weight_bytes = 0;
@@ -65,7 +61,9 @@ struct WorkerService::Loaded {
   std::vector<std::unique_ptr<ProgramRunner>> idle;  // GUARDED_BY(pool_mu)
   int runners = 0;                                   // GUARDED_BY(pool_mu)
 
-  ~Loaded() { inbox.Close(); }
+  ~Loaded() {
+    if (inbox) inbox->Close();
+  }
 };
 
 Result<McuPort> ParseMcuPort(const std::string& text) {
@@ -136,22 +134,23 @@ std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
 }
 
 namespace {
-// Writes `bytes` to `path` (truncating); IOError naming the path.
-tessera::Status WriteFile(const fs::path& path, const std::string& bytes) {
+// Writes `parts` one after the other to `path` (truncating); IOError naming the path.
+tessera::Status WriteFile(const fs::path& path, const std::vector<std::string>& parts) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  for (const std::string& bytes : parts) out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) return tessera::Status::IOError("cannot write " + path.string() + "; check --data-dir is writable");
   return tessera::Status::OK();
 }
 }  // namespace
 
-tessera::Status WorkerService::Install(std::string program_bytes, const proto::ProgramChunk& header,
+tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
                                        bool persist, proto::LoadProgramReply* reply) {
   auto loaded = std::make_shared<Loaded>();
   loaded->header = header;
   loaded->header.clear_data();
-  const int64_t program_size = static_cast<int64_t>(program_bytes.size());
+  int64_t program_size = 0;
+  for (const std::string& c : program_chunks) program_size += static_cast<int64_t>(c.size());
   // The program goes to disk first (beside, renamed into place only once it
   // loaded), so its bytes can be freed while it is decoded: one copy of the
   // program in memory at a time (issue 11).
@@ -160,15 +159,22 @@ tessera::Status WorkerService::Install(std::string program_bytes, const proto::P
   if (persist) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    TS_RETURN_IF_ERROR(WriteFile(dir / "program.pb.tmp", program_bytes));
-    TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", header.SerializeAsString()));
+    TS_RETURN_IF_ERROR(WriteFile(dir / "program.pb.tmp", program_chunks));
+    TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {header.SerializeAsString()}));
   }
   std::string plan_id;
   const std::string origin = "program for device " + std::to_string(header.device());
   if (persist) {  // parsed back from disk: the bytes are freed first
-    std::string().swap(program_bytes);
+    std::vector<std::string>().swap(program_chunks);
     TS_ASSIGN_OR_RETURN(loaded->program, ParseProgramFile((dir / "program.pb.tmp").string(), origin, &plan_id));
   } else {
+    std::string program_bytes;
+    if (program_chunks.size() == 1) {
+      program_bytes = std::move(program_chunks[0]);
+    } else {
+      program_bytes.reserve(static_cast<size_t>(program_size));  // bytes that arrived, not a claim
+      for (std::string& c : program_chunks) program_bytes += c, std::string().swap(c);
+    }
     TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), origin, &plan_id));
   }
   if (plan_id != header.plan_id())
@@ -181,6 +187,11 @@ tessera::Status WorkerService::Install(std::string program_bytes, const proto::P
     return tessera::Status::InvalidArgument("device " + std::to_string(header.device()) + " of " +
                                    std::to_string(header.num_devices()) + " devices is out of range");
   TS_RETURN_IF_ERROR(ValidateProgram(loaded->program, header.num_devices()));
+  // Every message this device receives, at its size: the inbox keeps nothing else.
+  std::map<std::pair<int, int64_t>, int64_t> expected;
+  for (const auto& step : loaded->program.steps)
+    if (step.kind == StepKind::kRecv) expected[{step.peer, step.message}] = step.bytes();
+  loaded->inbox = std::make_unique<ExchangeInbox>(std::move(expected));
   const int me = header.device();
   for (int d = 0; d < header.num_devices(); ++d)
     if (d != me && !header.peers().count(d))
@@ -247,7 +258,7 @@ tessera::Status WorkerService::Install(std::string program_bytes, const proto::P
   }
   // Requests still running the old program wait for messages that will not
   // come (its peers run the new one): wake them now.
-  if (previous) previous->inbox.Close();
+  if (previous) previous->inbox->Close();
   previous.reset();
   return tessera::Status::OK();
 }
@@ -265,14 +276,19 @@ tessera::Status WorkerService::ResumeFromDisk() {
   proto::ProgramChunk header;
   if (!header.ParseFromString(slurp(dir / "program.header")))
     return tessera::Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
-  return Install(slurp(dir / "program.pb"), header, /*persist=*/false, nullptr)
+  return Install({slurp(dir / "program.pb")}, header, /*persist=*/false, nullptr)
       .WithContext("resuming from " + options_.data_dir);
 }
 
 grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::ServerReader<proto::ProgramChunk>* reader,
                                         proto::LoadProgramReply* reply) {
   proto::ProgramChunk chunk, header;
-  std::string bytes;
+  // The chunks as they arrive: memory follows the bytes received, never
+  // the size the header announces (issue 14: 8 GiB announced were
+  // reserved up front). Install writes them to the data dir one by one,
+  // without joining them first.
+  std::vector<std::string> chunks;
+  int64_t received = 0;
   int64_t expected_seq = 0;
   while (reader->Read(&chunk)) {
     if (chunk.seq() != expected_seq)
@@ -280,24 +296,26 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
                                                   " arrived, expected " + std::to_string(expected_seq)));
     if (expected_seq == 0) {
       header = chunk;
-      if (header.total_bytes() <= 0 || header.total_bytes() > (int64_t{8} << 30))
-        return ToGrpcStatus(tessera::Status::InvalidArgument("program size " + std::to_string(header.total_bytes()) +
-                                                    " is out of range"));
-      bytes.reserve(static_cast<size_t>(header.total_bytes()));
+      header.clear_data();
+      if (header.total_bytes() <= 0 || header.total_bytes() > kMaxProgramBytes)
+        return ToGrpcStatus(tessera::Status::InvalidArgument(
+            "program size " + std::to_string(header.total_bytes()) + " bytes is out of range: a device program may have 1 to " +
+            std::to_string(kMaxProgramBytes) + " bytes (util/limits.h kMaxProgramBytes)"));
     } else if (chunk.plan_id() != header.plan_id() && !chunk.plan_id().empty()) {
       return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks of two plans in one load"));
     }
-    bytes += chunk.data();
-    if (static_cast<int64_t>(bytes.size()) > header.total_bytes())
+    received += static_cast<int64_t>(chunk.data().size());
+    if (received > header.total_bytes())
       return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks exceed the announced " +
                                                   std::to_string(header.total_bytes()) + " bytes"));
+    chunks.push_back(std::move(*chunk.mutable_data()));
     ++expected_seq;
   }
   if (expected_seq == 0) return ToGrpcStatus(tessera::Status::InvalidArgument("empty program load"));
-  if (static_cast<int64_t>(bytes.size()) != header.total_bytes())
-    return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(bytes.size()) + " of " +
+  if (received != header.total_bytes())
+    return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(received) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
-  tessera::Status st = Install(std::move(bytes), header, /*persist=*/true, reply);
+  tessera::Status st = Install(std::move(chunks), header, /*persist=*/true, reply);
   if (!st.ok()) spdlog::warn("worker {}: load refused: {}", options_.name, st.ToString());
   return ToGrpcStatus(st);
 }
@@ -369,6 +387,14 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
     m->set_last_run_ms(s.last_run_ms);
   }
   reply->set_weight_bytes(loaded->weight_bytes);
+  const ExchangeDropCounters dropped = loaded->inbox->dropped();
+  proto::ExchangeDrops* x = reply->mutable_exchange_dropped();
+  x->set_frames(dropped.frames);
+  x->set_bytes(dropped.bytes);
+  x->set_unexpected(dropped.unexpected);
+  x->set_finished(dropped.finished);
+  x->set_early_over_limit(dropped.early_over_limit);
+  x->set_early_bytes_held(dropped.early_bytes_held);
   for (const auto& [d, sender] : loaded->senders) {
     const LinkCountersSnapshot c = sender->counters();
     auto* l = reply->add_links();
@@ -457,7 +483,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
       // the request here at once: the source stops waiting for messages that
       // will not come, and the gateway can fail over while time is left.
       const std::string peer_name = "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")";
-      ExchangeInbox* inbox = &loaded.inbox;
+      ExchangeInbox* inbox = loaded.inbox.get();
       auto ctx = std::make_shared<grpc::ClientContext>();
       ctx->set_deadline(DeadlineFromUnixMillis(deadline_ms));
       peer_contexts.push_back(ctx);
@@ -478,7 +504,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
     if (d == me) continue;
     auto it = loaded.senders.find(d);
     links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(),
-                                               &loaded.inbox, d, request_id, steady_deadline));
+                                               loaded.inbox.get(), d, request_id, steady_deadline));
     peers[d] = links.back().get();
   }
   std::vector<TensorData> outputs;
@@ -498,10 +524,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
     if (!ps.ok() && st.ok())
       st = FromGrpcStatus(ps, "device " + std::to_string(d) + " (" + loaded.header.peers().at(d) + ")");
   }
-  if (!st.ok()) {
-    loaded.inbox.DropRequest(request_id);
-    return st;
-  }
+  if (!st.ok()) return st;
   reply->set_plan_id(request.plan_id());
   reply->set_request_id(request.request_id());
   reply->set_seconds(seconds);
@@ -521,18 +544,15 @@ tessera::Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunReques
   for (int d = 0; d < loaded.header.num_devices(); ++d) {
     if (d == me) continue;
     auto it = loaded.senders.find(d);
-    links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(), &loaded.inbox,
-                                               d, request_id, deadline));
+    links.push_back(std::make_unique<GrpcLink>(it == loaded.senders.end() ? nullptr : it->second.get(),
+                                               loaded.inbox.get(), d, request_id, deadline));
     peers[d] = links.back().get();
   }
   const auto t0 = std::chrono::steady_clock::now();
   tessera::Status st = bridge_->Relay(loaded.program, peers, deadline)
                            .WithContext("MCU " + options_.name + " (device " + std::to_string(me) + "), request " +
                                         std::to_string(request_id));
-  if (!st.ok()) {
-    loaded.inbox.DropRequest(request_id);
-    return st;
-  }
+  if (!st.ok()) return st;
   reply->set_plan_id(request.plan_id());
   reply->set_request_id(request.request_id());
   reply->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -550,7 +570,13 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* r
   const int now_running = ++in_flight_;
   for (int peak = peak_in_flight_.load(); now_running > peak && !peak_in_flight_.compare_exchange_weak(peak, now_running);) {
   }
+  // Frames for this request are kept from here until it finishes, and
+  // dropped after (ExchangeInbox).
+  const uint32_t inbox_id = static_cast<uint32_t>(request->request_id());
+  const bool valid_id = request->request_id() < (1u << 31);
+  if (valid_id) loaded->inbox->BeginRequest(inbox_id);
   tessera::Status st = RunRequest(*loaded, *request, reply);
+  if (valid_id) loaded->inbox->FinishRequest(inbox_id);
   --in_flight_;
   if (st.ok()) {
     ++requests_ok_;
@@ -572,7 +598,7 @@ grpc::Status WorkerService::Exchange(grpc::ServerContext*,
     } else if (frame.from_device() < 0 || frame.from_device() >= loaded->header.num_devices()) {
       st = tessera::Status::InvalidArgument("frame from unknown device " + std::to_string(frame.from_device()));
     } else {
-      st = loaded->inbox.Deliver(frame.from_device(), frame.message(), frame.offset(), frame.total_bytes(),
+      st = loaded->inbox->Deliver(frame.from_device(), frame.message(), frame.offset(), frame.total_bytes(),
                                  frame.data());
     }
     if (!st.ok()) {
@@ -603,6 +629,7 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
     builder.AddListeningPort(address, credentials, port);
     builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
     builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
     builder.RegisterService(s);
     return builder.BuildAndStart();
   };

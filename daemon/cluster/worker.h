@@ -75,7 +75,7 @@ class WorkerService final : public proto::Worker::Service {
  private:
   struct Loaded;
   // Installs a parsed program (from a LoadProgram or the data dir).
-  tessera::Status Install(std::string program_bytes, const proto::ProgramChunk& header, bool persist,
+  tessera::Status Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header, bool persist,
                           proto::LoadProgramReply* reply);
   std::shared_ptr<Loaded> current() const;
   tessera::Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);

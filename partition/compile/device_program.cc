@@ -1,5 +1,7 @@
 #include "partition/compile/device_program.h"
 
+#include "util/limits.h"
+
 #include <map>
 #include <sstream>
 
@@ -127,6 +129,12 @@ Status CheckBufferBox(const DeviceProgram& p, size_t i, const ProgramStep& s, in
 }  // namespace
 
 Status ValidateProgram(const DeviceProgram& p, int num_devices) {
+  // A program may come from the wire: no buffer beyond the tensor limit
+  // (util/limits.h), checked before the arena is sized from them.
+  for (const ProgramBuffer& b : p.buffers)
+    TS_RETURN_IF_ERROR(CheckedElementCount(b.shape(), "program for device " + std::to_string(p.device) + ": buffer '" +
+                                           b.name + "'")
+                           .status());
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const ProgramStep& s = p.steps[i];
     switch (s.kind) {

@@ -1,5 +1,7 @@
 #include "partition/graph/graph.h"
 
+#include "util/limits.h"
+
 #include <algorithm>
 #include <queue>
 #include <set>
@@ -107,6 +109,16 @@ Status Graph::Validate() const {
   const int nv = static_cast<int>(values.size());
   std::set<std::string> names;
   std::vector<bool> available(values.size(), false);
+  // Every tensor within the stated limit (util/limits.h): a model or a
+  // program from the wire that claims more is refused here, before anything
+  // is allocated for it.
+  for (const Value& value : values) {
+    const std::string what = "value '" + value.name + "'" +
+                             (value.producer >= 0 && value.producer < static_cast<int>(nodes.size())
+                                  ? " (output of node '" + nodes[value.producer].name + "')"
+                                  : "");
+    TS_RETURN_IF_ERROR(CheckedElementCount(value.shape, what).status());
+  }
   for (int v : inputs) {
     if (v < 0 || v >= nv) return Status::Internal("graph input id out of range");
     available[v] = true;

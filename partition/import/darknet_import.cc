@@ -47,6 +47,7 @@
 
 #include "partition/graph/graph.h"
 #include "partition/import/model_import.h"
+#include "util/limits.h"
 #include "util/status.h"
 
 namespace tessera {
@@ -184,6 +185,11 @@ class SectionOptions {
     auto [p, ec] = std::from_chars(b, e, v);
     if (ec != std::errc() || p != e || b == e)
       return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' = '" + o.value + "' is not an integer");
+    // No darknet size, count or index comes near this; bounding every
+    // integer here keeps the shape arithmetic after it from overflowing.
+    if (v > kMaxTensorElements || v < -kMaxTensorElements)
+      return Status::InvalidArgument(Where(o.line) + "option '" + o.key + "' = '" + o.value + "' is out of range (|" +
+                                     o.key + "| <= " + std::to_string(kMaxTensorElements) + ", util/limits.h)");
     return v;
   }
   Result<double> ParseFloat(const CfgOption& o, const std::string& text) const {
@@ -525,6 +531,7 @@ class DarknetGraphBuilder {
     if (n <= 0) return Status::InvalidArgument(path_ + ": batch must be positive");
     batch_ = n;
     LayerOutput in;
+    TS_RETURN_IF_ERROR(CheckedElementCount({n, c, h, w}, path_ + ": the input").status());
     in.value = g_.AddValue("input", {n, c, h, w});
     in.c = c;
     in.h = h;
@@ -584,6 +591,7 @@ class DarknetGraphBuilder {
     }
     TS_RETURN_IF_ERROR(st);
     const Shape shape = out.flat ? Shape{batch_, out.c} : Shape{batch_, out.c, out.h, out.w};
+    TS_RETURN_IF_ERROR(CheckedElementCount(shape, o.Where() + "the output").status());
     out.value = g_.AddValue(node.name, shape);
     node.outputs = {out.value};
     g_.AddNode(std::move(node));
@@ -642,6 +650,9 @@ class DarknetGraphBuilder {
     out->w = (in.w + 2 * padding - extent) / stride + 1;
 
     const int64_t cg = in.c / groups;
+    // Checked before any weight is read or generated.
+    TS_RETURN_IF_ERROR(CheckedElementCount({n, cg, size, size}, o.Where() + "the weights").status());
+    TS_RETURN_IF_ERROR(CheckedElementCount({batch_, n, out->h, out->w}, o.Where() + "the output").status());
     LayerParameters p;
     if (WantsValues(*node))
       TS_RETURN_IF_ERROR(
@@ -702,6 +713,7 @@ class DarknetGraphBuilder {
     if (outputs <= 0) return o.Invalid("output must be positive");
     TS_ASSIGN_OR_RETURN(Activation act, ParseActivation(o, "logistic"));
     const int64_t inputs = in.flat ? in.c : in.c * in.h * in.w;
+    TS_RETURN_IF_ERROR(CheckedElementCount({outputs, inputs}, o.Where() + "the weights").status());
     LayerParameters p;
     if (WantsValues(*node))
       TS_RETURN_IF_ERROR(weights_->Connected(CurrentLayer(), inputs, outputs, bn != 0, act.he_gain, &p));

@@ -4,12 +4,18 @@
 #include <filesystem>
 
 #include "partition/import/model_import.h"
+#include "util/limits.h"
 
 namespace tessera {
 
 Result<Graph> ImportModel(const std::string& path, const ImportOptions& options) {
   std::string ext = std::filesystem::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > static_cast<uintmax_t>(kMaxModelBytes))
+    return Status::InvalidArgument(path + ": the model file is " + std::to_string(bytes) + " bytes; at most " +
+                                   std::to_string(kMaxModelBytes) + " are accepted (util/limits.h)");
   if (ext == ".onnx") return ImportOnnx(path, options);
   if (ext == ".cfg") return ImportDarknet(path, options);
   return Status::InvalidArgument(path + ": unknown model format '" + ext +

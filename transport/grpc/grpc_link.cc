@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "transport/grpc/grpc_channel.h"
+#include "util/limits.h"
 
 namespace tessera {
 
@@ -15,27 +16,149 @@ Result<int64_t> ComposeMessageId(uint32_t request, int64_t message) {
 
 // ---- ExchangeInbox ----------------------------------------------------------
 
+ExchangeInbox::ExchangeInbox(std::map<std::pair<int, int64_t>, int64_t> expected) : expected_(std::move(expected)) {}
+
+void ExchangeInbox::CountDrop(int64_t bytes, int64_t* reason) {
+  ++dropped_.frames;
+  dropped_.bytes += bytes;
+  ++*reason;
+}
+
+int64_t ExchangeInbox::Discard(uint32_t request, int from) {
+  auto mine = [&](const Key& k) { return static_cast<uint32_t>(k.second >> 32) == request && (from < 0 || k.first == from); };
+  int64_t bytes = 0;
+  for (auto it = complete_.begin(); it != complete_.end();) {
+    if (mine(it->first)) {
+      bytes += static_cast<int64_t>(it->second.size());
+      it = complete_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = partial_.begin(); it != partial_.end();) {
+    if (mine(it->first)) {
+      bytes += static_cast<int64_t>(it->second.bytes.size());
+      it = partial_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return bytes;
+}
+
+void ExchangeInbox::ExpireEarly(std::chrono::steady_clock::time_point now) {
+  for (auto& [from, requests] : early_) {
+    for (auto it = requests.begin(); it != requests.end();) {
+      if (now - it->second > std::chrono::milliseconds(kEarlyExchangeHoldMs)) {
+        CountDrop(Discard(it->first, from), &dropped_.early_over_limit);
+        it = requests.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+int64_t ExchangeInbox::EarlyBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [from, requests] : early_) {
+    for (const auto& [request, since] : requests) {
+      for (auto it = complete_.lower_bound({from, int64_t{request} << 32});
+           it != complete_.end() && it->first.first == from && static_cast<uint32_t>(it->first.second >> 32) == request; ++it)
+        bytes += static_cast<int64_t>(it->second.size());
+      for (auto it = partial_.lower_bound({from, int64_t{request} << 32});
+           it != partial_.end() && it->first.first == from && static_cast<uint32_t>(it->first.second >> 32) == request; ++it)
+        bytes += static_cast<int64_t>(it->second.bytes.size());
+    }
+  }
+  return bytes;
+}
+
+void ExchangeInbox::BeginRequest(uint32_t request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.insert(request);
+  finished_.erase(request);  // an id used again (the gateway's ids wrap at 2^31)
+  for (auto& [from, requests] : early_) requests.erase(request);  // its early frames are now its own
+  ExpireEarly(std::chrono::steady_clock::now());
+}
+
+void ExchangeInbox::FinishRequest(uint32_t request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.erase(request);
+  aborted_.erase(request);
+  for (auto& [from, requests] : early_) requests.erase(request);
+  // Frames that arrived but were never taken (the request failed half-way).
+  const int64_t left = Discard(request, -1);
+  if (left > 0) CountDrop(left, &dropped_.finished);
+  if (finished_.insert(request).second) {
+    finished_order_.push_back(request);
+    if (finished_order_.size() > static_cast<size_t>(kRememberedFinishedRequests)) {
+      finished_.erase(finished_order_.front());
+      finished_order_.pop_front();
+    }
+  }
+}
+
 Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t total, const std::string& data) {
+  const int64_t size = static_cast<int64_t>(data.size());
+  const uint32_t request = static_cast<uint32_t>(static_cast<uint64_t>(message) >> 32);
+  const int64_t program_message = message & 0xffffffff;
   const auto key = std::make_pair(from, message);
+  auto refuse = [&](Status st, int64_t* reason) {
+    CountDrop(size, reason);
+    return st;
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (total < 0 || offset < 0 || offset + static_cast<int64_t>(data.size()) > total) {
+    const auto want = expected_.find({from, program_message});
+    if (message < 0 || want == expected_.end())
+      return refuse(Status::InvalidArgument("device " + std::to_string(from) + " sent message " +
+                                            std::to_string(program_message) +
+                                            ", which this device's program does not receive from it; dropped"),
+                    &dropped_.unexpected);
+    if (total != want->second)
+      return refuse(Status::InvalidArgument("message " + std::to_string(program_message) + " from device " +
+                                            std::to_string(from) + " announces " + std::to_string(total) +
+                                            " bytes; the program receives " + std::to_string(want->second) +
+                                            "; dropped"),
+                    &dropped_.unexpected);
+    if (offset < 0 || offset + size > total) {
       partial_.erase(key);
-      return Status::DataLoss("frame of message " + std::to_string(message) + " from device " + std::to_string(from) +
-                              " lies outside the message (offset " + std::to_string(offset) + ", total " +
-                              std::to_string(total) + ")");
+      return refuse(Status::DataLoss("frame of message " + std::to_string(message) + " from device " +
+                                     std::to_string(from) + " lies outside the message (offset " +
+                                     std::to_string(offset) + ", total " + std::to_string(total) + ")"),
+                    &dropped_.unexpected);
     }
-    if (offset == 0 && static_cast<int64_t>(data.size()) == total) {
+    if (!running_.count(request)) {
+      if (finished_.count(request))
+        return refuse(Status::FailedPrecondition("request " + std::to_string(request) +
+                                                 " already finished on this device; frame dropped"),
+                      &dropped_.finished);
+      const auto now = std::chrono::steady_clock::now();
+      ExpireEarly(now);
+      auto& held = early_[from];
+      if (!held.count(request)) {
+        if (held.size() >= static_cast<size_t>(kMaxEarlyRequestsPerPeer))
+          return refuse(Status::ResourceExhausted(
+                            "device " + std::to_string(from) + " already has frames held for " +
+                            std::to_string(held.size()) + " requests this device has not started (the limit); " +
+                            "frame of request " + std::to_string(request) + " dropped"),
+                        &dropped_.early_over_limit);
+        held.emplace(request, now);
+      }
+    }
+    if (offset == 0 && size == total) {
       complete_[key] = data;
     } else {
       Partial& p = partial_[key];
       if (offset == 0) p = Partial{std::string(), total};
       if (p.total != total || static_cast<int64_t>(p.bytes.size()) != offset) {
         partial_.erase(key);
-        return Status::DataLoss("frame of message " + std::to_string(message) + " from device " +
-                                std::to_string(from) + " arrived out of order");
+        return refuse(Status::DataLoss("frame of message " + std::to_string(message) + " from device " +
+                                       std::to_string(from) + " arrived out of order"),
+                      &dropped_.unexpected);
       }
-      if (p.bytes.empty()) p.bytes.reserve(static_cast<size_t>(total));
+      if (p.bytes.empty()) p.bytes.reserve(static_cast<size_t>(total));  // the program's size, checked above
       p.bytes += data;
       if (static_cast<int64_t>(p.bytes.size()) < total) return Status::OK();
       complete_[key] = std::move(p.bytes);
@@ -44,6 +167,13 @@ Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t
   }
   cv_.notify_all();
   return Status::OK();
+}
+
+ExchangeDropCounters ExchangeInbox::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExchangeDropCounters c = dropped_;
+  c.early_bytes_held = EarlyBytes();
+  return c;
 }
 
 Result<std::string> ExchangeInbox::Take(int from, int64_t message, std::chrono::milliseconds timeout) {
@@ -65,17 +195,10 @@ Result<std::string> ExchangeInbox::Take(int from, int64_t message, std::chrono::
   return out;
 }
 
-void ExchangeInbox::DropRequest(uint32_t request) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto belongs = [&](int64_t id) { return static_cast<uint32_t>(id >> 32) == request; };
-  for (auto it = complete_.begin(); it != complete_.end();) it = belongs(it->first.second) ? complete_.erase(it) : std::next(it);
-  for (auto it = partial_.begin(); it != partial_.end();) it = belongs(it->first.second) ? partial_.erase(it) : std::next(it);
-  aborted_.erase(request);
-}
-
 void ExchangeInbox::AbortRequest(uint32_t request, const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!running_.count(request)) return;  // finished already: nothing waits, and nothing is kept
     aborted_.emplace(request, why);
   }
   cv_.notify_all();

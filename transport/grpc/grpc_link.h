@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -28,33 +29,80 @@ namespace tessera {
 // Request-scoped message id; InvalidArgument when `message` does not fit 32 bits.
 Result<int64_t> ComposeMessageId(uint32_t request, int64_t message);
 
+// What an ExchangeInbox refused to keep (issue 14, "Bounded by construction").
+struct ExchangeDropCounters {
+  int64_t frames = 0, bytes = 0;  // frames dropped, for any reason below
+  int64_t unexpected = 0;         // messages the program does not receive, or of another size
+  int64_t finished = 0;           // for requests that already finished here
+  int64_t early_over_limit = 0;   // for requests not started here, beyond the cap or held too long
+  int64_t early_bytes_held = 0;   // bytes held now for requests not started here
+};
+
 // Messages arriving from peers, by (sending device, request-scoped id).
+//
+// Bounded: a frame is kept only for a message the program receives, at the
+// size the program says; while its request runs here (BeginRequest ..
+// FinishRequest); or, before that (a peer may start sending before the
+// source's Run reaches this worker), for at most kMaxEarlyRequestsPerPeer
+// requests per sending device and kEarlyExchangeHoldMs (util/limits.h).
+// Everything else is dropped and counted, never kept: frames for finished
+// requests (the last kRememberedFinishedRequests are remembered), for
+// messages the program does not receive, beyond the early cap. So what one
+// peer can make this device hold is at most (requests running +
+// kMaxEarlyRequestsPerPeer) × the bytes the program receives from it per
+// request. Thread-safe.
 class ExchangeInbox {
  public:
-  // Accepts one frame. DataLoss when a chunk does not continue its message
-  // (offset or total out of step) — the message is discarded.
+  // `expected`: bytes of every message the program receives, by (sending
+  // device, program message id) — from its Recv steps.
+  explicit ExchangeInbox(std::map<std::pair<int, int64_t>, int64_t> expected);
+
+  // The device runs / stops running `request` here. Finish discards what is
+  // left of it (its abort mark included) and drops its later frames.
+  void BeginRequest(uint32_t request);
+  void FinishRequest(uint32_t request);
+  // Accepts one frame. InvalidArgument for a message the program does not
+  // receive or a size other than the program's; DataLoss when a chunk does
+  // not continue its message (offset or total out of step) — the message is
+  // discarded; FailedPrecondition for a finished request; ResourceExhausted
+  // beyond the early cap. Every refusal is counted.
   Status Deliver(int from, int64_t message, int64_t offset, int64_t total, const std::string& data);
   Result<std::string> Take(int from, int64_t message, std::chrono::milliseconds timeout);
-  // Discards what is left of a request (after it failed half-way), its
-  // abort mark included.
-  void DropRequest(uint32_t request);
   // Fails every present and future Take of `request` with `why` (a device of
   // the request failed: waiting for its messages is pointless).
   void AbortRequest(uint32_t request, const Status& why);
   // Wakes every waiter with Unavailable (program unloaded, shutdown).
   void Close();
+  ExchangeDropCounters dropped() const;
 
  private:
   struct Partial {
     std::string bytes;
     int64_t total = 0;
   };
-  std::mutex mu_;
+  using Key = std::pair<int, int64_t>;  // (from, request-scoped message id)
+  // Counts a dropped frame of `bytes` bytes in `*reason`. REQUIRES: mu_ held.
+  void CountDrop(int64_t bytes, int64_t* reason);
+  // Discards what is kept of `request` (from `from` only, or from all when
+  // from < 0); returns the bytes. REQUIRES: mu_ held.
+  int64_t Discard(uint32_t request, int from);
+  // Drops early requests held longer than kEarlyExchangeHoldMs. REQUIRES: mu_ held.
+  void ExpireEarly(std::chrono::steady_clock::time_point now);
+  int64_t EarlyBytes() const;  // REQUIRES: mu_ held
+
+  const std::map<std::pair<int, int64_t>, int64_t> expected_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::pair<int, int64_t>, std::string> complete_;  // GUARDED_BY(mu_)
-  std::map<std::pair<int, int64_t>, Partial> partial_;       // GUARDED_BY(mu_)
-  std::map<uint32_t, Status> aborted_;                        // GUARDED_BY(mu_)
-  bool closed_ = false;                                       // GUARDED_BY(mu_)
+  std::map<Key, std::string> complete_;                        // GUARDED_BY(mu_)
+  std::map<Key, Partial> partial_;                             // GUARDED_BY(mu_)
+  std::map<uint32_t, Status> aborted_;                         // GUARDED_BY(mu_)
+  std::set<uint32_t> running_;                                 // GUARDED_BY(mu_)
+  std::set<uint32_t> finished_;                                // GUARDED_BY(mu_)
+  std::deque<uint32_t> finished_order_;                        // GUARDED_BY(mu_), oldest first
+  // Requests not started here that a device sent frames for: when first seen.
+  std::map<int, std::map<uint32_t, std::chrono::steady_clock::time_point>> early_;  // GUARDED_BY(mu_)
+  ExchangeDropCounters dropped_;                               // GUARDED_BY(mu_)
+  bool closed_ = false;                                        // GUARDED_BY(mu_)
 };
 
 struct LinkCountersSnapshot {

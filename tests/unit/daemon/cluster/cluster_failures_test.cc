@@ -15,6 +15,7 @@
 
 #include "daemon/runtime/executor.h"
 #include "daemon/cluster/gateway.h"
+#include "tests/unit/daemon/cluster/cluster_test_support.h"
 #include "daemon/cluster/gateway_plan.h"
 #include "daemon/cluster/http_endpoint.h"
 #include "daemon/runtime/npy.h"
@@ -54,16 +55,6 @@ std::unique_ptr<LoopbackWorker> StartWorker(const std::string& name) {
   REQUIRE(port != 0);
   w->address = "127.0.0.1:" + std::to_string(port);
   return w;
-}
-
-double MaxRelDiff(const TensorData& a, const TensorData& b) {
-  if (a.shape != b.shape || a.values.size() != b.values.size()) return INFINITY;
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(a.values[i] - b.values[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(b.values[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 // Two workers holding the default plan, a gateway over them (gRPC server),
@@ -139,12 +130,6 @@ std::unique_ptr<proto::Gateway::Stub> GatewayStub(const std::string& address) {
   auto channel = OpenChannel(address, TransportSecurity{});
   REQUIRE(channel.ok());
   return proto::Gateway::NewStub(*channel);
-}
-
-std::unique_ptr<proto::Worker::Stub> WorkerStub(const std::string& address) {
-  auto channel = OpenChannel(address, TransportSecurity{});
-  REQUIRE(channel.ok());
-  return proto::Worker::NewStub(*channel);
 }
 
 grpc::Status CallInfer(proto::Gateway::Stub& stub, const proto::InferRequest& request, proto::InferReply* reply,
@@ -365,16 +350,19 @@ TEST_CASE("cluster: wrong shape, dtype, size or an oversized input is INVALID_AR
   CHECK(r.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(r.status().message(), Catch::Contains("over the limit of 1024"));
 
-  // The same over HTTP: 400 with the reason.
-  auto http = HttpEndpoint::Start(c->gateway.get(), "127.0.0.1:0", 8192);
+  // Over HTTP a body over the limit is 413 with the reason (issue 14: was 400).
+  HttpEndpointOptions ho;
+  ho.listen = "127.0.0.1:0";
+  ho.max_body_bytes = 8192;
+  auto http = HttpEndpoint::Start(c->gateway.get(), ho);
   REQUIRE(http.ok());
   const std::string address = (*http)->address();
   auto [code, body] = HttpPost(address, "/v1/infer", SerializeNpy(c->input), "application/x-npy");
-  CHECK(code == 400);
+  CHECK(code == 413);
   CHECK_THAT(body, Catch::Contains("exceeds 8192 bytes"));
   // Far larger than the socket buffers: the client is still sending when the refusal comes.
   std::tie(code, body) = HttpPost(address, "/v1/infer", std::string(8 << 20, 'x'), "application/x-npy");
-  CHECK(code == 400);
+  CHECK(code == 413);
   CHECK_THAT(body, Catch::Contains("exceeds 8192 bytes"));
   std::tie(code, body) = HttpPost(address, "/v1/infer", "[1,2,3]", "application/json");
   CHECK(code == 400);
