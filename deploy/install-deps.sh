@@ -29,8 +29,9 @@ TEST_PKGS=(
 )
 # MCU path (firmware + emulator) and serial-link helpers.
 MCU_PKGS=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm socat)
-# Kernel tests on emulated x86-64 CPUs without AVX-512 / AVX2 (tests/CMakeLists.txt).
-CPU_TEST_PKGS=(qemu-user)
+# Kernel tests on emulated x86-64 CPUs without AVX-512 / AVX2 (tests/CMakeLists.txt),
+# and the arm64 cross build whose kernel tests run under qemu-aarch64 (.ci/run).
+CPU_TEST_PKGS=(qemu-user g++-aarch64-linux-gnu)
 # bench/cluster-netns: network namespaces and tc link shaping.
 BENCH_PKGS=(iproute2)
 
