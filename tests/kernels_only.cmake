@@ -1,4 +1,4 @@
-# The kernel tests in a kernels-only build (TESSERA_KERNELS_ONLY, e.g. the
+# Included by the top-level CMakeLists.txt in a kernels-only build (TESSERA_KERNELS_ONLY, e.g. the
 # arm64 cross build): each runs under CMAKE_CROSSCOMPILING_EMULATOR
 # (qemu-aarch64) when cross-compiling. Label `arm64` for the cross build.
 set(KERNEL_TESTS kernels_conv_test kernels_elementwise_test kernels_gemm_test kernels_isa_test kernels_layout_test
