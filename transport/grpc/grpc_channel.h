@@ -1,8 +1,12 @@
 // Channel and server credentials for every gRPC connection tessera makes —
-// chosen here and only here (issue 5: mutual TLS slots in at this one place).
-// Today only plaintext exists, and it is allowed without asking only when
-// every address involved is loopback; a cluster on a real network must say
-// so explicitly (`--insecure`) until TLS lands.
+// chosen here and only here. With a TLS identity (`--tls-dir`) every channel
+// and every server is mutual TLS under the cluster CA (issue 14): servers
+// require a client certificate and verify it against ca.crt, clients verify
+// the server's certificate (CA and the address's host among its
+// subjectAltNames) and present their own; plaintext is then never used.
+// Without one, plaintext is allowed without asking only when the address is
+// loopback; a cluster on a real network must say so explicitly
+// (`--insecure`, trusted labs only).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -10,14 +14,23 @@
 #include <memory>
 #include <string>
 
+#include "transport/tls/cluster_ca.h"
 #include "util/status.h"
 
 namespace tessera {
 
 struct TransportSecurity {
-  // Plaintext to non-loopback addresses (a trusted LAN). TLS comes next.
+  // Plaintext to non-loopback addresses (a trusted LAN; ignored with tls).
   bool allow_plaintext_remote = false;
+  // Set: mutual TLS on every channel and server (transport/tls/cluster_ca.h).
+  std::shared_ptr<const TlsIdentity> tls;
 };
+
+// `--tls-dir DIR` with identity NAME: the security every channel and server
+// of the process uses (LoadTlsIdentity's checks; errors name the file).
+// An empty dir keeps plaintext (`insecure` = allow_plaintext_remote).
+Result<TransportSecurity> MakeTransportSecurity(const std::string& tls_dir, const std::string& tls_name,
+                                                bool insecure);
 
 // 127.0.0.0/8, ::1, localhost (with a port).
 bool IsLoopbackAddress(const std::string& address);
