@@ -2,6 +2,7 @@
 // of Gateway.Infer.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "daemon/cli/cli.h"
@@ -40,6 +41,11 @@ void RegisterInferCommand(CLI::App& app) {
     if (!security.ok()) throw CLI::RuntimeError(ReportError("infer", security.status()));
     auto channel = OpenChannel(a->gateway, *security);
     if (!channel.ok()) throw CLI::RuntimeError(ReportError("infer", channel.status()));
+    // A refused TLS handshake says so here, with what to check, instead of
+    // a bare UNAVAILABLE from the call.
+    const auto connect_within = std::chrono::milliseconds(std::clamp<int64_t>(a->deadline_ms, 1, 10000));
+    if (Status st = WaitUntilConnected(*channel, a->gateway, *security, connect_within); !st.ok())
+      throw CLI::RuntimeError(ReportError("infer", st.WithContext("gateway " + a->gateway)));
     auto stub = proto::Gateway::NewStub(*channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineFromUnixMillis(req.deadline_unix_ms()));

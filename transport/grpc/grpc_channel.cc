@@ -1,6 +1,10 @@
 #include "transport/grpc/grpc_channel.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 namespace tessera {
 
@@ -67,6 +71,41 @@ Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std:
                                       ": use a loopback address, pass --tls-dir DIR for mutual TLS, or pass "
                                       "--insecure on a trusted network");
   return grpc::InsecureServerCredentials();
+}
+
+Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address, const TransportSecurity& security,
+                          std::chrono::milliseconds timeout) {
+  if (channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) return Status::OK();
+  // The state says no more than TRANSIENT_FAILURE; a call says why.
+  std::string reason = "no connection";
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::ByteBuffer reply;
+  grpc::GenericStub stub(channel);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status st;
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);  // an empty ByteBuffer is no message at all
+  stub.UnaryCall(&ctx, "/tessera.ConnectProbe/Connect", grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    st = std::move(s);
+    done = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  if (!st.error_message().empty()) reason = st.error_message();
+  const std::string hint =
+      security.tls ? "with TLS identity " + security.tls->name + " from " + security.tls->dir +
+                         ": check that the peer has --tls-dir, that the same cluster CA signed both certificates, "
+                         "and that its certificate names " + address + "'s host (tessera certs issue --host)"
+                   : "in plaintext: if the peer has --tls-dir, pass --tls-dir here too";
+  return Status::Unavailable("cannot connect to " + address + " within " + std::to_string(timeout.count() / 1000) +
+                             " s " + hint + " (" + reason + ")");
 }
 
 grpc::Status ToGrpcStatus(const Status& status) {

@@ -44,6 +44,14 @@ Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, c
 Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std::string& listen_address,
                                                                       const TransportSecurity& security);
 
+// Waits up to `timeout` for `channel` (opened by OpenChannel(address,
+// security)) to connect. Unavailable otherwise, with gRPC's reason and what
+// to check: a TLS handshake refused by either side (wrong CA, a certificate
+// that does not name the address, no --tls-dir on one side) never succeeds
+// by waiting longer, so callers that would wait minutes ask this first.
+Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address, const TransportSecurity& security,
+                          std::chrono::milliseconds timeout);
+
 grpc::Status ToGrpcStatus(const Status& status);
 Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
 

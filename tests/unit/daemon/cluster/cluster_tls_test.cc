@@ -250,7 +250,7 @@ TEST_CASE("tessera's TLS channel reaches a cluster worker and refuses impostors"
   }
 }
 
-TEST_CASE("with a TLS identity, non-loopback addresses need no --insecure; without one they still do") {
+TEST_CASE("with a TLS identity non-loopback addresses need no --insecure and without one they still do") {
   Pki pki;
   auto tls = MakeTransportSecurity(pki.cluster.string(), "deploy", false);
   REQUIRE(tls.ok());

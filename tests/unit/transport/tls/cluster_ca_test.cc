@@ -74,7 +74,7 @@ TEST_CASE("a certificate issued by the cluster CA verifies against it and names 
   CHECK(id.ok());
 }
 
-TEST_CASE("--host entries replace the loopback defaults; IPv4, IPv6 and DNS names") {
+TEST_CASE("host entries replace the loopback defaults: IPv4 IPv6 and DNS names") {
   ScratchDir d("hosts");
   REQUIRE(Init(d.path).ok());
   REQUIRE(Issue(d.path, "pi1", {"10.0.0.11", "fd00::11", "pi1.lab"}).ok());
@@ -87,7 +87,7 @@ TEST_CASE("--host entries replace the loopback defaults; IPv4, IPv6 and DNS name
   CHECK_FALSE(fs::exists(d.path / "pi2.key"));
 }
 
-TEST_CASE("keys are written with mode 0600, certificates 0644") {
+TEST_CASE("keys are written with mode 0600 and certificates 0644") {
   ScratchDir d("modes");
   REQUIRE(Init(d.path).ok());
   REQUIRE(Issue(d.path, "gateway").ok());
