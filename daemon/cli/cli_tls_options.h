@@ -14,8 +14,8 @@ class App;
 namespace tessera {
 
 struct TlsOptions {
-  std::string dir;       // "" = no TLS
-  std::string name;      // identity: DIR/NAME.crt, DIR/NAME.key; "" = the verb's default
+  std::string dir;        // "" = no TLS
+  std::string name;       // identity: DIR/NAME.crt, DIR/NAME.key; "" = the verb's default
   bool insecure = false;  // plaintext off loopback (without --tls-dir)
 
   // Adds the three options to `cmd`; `name_default` is said in the help

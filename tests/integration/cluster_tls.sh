@@ -26,7 +26,7 @@ fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
 start_scratch tessera-tls
 # Prints the refusal's one-line error (gRPC's own handshake logs aside).
-said() { grep -m1 "^tessera [a-z ]*: error:" "$D/e.txt" | cut -c1-400 | sed 's/^/  /'; }
+said() { grep -ao "tessera [a-z ]*: error:.*" "$D/e.txt" | head -1 | cut -c1-400 | sed 's/^/  /'; }
 
 # --- certificates -----------------------------------------------------------
 CA=$D/ca
@@ -100,6 +100,10 @@ start_gateway 60 --model "$CFG" --input-shape $SHAPE --plan "$D/plan.pb" --tls-d
   { bad "infer over TLS"; cat "$D/e.txt"; tail -5 "$D/gateway.log"; }
 curl -sf --data-binary @"$D/x.npy" -H 'Content-Type: application/x-npy' -H 'Accept: application/x-npy' \
   http://$HTTP/v1/infer -o "$D/h.npy" && compare "$D/h.npy" "$D/ref.npy" && ok "HTTP (loopback) == run" || bad "HTTP"
+
+# --tls-name: another identity from a directory (any certificate of the cluster CA is a client today).
+"$T" infer --gateway $GRPC --tls-dir "$D/w1" --tls-name w1 --input "$D/x.npy" --output "$D/y1.npy" >/dev/null 2>"$D/e.txt" &&
+  compare "$D/y1.npy" "$D/ref.npy" && ok "infer --tls-name w1 == run" || { bad "infer --tls-name"; cat "$D/e.txt"; }
 
 # Clients the gateway refuses.
 "$T" infer --gateway $GRPC --input "$D/x.npy" 2>"$D/e.txt" >/dev/null && bad "plaintext infer accepted" ||

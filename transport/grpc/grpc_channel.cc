@@ -73,8 +73,8 @@ Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std:
   return grpc::InsecureServerCredentials();
 }
 
-Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address, const TransportSecurity& security,
-                          std::chrono::milliseconds timeout) {
+Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                          const TransportSecurity& security, std::chrono::milliseconds timeout) {
   if (channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) return Status::OK();
   // The state says no more than TRANSIENT_FAILURE; a call says why.
   std::string reason = "no connection";
@@ -102,7 +102,7 @@ Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const s
   const std::string hint =
       security.tls ? "with TLS identity " + security.tls->name + " from " + security.tls->dir +
                          ": check that the peer has --tls-dir, that the same cluster CA signed both certificates, "
-                         "and that its certificate names " + address + "'s host (tessera certs issue --host)"
+                         "and that its certificate names the host of " + address + " (tessera certs issue --host)"
                    : "in plaintext: if the peer has --tls-dir, pass --tls-dir here too";
   return Status::Unavailable("cannot connect to " + address + " within " + std::to_string(timeout.count() / 1000) +
                              " s " + hint + " (" + reason + ")");

@@ -49,8 +49,8 @@ Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std:
 // to check: a TLS handshake refused by either side (wrong CA, a certificate
 // that does not name the address, no --tls-dir on one side) never succeeds
 // by waiting longer, so callers that would wait minutes ask this first.
-Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address, const TransportSecurity& security,
-                          std::chrono::milliseconds timeout);
+Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                          const TransportSecurity& security, std::chrono::milliseconds timeout);
 
 grpc::Status ToGrpcStatus(const Status& status);
 Status FromGrpcStatus(const grpc::Status& status, const std::string& context);

@@ -73,8 +73,10 @@ Status WriteFileWithMode(const fs::path& path, const std::string& text, mode_t m
   for (size_t done = 0; st.ok() && done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) st = Status::FromErrno(errno, "cannot write " + tmp);
-    else done += static_cast<size_t>(n);
+    if (n < 0)
+      st = Status::FromErrno(errno, "cannot write " + tmp);
+    else
+      done += static_cast<size_t>(n);
   }
   if (st.ok() && ::fsync(fd) != 0) st = Status::FromErrno(errno, "cannot sync " + tmp);
   ::close(fd);
@@ -152,10 +154,10 @@ Result<X509Ptr> NewCertificate(const std::string& common_name, EVP_PKEY* subject
       !X509_time_adj_ex(X509_getm_notAfter(cert.get()), days, 0, nullptr))
     return OpenSslError("cannot set the validity period");
   X509_NAME* name = X509_get_subject_name(cert.get());
-  if (X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>("tessera"), -1,
-                                 -1, 0) != 1 ||
-      X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                                 reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0) != 1)
+  if (X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>("tessera"), -1, -1,
+                                 0) != 1 ||
+      X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()),
+                                 -1, -1, 0) != 1)
     return OpenSslError("cannot set the subject name " + common_name);
   if (X509_set_pubkey(cert.get(), subject_key) != 1) return OpenSslError("cannot set the public key");
   return cert;

@@ -30,8 +30,8 @@ struct CaOptions {
 };
 
 struct IssueOptions {
-  std::string dir;     // holds ca.crt and ca.key; NAME.crt and NAME.key are written here
-  std::string name;    // device or process name: subject CN and first DNS subjectAltName
+  std::string dir;   // holds ca.crt and ca.key; NAME.crt and NAME.key are written here
+  std::string name;  // device or process name: subject CN and first DNS subjectAltName
   // Further subjectAltNames: IPv4/IPv6 addresses become IP entries, anything
   // else a DNS entry. Empty = {"127.0.0.1", "localhost"}.
   std::vector<std::string> hosts;

@@ -46,7 +46,7 @@ struct TlsWorker {
     const std::string port_file = (scratch / (name + ".port")).string();
     log = scratch / (name + ".log");
     fs::remove(port_file);
-    std::vector<std::string> args = {TESSERA_BINARY, "worker",    "--listen",        "127.0.0.1:0", "--name",
+    std::vector<std::string> args = {TESSERA_BINARY, "worker",    "--listen",       "127.0.0.1:0", "--name",
                                      name,           "--tls-dir", tls_dir.string(), "--port-file", port_file};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
