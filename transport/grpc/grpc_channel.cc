@@ -108,6 +108,15 @@ Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const s
                              " s " + hint + " (" + reason + ")");
 }
 
+std::string DescribePeer(const grpc::ServerContext& context) {
+  const std::string address = context.peer();
+  const auto auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) return address;
+  const std::vector<grpc::string_ref> names = auth->GetPeerIdentity();
+  if (names.empty()) return address;
+  return std::string(names.front().data(), names.front().size()) + " (" + address + ")";
+}
+
 grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;

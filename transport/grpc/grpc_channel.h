@@ -52,6 +52,11 @@ Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std:
 Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
                           const TransportSecurity& security, std::chrono::milliseconds timeout);
 
+// The caller of a server RPC, for logs: "NAME (ADDR)" with NAME from its
+// TLS certificate (the first subjectAltName, which `tessera certs issue`
+// makes the device name), "ADDR" in plaintext.
+std::string DescribePeer(const grpc::ServerContext& context);
+
 grpc::Status ToGrpcStatus(const Status& status);
 Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
 

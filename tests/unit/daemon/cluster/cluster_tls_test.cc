@@ -46,8 +46,9 @@ struct TlsWorker {
     const std::string port_file = (scratch / (name + ".port")).string();
     log = scratch / (name + ".log");
     fs::remove(port_file);
-    std::vector<std::string> args = {TESSERA_BINARY, "worker",    "--listen",       "127.0.0.1:0", "--name",
-                                     name,           "--tls-dir", tls_dir.string(), "--port-file", port_file};
+    std::vector<std::string> args = {TESSERA_BINARY, "--log-level",    "info",        "worker",
+                                     "--listen",     "127.0.0.1:0",    "--name",      name,
+                                     "--tls-dir",    tls_dir.string(), "--port-file", port_file};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -192,6 +193,8 @@ TEST_CASE("a TLS worker answers a client the cluster CA vouches for on every RPC
   CHECK(got[2].ok());
   CHECK(got[3].ok());
   CHECK(got[4].ok());
+  // The worker knows who called: the name in the caller's certificate.
+  CHECK_THAT(Read(w.log), Catch::Contains("w1: program load from deploy (ipv4:127.0.0.1:"));
 }
 
 TEST_CASE("a TLS worker refuses a client without a certificate on every RPC") {
