@@ -15,7 +15,7 @@ export DEBIAN_FRONTEND=noninteractive
 # Build toolchain and libraries (ARCHITECTURE.md "Dependencies").
 BUILD_PKGS=(
   build-essential cmake ninja-build pkg-config git curl
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libboost-dev libboost-system-dev
   libeigen3-dev libspdlog-dev libfmt-dev catch2
   libonnx-dev coinor-libcbc-dev coinor-libclp-dev coinor-libosi-dev coinor-libcgl-dev coinor-libcoinutils-dev

@@ -16,5 +16,6 @@ void RegisterWorkerCommand(CLI::App& app);   // cli_worker.cc
 void RegisterGatewayCommand(CLI::App& app);  // cli_gateway.cc
 void RegisterDeployCommand(CLI::App& app);   // cli_deploy.cc
 void RegisterInferCommand(CLI::App& app);    // cli_infer.cc
+void RegisterCertsCommand(CLI::App& app);    // cli_certs.cc
 
 }  // namespace tessera

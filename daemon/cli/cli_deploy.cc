@@ -7,6 +7,7 @@
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
+#include "daemon/cli/cli_tls_options.h"
 #include "daemon/cluster/gateway.h"
 #include "daemon/cluster/gateway_plan.h"
 #include "planner/cluster.h"
@@ -19,6 +20,7 @@ void RegisterDeployCommand(CLI::App& app) {
     ModelOptions model;
     std::string cluster;
     ServePlanOptions serve;
+    TlsOptions tls;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
@@ -31,8 +33,11 @@ void RegisterDeployCommand(CLI::App& app) {
                   "The workers' --threads, for sizing their memory against ram:")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  cmd->add_flag("--insecure", a->serve.security.allow_plaintext_remote, "Allow plaintext gRPC to non-loopback workers");
+  a->tls.AddTo(*cmd, "deploy", "Allow plaintext gRPC to non-loopback workers");
   cmd->callback([a] {
+    auto security = a->tls.Resolve("deploy");
+    if (!security.ok()) throw CLI::RuntimeError(ReportError("deploy", security.status()));
+    a->serve.security = *security;
     auto graph = LoadModel(a->model);
     if (!graph.ok()) throw CLI::RuntimeError(ReportError("deploy", graph.status()));
     auto cluster = LoadClusterFile(a->cluster);

@@ -12,6 +12,7 @@
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
+#include "daemon/cli/cli_tls_options.h"
 #include "daemon/cluster/gateway.h"
 #include "daemon/cluster/gateway_plan.h"
 #include "daemon/cluster/http_endpoint.h"
@@ -32,6 +33,7 @@ struct GatewayArgs {
   bool failover = false;
   GatewayOptions gateway;
   HttpEndpointOptions http_options;
+  TlsOptions tls;
 };
 
 // Each request in flight needs its own device arena on every worker
@@ -52,6 +54,9 @@ void LimitInFlightToRam(const ServedPlan& served, const Cluster& cluster, int* m
 
 int RunGateway(GatewayArgs& a) {
   // Refused before anything is planned or deployed.
+  auto security = a.tls.Resolve("gateway");
+  if (!security.ok()) return ReportError("gateway", security.status());
+  a.gateway.security = *security;
   if (!a.http.empty())
     if (Status st = CheckHttpListenAddress(a.http, a.gateway.security.allow_plaintext_remote); !st.ok())
       return ReportError("gateway", st);
@@ -157,9 +162,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option_function<int64_t>(
          "--http-idle-timeout-ms", [a](int64_t ms) { a->http_options.idle_timeout = std::chrono::milliseconds(ms); },
          "Close an HTTP connection that sends no request header for this long (default 10000)");
-  cmd->add_flag("--insecure", a->gateway.security.allow_plaintext_remote,
-                "Allow plaintext gRPC and HTTP off loopback: to non-loopback workers, and --listen/--http on "
-                "other interfaces (trusted network only)");
+  a->tls.AddTo(*cmd, "gateway",
+               "Allow plaintext gRPC and HTTP off loopback: to non-loopback workers, and --listen/--http on "
+               "other interfaces (trusted network only; --tls-dir covers gRPC, not HTTP)");
   cmd->callback([a] {
     if (int rc = RunGateway(*a)) throw CLI::RuntimeError(rc);
   });

@@ -2,10 +2,12 @@
 // of Gateway.Infer.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
+#include "daemon/cli/cli_tls_options.h"
 #include "daemon/runtime/npy.h"
 #include "daemon/cluster/worker_tensor.h"
 #include "proto/services.grpc.pb.h"
@@ -19,14 +21,14 @@ void RegisterInferCommand(CLI::App& app) {
     std::string gateway = "127.0.0.1:7000";
     std::vector<std::string> inputs, outputs;
     int64_t deadline_ms = 60000;
-    bool insecure = false;
+    TlsOptions tls;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--gateway", a->gateway, "Gateway gRPC address")->capture_default_str();
   cmd->add_option("--input", a->inputs, "Input .npy, one per model input, in order")->required();
   cmd->add_option("--output", a->outputs, "Write the outputs here (.npy), one per model output");
   cmd->add_option("--deadline-ms", a->deadline_ms, "Deadline of the request")->capture_default_str();
-  cmd->add_flag("--insecure", a->insecure, "Allow plaintext gRPC to a non-loopback gateway");
+  a->tls.AddTo(*cmd, "infer", "Allow plaintext gRPC to a non-loopback gateway");
   cmd->callback([a] {
     proto::InferRequest req;
     for (const auto& path : a->inputs) {
@@ -35,10 +37,15 @@ void RegisterInferCommand(CLI::App& app) {
       *req.add_inputs() = ToTensorMsg(*t);
     }
     req.set_deadline_unix_ms(UnixMillisNow() + a->deadline_ms);
-    TransportSecurity security;
-    security.allow_plaintext_remote = a->insecure;
-    auto channel = OpenChannel(a->gateway, security);
+    auto security = a->tls.Resolve("infer");
+    if (!security.ok()) throw CLI::RuntimeError(ReportError("infer", security.status()));
+    auto channel = OpenChannel(a->gateway, *security);
     if (!channel.ok()) throw CLI::RuntimeError(ReportError("infer", channel.status()));
+    // A refused TLS handshake says so here, with what to check, instead of
+    // a bare UNAVAILABLE from the call.
+    const auto connect_within = std::chrono::milliseconds(std::clamp<int64_t>(a->deadline_ms, 1, 10000));
+    if (Status st = WaitUntilConnected(*channel, a->gateway, *security, connect_within); !st.ok())
+      throw CLI::RuntimeError(ReportError("infer", st.WithContext("gateway " + a->gateway)));
     auto stub = proto::Gateway::NewStub(*channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineFromUnixMillis(req.deadline_unix_ms()));

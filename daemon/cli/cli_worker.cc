@@ -1,9 +1,10 @@
-// `tessera worker --listen ADDR [--name NAME] [--data-dir DIR]`: the daemon
+// `tessera worker --listen ADDR [--name NAME] [--data-dir DIR] [--tls-dir DIR]`: the daemon
 // on every Linux device (daemon/cluster/worker.h).
 #include <CLI/CLI.hpp>
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
+#include "daemon/cli/cli_tls_options.h"
 #include "daemon/cluster/worker.h"
 
 namespace tessera {
@@ -14,6 +15,7 @@ void RegisterWorkerCommand(CLI::App& app) {
     std::string listen = "127.0.0.1:7070", port_file;
     WorkerOptions options;
     std::vector<std::string> mcus;
+    TlsOptions tls;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--listen", a->listen, "gRPC address to listen on (port 0: any free port)")->capture_default_str();
@@ -25,9 +27,11 @@ void RegisterWorkerCommand(CLI::App& app) {
   cmd->add_option("--mcu", a->mcus,
                   "An MCU this worker owns and bridges: NAME=PORT[@BAUD][,listen=HOST:PORT] (its UART, and where "
                   "its Worker service listens: the mcu device's address in the cluster file; repeatable)");
-  cmd->add_flag("--insecure", a->options.security.allow_plaintext_remote,
-                "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
+  a->tls.AddTo(*cmd, "the worker's --name", "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
   cmd->callback([a] {
+    auto security = a->tls.Resolve(a->options.name);
+    if (!security.ok()) throw CLI::RuntimeError(ReportError("worker", security.status()));
+    a->options.security = *security;
     std::vector<McuPort> mcus;
     for (const auto& text : a->mcus) {
       auto port = ParseMcuPort(text);

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   tessera::RegisterGatewayCommand(app);
   tessera::RegisterDeployCommand(app);
   tessera::RegisterInferCommand(app);
+  tessera::RegisterCertsCommand(app);
 
   // A verb that fails throws CLI::RuntimeError(exit_code) after printing its
   // one-line error; app.exit() returns that code without printing more.

@@ -37,6 +37,10 @@ ModelSignature ModelSignature::Of(const Graph& graph) {
 
 namespace {
 
+// How long a deploy waits for a worker's connection (a worker that is still
+// starting gets this long; a refused TLS handshake fails after it).
+constexpr std::chrono::milliseconds kDeployConnectTimeout{10000};
+
 // Streams one serialized program to workers[d] in kChunkBytes chunks.
 // `sent` counts the bytes that went out (for progress).
 Status SendProgram(int d, const std::string& b, int num_devices, const std::string& plan_id, int source,
@@ -44,6 +48,10 @@ Status SendProgram(int d, const std::string& b, int num_devices, const std::stri
                    const std::function<void(int64_t)>& sent, DeployedDevice* out) {
   const std::string where = "worker " + workers[d].name + " (" + workers[d].address + ")";
   TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(workers[d].address, security));
+  // A refused handshake would keep the wait_for_ready load below retrying
+  // for its whole ten minutes: reach the worker first.
+  TS_RETURN_IF_ERROR(
+      WaitUntilConnected(channel, workers[d].address, security, kDeployConnectTimeout).WithContext(where));
   auto stub = proto::Worker::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));

@@ -295,8 +295,9 @@ void WatchdogLoop(HttpEndpoint::State& s) {
 Status CheckHttpListenAddress(const std::string& listen, bool allow_remote) {
   if (!IsLoopbackAddress(listen) && !allow_remote)
     return Status::FailedPrecondition("refusing to serve plaintext HTTP on " + listen +
-                                      ": only loopback addresses are allowed; pass --insecure to serve a trusted "
-                                      "network (TLS is not implemented yet)");
+                                      ": only loopback addresses are allowed (HTTP has no TLS, --tls-dir covers gRPC "
+                                      "only); serve it on loopback behind a TLS-terminating proxy, or pass "
+                                      "--insecure on a trusted network");
   return Status::OK();
 }
 

@@ -290,6 +290,8 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   std::vector<std::string> chunks;
   int64_t received = 0;
   int64_t expected_seq = 0;
+  const std::string peer = DescribePeer(*context);
+  spdlog::info("worker {}: program load from {}", options_.name, peer);
   while (reader->Read(&chunk)) {
     if (chunk.seq() != expected_seq)
       return ToGrpcStatus(tessera::Status::InvalidArgument("program chunk " + std::to_string(chunk.seq()) +
@@ -316,7 +318,7 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
     return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(received) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
   tessera::Status st = Install(std::move(chunks), header, /*persist=*/true, reply);
-  if (!st.ok()) spdlog::warn("worker {}: load refused: {}", options_.name, st.ToString());
+  if (!st.ok()) spdlog::warn("worker {}: load from {} refused: {}", options_.name, peer, st.ToString());
   return ToGrpcStatus(st);
 }
 

@@ -41,13 +41,15 @@ start_scratch() {  # prefix
 }
 
 # Starts N `tessera worker` processes on loopback ports (pids in PIDS[1..N],
-# logs in $D/wI.log) and writes $D/cluster.yaml naming them w1..wN.
+# logs in $D/wI.log) and writes $D/cluster.yaml naming them w1..wN. Extra
+# args go to every worker, with %n replaced by its name (--tls-dir "$D/%n").
 #   requires: $T, $D (start_scratch)
-start_loopback_workers() {  # N
-  local i
+start_loopback_workers() {  # N [worker args...]
+  local i n=$1
+  shift
   { echo "devices:"
-    for i in $(seq "$1"); do
-      "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" 2>>"$D/w$i.log" &
+    for i in $(seq "$n"); do
+      "$T" worker --listen 127.0.0.1:0 --name w$i --port-file "$D/w$i.port" "${@//%n/w$i}" 2>>"$D/w$i.log" &
       PIDS[$i]=$!
       for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
       [ -f "$D/w$i.port" ] || { echo "FAIL worker w$i did not start" >&2; return 1; }

@@ -1,8 +1,12 @@
 // Channel and server credentials for every gRPC connection tessera makes —
-// chosen here and only here (issue 5: mutual TLS slots in at this one place).
-// Today only plaintext exists, and it is allowed without asking only when
-// every address involved is loopback; a cluster on a real network must say
-// so explicitly (`--insecure`) until TLS lands.
+// chosen here and only here. With a TLS identity (`--tls-dir`) every channel
+// and every server is mutual TLS under the cluster CA (issue 14): servers
+// require a client certificate and verify it against ca.crt, clients verify
+// the server's certificate (CA and the address's host among its
+// subjectAltNames) and present their own; plaintext is then never used.
+// Without one, plaintext is allowed without asking only when the address is
+// loopback; a cluster on a real network must say so explicitly
+// (`--insecure`, trusted labs only).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -10,14 +14,23 @@
 #include <memory>
 #include <string>
 
+#include "transport/tls/cluster_ca.h"
 #include "util/status.h"
 
 namespace tessera {
 
 struct TransportSecurity {
-  // Plaintext to non-loopback addresses (a trusted LAN). TLS comes next.
+  // Plaintext to non-loopback addresses (a trusted LAN; ignored with tls).
   bool allow_plaintext_remote = false;
+  // Set: mutual TLS on every channel and server (transport/tls/cluster_ca.h).
+  std::shared_ptr<const TlsIdentity> tls;
 };
+
+// `--tls-dir DIR` with identity NAME: the security every channel and server
+// of the process uses (LoadTlsIdentity's checks; errors name the file).
+// An empty dir keeps plaintext (`insecure` = allow_plaintext_remote).
+Result<TransportSecurity> MakeTransportSecurity(const std::string& tls_dir, const std::string& tls_name,
+                                                bool insecure);
 
 // 127.0.0.0/8, ::1, localhost (with a port).
 bool IsLoopbackAddress(const std::string& address);
@@ -30,6 +43,19 @@ inline constexpr size_t kChunkBytes = 1 << 20;
 Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const TransportSecurity& security);
 Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std::string& listen_address,
                                                                       const TransportSecurity& security);
+
+// Waits up to `timeout` for `channel` (opened by OpenChannel(address,
+// security)) to connect. Unavailable otherwise, with gRPC's reason and what
+// to check: a TLS handshake refused by either side (wrong CA, a certificate
+// that does not name the address, no --tls-dir on one side) never succeeds
+// by waiting longer, so callers that would wait minutes ask this first.
+Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                          const TransportSecurity& security, std::chrono::milliseconds timeout);
+
+// The caller of a server RPC, for logs: "NAME (ADDR)" with NAME from its
+// TLS certificate (the first subjectAltName, which `tessera certs issue`
+// makes the device name), "ADDR" in plaintext.
+std::string DescribePeer(const grpc::ServerContext& context);
 
 grpc::Status ToGrpcStatus(const Status& status);
 Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
