@@ -101,6 +101,16 @@ struct ProgramView {
 
 namespace detail {
 inline bool Inside(uint64_t offset, uint64_t count, uint64_t limit) { return offset + count <= limit; }
+// The kernels index with int32 (firmware/mcu_kernels.h: oy*sh - pad + ky*dh,
+// iy*W + ix): every spatial field below 2^14 keeps each of those inside int32
+// for any layer a program may declare (a corrupted one included).
+constexpr uint32_t kMaxSpatial = 1u << 14;
+inline bool SpatialFits(const Layer& l) {
+  const uint32_t fields[] = {l.h, l.w, l.oh, l.ow, l.kh, l.kw, l.sh, l.sw, l.pad_top, l.pad_left, l.dh, l.dw};
+  for (uint32_t f : fields)
+    if (f >= kMaxSpatial) return false;
+  return true;
+}
 inline uint64_t InputFloats(const Layer& l) { return uint64_t(l.c) * l.h * l.w; }
 inline uint64_t OutputFloats(const Layer& l) { return uint64_t(l.oc) * l.oh * l.ow; }
 }  // namespace detail
@@ -133,7 +143,7 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t are
     const Layer& l = v.layers[i];
     const uint64_t in = InputFloats(l), out = OutputFloats(l);
     if (!Inside(l.in0, in, act) || !Inside(l.out, out, act) || out == 0) return kErrProgramLayer;
-    if (l.activation > kActRelu) return kErrProgramLayer;
+    if (l.activation > kActRelu || !SpatialFits(l)) return kErrProgramLayer;
     switch (l.op) {
       case kOpConv: {
         if (l.group == 0 || l.c % l.group || l.oc % l.group || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0)
