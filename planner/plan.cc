@@ -19,25 +19,26 @@ namespace {
 constexpr int64_t kFloatBytes = 4;
 
 // Layers that may sit inside an FFMT fused stack (METHODS §2): output rows
-// depend only on a window of input rows. The compiler decides
-// (CheckTileable), so a plan never puts a layer in a stack that the compiler
-// then refuses (e.g. Reorg, whose output rows mix every input row).
+// depend only on a window of input rows. The op-traits table decides
+// (CheckTileable), the same rule the compiler applies, so a plan never puts
+// a layer in a stack that the compiler then refuses (e.g. Reorg, whose
+// output rows mix every input row).
 bool SpatiallyTileable(const Graph& graph, const LayerFigures& f) {
   if (f.output_shape.size() != 4 || f.output_shape[2] < 2) return false;
   return CheckTileable(graph, f.node).ok();
 }
 
 // Input rows an FFMT tile of `out_rows` output rows reads (the halo of §2):
-// (rows−1)·stride + (kernel−1)·dilation + 1, at most the whole input.
-int64_t InputRowsForTile(const Node& node, const LayerFigures& f, int64_t out_rows) {
+// (rows−1)·stride + (kernel−1)·dilation + 1 for a window, the same rows for a
+// point-wise layer, at most the whole input.
+int64_t InputRowsForTile(const Graph& graph, const LayerFigures& f, int64_t out_rows) {
   if (f.input_shapes.empty() || f.input_shapes[0].size() != 4) return out_rows;
   const int64_t h_in = f.input_shapes[0][2];
   const int64_t h_out = f.output_shape[2];
-  if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
-    const auto k = node.attrs.Ints("kernel_shape", {1, 1});
-    const auto s = node.attrs.Ints("strides", {1, 1});
-    const auto d = node.attrs.Ints("dilations", {1, 1});
-    const int64_t rows = (out_rows - 1) * (s.empty() ? 1 : s[0]) + ((k.empty() ? 1 : k[0]) - 1) * (d.empty() ? 1 : d[0]) + 1;
+  auto rule = TileRuleOf(graph, f.node);
+  if (rule.ok() && rule->window) {
+    const SpatialWindow& w = rule->w;
+    const int64_t rows = (out_rows - 1) * w.stride[0] + (w.kernel[0] - 1) * w.dilation[0] + 1;
     return std::min(h_in, std::max<int64_t>(rows, 1));
   }
   if (h_out > 0 && h_in != h_out) return std::min(h_in, (out_rows * h_in + h_out - 1) / h_out);
@@ -208,11 +209,20 @@ struct LayerShares {
 
 // FFMT: n×1 grid of row stripes of the output. The first layer of a fused
 // stack receives its input tiles from device 0; the last one gathers its
-// output tiles there.
-LayerShares PlanFfmtLayer(const Node& node, const LayerFigures& f, const std::vector<double>& tile_capacity,
+// output tiles there. An input broadcast over space (an SE gate,
+// TileRule::whole_input) goes whole from device 0 to every tile's device.
+LayerShares PlanFfmtLayer(const Graph& graph, const LayerFigures& f, const std::vector<double>& tile_capacity,
                           bool stack_starts, bool stack_ends, PlannedLayer* a) {
   const int n = static_cast<int>(tile_capacity.size());
-  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
+  double M = static_cast<double>(f.M);
+  const double K = static_cast<double>(f.K);
+  double broadcast = 0;  // values every tile needs whole
+  if (auto rule = TileRuleOf(graph, f.node); rule.ok()) {
+    const auto acts = graph.ActivationInputs(graph.nodes[f.node]);
+    for (size_t k = 0; k < acts.size() && k < rule->whole_input.size(); ++k)
+      if (rule->whole_input[k]) broadcast += static_cast<double>(NumElements(graph.values[acts[k]].shape));
+  }
+  M -= broadcast;
   LayerShares shares(n);
   const int64_t rows = f.output_shape[2];
   const int64_t h_in = (!f.input_shapes.empty() && f.input_shapes[0].size() == 4) ? f.input_shapes[0][2] : rows;
@@ -228,7 +238,7 @@ LayerShares PlanFfmtLayer(const Node& node, const LayerFigures& f, const std::ve
   a->grid = {static_cast<int64_t>(a->devices.size()), 1};
   for (int i = 0; i < n; ++i) {
     if (r[i] == 0) continue;
-    const int64_t rin = InputRowsForTile(node, f, r[i]);
+    const int64_t rin = InputRowsForTile(graph, f, r[i]);
     shares.out_share[i] = static_cast<double>(r[i]) / rows;
     shares.in_share[i] = static_cast<double>(rin) / std::max<int64_t>(h_in, 1);
     shares.share[i] = shares.out_share[i];
@@ -236,6 +246,8 @@ LayerShares PlanFfmtLayer(const Node& node, const LayerFigures& f, const std::ve
   }
   if (stack_starts)  // the stack's input tiles come from device 0
     for (int i = 1; i < n; ++i) shares.traffic.Move(0, i, M * shares.in_share[i]);
+  for (int i = 1; i < n; ++i)
+    if (r[i] > 0) shares.traffic.Move(0, i, broadcast);
   if (stack_ends)  // gather the output tiles on device 0
     for (int i = 1; i < n; ++i) shares.traffic.Move(i, 0, K * shares.out_share[i]);
   return shares;
@@ -268,24 +280,38 @@ void FillFanOutShares(const LayerFigures& f, FdtScheme x, bool r_prev, bool r, L
   }
 }
 
-// Fan-in (fdti, fdt2): input slices out, full-size partial sums back.
-void FillFanInShares(const LayerFigures& f, FdtScheme x, LayerShares* shares) {
+// Fan-in (fdti, fdt2): input slices out, full-size partial sums back. A
+// grouped Conv (OwpLayer::grouped) ends with its groups' outputs complete on
+// each device: output slices, gathered by whoever reads the whole map next.
+void FillFanInShares(const LayerFigures& f, FdtScheme x, bool grouped, LayerShares* shares) {
   const int n = static_cast<int>(shares->share.size());
   const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
   const std::vector<double>& share = shares->share;
   for (int i = 0; i < n; ++i) {
     shares->in_share[i] = share[i];
-    shares->out_share[i] = share[i] > 0 ? 1.0 : 0.0;
+    shares->out_share[i] = grouped ? share[i] : (share[i] > 0 ? 1.0 : 0.0);
   }
   if (x == FdtScheme::kFanIn)
     for (int i = 1; i < n; ++i) shares->traffic.Move(0, i, M * share[i]);
   for (int i = 1; i < n; ++i)
-    if (share[i] > 0) shares->traffic.Move(i, 0, K);
+    if (share[i] > 0) shares->traffic.Move(i, 0, grouped ? K * share[i] : K);
+}
+
+// Channels per unit of layer k's split (op_traits.h): whole groups of a
+// grouped Conv; the first of a pair also keeps its partner's input groups whole.
+int64_t SplitGranule(const Graph& graph, const std::vector<OwpLayer>& chain, const OwpPlan& owp, int k) {
+  const Node& node = graph.nodes[chain[k].index - 1];
+  const FdtScheme x = owp.schemes[k];
+  if (x == FdtScheme::kFanIn || x == FdtScheme::kPairSecond) return InputSplitGranule(graph, node);
+  int64_t g = OutputSplitGranule(graph, node);
+  if (x == FdtScheme::kPairFirst && k + 1 < static_cast<int>(chain.size()))
+    g = std::lcm(g, InputSplitGranule(graph, graph.nodes[chain[k + 1].index - 1]));
+  return g;
 }
 
 // Weight layer `k` of the OWP chain: channel slices per its FDT scheme.
 // Sets `previous_slice` to the channel split the PART layers after it carry.
-LayerShares PlanFdtLayer(const LayerFigures& f, const SplitSolution& solution, int k,
+LayerShares PlanFdtLayer(const Graph& graph, const LayerFigures& f, const SplitSolution& solution, int k,
                          const std::vector<double>& slice_capacity, PlannedLayer* a,
                          std::vector<int64_t>* previous_slice) {
   const int n = static_cast<int>(slice_capacity.size());
@@ -297,7 +323,11 @@ LayerShares PlanFdtLayer(const LayerFigures& f, const SplitSolution& solution, i
   const bool fan_out = x == FdtScheme::kFanOut || x == FdtScheme::kPairFirst;
   const int64_t channels = fan_out ? Channels(f.output_shape)
                                    : (f.input_shapes.empty() ? 1 : Channels(f.input_shapes[0]));
-  std::vector<int64_t> s = SplitProportional(channels, slice_capacity);
+  std::vector<int64_t> s = SplitChannels(channels, SplitGranule(graph, chain, owp, k), slice_capacity);
+  // The second of a pair reads the slices the first left in place.
+  if (x == FdtScheme::kPairSecond && static_cast<int>(previous_slice->size()) == n &&
+      std::accumulate(previous_slice->begin(), previous_slice->end(), int64_t{0}) == channels)
+    s = *previous_slice;
   a->split_axis = fan_out ? "out_channels" : "in_channels";
   for (int i = 0; i < n; ++i)
     if (s[i] > 0) {
@@ -315,7 +345,7 @@ LayerShares PlanFdtLayer(const LayerFigures& f, const SplitSolution& solution, i
   if (fan_out) {
     FillFanOutShares(f, x, r_prev, r, &shares);
   } else {
-    FillFanInShares(f, x, &shares);
+    FillFanInShares(f, x, chain[k].grouped, &shares);
   }
   // After a fan-in merge the whole output sits on the source: channel-wise
   // layers that follow run whole there (no slices to carry).
@@ -421,10 +451,10 @@ SplitTotals PlanSplitLayers(const Graph& graph, const std::vector<LayerFigures>&
     if (before_switch && SpatiallyTileable(graph, f)) {
       const bool stack_ends = l + 1 == L || !(switch_layer == 0 || layers[l + 1].index < switch_layer) ||
                               !SpatiallyTileable(graph, layers[l + 1]);
-      shares = PlanFfmtLayer(graph.nodes[f.node], f, capacity.tile, !in_ffmt_stack, stack_ends, &a);
+      shares = PlanFfmtLayer(graph, f, capacity.tile, !in_ffmt_stack, stack_ends, &a);
       in_ffmt_stack = !stack_ends;
     } else if (!before_switch && chain_pos[f.index] >= 0) {
-      shares = PlanFdtLayer(f, solution, chain_pos[f.index], capacity.slice, &a, &previous_slice);
+      shares = PlanFdtLayer(graph, f, solution, chain_pos[f.index], capacity.slice, &a, &previous_slice);
     } else if (!before_switch && part[f.index] && !previous_slice.empty()) {
       shares = PlanPartLayer(f, previous_slice, capacity.slice, &a);
     } else {

@@ -33,11 +33,11 @@ double LayerCost(const std::vector<OwpLayer>& chain, int n, int l, int prev, int
     case FdtScheme::kFanOut:
       return (r_prev ? 0.0 : M * n1) + (r ? K * n1 : K * n1 / n);
     case FdtScheme::kFanIn:
-      return M * n1 / n + K * n1;
+      return M * n1 / n + (chain[l].grouped ? K * n1 / n : K * n1);
     case FdtScheme::kPairFirst:
       return r_prev ? 0.0 : M * n1;
     case FdtScheme::kPairSecond:
-      return K * n1;
+      return chain[l].grouped ? K * n1 / n : K * n1;
   }
   return kInf;
 }
@@ -169,9 +169,10 @@ Result<OwpPlan> SolveOwpIlp(const std::vector<OwpLayer>& chain, int n) {
   for (int l = 0; l < L; ++l) {
     const double M = static_cast<double>(chain[l].M), K = static_cast<double>(chain[l].K);
     o[l] = ilp.AddBinary(M * n1 + K * n1 / n);
-    i[l] = ilp.AddBinary(M * n1 / n + K * n1);
+    const double fan_in_back = chain[l].grouped ? K * n1 / n : K * n1;  // OwpLayer::grouped
+    i[l] = ilp.AddBinary(M * n1 / n + fan_in_back);
     f[l] = ilp.AddBinary(M * n1);
-    s[l] = ilp.AddBinary(K * n1);
+    s[l] = ilp.AddBinary(fan_in_back);
     r[l] = ilp.AddBinary(K * n1 * (1.0 - 1.0 / n));
     if (l > 0) {
       u[l] = ilp.AddBinary(-M * n1);
@@ -219,39 +220,6 @@ Result<OwpPlan> SolveOwpIlp(const std::vector<OwpLayer>& chain, int n) {
   return plan;
 }
 
-bool IsFdtWeightLayer(const Graph& graph, const Node& node) {
-  if (node.op == "Gemm") return true;
-  if (node.op != "Conv") return false;
-  // Depthwise conv (group = C_in > 1) is channel-wise: PART, not FDT.
-  const int64_t group = node.attrs.Int("group", 1);
-  const auto acts = graph.ActivationInputs(node);
-  if (group > 1 && !acts.empty()) {
-    const Shape& x = graph.values[acts[0]].shape;
-    if (x.size() >= 2 && x[1] == group) return false;
-  }
-  return true;
-}
-
-bool CarriedPerSlice(const Graph& graph, const Node& node) {
-  static const char* kChannelwise[] = {"Relu",    "LeakyRelu", "Clip",    "Sigmoid",          "HardSigmoid",
-                                       "Tanh",    "MaxPool",   "AveragePool", "GlobalAveragePool",
-                                       "GlobalMaxPool", "BatchNormalization", "Pad", "Resize"};
-  for (const char* op : kChannelwise)
-    if (node.op == op) return true;
-  const auto acts = graph.ActivationInputs(node);
-  if (node.op == "Conv") return !IsFdtWeightLayer(graph, node);  // depthwise
-  if ((node.op == "Add" || node.op == "Mul" || node.op == "Max") && acts.size() == 1) return true;
-  if (node.op == "Reshape" || node.op == "Flatten") {
-    // Flatten of a 1×1 map keeps channel order: a slice stays a slice.
-    if (acts.size() != 1) return false;
-    const Shape& x = graph.values[acts[0]].shape;
-    int64_t spatial = 1;
-    for (size_t d = 2; d < x.size(); ++d) spatial *= x[d];
-    return spatial == 1;
-  }
-  return false;
-}
-
 std::vector<OwpLayer> WeightPartitionedChain(const Graph& graph, const std::vector<LayerFigures>& layers,
                                              int switch_layer) {
   std::vector<OwpLayer> chain;
@@ -260,8 +228,8 @@ std::vector<OwpLayer> WeightPartitionedChain(const Graph& graph, const std::vect
   for (const auto& f : layers) {
     if (f.index < switch_layer) continue;
     const Node& node = graph.nodes[f.node];
-    if (!IsFdtWeightLayer(graph, node)) continue;
-    chain.push_back({f.index, f.M, f.K, false});
+    if (!IsWeightSplitLayer(graph, node)) continue;
+    chain.push_back({f.index, f.M, f.K, false, InputSplitGranule(graph, node) > 1});
     nodes.push_back(f.node);
   }
   const auto consumers = graph.Consumers();
@@ -285,7 +253,8 @@ std::vector<OwpLayer> WeightPartitionedChain(const Graph& graph, const std::vect
         break;
       }
       const Node& nn = graph.nodes[next];
-      if (IsFdtWeightLayer(graph, nn) || !CarriedPerSlice(graph, nn) || graph.ActivationInputs(nn).size() != 1) break;
+      if (IsWeightSplitLayer(graph, nn) || !CheckPerChannel(graph, nn).ok() || graph.ActivationInputs(nn).size() != 1)
+        break;
       node = next;
     }
     chain[k].linked_to_next = linked;

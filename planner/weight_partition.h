@@ -21,6 +21,7 @@
 
 #include "partition/graph/graph.h"
 #include "partition/graph/metrics.h"
+#include "partition/graph/op_traits.h"
 #include "util/status.h"
 #include "planner/solver_report.h"
 
@@ -34,6 +35,10 @@ struct OwpLayer {
   int index = 0;  // 1-based layer index in the model
   int64_t M = 0, K = 0;
   bool linked_to_next = false;
+  // A grouped Conv: fan-in (FDTI, FDT2) splits it by whole groups, so each
+  // device ends with its groups' outputs complete (no partial sums): the
+  // K·(N−1) term of C_l(FDTI) and C_l(FDT2) becomes K·(N−1)/N.
+  bool grouped = false;
 };
 
 struct OwpPlan {
@@ -54,12 +59,9 @@ OwpPlan SolveOwpDp(const std::vector<OwpLayer>& chain, int n);
 // re-evaluated from the chosen schemes with OwpCommunication.
 Result<OwpPlan> SolveOwpIlp(const std::vector<OwpLayer>& chain, int n);
 
-// The op can be computed per channel slice inside an FDT pair (PART).
-bool CarriedPerSlice(const Graph& graph, const Node& node);
-// The op's weights are split by FDT: conv (not depthwise) and dense.
-bool IsFdtWeightLayer(const Graph& graph, const Node& node);
 
-// The OWP chain of a graph: its FDT weight layers with index ≥ switch_layer
+// The OWP chain of a graph: its FDT weight layers (IsWeightSplitLayer of
+// op_traits.h; PART layers are those CheckPerChannel accepts) with index ≥ switch_layer
 // (1-based; 0 = none, giving an empty chain), with `linked_to_next` set by
 // the rule above. `layers` are ComputeLayerFigures(graph).
 std::vector<OwpLayer> WeightPartitionedChain(const Graph& graph, const std::vector<LayerFigures>& layers,

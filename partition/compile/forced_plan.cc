@@ -3,26 +3,14 @@
 #include <set>
 
 #include "partition/graph/metrics.h"
+#include "partition/graph/op_traits.h"
 #include "partition/compile/program_compiler.h"
 
 namespace tessera {
 
 namespace {
 
-// Layers that run per channel slice unchanged (compiler's PART rules).
-bool ChannelWise(const Graph& g, const Node& n) {
-  static const std::set<std::string> ops = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh",
-                                            "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                                            "BatchNormalization", "Identity"};
-  auto acts = g.ActivationInputs(n);
-  if (acts.size() != 1 || n.outputs.size() != 1) return false;
-  const Shape& x = g.values[acts[0]].shape;
-  const Shape& y = g.values[n.outputs[0]].shape;
-  if (x.size() < 2 || y.size() < 2 || x[1] != y[1]) return false;
-  if (ops.count(n.op)) return true;
-  if ((n.op == "Reshape" || n.op == "Flatten") && x.size() == 4 && x[2] == 1 && x[3] == 1 && y.size() == 2) return true;
-  return false;
-}
+bool ChannelWise(const Graph& g, const Node& n) { return CheckPerChannel(g, n).ok(); }
 
 LayerAssignment Whole(int d) { return {LayerScheme::kWhole, {d}, {}, 1, 1, {}, {}}; }
 
@@ -54,13 +42,20 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
   };
   switch (scheme) {
     case ForcedScheme::kFfmt:
-      for (int n = 0; n < L && CheckTileable(g, n).ok(); ++n)
+      // Every layer the op traits let into a stack whose output has a row and
+      // a column per tile (an SE gate's 1x1 branch, global pools and dense
+      // layers run whole between the stacks).
+      for (int n = 0; n < L; ++n) {
+        if (!CheckTileable(g, n).ok()) continue;
+        const Shape& y = g.values[g.nodes[n].outputs[0]].shape;
+        if (y[2] < o.grid_rows || y[3] < o.grid_cols) continue;
         plan.layers[n] = {LayerScheme::kFfmt, all, {}, o.grid_rows, o.grid_cols, o.row_weights, o.col_weights};
+      }
       break;
     case ForcedScheme::kFdto:
       for (int n = 0; n < L; ++n) {
         const Node& node = g.nodes[n];
-        if (CanSplitOutputs(g, n, o.devices)) plan.layers[n] = split(LayerScheme::kFdto);
+        if (IsWeightSplitLayer(g, node)) plan.layers[n] = split(LayerScheme::kFdto);
         else if (input_sliced(n) && ChannelWise(g, node)) plan.layers[n] = split(LayerScheme::kPart);
         else continue;
         sliced.insert(node.outputs[0]);
@@ -68,12 +63,12 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
       break;
     case ForcedScheme::kFdti:
       for (int n = 0; n < L; ++n)
-        if (CanSplitInputs(g, n)) plan.layers[n] = split(LayerScheme::kFdti);
+        if (IsWeightSplitLayer(g, g.nodes[n])) plan.layers[n] = split(LayerScheme::kFdti);
       break;
     case ForcedScheme::kPairs: {
       auto consumers = g.Consumers();
       for (int n = 0; n < L; ++n) {
-        if (plan.layers[n].scheme != LayerScheme::kWhole || !CanSplitOutputs(g, n, o.devices)) continue;
+        if (plan.layers[n].scheme != LayerScheme::kWhole || !IsWeightSplitLayer(g, g.nodes[n])) continue;
         // Follow single-consumer channel-wise layers to the next weight layer.
         std::vector<int> carried;
         int cur = n, next = -1;
@@ -86,7 +81,7 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
             cur = c;
             continue;
           }
-          if (CanSplitInputs(g, c) && g.ActivationInputs(g.nodes[c]).size() == 1) next = c;
+          if (IsWeightSplitLayer(g, g.nodes[c])) next = c;
           break;
         }
         if (next >= 0) {

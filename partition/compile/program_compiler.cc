@@ -5,6 +5,7 @@
 #include <set>
 
 #include "partition/graph/metrics.h"
+#include "partition/graph/op_traits.h"
 
 namespace tessera {
 
@@ -22,14 +23,6 @@ struct Placement {
   std::vector<Piece> replicas;  // extra copies, for reuse on their device
   bool in_place_slices = false; // primary = channel slices left by FDTO/FDT1/PART
 };
-
-const std::set<std::string>& ElementwiseOps() {
-  static const std::set<std::string> ops = {
-      "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "HardSwish", "Softplus", "Abs",
-      "Neg", "Exp", "Sqrt", "Identity", "BatchNormalization", "Add", "Sub", "Mul", "Div", "Max", "Min",
-      "Sum", "Mean", "PRelu", "Pow"};
-  return ops;
-}
 
 Box ChannelSlice(const Shape& shape, int64_t c0, int64_t c1) {
   Box b = Box::Full(shape);
@@ -91,57 +84,8 @@ class SubgraphBuilder {
   std::set<std::string> names_;
 };
 
-// How a stack layer maps an output region back to each activation input.
-struct RegionMap {
-  bool window = false;
-  SpatialWindow w;
-};
-
 std::string LayerLabel(const Graph& g, int n) {
   return "layer " + std::to_string(n + 1) + " ('" + g.nodes[n].name + "', " + g.nodes[n].op + ")";
-}
-
-Result<RegionMap> RegionMapOf(const Graph& g, int n) {
-  const Node& node = g.nodes[n];
-  for (int v : g.ActivationInputs(node))
-    if (g.values[v].shape.size() != 4)
-      return Status::InvalidArgument(LayerLabel(g, n) + " is not on a 4-D feature map and cannot be tiled (ffmt)");
-  if (node.outputs.size() != 1 || g.values[node.outputs[0]].shape.size() != 4)
-    return Status::InvalidArgument(LayerLabel(g, n) + " does not produce one 4-D feature map and cannot be tiled");
-  RegionMap m;
-  if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
-    TS_ASSIGN_OR_RETURN(m.w, SpatialWindowOf(g, node));
-    m.window = true;
-    return m;
-  }
-  const Shape& ys = g.values[node.outputs[0]].shape;
-  bool same_spatial = true;
-  for (int v : g.ActivationInputs(node)) {
-    const Shape& s = g.values[v].shape;
-    same_spatial &= s[2] == ys[2] && s[3] == ys[3];
-  }
-  if (same_spatial && (ElementwiseOps().count(node.op) || (node.op == "Concat" && node.attrs.Int("axis") == 1)))
-    return m;
-  return Status::InvalidArgument(LayerLabel(g, n) +
-                                 " has no spatial locality and cannot be inside an FFMT stack (only conv, pool, "
-                                 "element-wise and channel concat can)");
-}
-
-// The activation a producer carries (graph.h) as a separate node, for merges.
-Result<std::optional<Node>> ActivationNode(const Node& producer) {
-  const std::string act = producer.attrs.String("activation");
-  const double a = producer.attrs.Float("act_alpha"), b = producer.attrs.Float("act_beta");
-  Node n;
-  n.name = producer.name + "/activation";
-  if (act.empty() || act == "linear") return std::optional<Node>();
-  if (act == "relu") n.op = "Relu";
-  else if (act == "leaky_relu") n.op = "LeakyRelu", n.attrs.Set("alpha", a);
-  else if (act == "clip") n.op = "Clip", n.attrs.Set("min", a), n.attrs.Set("max", b);
-  else if (act == "sigmoid") n.op = "Sigmoid";
-  else if (act == "hard_sigmoid") n.op = "HardSigmoid", n.attrs.Set("alpha", a), n.attrs.Set("beta", b);
-  else if (act == "tanh") n.op = "Tanh";
-  else return Status::NotSupported("layer '" + producer.name + "': activation '" + act + "' cannot be merged");
-  return std::optional<Node>(n);
 }
 
 class Compiler {
@@ -224,10 +168,12 @@ class Compiler {
   }
 
   // Channel ranges [c0, c1) per device of layer n over `total` channels.
-  Result<std::vector<Range1D>> SplitOf(int n, int64_t total) const {
+  // The channel ranges of layer n's devices: the plan's sizes, or even
+  // slices in whole units of `granule` channels (op_traits.h).
+  Result<std::vector<Range1D>> SplitOf(int n, int64_t total, int64_t granule = 1) const {
     const auto devices = DevicesOf(n);
     std::vector<int64_t> sizes = plan_.layers[n].split;
-    if (sizes.empty()) sizes = SplitProportional(total, std::vector<double>(devices.size(), 1.0));
+    if (sizes.empty()) sizes = SplitChannels(total, granule, std::vector<double>(devices.size(), 1.0));
     if (sizes.size() != devices.size())
       return Status::InvalidArgument(LayerName(n) + ": split has " + std::to_string(sizes.size()) + " sizes for " +
                                      std::to_string(devices.size()) + " devices");
@@ -371,10 +317,26 @@ class Compiler {
   // ---- FDTO / FDT1 -----------------------------------------------------------
   Status CompileFanOut(int n) {
     const Node& node = g_.nodes[n];
-    const bool conv = node.op == "Conv";
-    if (!conv && node.op != "Gemm")
+    if (!IsWeightSplitLayer(g_, node))
       return Status::InvalidArgument(LayerName(n) + " cannot be split by output channels (" +
-                                     LayerSchemeName(plan_.layers[n].scheme) + "): only Conv and Gemm can");
+                                     LayerSchemeName(plan_.layers[n].scheme) +
+                                     "): only Conv (not depthwise) and Gemm with constant weights can");
+    const int64_t O = g_.values[node.inputs.at(1)].shape.at(0);
+    TS_ASSIGN_OR_RETURN(auto split, SplitOf(n, O, OutputSplitGranule(g_, node)));
+    std::vector<int64_t> sizes;
+    for (const Range1D& r : split) sizes.push_back(r.size());
+    TS_RETURN_IF_ERROR(CheckChannelSplit(g_, n, sizes, /*by_input=*/false));
+    return CompileOutputSlices(n, split, /*in_place=*/true);
+  }
+
+  // Each device computes output channels `split[i]` of layer n, complete
+  // (bias and activation included), from the input channels they read: all
+  // of them, or its groups' for a grouped Conv. `in_place`: the next layer
+  // may reuse the slices where they are (FDTO, METHODS §4 r); otherwise it
+  // reads the output from the source, as after a fan-in merge.
+  Status CompileOutputSlices(int n, const std::vector<Range1D>& split, bool in_place) {
+    const Node& node = g_.nodes[n];
+    const bool conv = node.op == "Conv";
     const int x = node.inputs.at(0);
     const int y = node.outputs.at(0);
     const TensorData& w = *g_.ConstantData(node.inputs.at(1));
@@ -382,7 +344,6 @@ class Compiler {
     const int64_t O = w.shape[0];
     const int64_t groups = conv ? node.attrs.Int("group", 1) : 1;
     const int64_t og = O / groups, cg = conv ? w.shape[1] : 0;
-    TS_ASSIGN_OR_RETURN(auto split, SplitOf(n, O));
     const auto devices = DevicesOf(n);
     // METHODS §4: the input comes from the source unless it is reused in place.
     if (!place_[x].in_place_slices) TS_RETURN_IF_ERROR(CollectAt(x, devices[0]));
@@ -390,9 +351,6 @@ class Compiler {
     for (size_t i = 0; i < devices.size(); ++i) {
       const Range1D c = split[i];
       if (c.size() == 0) continue;
-      if (groups > 1 && (c.begin % og || c.end % og))
-        return Status::InvalidArgument(LayerName(n) + ": a grouped conv can only be split at group boundaries (" +
-                                       std::to_string(og) + " output channels per group)");
       Box need = Box::Full(g_.values[x].shape);
       if (groups > 1) need.dims[1] = {c.begin / og * cg, c.end / og * cg};
       TS_ASSIGN_OR_RETURN(int in_buf, Fetch(x, devices[i], need));
@@ -412,7 +370,7 @@ class Compiler {
       AddCompute(devices[i], std::move(sub), {in_buf}, n, StepKind::kCompute, {piece});
       pieces.push_back(piece);
     }
-    place_[y] = Placement{pieces, {}, true};
+    place_[y] = Placement{pieces, {}, in_place};
     return Status::OK();
   }
 
@@ -421,9 +379,11 @@ class Compiler {
     const Node& node = g_.nodes[n];
     const bool conv = node.op == "Conv";
     const LayerScheme scheme = plan_.layers[n].scheme;
-    if ((!conv && node.op != "Gemm") || (conv && node.attrs.Int("group", 1) != 1))
+    if (!IsWeightSplitLayer(g_, node))
       return Status::InvalidArgument(LayerName(n) + " cannot be split by input channels (" +
-                                     LayerSchemeName(scheme) + "): only ungrouped Conv and Gemm can");
+                                     LayerSchemeName(scheme) +
+                                     "): only Conv (not depthwise) and Gemm with constant weights can");
+    if (conv && node.attrs.Int("group", 1) > 1) return CompileGroupedFanIn(n);
     const int x = node.inputs.at(0);
     const int y = node.outputs.at(0);
     const Shape& xs = g_.values[x].shape;
@@ -493,7 +453,7 @@ class Compiler {
       sb.AddNode(Node{node.name + "/bias", "Add", {acc, bc}, {with_bias}, {}});
       acc = with_bias;
     }
-    TS_ASSIGN_OR_RETURN(auto act, ActivationNode(node));
+    TS_ASSIGN_OR_RETURN(auto act, ActivationNodeOf(node));
     if (act) {
       int activated = sb.Value("activated", ys);
       act->inputs = {acc};
@@ -515,26 +475,36 @@ class Compiler {
     return Status::OK();
   }
 
+  // FDTI/FDT2 of a grouped Conv, by whole groups (op_traits.h): an input
+  // slice holding groups [g0, g1) gives exactly those groups' output
+  // channels, complete, so there are no partial sums to send and merge: each
+  // device adds bias and activation itself and its output slice stays in
+  // place, as after FDTO (METHODS §4 traffic: K·(N−1)/N back, not K·(N−1)).
+  Status CompileGroupedFanIn(int n) {
+    const Node& node = g_.nodes[n];
+    const Shape& xs = g_.values[node.inputs.at(0)].shape;
+    const Shape& ws = g_.values[node.inputs.at(1)].shape;
+    const int64_t cg = ws.at(1), og = ws.at(0) / node.attrs.Int("group", 1);
+    TS_ASSIGN_OR_RETURN(auto in_split, SplitOf(n, xs.at(1), cg));
+    std::vector<int64_t> sizes;
+    for (const Range1D& r : in_split) sizes.push_back(r.size());
+    TS_RETURN_IF_ERROR(CheckChannelSplit(g_, n, sizes, /*by_input=*/true));
+    if (plan_.layers[n].scheme == LayerScheme::kFdti) TS_RETURN_IF_ERROR(CollectAt(node.inputs[0], DevicesOf(n)[0]));
+    std::vector<Range1D> out_split;
+    for (const Range1D& r : in_split) out_split.push_back({r.begin / cg * og, r.end / cg * og});
+    return CompileOutputSlices(n, out_split, /*in_place=*/false);
+  }
+
   // ---- PART ------------------------------------------------------------------
   Status CompilePart(int n) {
     const Node& node = g_.nodes[n];
+    TS_RETURN_IF_ERROR(CheckPerChannel(g_, node));
     const auto acts = g_.ActivationInputs(node);
-    if (acts.empty() || node.outputs.size() != 1)
-      return Status::InvalidArgument(LayerName(n) + " cannot run per channel slice (part)");
     const int y = node.outputs[0];
     const Shape& ys = g_.values[y].shape;
     const Shape& xs = g_.values[acts[0]].shape;
-    const bool flatten = (node.op == "Reshape" || node.op == "Flatten") && xs.size() == 4 && xs[2] == 1 &&
-                         xs[3] == 1 && ys.size() == 2 && ys[1] == xs[1];
-    const bool depthwise = node.op == "Conv" && node.attrs.Int("group", 1) == xs.at(1) &&
-                           g_.ConstantData(node.inputs[1])->shape[0] == xs.at(1);
-    const bool pool = node.op == "MaxPool" || node.op == "AveragePool" || node.op == "GlobalAveragePool" ||
-                      node.op == "GlobalMaxPool";
-    if (!(flatten || depthwise || pool || ElementwiseOps().count(node.op)) || xs.size() < 2 || ys.size() < 2 ||
-        ys[1] != xs[1])
-      return Status::InvalidArgument(LayerName(n) +
-                                     " cannot run per channel slice (part): only channel-wise layers can "
-                                     "(activations, pools, depthwise conv, batch-norm, flatten of a 1x1 map)");
+    const bool flatten = (node.op == "Reshape" || node.op == "Flatten") && xs.size() == 4 && ys.size() == 2;
+    const bool depthwise = IsDepthwise(g_, node);
     const int64_t C = xs[1];
     std::vector<Range1D> split;
     std::vector<int> devices;
@@ -624,7 +594,7 @@ class Compiler {
   }
 
   Status CompileStack(int start, int end) {
-    for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(RegionMapOf(g_, n).status());
+    for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(CheckTileable(g_, n));
     const LayerAssignment& a = plan_.layers[start];
     const auto devices = DevicesOf(start);
     const int y = g_.nodes[end].outputs[0];
@@ -661,11 +631,16 @@ class Compiler {
         LayerView& lv = view[n - start];
         lv.used = true;
         const TileRegion out = it->second;
-        auto map = RegionMapOf(g_, n);
-        for (int v : g_.ActivationInputs(node)) {
+        TS_ASSIGN_OR_RETURN(const TileRule rule, TileRuleOf(g_, n));
+        const auto acts = g_.ActivationInputs(node);
+        for (size_t k = 0; k < acts.size(); ++k) {
+          const int v = acts[k];
           TileRegion in = out;
-          if (map->window) {
-            TS_ASSIGN_OR_RETURN(auto regions, BackPropagateTile({map->w}, out));
+          if (rule.whole_input[k]) {  // broadcast over space (an SE gate): every tile reads all of it
+            const Shape& vs = g_.values[v].shape;
+            in = TileRegion{{0, vs[2]}, {0, vs[3]}};
+          } else if (rule.window) {
+            TS_ASSIGN_OR_RETURN(auto regions, BackPropagateTile({rule.w}, out));
             in = regions[0].input;
             for (int ax = 0; ax < 2; ++ax) lv.pad_begin[ax] = regions[0].pad_begin[ax], lv.pad_end[ax] = regions[0].pad_end[ax];
           }
@@ -720,7 +695,10 @@ class Compiler {
         int out = sb.Value(g_.values[out_v].name, SpatialBox(g_.values[out_v].shape, need[out_v]).shape());
         sub_value[out_v] = out;
         Node clone = Clone(node, ins, {out});
-        if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
+        if (node.op == "Pad") {  // a window of size 1: only border tiles pad (op_traits.h)
+          clone.attrs.Set("pads", std::vector<int64_t>{0, 0, lv.pad_begin[0], lv.pad_begin[1], 0, 0, lv.pad_end[0],
+                                                       lv.pad_end[1]});
+        } else if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
           clone.attrs.Set("pads", std::vector<int64_t>{lv.pad_begin[0], lv.pad_begin[1], lv.pad_end[0], lv.pad_end[1]});
           clone.attrs.Set("ceil_mode", static_cast<int64_t>(0));
         }
@@ -751,28 +729,6 @@ class Compiler {
 };
 
 }  // namespace
-
-Status CheckTileable(const Graph& graph, int node) { return RegionMapOf(graph, node).status(); }
-
-bool CanSplitOutputs(const Graph& graph, int node, int devices) {
-  const Node& n = graph.nodes[node];
-  if ((n.op != "Gemm" && n.op != "Conv") || n.inputs.size() < 2 || !graph.ConstantData(n.inputs[1])) return false;
-  if (n.op == "Gemm") return true;
-  const int64_t groups = n.attrs.Int("group", 1);
-  if (groups == 1) return true;
-  // Even slices must start and end on group boundaries.
-  const int64_t O = graph.values[n.outputs[0]].shape.at(1), og = O / groups;
-  int64_t edge = 0;
-  for (int64_t s : SplitProportional(O, std::vector<double>(devices, 1.0)))
-    if ((edge += s) % og != 0) return false;
-  return true;
-}
-
-bool CanSplitInputs(const Graph& graph, int node) {
-  const Node& n = graph.nodes[node];
-  if ((n.op != "Gemm" && n.op != "Conv") || n.inputs.size() < 2 || !graph.ConstantData(n.inputs[1])) return false;
-  return n.op == "Gemm" || n.attrs.Int("group", 1) == 1;
-}
 
 TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t end) {
   TensorData out;

@@ -29,6 +29,9 @@
 
 #include "partition/compile/device_program.h"
 #include "partition/graph/graph.h"
+// What the compiler accepts (tileable, per-channel, weight-split layers and
+// their split granules) is the op-traits table, shared with the planner.
+#include "partition/graph/op_traits.h"
 #include "partition/compile/partition_plan.h"
 #include "util/status.h"
 
@@ -59,14 +62,5 @@ Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan,
 // REQUIRES: axis < rank, 0 <= begin <= end <= t.shape[axis], and t.values
 // empty or holding NumElements(t.shape) values.
 TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t end);
-
-// What the compiler accepts, for planners and forced plans:
-// OK when node `node` may sit inside an FFMT stack (conv, pool, element-wise,
-// channel concat on 4-D maps); otherwise the reason, naming the layer.
-Status CheckTileable(const Graph& graph, int node);
-// FDTO/FDT1 over `devices` even slices (Conv whose groups allow it, Gemm).
-bool CanSplitOutputs(const Graph& graph, int node, int devices);
-// FDTI/FDT2 (ungrouped Conv, Gemm).
-bool CanSplitInputs(const Graph& graph, int node);
 
 }  // namespace tessera

@@ -2,20 +2,10 @@
 
 #include <algorithm>
 #include <numeric>
-#include <set>
+
+#include "partition/graph/op_traits.h"
 
 namespace tessera {
-
-namespace {
-
-const std::set<std::string>& ElementwiseOps() {
-  static const std::set<std::string> ops = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh",
-                                            "BatchNormalization", "Add", "Mul", "Sub", "Div", "Max", "Min",
-                                            "Identity"};
-  return ops;
-}
-
-}  // namespace
 
 Result<SpatialWindow> SpatialWindowOf(const Graph& graph, const Node& node) {
   auto activations = graph.ActivationInputs(node);
@@ -54,7 +44,7 @@ Result<SpatialWindow> SpatialWindowOf(const Graph& graph, const Node& node) {
     }
     return w;
   }
-  if (ElementwiseOps().count(node.op)) {
+  if (TraitsOf(node.op).spatial == SpatialRule::kPointwise && node.op != "Concat") {
     if (in != out)
       return Status::NotSupported("node '" + node.name + "' (" + node.op + ") changes the shape and cannot be tiled");
     w.macs_per_output = out[1];

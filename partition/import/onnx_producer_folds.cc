@@ -1,14 +1,16 @@
 #include "partition/import/onnx_producer_folds.h"
 
 #include <cmath>
-#include <limits>
-#include <set>
+
+#include "partition/graph/op_traits.h"
 
 namespace tessera {
 namespace {
 
+// A weight layer that carries a fused activation (op_traits.h): Conv, Gemm.
 bool IsFoldTarget(const Node& node) {
-  return (node.op == "Conv" || node.op == "Gemm") && node.outputs.size() == 1 &&
+  const OpTraits& t = TraitsOf(node.op);
+  return t.channels == ChannelRule::kWeights && t.carries_activation && node.outputs.size() == 1 &&
          node.attrs.String("activation").empty() && node.inputs.size() >= 2 && node.inputs[1] >= 0;
 }
 
@@ -105,31 +107,6 @@ bool FoldBiasAdd(Graph* g, Node* p, const Node& add, int from_value) {
   return true;
 }
 
-bool FoldActivation(Node* p, const Node& act) {
-  Attributes& a = p->attrs;
-  if (act.op == "Relu") {
-    a.Set("activation", std::string("relu"));
-  } else if (act.op == "LeakyRelu") {
-    a.Set("activation", std::string("leaky_relu"));
-    a.Set("act_alpha", act.attrs.Float("alpha", 0.01));
-  } else if (act.op == "Clip") {
-    a.Set("activation", std::string("clip"));
-    a.Set("act_alpha", act.attrs.Float("min", std::numeric_limits<float>::lowest()));
-    a.Set("act_beta", act.attrs.Float("max", std::numeric_limits<float>::max()));
-  } else if (act.op == "Sigmoid") {
-    a.Set("activation", std::string("sigmoid"));
-  } else if (act.op == "HardSigmoid") {
-    a.Set("activation", std::string("hard_sigmoid"));
-    a.Set("act_alpha", act.attrs.Float("alpha", 0.2));
-    a.Set("act_beta", act.attrs.Float("beta", 0.5));
-  } else if (act.op == "Tanh") {
-    a.Set("activation", std::string("tanh"));
-  } else {
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
@@ -138,11 +115,14 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
   std::vector<bool> is_output(g.values.size(), false);
   for (int v : g.outputs) is_output[v] = true;
   std::vector<bool> removed(g.nodes.size(), false);
-  static const std::set<std::string> kFoldable = {"BatchNormalization", "Add",     "Relu", "LeakyRelu", "Clip",
-                                                  "HardSigmoid",        "Sigmoid", "Tanh"};
+  // Folded: batch-norm and bias adds (into weights and bias), and the
+  // activations the op-traits table names as fusable.
+  auto foldable = [](const Node& c) {
+    return c.op == "BatchNormalization" || c.op == "Add" || TraitsOf(c.op).fused_name != nullptr;
+  };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& c = g.nodes[n];
-    if (!kFoldable.count(c.op) || c.outputs.size() != 1) continue;
+    if (!foldable(c) || c.outputs.size() != 1) continue;
     const auto act_inputs = g.ActivationInputs(c);
     if (act_inputs.size() != 1 || c.inputs.empty() || c.inputs[0] < 0) continue;
     const int v = act_inputs[0];
@@ -159,7 +139,7 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
     else if (c.op == "Add")
       folded = FoldBiasAdd(&g, &p, c, v);
     else
-      folded = FoldActivation(&p, c);
+      folded = FuseActivation(c, &p.attrs);
     if (!folded) continue;
     if (folded_into != nullptr) folded_into->emplace_back(c.name, p.name);
     p.outputs[0] = c.outputs[0];

@@ -48,11 +48,29 @@ def build(name):
         return m.resnet50(weights=None)
     if name == "vgg16":  # for bench/memory (528 MB of weights), not the default test set
         return m.vgg16(weights=None)
+    # Modern edge architectures (issue 13): squeeze-and-excitation, grouped
+    # and channel-shuffled convolutions, dense concatenations, inception.
+    if name == "efficientnet_b0":
+        return m.efficientnet_b0(weights=None)
+    if name == "mobilenet_v3_small":
+        return m.mobilenet_v3_small(weights=None)
+    if name == "regnet_y_400mf":
+        return m.regnet_y_400mf(weights=None)
+    if name == "resnext50_32x4d":
+        return m.resnext50_32x4d(weights=None)
+    if name == "shufflenet_v2_x0_5":
+        return m.shufflenet_v2_x0_5(weights=None)
+    if name == "densenet121":
+        return m.densenet121(weights=None)
+    if name == "inception_v3":
+        return m.inception_v3(weights=None, aux_logits=False, init_weights=True)
     raise ValueError(f"unknown model {name}")
 
 
 MODELS = ["mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0"]
 EXTRA_MODELS = ["resnet50", "vgg16"]
+ZOO_MODELS = ["efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf", "resnext50_32x4d",
+              "shufflenet_v2_x0_5", "densenet121", "inception_v3"]
 
 
 def calibrate_batchnorm(model, seed):
@@ -118,7 +136,7 @@ def export_one(name, out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
-    ap.add_argument("--models", nargs="*", default=MODELS, choices=MODELS + EXTRA_MODELS)
+    ap.add_argument("--models", nargs="*", default=MODELS, choices=MODELS + EXTRA_MODELS + ZOO_MODELS)
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -156,8 +156,8 @@ TEST_CASE("owp chain: a pool between weight layers keeps the pair, softmax break
   CHECK(chain[2].index == 5);
   CHECK(chain[0].linked_to_next);        // convA → maxpool → convB
   CHECK_FALSE(chain[1].linked_to_next);  // convB → softmax → convC
-  CHECK(CarriedPerSlice(g, g.nodes[1]));
-  CHECK_FALSE(CarriedPerSlice(g, g.nodes[3]));
+  CHECK(CheckPerChannel(g, g.nodes[1]).ok());
+  CHECK_FALSE(CheckPerChannel(g, g.nodes[3]).ok());
   // A pair across the pool is valid; across the softmax it is not.
   CHECK(OwpIsValid(chain, {F, S, O}));
   CHECK_FALSE(OwpIsValid(chain, {O, F, S}));

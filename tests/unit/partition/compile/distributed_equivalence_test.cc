@@ -9,6 +9,7 @@
 #include "daemon/runtime/program_runner.h"
 #include "daemon/runtime/seeded_input.h"
 #include "partition/graph/metrics.h"
+#include "partition/compile/forced_plan.h"
 #include "partition/compile/program_compiler.h"
 #include "planner/plan.h"
 
@@ -58,6 +59,21 @@ class GraphMaker {
   int Add(int a, int b) {
     int y = g_.AddValue(Name("sum"), g_.values[a].shape);
     g_.AddNode(Node{Name("add"), "Add", {a, b}, {y}, {}});
+    return y;
+  }
+  // Element-wise product; `b` may broadcast (an SE gate [N, C, 1, 1]).
+  int Mul(int a, int b) {
+    int y = g_.AddValue(Name("prod"), g_.values[a].shape);
+    g_.AddNode(Node{Name("mul"), "Mul", {a, b}, {y}, {}});
+    return y;
+  }
+  int Pad(int in, int64_t top, int64_t left, int64_t bottom, int64_t right) {
+    const Shape s = g_.values[in].shape;
+    int y = g_.AddValue(Name("padded"), {s[0], s[1], s[2] + top + bottom, s[3] + left + right});
+    Node n{Name("pad"), "Pad", {in}, {y}, {}};
+    n.attrs.Set("pads", std::vector<int64_t>{0, 0, top, left, 0, 0, bottom, right});
+    n.attrs.Set("value", 0.25);
+    g_.AddNode(n);
     return y;
   }
   int Gap(int in) {
@@ -369,5 +385,148 @@ TEST_CASE("the planner's predicted communication equals the bytes the compiled p
     auto run = CheckEquivalent(g, ToPartitionPlan(*plan));
     INFO("N=" << n << " predicted " << plan->communication_plan_values << " values");
     CHECK(run.total_bytes == static_cast<int64_t>(plan->communication_plan_values * 4));
+  }
+}
+
+// ---- Issue 13: the patterns of modern CNNs, planned and compiled by the one
+// op-traits table (partition/graph/op_traits.h).
+namespace {
+
+// conv -> depthwise -> SE [gap -> conv1x1 relu -> conv1x1 sigmoid] -> x * gate -> conv1x1
+Graph SqueezeExcite() {
+  GraphMaker m({1, 4, 16, 16});
+  int x = m.Conv(m.input(), 8, 3, 1, 1, 1, 1, "relu");
+  x = m.Conv(x, 8, 3, 1, 1, 1, 8, "relu");  // depthwise
+  int gate = m.Gap(x);
+  gate = m.Conv(gate, 4, 1, 1, 0, 1, 1, "relu");
+  gate = m.Conv(gate, 8, 1, 1, 0);
+  gate = m.Unary(gate, "Sigmoid");
+  int y = m.Mul(x, gate);
+  y = m.Conv(y, 6, 1, 1, 0);
+  return m.Finish(y);
+}
+
+// conv 8->16 -> grouped conv 16->16 (4 groups) relu -> grouped conv 16->8 (2 groups) -> conv 8->4
+Graph GroupedChain() {
+  GraphMaker m({1, 8, 10, 10});
+  int y = m.Conv(m.input(), 16, 1, 1, 0);
+  y = m.Conv(y, 16, 3, 1, 1, 1, 4, "relu");
+  y = m.Conv(y, 8, 3, 1, 1, 1, 2);
+  y = m.Conv(y, 4, 1, 1, 0);
+  return m.Finish(y);
+}
+
+int LayerOf(const Graph& g, const std::string& op, int nth = 0) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == op && nth-- == 0) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("an SE gate's multiply runs inside an FFMT stack; every tile reads the whole gate") {
+  const Graph g = SqueezeExcite();
+  const int mul = LayerOf(g, "Mul");
+  REQUIRE(CheckTileable(g, mul).ok());
+  auto rule = TileRuleOf(g, mul);
+  REQUIRE(rule.ok());
+  CHECK(rule->whole_input == std::vector<bool>{false, true});
+  CHECK_FALSE(CheckTileable(g, LayerOf(g, "GlobalAveragePool")).ok());
+  for (auto [n, rows, cols] : {std::tuple{2, 2, 1}, std::tuple{4, 2, 2}, std::tuple{3, 3, 3}}) {
+    ForcedPlanOptions fo;
+    fo.devices = n, fo.grid_rows = rows, fo.grid_cols = cols;
+    auto plan = MakeForcedPlan(g, ForcedScheme::kFfmt, fo);
+    REQUIRE(plan.ok());
+    CHECK(plan->layers[mul].scheme == LayerScheme::kFfmt);
+    CHECK(plan->layers[LayerOf(g, "Conv", 2)].scheme == LayerScheme::kWhole);  // the 1x1 SE branch
+    INFO("N=" << n << " grid " << rows << "x" << cols);
+    auto run = CheckEquivalent(g, *plan);
+    // Every device that runs tiles of the multiply holds the whole gate (8 values).
+    auto compiled = CompilePlan(g, *plan);
+    REQUIRE(compiled.ok());
+    const int gate = g.nodes[LayerOf(g, "Sigmoid")].outputs[0];
+    int tile_devices = 0;
+    for (const auto& prog : compiled->programs) {
+      bool runs_mul = false, has_gate = false;
+      for (const auto& step : prog.steps) runs_mul |= step.kind == StepKind::kCompute && step.layer == mul + 1;
+      for (const auto& buf : prog.buffers) has_gate |= buf.value == gate && buf.box.volume() == 8;
+      tile_devices += runs_mul;
+      CHECK(has_gate >= runs_mul);
+    }
+    CHECK(tile_devices == std::min(n, static_cast<int>(rows * cols)));
+  }
+  // SE blocks under the channel schemes: PART carries the gate's slices.
+  ForcedPlanOptions fo;
+  fo.devices = 3;
+  for (ForcedScheme s : {ForcedScheme::kFdto, ForcedScheme::kFdti, ForcedScheme::kPairs}) {
+    auto plan = MakeForcedPlan(g, s, fo);
+    REQUIRE(plan.ok());
+    CheckEquivalent(g, *plan);
+  }
+}
+
+TEST_CASE("grouped convs split by whole groups under FDTO, FDTI and fused pairs") {
+  const Graph g = GroupedChain();
+  const LayerScheme kO = LayerScheme::kFdto, kI = LayerScheme::kFdti;
+  CHECK(OutputSplitGranule(g, g.nodes[1]) == 4);
+  CHECK(InputSplitGranule(g, g.nodes[1]) == 4);
+  CHECK(InputSplitGranule(g, g.nodes[2]) == 8);
+  CHECK(OutputSplitGranule(g, g.nodes[2]) == 4);
+  for (int n : {2, 3, 4}) {
+    INFO("N=" << n);
+    auto all = Range(n);
+    CheckEquivalent(g, PartitionPlan{n, 0, {Split(kO, all), Split(kO, all), Split(kO, all), Split(kO, all)}});
+    auto fdti = CheckEquivalent(g, PartitionPlan{n, 0, {Split(kI, all), Split(kI, all), Split(kI, all), Whole(0)}});
+    CheckEquivalent(g, PartitionPlan{n, 0, {Whole(0), Split(LayerScheme::kFdt1, all), Split(LayerScheme::kFdt2, all),
+                                            Whole(0)}});
+    CheckEquivalent(g, PartitionPlan{n, 0, {Split(LayerScheme::kFdt1, all), Split(LayerScheme::kFdt2, all),
+                                            Split(LayerScheme::kFdt1, all), Split(LayerScheme::kFdt2, all)}});
+  }
+  // A grouped FDTI sends its outputs' slices, not full-size partial sums.
+  // Layer 2 alone (16 channels in, 4 groups of 4) on 2 devices: input slices
+  // out (8·100 values) and the other device's output slice back (8·100).
+  PartitionPlan one{2, 0, {Whole(0), Split(kI, {0, 1}), Whole(0), Whole(0)}};
+  auto run = CheckEquivalent(g, one);
+  CHECK(run.total_bytes == (8 * 100 + 8 * 100) * 4);
+  // A slice that cuts a group is refused, naming the layer and the granule.
+  PartitionPlan cut{2, 0, {Whole(0), Split(kI, {0, 1}, {6, 10}), Whole(0), Whole(0)}};
+  auto c = CompilePlan(g, cut);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("layer 2") != std::string::npos);
+  CHECK(c.status().message().find("whole groups") != std::string::npos);
+}
+
+TEST_CASE("a constant Pad tiles with the padding only border tiles see") {
+  GraphMaker m({1, 3, 13, 11});
+  int y = m.Conv(m.input(), 6, 3, 1, 1, 1, 1, "relu");
+  y = m.Pad(y, 2, 1, 1, 3);
+  y = m.Conv(y, 5, 3, 1, 0);
+  y = m.Pool(y, "MaxPool", 2, 2);
+  const Graph g = m.Finish(y);
+  REQUIRE(CheckTileable(g, 1).ok());
+  for (auto [n, rows, cols] : {std::tuple{2, 2, 1}, std::tuple{4, 2, 2}, std::tuple{6, 3, 2}}) {
+    PartitionPlan plan;
+    plan.num_devices = n;
+    for (size_t l = 0; l < g.nodes.size(); ++l) plan.layers.push_back(Ffmt(Range(n), rows, cols));
+    INFO("N=" << n << " grid " << rows << "x" << cols);
+    CheckEquivalent(g, plan);
+  }
+  // Reflect padding reads across the tile border: refused, naming the layer.
+  Graph reflect = g;
+  reflect.nodes[1].attrs.Set("mode", std::string("reflect"));
+  CHECK(CheckTileable(reflect, 1).message().find("layer 2") != std::string::npos);
+}
+
+TEST_CASE("every plan the planner emits for SE and grouped blocks compiles and equals the unsplit run") {
+  for (const Graph& g : {SqueezeExcite(), GroupedChain(), SmallCnn()}) {
+    for (Objective obj : {Objective::kMemory, Objective::kCommunication, Objective::kLatency, Objective::kThroughput})
+      for (int n : {2, 3, 4, 6}) {
+        PlanOptions po;
+        po.objective = obj;
+        auto plan = BuildPlan(g, ComputeLayerFigures(g), UniformCluster(n), po);
+        INFO("objective " << ObjectiveName(obj) << " N=" << n << ": " << plan.status().ToString());
+        REQUIRE(plan.ok());
+        CheckEquivalent(g, ToPartitionPlan(*plan));
+      }
   }
 }

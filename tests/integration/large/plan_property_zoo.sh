@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Issue 13 property over the whole torchvision zoo (label `large`, run by
+# .ci/run after the default suite): tests/integration/plan_property.sh with
+# every architecture tests/oracle/export_torchvision.py builds — classic
+# (ResNet, VGG-less GoogLeNet, SqueezeNet, MNASNet, MobileNetV2) and modern
+# edge models (EfficientNet, MobileNetV3, RegNetY, ResNeXt, ShuffleNetV2,
+# DenseNet, Inception v3).
+#   plan_property_zoo.sh TESSERA BUILD_DIR
+here=$(cd "$(dirname "$0")" && pwd)
+export PLAN_PROPERTY_MODELS="mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0 resnet50 efficientnet_b0
+  mobilenet_v3_small regnet_y_400mf resnext50_32x4d shufflenet_v2_x0_5 densenet121 inception_v3"
+exec bash "$here/../plan_property.sh" "$@"

@@ -1,0 +1,136 @@
+// The op-traits table (partition/graph/op_traits.h): the node-level rules
+// and the agreement of the table with the kernels that run fused activations.
+#include <catch2/catch.hpp>
+
+#include "daemon/runtime/kernels/kernel.h"
+#include "partition/graph/op_traits.h"
+
+using namespace tessera;
+
+namespace {
+
+struct Builder {
+  Graph g;
+  int Input(Shape s) {
+    int v = g.AddValue("in" + std::to_string(g.values.size()), s);
+    g.inputs.push_back(v);
+    return v;
+  }
+  int Const(Shape s) {
+    return g.AddConstant("c" + std::to_string(g.values.size()), TensorData{s, std::vector<float>(NumElements(s), 1.f)});
+  }
+  int Node1(const std::string& op, std::vector<int> ins, Shape out, Attributes a = {}) {
+    int y = g.AddValue("v" + std::to_string(g.values.size()), out);
+    g.AddNode(Node{op + std::to_string(g.nodes.size()), op, std::move(ins), {y}, std::move(a)});
+    return y;
+  }
+  int Conv(int x, int64_t out, int64_t group, int64_t k = 3) {
+    const Shape s = g.values[x].shape;
+    Attributes a;
+    a.Set("kernel_shape", std::vector<int64_t>{k, k});
+    a.Set("pads", std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2});
+    a.Set("group", group);
+    return Node1("Conv", {x, Const({out, s[1] / group, k, k})}, {s[0], out, s[2], s[3]}, a);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("op traits: an unknown op runs whole") {
+  const OpTraits& t = TraitsOf("SomethingNew");
+  CHECK(t.spatial == SpatialRule::kNone);
+  CHECK(t.channels == ChannelRule::kMixed);
+  CHECK(t.fused_name == nullptr);
+}
+
+TEST_CASE("op traits: tile rules for windows, point-wise ops, broadcast gates and concats") {
+  Builder b;
+  int x = b.Input({1, 8, 12, 12});
+  int conv = b.Conv(x, 8, 1);
+  int gate = b.Input({1, 8, 1, 1});
+  int mul = b.Node1("Mul", {conv, gate}, {1, 8, 12, 12});
+  Attributes axis2;
+  axis2.Set("axis", int64_t{2});
+  b.Node1("Concat", {mul, conv}, {1, 8, 24, 12}, axis2);
+  Attributes axis1;
+  axis1.Set("axis", int64_t{1});
+  b.Node1("Concat", {mul, conv}, {1, 16, 12, 12}, axis1);
+  b.Node1("Reorg", {conv}, {1, 32, 6, 6});
+  const Graph& g = b.g;
+  auto c = TileRuleOf(g, 0);
+  REQUIRE(c.ok());
+  CHECK(c->window);
+  CHECK(c->w.kernel[0] == 3);
+  auto m = TileRuleOf(g, 1);
+  REQUIRE(m.ok());
+  CHECK_FALSE(m->window);
+  CHECK(m->whole_input == std::vector<bool>{false, true});
+  CHECK(CheckTileable(g, 2).message().find("axis 2") != std::string::npos);
+  CHECK(CheckTileable(g, 3).ok());
+  CHECK(CheckTileable(g, 4).message().find("layer 5") != std::string::npos);
+}
+
+TEST_CASE("op traits: per-channel layers, depthwise and grouped convs, granules") {
+  Builder b;
+  int x = b.Input({1, 8, 6, 6});
+  int dw = b.Conv(x, 8, 8);        // depthwise
+  int grouped = b.Conv(dw, 12, 4);  // 4 groups: 2 in, 3 out per group
+  int plain = b.Conv(grouped, 4, 1);
+  Attributes ch_pad;
+  ch_pad.Set("pads", std::vector<int64_t>{0, 1, 0, 0, 0, 0, 0, 0});
+  b.Node1("Pad", {plain}, {1, 5, 6, 6}, ch_pad);
+  Attributes hw_pad;
+  hw_pad.Set("pads", std::vector<int64_t>{0, 0, 1, 1, 0, 0, 1, 1});
+  b.Node1("Pad", {plain}, {1, 4, 8, 8}, hw_pad);
+  int gap = b.Node1("GlobalAveragePool", {plain}, {1, 4, 1, 1});
+  b.Node1("Reshape", {gap}, {1, 4});
+  b.Node1("Softmax", {plain}, {1, 4, 6, 6});
+  const Graph& g = b.g;
+  CHECK(IsDepthwise(g, g.nodes[0]));
+  CHECK_FALSE(IsWeightSplitLayer(g, g.nodes[0]));
+  CHECK(CheckPerChannel(g, g.nodes[0]).ok());
+  CHECK(IsWeightSplitLayer(g, g.nodes[1]));
+  CHECK_FALSE(CheckPerChannel(g, g.nodes[1]).ok());
+  CHECK(OutputSplitGranule(g, g.nodes[1]) == 3);
+  CHECK(InputSplitGranule(g, g.nodes[1]) == 2);
+  CHECK(OutputSplitGranule(g, g.nodes[2]) == 1);
+  CHECK_FALSE(CheckPerChannel(g, g.nodes[3]).ok());  // pads channels
+  CHECK(CheckPerChannel(g, g.nodes[4]).ok());
+  CHECK(CheckPerChannel(g, g.nodes[5]).ok());  // global pool
+  CHECK(CheckPerChannel(g, g.nodes[6]).ok());  // flatten of a 1x1 map
+  CHECK(CheckPerChannel(g, g.nodes[7]).message().find("layer 8") != std::string::npos);
+  CHECK(SplitChannels(12, 3, {1, 1, 1}) == std::vector<int64_t>{6, 3, 3});  // 4 groups over 3 devices
+  CHECK(CheckChannelSplit(g, 1, {6, 6}, false).ok());
+  CHECK(CheckChannelSplit(g, 1, {4, 8}, false).message().find("whole groups") != std::string::npos);
+  CHECK(CheckChannelSplit(g, 1, {4, 4}, true).ok());
+  CHECK_FALSE(CheckChannelSplit(g, 1, {3, 5}, true).ok());
+}
+
+TEST_CASE("op traits: every fusable activation folds, unfolds and runs in the kernels") {
+  int fusable = 0;
+  for (const char* op : {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Mul"}) {
+    Node act{"act", op, {0}, {1}, {}};
+    act.attrs.Set("alpha", 0.3);
+    act.attrs.Set("beta", 0.4);
+    act.attrs.Set("min", -1.0);
+    act.attrs.Set("max", 2.0);
+    Node producer{"conv", "Conv", {}, {}, {}};
+    const bool fused = FuseActivation(act, &producer.attrs);
+    CHECK(fused == (TraitsOf(op).fused_name != nullptr));
+    if (!fused) continue;
+    ++fusable;
+    // The kernels accept the name the table gives ...
+    CHECK(FusedActivation::FromAttributes(producer.attrs).ok());
+    // ... and the merge of a fan-in gets the same op and parameters back.
+    auto back = ActivationNodeOf(producer);
+    REQUIRE(back.ok());
+    REQUIRE(back->has_value());
+    CHECK((*back)->op == op);
+    for (const auto& [name, value] : (*back)->attrs.all()) CHECK(act.attrs.Float(name) == (*back)->attrs.Float(name));
+  }
+  CHECK(fusable == 6);
+  Node linear{"conv", "Conv", {}, {}, {}};
+  auto none = ActivationNodeOf(linear);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+}
