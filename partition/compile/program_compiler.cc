@@ -434,33 +434,34 @@ class Compiler {
       AddTransfer(p, p.box, merge_device, buf, p.box);
       merge_inputs.push_back(buf);
     }
-    // Merge: ((p0 + p1) + p2) + ... in device order, then bias, then activation.
+    // Merge: ((p0 + p1) + p2) + ... in device order, then bias; the last Add
+    // carries the producer's fused activation (an Add may carry any of them,
+    // op_traits.h), so it is applied once, after the sum.
     const Shape& ys = g_.values[y].shape;
     SubgraphBuilder sb(g_, node.name + "/merge");
     std::vector<int> ins;
     for (size_t i = 0; i < merge_inputs.size(); ++i) ins.push_back(sb.InputNamed("partial" + std::to_string(i), ys));
+    const std::string activation = node.attrs.String("activation");
+    const bool activated = !activation.empty() && activation != "linear";
+    std::vector<Node> adds;
     int acc = ins[0];
     for (size_t i = 1; i < ins.size(); ++i) {
       int sum = sb.Value("sum" + std::to_string(i), ys);
-      sb.AddNode(Node{node.name + "/sum" + std::to_string(i), "Add", {acc, ins[i]}, {sum}, {}});
+      adds.push_back(Node{node.name + "/sum" + std::to_string(i), "Add", {acc, ins[i]}, {sum}, {}});
       acc = sum;
     }
-    if (b) {
-      TensorData bias = *b;
+    if (b || (activated && adds.empty())) {  // no sum to carry the activation: add a zero bias
+      TensorData bias = b ? *b : TensorData{{ys[1]}, std::vector<float>(static_cast<size_t>(ys[1]), 0.f)};
       bias.shape = ys.size() == 4 ? Shape{1, ys[1], 1, 1} : Shape{1, ys.back()};
-      int bc = sb.Constant(g_.values[node.inputs[2]].name, bias);
+      int bc = sb.Constant(b ? g_.values[node.inputs[2]].name : node.name + "/zero_bias", bias);
       int with_bias = sb.Value("biased", ys);
-      sb.AddNode(Node{node.name + "/bias", "Add", {acc, bc}, {with_bias}, {}});
+      adds.push_back(Node{node.name + "/bias", "Add", {acc, bc}, {with_bias}, {}});
       acc = with_bias;
     }
-    TS_ASSIGN_OR_RETURN(auto act, ActivationNodeOf(node));
-    if (act) {
-      int activated = sb.Value("activated", ys);
-      act->inputs = {acc};
-      act->outputs = {activated};
-      sb.AddNode(*act);
-      acc = activated;
-    }
+    if (activated)
+      for (const char* attr : {"activation", "act_alpha", "act_beta"})
+        if (node.attrs.Has(attr)) adds.back().attrs.Set(attr, node.attrs.all().at(attr));
+    for (Node& add : adds) sb.AddNode(std::move(add));
     if (acc == ins[0]) {  // one partial, no bias, no activation: still produce a separate output
       int copy = sb.Value("merged", ys);
       sb.AddNode(Node{node.name + "/merged", "Identity", {acc}, {copy}, {}});

@@ -290,20 +290,4 @@ bool FuseActivation(const Node& act, Attributes* producer) {
   return false;
 }
 
-Result<std::optional<Node>> ActivationNodeOf(const Node& producer) {
-  const std::string name = producer.attrs.String("activation");
-  if (name.empty() || name == "linear") return std::optional<Node>();
-  for (const Activation& a : Activations()) {
-    const char* fused = TraitsOf(a.op).fused_name;
-    if (fused == nullptr || name != fused) continue;
-    Node n;
-    n.name = producer.name + "/activation";
-    n.op = a.op;
-    if (a.alpha_attr != nullptr) n.attrs.Set(a.alpha_attr, producer.attrs.Float("act_alpha", a.alpha_default));
-    if (a.beta_attr != nullptr) n.attrs.Set(a.beta_attr, producer.attrs.Float("act_beta", a.beta_default));
-    return std::optional<Node>(n);
-  }
-  return Status::NotSupported("layer '" + producer.name + "': activation '" + name + "' cannot be merged");
-}
-
 }  // namespace tessera

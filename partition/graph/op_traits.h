@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,8 +101,5 @@ Status CheckChannelSplit(const Graph& graph, int n, const std::vector<int64_t>& 
 // Sets the producer's "activation" attrs for activation node `act`; false when
 // `act` is not an activation that can be fused.
 bool FuseActivation(const Node& act, Attributes* producer);
-// The activation a producer carries as a separate node (for FDTI merges),
-// std::nullopt when linear; NotSupported for a name the table lacks.
-Result<std::optional<Node>> ActivationNodeOf(const Node& producer);
 
 }  // namespace tessera
