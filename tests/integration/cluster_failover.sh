@@ -6,12 +6,12 @@
 # worker (device 0) is killed too and the 2 left carry on. /metrics counts the
 # failovers and serves the new plan. Without --failover the same kill gives a
 # fast UNAVAILABLE naming the worker (integration.cluster_torchvision).
-# Args: path to tessera, build dir. Exit 77 = skipped.
+# Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
 set -u
 T=${1:?tessera binary}
 CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
-[ -f "$CFG" ] || { echo "skip: $CFG missing (Debian package darknet)"; exit 77; }
-command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
+[ -f "$CFG" ] || { echo "FAIL: $CFG missing (Debian package darknet) (deploy/install-deps.sh installs it)"; exit 77; }
+command -v curl >/dev/null || { echo "FAIL: curl missing (deploy/install-deps.sh installs it)"; exit 77; }
 python=/usr/bin/python3
 SHAPE=1x3x128x128
 

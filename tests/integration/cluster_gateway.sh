@@ -3,12 +3,12 @@
 # the gateway plans for the live workers and deploys; `tessera infer` and
 # HTTP answers equal `tessera run`; bad input gets a clear error, no crash;
 # a restarted worker resumes its program from --data-dir without a redeploy.
-# Args: path to tessera, build dir. Exit 77 = skipped.
+# Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
 set -u
 T=${1:?tessera binary}
 CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
-[ -f "$CFG" ] || { echo "skip: $CFG missing"; exit 77; }
-command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
+[ -f "$CFG" ] || { echo "FAIL: $CFG missing (deploy/install-deps.sh installs it)"; exit 77; }
+command -v curl >/dev/null || { echo "FAIL: curl missing (deploy/install-deps.sh installs it)"; exit 77; }
 D=$(mktemp -d /tmp/tessera-gw-test-XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$D"; }

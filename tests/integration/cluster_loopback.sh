@@ -2,11 +2,11 @@
 # Multi-process cluster on loopback (issue 5): `tessera demo` starts real
 # worker processes on 127.0.0.1, plans, deploys over gRPC and checks every
 # answer against the single-device run (max rel diff <= 1e-5).
-# Args: path to tessera, build dir. Exit 77 = skipped.
+# Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
 set -u
 TESSERA=${1:?tessera binary}
 CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
-[ -f "$CFG" ] || { echo "skip: $CFG missing (Debian package darknet)"; exit 77; }
+[ -f "$CFG" ] || { echo "FAIL: $CFG missing (Debian package darknet) (deploy/install-deps.sh installs it)"; exit 77; }
 fail=0
 check() {  # name, json
   local name=$1 json=$2

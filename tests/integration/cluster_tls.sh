@@ -12,13 +12,13 @@
 #     of another CA; every refusal names who was refused; no daemon dies.
 # The precise server-side checks (no certificate, another CA's certificate,
 # plaintext, on every Worker RPC) are in cluster_tls_test.
-# Args: path to tessera, build dir. Exit 77 = skipped.
+# Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
 set -u
 T=${1:?tessera binary}
 CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
-[ -f "$CFG" ] || { echo "skip: $CFG missing (Debian package darknet)"; exit 77; }
-command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
-command -v openssl >/dev/null || { echo "skip: openssl missing"; exit 77; }
+[ -f "$CFG" ] || { echo "FAIL: $CFG missing (Debian package darknet) (deploy/install-deps.sh installs it)"; exit 77; }
+command -v curl >/dev/null || { echo "FAIL: curl missing (deploy/install-deps.sh installs it)"; exit 77; }
+command -v openssl >/dev/null || { echo "FAIL: openssl missing (deploy/install-deps.sh installs it)"; exit 77; }
 python=/usr/bin/python3
 SHAPE=1x3x128x128
 

@@ -9,7 +9,7 @@
 #  * a worker killed (SIGKILL) while requests run: they fail with
 #    Unavailable or DeadlineExceeded within their deadline (no hang), the
 #    gateway's /metrics shows the worker down, and the gateway survives.
-# Args: path to tessera, build dir. Exit 77 = skipped.
+# Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
 set -u
 T=${1:?tessera binary}
 build=${2:?build dir}
@@ -17,7 +17,7 @@ build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 models=(mobilenet_v2 resnet18)
 source "$repo/tests/oracle/ensure_models.sh"
-command -v curl >/dev/null || { echo "skip: curl missing"; exit 77; }
+command -v curl >/dev/null || { echo "FAIL: curl missing (deploy/install-deps.sh installs it)"; exit 77; }
 
 fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"

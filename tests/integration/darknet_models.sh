@@ -24,7 +24,7 @@ cases=(
   "extraction|27|yes"
 )
 
-[[ -d $cfgdir ]] || { echo "SKIP: $cfgdir missing (Debian package darknet)"; exit 77; }
+[[ -d $cfgdir ]] || { echo "FAIL: missing dependency: $cfgdir missing (Debian package darknet)"; exit 77; }
 [[ -x $tessera ]] || { echo "FAIL: tessera binary '$tessera' not found"; exit 1; }
 mkdir -p "$work"
 

@@ -5,11 +5,11 @@
 # STATUS, PROGRAM upload of the keyword-spotting CNN (~0.85 M MACs), input,
 # output compared with the host executor (max rel <= 1e-5), a tensor of
 # another plan refused; then the same over a relay injecting byte faults.
-# Args: <tessera binary> <build dir>. Exit 77 (skip) only without qemu-system-arm.
+# Args: <tessera binary> <build dir>. Exit 77 (a failure) only without qemu-system-arm.
 set -euo pipefail
 BUILD=${2:-build}
 if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  echo "SKIP: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
+  echo "FAIL: missing dependency: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
   exit 77
 fi
 FW=$BUILD/firmware/tessera_mcu_worker.elf

@@ -10,14 +10,14 @@
 # mcu1's cable is noisy: tessera_serial_relay corrupts, drops and duplicates
 # bytes (2e-5 per byte each way) between w1 and QEMU; the
 # answers must still be exact and /metrics must count the damage.
-# Args: <tessera binary> <build dir>. Exit 77 (skip) only without qemu-system-arm.
+# Args: <tessera binary> <build dir>. Exit 77 (a failure) only without qemu-system-arm.
 set -u
 T=${1:?tessera binary}
 BUILD=${2:?build dir}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 python=/usr/bin/python3
 if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  echo "SKIP: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
+  echo "FAIL: missing dependency: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
   exit 77
 fi
 FW=$BUILD/firmware/tessera_mcu_worker.elf

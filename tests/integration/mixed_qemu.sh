@@ -6,12 +6,12 @@
 # objective on the STM32 presets, deploys (MCU programs over the UART), sends
 # requests through the gateway and compares every answer with the
 # single-device run. Args: <tessera binary> <build dir>.
-# Exit 77 (skip) only without qemu-system-arm.
+# Exit 77 (a failure) only without qemu-system-arm.
 set -euo pipefail
 TESSERA=${1:-build/tessera}
 BUILD=${2:-$(dirname "$TESSERA")}
 if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  echo "SKIP: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
+  echo "FAIL: missing dependency: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
   exit 77
 fi
 FW=$BUILD/firmware/tessera_mcu_worker.elf

@@ -6,7 +6,7 @@
 #
 #   plan_equivalence.sh TESSERA BUILD_DIR
 # Models come from tests/oracle/export_torchvision.py (cached in
-# BUILD_DIR/oracle, shared with torch_oracle.sh). Exit 0 pass, 1 fail, 77 skip.
+# BUILD_DIR/oracle, shared with torch_oracle.sh). Exit 0 pass, 1 fail, 77 missing dependency (also a failure).
 set -u
 tessera=${1:?usage: plan_equivalence.sh TESSERA BUILD_DIR}
 build=${2:?usage: plan_equivalence.sh TESSERA BUILD_DIR}

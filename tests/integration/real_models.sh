@@ -31,7 +31,7 @@ cases=(
 node_path=$("$oracle_src/install_ort.sh" "$build/npm")
 rc=$?
 if [[ $rc != 0 ]]; then
-  echo "SKIP: onnxruntime-node unavailable (exit $rc, see above)"
+  echo "FAIL: missing dependency: onnxruntime-node unavailable (exit $rc, see above)"
   exit 77
 fi
 mkdir -p "$work"

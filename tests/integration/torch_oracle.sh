@@ -19,7 +19,7 @@ models=(mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0)
 tol=1e-4
 
 if ! "$python" -c "import torch, torchvision, numpy" 2>/dev/null; then
-  echo "SKIP: $python lacks torch/torchvision/numpy (deploy/install-deps.sh installs python3-torch, python3-torchvision)"
+  echo "FAIL: missing dependency: $python lacks torch/torchvision/numpy (deploy/install-deps.sh installs python3-torch, python3-torchvision)"
   exit 77
 fi
 [[ -x $tessera ]] || { echo "FAIL: tessera binary '$tessera' not found"; exit 1; }

@@ -1,11 +1,12 @@
 # Sourced by integration scripts: makes sure BUILD/oracle holds the
 # torchvision exports named in $models (tests/oracle/export_torchvision.py),
-# exporting only the missing ones. Sets $out. Exits 77 (skip) without torch.
+# exporting only the missing ones. Sets $out. Exits 77 without torch (a
+# failure: CTest has no SKIP_RETURN_CODE for it; install-deps.sh installs torch).
 #   requires: $build, $repo, $models (array)
 python=/usr/bin/python3
 out=$build/oracle
 if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
-  echo "SKIP: $python lacks torch/torchvision (deploy/install-deps.sh installs python3-torch, python3-torchvision)"
+  echo "FAIL: missing dependency: $python lacks torch/torchvision (deploy/install-deps.sh installs python3-torch, python3-torchvision)"
   exit 77
 fi
 mkdir -p "$out"
