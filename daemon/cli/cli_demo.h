@@ -1,0 +1,31 @@
+// `tessera demo` (cli_demo.cc) and `tessera demo --mcu 2` (cli_demo_mixed.cc).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+inline constexpr const char* kDefaultDemoModel = "/usr/share/darknet/cfg/yolov2-tiny.cfg";
+
+struct DemoOptions {
+  std::string model = kDefaultDemoModel;
+  std::vector<std::string> input_shapes;
+  int devices = 4;
+  int threads = 1;
+  int requests = 8;
+  int clients = 1;
+  std::string objective = "memory";
+  std::string force;  // a forced scheme instead of the planner
+  bool json = false;
+  bool keep = false;
+  int mcu = 0;          // > 0: the mixed Linux + MCU cluster under QEMU (issue 6)
+  bool unplug = false;  // SIGKILL the last worker half-way; the gateway fails over
+};
+
+// Exit codes: 0 every answer matched, 2 some did not, 77 QEMU or the
+// firmware missing (--mcu), 1 an error (printed).
+int RunDemo(const DemoOptions& d);
+int RunMixedDemo(const DemoOptions& d);
+
+}  // namespace tessera

@@ -1,0 +1,301 @@
+// `tessera demo --mcu 2`: the mixed Linux + MCU cluster (issue 6).
+//
+// Two worker processes w1, w2 on loopback; two QEMU mps2-an386 machines run
+// the MCU firmware with their UART0 on a pty; w1 owns mcu1 and w2 owns mcu2
+// (`tessera worker --mcu NAME=PTY`), exactly the shape of
+// configs/mixed-2linux-2mcu.yaml (written here with the real addresses and
+// ptys). The keyword-spotting CNN is placed by planner/mixed_placement.h: the
+// planner's latency plan when it gives every MCU a layer, else the fastest
+// contiguous whole-layer pipeline that does.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "daemon/cli/cli.h"
+#include "daemon/cli/cli_demo.h"
+#include "daemon/cli/cli_model_options.h"
+#include "daemon/cli/demo_support.h"
+#include "daemon/cluster/gateway.h"
+#include "daemon/cluster/gateway_plan.h"
+#include "partition/compile/mcu_program_builder.h"
+#include "partition/compile/program_compiler.h"
+#include "planner/cluster.h"
+#include "planner/mixed_placement.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr const char* kWhat = "demo --mcu";
+constexpr uint32_t kBaud = 115200;
+
+struct MixedCluster {
+  Cluster cluster;
+  std::vector<WorkerEndpoint> endpoints;  // per device; an MCU's is its bridge's address
+};
+
+// Exit 77 with a hint when QEMU or the firmware is missing; 0 when both are there.
+int CheckEmulator(std::string* firmware) {
+  if (!demo::QemuInstalled()) {
+    std::fprintf(stderr, "demo --mcu: qemu-system-arm is not installed (deploy/install-deps.sh installs "
+                         "qemu-system-arm); cannot emulate the MCUs\n");
+    return 77;
+  }
+  *firmware = demo::FindMcuFirmware();
+  if (firmware->empty() || !std::filesystem::exists(*firmware)) {
+    std::fprintf(stderr, "demo --mcu: the MCU firmware %s is missing; build it with `cmake --build <build> --target "
+                         "tessera_firmware` (needs gcc-arm-none-eabi) or set TESSERA_MCU_FIRMWARE\n",
+                 firmware->c_str());
+    return 77;
+  }
+  return 0;
+}
+
+// The MCU bridges' addresses the workers wrote after their own (NAME=ADDRESS lines).
+Result<std::map<std::string, std::string>> ReadBridgeAddresses(const std::string& dir) {
+  std::map<std::string, std::string> mcu_address;
+  for (int w = 1; w <= 2; ++w) {
+    std::ifstream in(dir + "/w" + std::to_string(w) + ".port");
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line))
+      if (const size_t eq = line.find('='); eq != std::string::npos) mcu_address[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  if (!mcu_address.count("mcu1") || !mcu_address.count("mcu2"))
+    return Status::Unavailable("the workers did not report their MCU bridges (see " + dir + ")");
+  return mcu_address;
+}
+
+// Boots the two MCUs and the workers that own them; the cluster of
+// configs/mixed-2linux-2mcu.yaml with this run's addresses and ptys.
+Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::string& dir, int threads) {
+  std::vector<std::string> ptys;
+  for (int m = 1; m <= 2; ++m) {
+    TS_ASSIGN_OR_RETURN(std::string pty, demo::BootQemuMcu(firmware, dir + "/qemu-mcu" + std::to_string(m) + ".log"));
+    ptys.push_back(pty);
+  }
+  const std::string baud = std::to_string(kBaud);
+  TS_ASSIGN_OR_RETURN(auto addresses, demo::StartWorkers(2, dir, threads, {{"--mcu", "mcu1=" + ptys[0] + "@" + baud},
+                                                                          {"--mcu", "mcu2=" + ptys[1] + "@" + baud}}));
+  TS_ASSIGN_OR_RETURN(auto mcu_address, ReadBridgeAddresses(dir));
+  const std::string linux_board = ", ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }\n";
+  const std::string yaml =
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: " + addresses[0] + linux_board +
+      "  - { name: w2, kind: linux, address: " + addresses[1] + linux_board +
+      "  - { name: mcu1, kind: mcu, preset: STM32H743ZI, serial: " + ptys[0] + ", baud: " + baud + ", via: w1 }\n"
+      "  - { name: mcu2, kind: mcu, preset: STM32F446RE, serial: " + ptys[1] + ", baud: " + baud + ", via: w2 }\n"
+      "links:\n"
+      "  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
+  MixedCluster mc;
+  TS_ASSIGN_OR_RETURN(mc.cluster, ParseCluster(yaml, "mixed demo cluster", PresetDirectories()));
+  for (const auto& dev : mc.cluster.devices)
+    mc.endpoints.push_back({dev.name, dev.kind == DeviceKind::kMcu ? mcu_address[dev.name] : dev.address});
+  return mc;
+}
+
+// Whole layers on the devices of `placement`; the plan id names them.
+Result<CompiledPlan> CompileMixedPlan(const Graph& graph, const MixedCluster& mc, const MixedPlacement& placement,
+                                      std::string* plan_id) {
+  PartitionPlan pp;
+  pp.num_devices = mc.cluster.size();
+  pp.source = 0;
+  *plan_id = "mixed-kws";
+  for (size_t j = 0; j < graph.nodes.size(); ++j) {
+    LayerAssignment a;
+    a.scheme = LayerScheme::kWhole;
+    a.devices = {placement.device_of_layer[j]};
+    pp.layers.push_back(a);
+    *plan_id += "-" + mc.cluster.devices[a.devices[0]].name;
+  }
+  return CompilePlan(graph, pp);
+}
+
+// The MCU's own figures from its STATUS frame, through the owning worker
+// (Worker.Status of the bridge).
+void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
+  const auto reply = demo::WorkerStatus(bridge_address);
+  if (!reply) return;
+  const proto::McuState& m = reply->mcu();
+  (*row)["mcu_status_present"] = reply->has_mcu();
+  (*row)["mcu_arena_bytes"] = m.arena_bytes();
+  (*row)["mcu_free_ram_bytes"] = m.free_bytes();
+  (*row)["mcu_used_bytes"] = reply->memory_bytes();
+  (*row)["mcu_runs"] = m.runs();
+  (*row)["mcu_last_run_ms"] = m.last_run_ms();
+  (*row)["mcu_plan_id"] = m.plan_id();
+  (*row)["uart_wire_bytes_sent"] = reply->uart().wire_bytes_sent();
+  (*row)["uart_wire_bytes_received"] = reply->uart().wire_bytes_received();
+  (*row)["uart_retransmissions"] = reply->uart().retransmissions();
+}
+
+nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDevice>& deployed) {
+  nlohmann::json mem = nlohmann::json::array();
+  for (size_t i = 0; i < mc.endpoints.size(); ++i) {
+    const auto& dev = mc.cluster.devices[i];
+    nlohmann::json row = {{"device", dev.name},
+                          {"kind", DeviceKindName(dev.kind)},
+                          {"address", mc.endpoints[i].address},
+                          {"memory_bytes", deployed[i].memory_bytes},
+                          {"weight_bytes", deployed[i].weight_bytes},
+                          {"program_bytes", deployed[i].program_bytes}};
+    if (dev.kind == DeviceKind::kMcu) {
+      row["via"] = dev.via;
+      row["serial"] = dev.serial;
+      AddMcuStatus(mc.endpoints[i].address, &row);
+    }
+    mem.push_back(row);
+  }
+  return mem;
+}
+
+nlohmann::json MixedLinks(Gateway& gateway, const MixedCluster& mc,
+                          std::map<std::pair<int, int>, int64_t> expected_link_bytes, int answered) {
+  gateway.RefreshWorkerState();
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& l : gateway.Links()) {
+    const auto key = std::make_pair(l.from, l.to);
+    const int64_t expected = expected_link_bytes.count(key) ? expected_link_bytes[key] * answered : 0;
+    const bool uart = mc.cluster.devices[l.from].kind == DeviceKind::kMcu ||
+                      mc.cluster.devices[l.to].kind == DeviceKind::kMcu;
+    links.push_back({{"from", mc.endpoints[l.from].name},
+                     {"to", mc.endpoints[l.to].name},
+                     {"payload_bytes", l.payload_bytes},
+                     {"wire_bytes", l.wire_bytes},
+                     {"expected_payload_bytes", expected},
+                     {"over_uart", uart}});
+  }
+  return links;
+}
+
+struct MixedReport {
+  demo::RequestTally tally;
+  double deploy_s = 0, single_ms = 0;
+  std::string plan_id, placement_text;
+  nlohmann::json memory, links;
+};
+
+void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r,
+                    int devices) {
+  nlohmann::json j = {{"devices", devices},
+                      {"linux_workers", 2},
+                      {"mcus", 2},
+                      {"model", graph.name},
+                      {"requests", d.requests},
+                      {"answered", r.tally.answered},
+                      {"all_match", r.tally.AllMatch(d.requests)},
+                      {"max_rel_diff", r.tally.max_rel},
+                      {"latency_ms", demo::Median(r.tally.latencies_ms)},
+                      {"predicted_latency_ms", placement.cost.latency_s * 1e3},
+                      {"single_device_latency_ms", r.single_ms},
+                      {"plan_id", r.plan_id},
+                      {"forced_pipeline", placement.forced},
+                      {"placement_note", placement.note},
+                      {"placement", r.placement_text},
+                      {"deploy_seconds", r.deploy_s},
+                      {"device_memory", r.memory},
+                      {"links", r.links}};
+  if (!r.tally.first_error.empty()) j["error"] = r.tally.first_error;
+  std::printf("%s\n", j.dump(1).c_str());
+}
+
+void PrintMixedDevices(const MixedReport& r) {
+  std::printf("%-6s %-6s %-22s %12s %12s %14s\n", "device", "kind", "address", "weights B", "memory B",
+              "MCU free RAM B");
+  for (const auto& row : r.memory)
+    std::printf("%-6s %-6s %-22s %12lld %12lld %14s\n", row["device"].get<std::string>().c_str(),
+                row["kind"].get<std::string>().c_str(), row["address"].get<std::string>().c_str(),
+                static_cast<long long>(row["weight_bytes"].get<int64_t>()),
+                static_cast<long long>(row.contains("mcu_used_bytes") ? row["mcu_used_bytes"].get<int64_t>()
+                                                                      : row["memory_bytes"].get<int64_t>()),
+                row.contains("mcu_free_ram_bytes") ? std::to_string(row["mcu_free_ram_bytes"].get<int64_t>()).c_str()
+                                                   : "-");
+  std::printf("\n%-5s %-5s %14s %14s %s\n", "from", "to", "payload B", "expected B", "");
+  for (const auto& l : r.links)
+    std::printf("%-5s %-5s %14lld %14lld %s\n", l["from"].get<std::string>().c_str(), l["to"].get<std::string>().c_str(),
+                static_cast<long long>(l["payload_bytes"].get<int64_t>()),
+                static_cast<long long>(l["expected_payload_bytes"].get<int64_t>()),
+                l["over_uart"].get<bool>() ? "(gRPC hop + UART to/from the MCU)" : "");
+  for (const auto& row : r.memory)
+    if (row.contains("uart_wire_bytes_sent"))
+      std::printf("uart %s<->%s: %lld wire bytes to the MCU, %lld from it, %lld retransmissions\n",
+                  row["via"].get<std::string>().c_str(), row["device"].get<std::string>().c_str(),
+                  static_cast<long long>(row["uart_wire_bytes_sent"].get<int64_t>()),
+                  static_cast<long long>(row["uart_wire_bytes_received"].get<int64_t>()),
+                  static_cast<long long>(row["uart_retransmissions"].get<int64_t>()));
+}
+
+void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r) {
+  std::printf("tessera demo --mcu 2 — %s on 2 Linux workers + 2 QEMU mps2-an386 MCUs (UART %u baud via ptys)\n",
+              graph.name.c_str(), kBaud);
+  if (!placement.planner_table.empty()) std::printf("\nplanner (latency objective):\n%s", placement.planner_table.c_str());
+  std::printf("\n%s\nplacement: %s\n", placement.note.c_str(), r.placement_text.c_str());
+  std::printf("plan %s deployed in %.2f s (MCU programs over the UART)\n\n", r.plan_id.c_str(), r.deploy_s);
+  PrintMixedDevices(r);
+  std::printf("\nrequests: %d answered of %d, %d match the single-device run (max rel diff %.3g)\n", r.tally.answered,
+              d.requests, r.tally.matched, r.tally.max_rel);
+  std::printf("latency: predicted %.1f ms, measured %.1f ms median (single device in this process: %.3f ms)\n",
+              placement.cost.latency_s * 1e3, demo::Median(r.tally.latencies_ms), r.single_ms);
+  if (!r.tally.first_error.empty()) std::printf("first error: %s\n", r.tally.first_error.c_str());
+}
+
+}  // namespace
+
+int RunMixedDemo(const DemoOptions& d) {
+  if (d.mcu != 2) return ReportError(kWhat, Status::InvalidArgument("--mcu supports 2 MCUs (2 Linux workers + 2 MCUs)"));
+  std::string firmware;
+  if (int rc = CheckEmulator(&firmware)) return rc;
+  Graph graph = MakeKeywordSpottingGraph();
+  if (Status st = graph.Validate(); !st.ok()) return ReportError(kWhat, st);
+  auto ref = demo::RunReference(graph, 1, std::min(d.requests, 4), 1);  // the oracle: the whole model here
+  if (!ref.ok()) return ReportError(kWhat, ref.status());
+  MixedReport report;
+  report.single_ms = demo::Median(ref->ms);
+
+  auto demo_dir = demo::DemoDirectory::Create("tessera-mixed", d.keep);
+  if (!demo_dir.ok()) return ReportError(kWhat, demo_dir.status());
+  demo::ChildProcesses children;
+  demo::InstallSignalHandlers();
+  auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads);
+  if (!mc.ok()) return ReportError(kWhat, mc.status());
+  auto placement = PlaceMixed(graph, mc->cluster);
+  if (!placement.ok()) return ReportError(kWhat, placement.status());
+  auto compiled = CompileMixedPlan(graph, *mc, *placement, &report.plan_id);
+  if (!compiled.ok()) return ReportError(kWhat, compiled.status());
+  const auto expected_link_bytes = PlannedLinkBytes(compiled->programs);
+
+  const auto td = std::chrono::steady_clock::now();
+  auto deployed = DeployPrograms(compiled->programs, report.plan_id, 0, mc->endpoints, TransportSecurity{}, nullptr);
+  if (!deployed.ok()) return ReportError(kWhat, deployed.status());
+  report.deploy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
+
+  GatewayOptions go;
+  go.served = {report.plan_id, 0, mc->endpoints, expected_link_bytes};
+  go.signature = ModelSignature::Of(graph);
+  go.max_in_flight = 1;
+  auto local = demo::StartLocalGateway(go);
+  if (!local.ok()) return ReportError(kWhat, local.status());
+  for (int r = 0; r < d.requests; ++r) {
+    const int k = r % static_cast<int>(ref->inputs.size());
+    std::vector<TensorData> outputs;
+    double ms = 0;
+    Status st = demo::InferThroughGateway(*(*local)->stub, ref->inputs[k], static_cast<uint64_t>(r) + 1, 60000,
+                                          &outputs, &ms);
+    report.tally.Record(st, outputs, ref->outputs[k], ms);
+  }
+  report.memory = MixedMemory(*mc, *deployed);
+  report.links = MixedLinks(*(*local)->gateway, *mc, expected_link_bytes, report.tally.answered);
+  for (size_t j = 0; j < graph.nodes.size(); ++j)
+    report.placement_text += (j ? ", " : "") + graph.nodes[j].name + "@" +
+                             mc->cluster.devices[placement->device_of_layer[j]].name;
+  if (d.json)
+    PrintMixedJson(graph, d, *placement, report, mc->cluster.size());
+  else
+    PrintMixedTable(graph, d, *placement, report);
+  return report.tally.AllMatch(d.requests) ? 0 : 2;
+}
+
+}  // namespace tessera
