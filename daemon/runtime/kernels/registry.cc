@@ -76,7 +76,7 @@ constexpr KernelEntry kKernelTable[] = {
 
 // darknet-only op names (graph.h), listed by SupportedOps when the darknet
 // table provides them.
-constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "DarknetShortcut", "Region", "Reorg"};
+constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "DarknetShortcut", "Detection", "Region", "Reorg"};
 
 }  // namespace
 
