@@ -225,11 +225,10 @@ std::string CanonicalSectionType(const std::string& t) {
 }
 
 bool IsKnownUnsupportedSection(const std::string& t) {
-  static const char* const kKnown[] = {"normalization", "batchnorm",    "local",          "deconvolutional",
-                                       "crnn",          "gru",          "lstm",           "rnn",
-                                       "iseg",         "l2norm",         "logistic",
-                                       "activation",    "sam",          "scale_channels", "gaussian_yolo",
-                                       "contrastive",   "implicit_add", "implicit_mul"};
+  static const char* const kKnown[] = {
+      "normalization", "batchnorm",   "local",        "deconvolutional", "crnn",       "gru", "lstm",
+      "rnn",           "iseg",        "l2norm",       "logistic",        "activation", "sam", "scale_channels",
+      "gaussian_yolo", "contrastive", "implicit_add", "implicit_mul"};
   for (const char* k : kKnown)
     if (t == k) return true;
   return false;
@@ -924,8 +923,8 @@ class DarknetGraphBuilder {
       int64_t total = 0;
       for (int64_t n : tree_groups) total += n;
       if (total != classes)
-        return o.Invalid("tree file lists " + std::to_string(total) + " classes, the section says classes=" +
-                         std::to_string(classes));
+        return o.Invalid("tree file lists " + std::to_string(total) +
+                         " classes, the section says classes=" + std::to_string(classes));
     }
     if (in.c != num * (coords + classes + 1))
       return o.Invalid("input has " + std::to_string(in.c) + " channels, region needs num·(coords+classes+1) = " +

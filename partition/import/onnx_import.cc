@@ -32,12 +32,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
-#include <google/protobuf/io/zero_copy_stream_impl.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include "partition/import/model_import.h"
 #include "partition/import/onnx_constant_eval.h"
 #include "partition/import/onnx_pattern_fusion.h"
@@ -77,15 +77,33 @@ const std::set<std::string>& PassThroughOps() {
 
 // Ops with their own translation in TranslateNode.
 const std::set<std::string>& KnownOps() {
-  static const std::set<std::string> ops = {"Identity",  "Dropout",    "Cast",
-                                            "Conv",      "MaxPool",    "AveragePool",
-                                            "Gemm",      "MatMul",     "BatchNormalization",
-                                            "Reshape",   "Flatten",    "Squeeze",
-                                            "Unsqueeze", "Softmax",    "Clip",
-                                            "Pad",       "Resize",     "Upsample",
-                                            "Slice",     "ReduceMean", "ReduceSum",
-                                            "ReduceMax", "ReduceMin",  "Concat",
-                                            "Transpose", "Split",      "ConvTranspose",
+  static const std::set<std::string> ops = {"Identity",
+                                            "Dropout",
+                                            "Cast",
+                                            "Conv",
+                                            "MaxPool",
+                                            "AveragePool",
+                                            "Gemm",
+                                            "MatMul",
+                                            "BatchNormalization",
+                                            "Reshape",
+                                            "Flatten",
+                                            "Squeeze",
+                                            "Unsqueeze",
+                                            "Softmax",
+                                            "Clip",
+                                            "Pad",
+                                            "Resize",
+                                            "Upsample",
+                                            "Slice",
+                                            "ReduceMean",
+                                            "ReduceSum",
+                                            "ReduceMax",
+                                            "ReduceMin",
+                                            "Concat",
+                                            "Transpose",
+                                            "Split",
+                                            "ConvTranspose",
                                             "LayerNormalization"};
   return ops;
 }
@@ -901,8 +919,8 @@ Status OnnxModelImporter::TranslateConvTranspose(const onnx::NodeProto& node, co
   if (output_padding.size() != (geo.lifted ? 1u : 2u))
     return NodeError(StatusCode::kInvalidArgument, node, "output_padding needs one value per spatial dim");
   if (geo.lifted) output_padding.insert(output_padding.begin(), 0);
-  const bool derived_pads = FindAttribute(node, "output_shape") != nullptr || auto_pad == "SAME_UPPER" ||
-                            auto_pad == "SAME_LOWER";
+  const bool derived_pads =
+      FindAttribute(node, "output_shape") != nullptr || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
   std::vector<int64_t> pads = auto_pad == "VALID" ? std::vector<int64_t>{0, 0, 0, 0} : geo.pads;
   std::vector<int64_t> effective_padding(2);
   for (int i = 0; i < 2; ++i) {

@@ -123,9 +123,8 @@ bool TryFuseGelu(GraphView& view, const Node& erf, Absorbed* absorbed) {
   Node* first = view.SoleReader(a);
   if (!IsBinary(first, "Mul")) return false;
   // The product ends at the first Mul or the one after it.
-  Node* candidates[2] = {first, IsBinary(view.SoleReader(first->outputs[0]), "Mul")
-                                    ? view.SoleReader(first->outputs[0])
-                                    : nullptr};
+  Node* candidates[2] = {
+      first, IsBinary(view.SoleReader(first->outputs[0]), "Mul") ? view.SoleReader(first->outputs[0]) : nullptr};
   for (Node* root : candidates) {
     if (root == nullptr) continue;
     std::vector<int> leaves;
@@ -195,7 +194,8 @@ bool TryFuseLayerNorm(GraphView& view, Node& sub, Absorbed* absorbed) {
   float epsilon = 0.f;
   if (!IsBinary(add_eps, "Add") || !view.ScalarValue(OtherOperand(*add_eps, var->outputs[0]), &epsilon)) return false;
   Node* sqrt = view.SoleReader(add_eps->outputs[0]);
-  if (sqrt == nullptr || sqrt->op != "Sqrt" || view.SoleReader(sqrt->outputs[0]) != div || div->inputs[1] != sqrt->outputs[0])
+  if (sqrt == nullptr || sqrt->op != "Sqrt" || view.SoleReader(sqrt->outputs[0]) != div ||
+      div->inputs[1] != sqrt->outputs[0])
     return false;
   // Optional affine tail.
   Node* last = div;

@@ -369,8 +369,7 @@ int main(int argc, char** argv) {
       std::stringstream list(argv[++i]);
       for (std::string label; std::getline(list, label, ',');)
         if (!label.empty()) opt.required.insert(label);
-    }
-    else
+    } else
       return Usage(argv[0]);
   }
   if (!fs::is_directory(opt.root / "node")) {

@@ -86,9 +86,7 @@ class ConvTransposeKernel final : public Kernel {
   size_t ScratchBytes() const override { return static_cast<size_t>(mg_ * kh_ * kw_ * tile_) * sizeof(float); }
   bool ReadsConstantInEval(int input) const override { return input != 1 && input != 2; }
   size_t OwnedWeightBytes() const override { return packed_bytes_ + static_cast<size_t>(m_) * sizeof(float); }
-  size_t PrepareTransientBytes() const override {
-    return static_cast<size_t>(mg_ * kh_ * kw_ * cg_) * sizeof(float);
-  }
+  size_t PrepareTransientBytes() const override { return static_cast<size_t>(mg_ * kh_ * kw_ * cg_) * sizeof(float); }
 
   void Eval(const EvalContext& ctx) const override {
     const int64_t rows = mg_ * kh_ * kw_;

@@ -28,7 +28,9 @@
 // of the *input*, written to the same offsets of the output (later groups
 // overwrite earlier ones where these ranges overlap). That flat stride is
 // num·H·W, not the entry layout's H·W: the oracle is libdarknet, and models
-// trained with it expect these values.
+// trained with it expect these values. The softmax temperature is 1: this
+// darknet leaves a [region]'s temperature at 0 and so computes NaN there
+// (the libdarknet oracle test sets it to 1 before comparing).
 //
 // Detection (darknet [detection], YOLOv1): the output is the input, read
 // flat per image; with attr softmax=1 a softmax over the `classes` class
@@ -72,8 +74,8 @@ class RegionKernel final : public Kernel {
       tree_classes += n;
     }
     if (!tree_groups_.empty() && tree_classes != classes_)
-      return NodeInvalid(ctx, "tree_groups sum to " + std::to_string(tree_classes) + ", classes is " +
-                                  std::to_string(classes_));
+      return NodeInvalid(
+          ctx, "tree_groups sum to " + std::to_string(tree_classes) + ", classes is " + std::to_string(classes_));
     return CheckOutputShape(ctx, 0, x);
   }
 

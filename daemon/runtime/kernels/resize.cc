@@ -132,8 +132,7 @@ class ResizeKernel final : public Kernel {
     const double resized = static_cast<double>(n_in) * scale;
     if (transform == "half_pixel") return (x + 0.5) / scale - 0.5;
     if (transform == "pytorch_half_pixel") return n_out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-    if (transform == "align_corners")
-      return resized <= 1.0 ? 0.0 : x * static_cast<double>(n_in - 1) / (resized - 1.0);
+    if (transform == "align_corners") return resized <= 1.0 ? 0.0 : x * static_cast<double>(n_in - 1) / (resized - 1.0);
     if (transform == "asymmetric") return x / scale;
     if (transform == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
     // half_pixel_symmetric (opset 19)

@@ -21,8 +21,26 @@ namespace tessera {
 namespace {
 
 enum class UnaryOp {
-  kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kTanh, kElu, kSoftplus,
-  kExp, kLog, kSqrt, kNeg, kAbs, kReciprocal, kFloor, kCeil, kErf, kGelu, kGeluTanh,
+  kRelu,
+  kLeakyRelu,
+  kClip,
+  kSigmoid,
+  kHardSigmoid,
+  kHardSwish,
+  kTanh,
+  kElu,
+  kSoftplus,
+  kExp,
+  kLog,
+  kSqrt,
+  kNeg,
+  kAbs,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kErf,
+  kGelu,
+  kGeluTanh,
 };
 
 struct UnaryOpName {
@@ -31,15 +49,24 @@ struct UnaryOpName {
 };
 
 constexpr UnaryOpName kUnaryOps[] = {
-    {"Relu", UnaryOp::kRelu},       {"LeakyRelu", UnaryOp::kLeakyRelu},
-    {"Clip", UnaryOp::kClip},       {"Sigmoid", UnaryOp::kSigmoid},
-    {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish},
-    {"Tanh", UnaryOp::kTanh},       {"Elu", UnaryOp::kElu},
-    {"Softplus", UnaryOp::kSoftplus}, {"Exp", UnaryOp::kExp},
-    {"Log", UnaryOp::kLog},         {"Sqrt", UnaryOp::kSqrt},
-    {"Neg", UnaryOp::kNeg},         {"Abs", UnaryOp::kAbs},
-    {"Reciprocal", UnaryOp::kReciprocal}, {"Floor", UnaryOp::kFloor},
-    {"Ceil", UnaryOp::kCeil},       {"Erf", UnaryOp::kErf},
+    {"Relu", UnaryOp::kRelu},
+    {"LeakyRelu", UnaryOp::kLeakyRelu},
+    {"Clip", UnaryOp::kClip},
+    {"Sigmoid", UnaryOp::kSigmoid},
+    {"HardSigmoid", UnaryOp::kHardSigmoid},
+    {"HardSwish", UnaryOp::kHardSwish},
+    {"Tanh", UnaryOp::kTanh},
+    {"Elu", UnaryOp::kElu},
+    {"Softplus", UnaryOp::kSoftplus},
+    {"Exp", UnaryOp::kExp},
+    {"Log", UnaryOp::kLog},
+    {"Sqrt", UnaryOp::kSqrt},
+    {"Neg", UnaryOp::kNeg},
+    {"Abs", UnaryOp::kAbs},
+    {"Reciprocal", UnaryOp::kReciprocal},
+    {"Floor", UnaryOp::kFloor},
+    {"Ceil", UnaryOp::kCeil},
+    {"Erf", UnaryOp::kErf},
     {"Gelu", UnaryOp::kGelu},
 };
 

@@ -773,8 +773,7 @@ OnnxModelBuilder GeluModel(GeluOrder order, float half = 0.5f) {
 
 }  // namespace
 
-TEST_CASE("onnx: GELU subgraphs fuse into one Gelu node in every operand order, matching erf GELU to 1e-6",
-          "[onnx]") {
+TEST_CASE("onnx: GELU subgraphs fuse into one Gelu node in every operand order, matching erf GELU to 1e-6", "[onnx]") {
   for (GeluOrder order : {GeluOrder::kXThenHalf, GeluOrder::kHalfThenX, GeluOrder::kHalfXThenA}) {
     INFO("order " << static_cast<int>(order));
     auto g = Import(GeluModel(order));

@@ -249,7 +249,7 @@ void CompareWithDarknet(LibDarknet& lib, const std::string& cfg_name, int size, 
 // reading the one before, plus [connected] and [shortcut] carrying some.
 std::string ActivationsCfg() {
   std::string cfg = "[net]\nwidth=24\nheight=24\nchannels=3\n";
-  const char* const kActivations[] = {"logistic", "relu", "relie", "linear", "ramp", "tanh", "plse",
+  const char* const kActivations[] = {"logistic", "relu", "relie", "linear", "ramp",    "tanh",  "plse",
                                       "leaky",    "elu",  "loggy", "stair",  "hardtan", "lhtan", "selu"};
   int i = 0;
   for (const char* act : kActivations) {
