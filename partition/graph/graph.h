@@ -11,13 +11,29 @@
 //             alpha/beta/transA/transB are folded away at import). With
 //             attr flatten_input=1, X may be [N, C, H, W] and is read as
 //             [N, C·H·W] (darknet's [connected] after a feature map).
+//      ConvTranspose inputs [X, W(C, M/g, kH, kW), B(M)?]
+//             attrs  kernel_shape[2], strides[2], pads[4]=(top,left,bottom,right),
+//                    dilations[2], group, output_padding[2]; output
+//                    s·(in−1) + output_padding + (k−1)·d + 1 − pad_begin − pad_end
+//                    (ONNX output_shape / auto_pad resolved at import).
+//      LayerNormalization inputs [X, Scale, B?] (constants broadcasting to
+//             X.shape[axis:]); attrs axis (non-negative), epsilon; normalises
+//             each row of dims [axis, rank). Optional outputs 1, 2 = ONNX's
+//             Mean and InvStdDev. Also what PyTorch's exported LayerNorm
+//             subgraph is fused into (onnx_pattern_fusion.h).
 //  * A producer may carry a fused activation applied to its output
 //    (METHODS §1: "bias/BN/activation folded into the producer"):
 //      attr "activation" = "relu" | "leaky_relu" (alpha) | "clip" (min, max)
 //                        | "sigmoid" | "hard_sigmoid" (alpha, beta) | "tanh"
+//                        | "elu" (alpha) | "selu" (alpha, beta = gamma)
+//                        | "darknet_ramp" | "darknet_plse" | "darknet_loggy"
+//                        | "darknet_stair" | "darknet_lhtan"
 //      with parameters in attrs "act_alpha", "act_beta" (clip: min, max).
-//    Absent or "" means linear. Conv, Gemm and Add (darknet [shortcut]) may
-//    carry one.
+//      The darknet_* ones are darknet's own functions (formulas in
+//      daemon/runtime/kernels/fused_activation.cc); only the darknet
+//      importer emits them, and elu/selu.
+//    Absent or "" means linear. Conv, ConvTranspose, Gemm and Add (darknet
+//    [shortcut]) may carry one.
 //  * ONNX imports lose Identity, Dropout (inference), Constant and shape
 //    arithmetic: Reshape carries its resolved target shape in attr "shape".
 //    darknet imports keep one node per cfg section, so [dropout], [cost] and
@@ -25,11 +41,18 @@
 //  * Op names and attribute names follow ONNX where an ONNX op exists
 //    (MaxPool, AveragePool, GlobalAveragePool, Relu, LeakyRelu, Clip(min,max
 //    as attrs), Sigmoid, HardSigmoid, Add, Mul, Max, Concat, Reshape,
-//    Transpose, Softmax, Pad(pads attr), Resize(nearest; attr "scales"),
-//    BatchNormalization (only where it could not be folded), MatMul (two
-//    non-constant inputs)). darknet-only ops: "Reorg" (attrs stride,
+//    Transpose, Softmax, Pad(pads attr), Resize(attrs mode "nearest" or
+//    "linear" (bilinear over the last two dims), "scales",
+//    coordinate_transformation_mode, nearest_mode), BatchNormalization (only
+//    where it could not be folded), MatMul (two non-constant inputs), Erf,
+//    Gelu (y = x·½·(1 + erf(x/√2)); attr approximate "none" | "tanh" as ONNX
+//    opset 20; PyTorch's exported erf subgraph is fused into it at import,
+//    onnx_pattern_fusion.h), Slice (also every output of Split)).
+//    darknet-only ops: "Reorg" (attrs stride,
 //    reverse), "Region" (attrs num, classes, coords, softmax, background,
-//    anchors, mask, darknet_layer; also [yolo]), "DarknetCrop",
+//    anchors, mask, darknet_layer, tree_groups (softmax tree, [region]
+//    tree=); also [yolo]), "Detection" ([detection], YOLOv1: attrs classes,
+//    coords, num, side, softmax), "DarknetCrop",
 //    "DarknetShortcut" (adds the channels two maps of different sizes share,
 //    subsampling the larger, as darknet's [shortcut] does).
 #pragma once

@@ -34,6 +34,17 @@ int64_t Multiplications(const Graph& g, const Node& node, int64_t K) {
     const Shape& a = g.values[node.inputs.at(0)].shape;
     return K * (a.empty() ? 1 : a.back());
   }
+  if (op == "ConvTranspose") {
+    // Every input value meets every weight of its group once:
+    // R = N·C·H·W · (M/g)·kH·kW, W is (C, M/g, kH, kW).
+    const Shape& w = g.values[node.inputs.at(1)].shape;
+    int64_t per_input = 1;
+    for (size_t i = 1; i < w.size(); ++i) per_input *= w[i];
+    return SumNumel(g, {node.inputs.at(0)}) * per_input;
+  }
+  if (op == "LayerNormalization") return 4 * K;  // centre, square, scale, affine per output
+  if (op == "Gelu") return 4 * K;                // erf counted as a few operations
+  if (op == "Resize" && node.attrs.String("mode", "nearest") == "linear") return 3 * K;  // three lerps
   if (op == "MaxPool" || op == "AveragePool") {
     int64_t window = 1;
     for (int64_t k : node.attrs.Ints("kernel_shape")) window *= k;

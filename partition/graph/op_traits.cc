@@ -8,8 +8,12 @@ namespace tessera {
 namespace {
 
 // The table. Ops the kernels implement under their ONNX names take ONNX
-// semantics (graph.h); darknet-only ops (Reorg, Region, DarknetCrop,
-// DarknetShortcut) mix rows or channels and are absent: they run whole.
+// semantics (graph.h). Absent, so run whole: darknet-only ops that mix rows
+// or channels (Reorg, Region incl. tree softmax, Detection, DarknetCrop,
+// DarknetShortcut), LayerNormalization (normalises across channels in NCHW),
+// ConvTranspose (its tile halo and channel splits are not compiled yet),
+// Softmax, Reshape/Transpose/Slice (Reshape of a 1x1 map is per-channel: a
+// node rule below).
 const std::map<std::string, OpTraits>& Table() {
   constexpr SpatialRule kNone = SpatialRule::kNone, kWindow = SpatialRule::kWindow,
                         kPointwise = SpatialRule::kPointwise;
@@ -36,8 +40,10 @@ const std::map<std::string, OpTraits>& Table() {
       {"Sigmoid", {kPointwise, kPerChannel, false, "sigmoid"}},
       {"HardSigmoid", {kPointwise, kPerChannel, false, "hard_sigmoid"}},
       {"Tanh", {kPointwise, kPerChannel, false, "tanh"}},
+      {"Elu", {kPointwise, kPerChannel, false, "elu"}},
       // Other element-wise unary ops.
-      {"Elu", {kPointwise, kPerChannel}},
+      {"Erf", {kPointwise, kPerChannel}},
+      {"Gelu", {kPointwise, kPerChannel}},
       {"HardSwish", {kPointwise, kPerChannel}},
       {"Softplus", {kPointwise, kPerChannel}},
       {"Abs", {kPointwise, kPerChannel}},
@@ -121,6 +127,7 @@ const std::vector<Activation>& Activations() {
       {"Sigmoid", nullptr, 0, nullptr, 0},
       {"HardSigmoid", "alpha", 0.2, "beta", 0.5},
       {"Tanh", nullptr, 0, nullptr, 0},
+      {"Elu", "alpha", 1.0, nullptr, 0},
   };
   return acts;
 }

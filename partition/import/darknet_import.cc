@@ -21,7 +21,12 @@
 //    different shapes DarknetShortcut (daemon/runtime/kernels/darknet_shortcut.cc).
 //  * [reorg]          Reorg (daemon/runtime/kernels/reorg.cc has the index mapping).
 //  * [region]/[yolo]  Region (daemon/runtime/kernels/region.cc has the entry layout);
-//    [yolo] is Region with coords=4, softmax=0, num = number of mask entries.
+//    [yolo] is Region with coords=4, softmax=0, num = number of mask entries;
+//    [region] tree= (YOLO9000) reads the tree file into attr tree_groups.
+//  * [detection]      Detection (YOLOv1; region.cc).
+//  * activations      every one darknet defines (linear, logistic, relu, relie,
+//    ramp, tanh, plse, leaky, elu, loggy, stair, hardtan, lhtan, selu) and
+//    relu6, as a fused activation of the layer (graph.h).
 //  * [upsample]       Resize nearest, scales [1,1,s,s].
 //  * [crop]           DarknetCrop: centre crop, then x·2 − 1 unless noadjust.
 //
@@ -220,11 +225,10 @@ std::string CanonicalSectionType(const std::string& t) {
 }
 
 bool IsKnownUnsupportedSection(const std::string& t) {
-  static const char* const kKnown[] = {"normalization", "batchnorm",    "local",          "deconvolutional",
-                                       "crnn",          "gru",          "lstm",           "rnn",
-                                       "detection",     "iseg",         "l2norm",         "logistic",
-                                       "activation",    "sam",          "scale_channels", "gaussian_yolo",
-                                       "contrastive",   "implicit_add", "implicit_mul"};
+  static const char* const kKnown[] = {
+      "normalization", "batchnorm",   "local",        "deconvolutional", "crnn",       "gru", "lstm",
+      "rnn",           "iseg",        "l2norm",       "logistic",        "activation", "sam", "scale_channels",
+      "gaussian_yolo", "contrastive", "implicit_add", "implicit_mul"};
   for (const char* k : kKnown)
     if (t == k) return true;
   return false;
@@ -480,9 +484,27 @@ Result<Activation> ParseActivation(const SectionOptions& opts, const std::string
     act.beta = 6;
     act.has_params = true;
     act.he_gain = std::sqrt(2.f);
+  } else if (a == "relie") {
+    act.name = "leaky_relu";  // darknet relie: x > 0 ? x : 0.01·x
+    act.alpha = 0.01;
+    act.has_params = true;
+    act.he_gain = std::sqrt(2.f);
+  } else if (a == "elu") {
+    act.name = "elu";  // darknet elu: alpha 1
+    act.alpha = 1;
+    act.has_params = true;
+  } else if (a == "selu") {
+    act.name = "selu";  // darknet's rounded constants
+    act.alpha = 1.6732;
+    act.beta = 1.0507;
+    act.has_params = true;
+  } else if (a == "ramp" || a == "plse" || a == "loggy" || a == "stair" || a == "lhtan") {
+    act.name = "darknet_" + a;  // formulas in daemon/runtime/kernels/fused_activation.cc
+    if (a == "ramp") act.he_gain = std::sqrt(2.f);
   } else {
     return opts.Unsupported("activation '" + a +
-                            "' is not supported (linear, relu, leaky, logistic, tanh, hardtan, relu6)");
+                            "' is not supported (linear, logistic, relu, relie, ramp, tanh, plse, leaky, elu, loggy, "
+                            "stair, hardtan, lhtan, selu, relu6)");
   }
   return act;
 }
@@ -492,7 +514,7 @@ void SetActivation(const Activation& act, Attributes* attrs) {
   attrs->Set("activation", act.name);
   if (act.has_params) {
     attrs->Set("act_alpha", act.alpha);
-    if (act.name == "clip") attrs->Set("act_beta", act.beta);
+    if (act.name == "clip" || act.name == "selu") attrs->Set("act_beta", act.beta);
   }
 }
 
@@ -576,6 +598,8 @@ class DarknetGraphBuilder {
       st = Region(o, prev, &node, &out);
     } else if (type == "yolo") {
       st = Yolo(o, prev, &node, &out);
+    } else if (type == "detection") {
+      st = Detection(o, prev, &node, &out);
     } else if (type == "upsample") {
       st = Upsample(o, prev, &node, &out);
     } else if (type == "crop") {
@@ -585,7 +609,7 @@ class DarknetGraphBuilder {
     } else if (IsKnownUnsupportedSection(type)) {
       return o.Unsupported("darknet section [" + s.type +
                            "] is not supported (supported: convolutional, maxpool, avgpool, connected, dropout, "
-                           "softmax, cost, route, shortcut, reorg, region, yolo, upsample, crop)");
+                           "softmax, cost, route, shortcut, reorg, region, yolo, detection, upsample, crop)");
     } else {
       return o.Invalid("unknown section [" + s.type + "]");
     }
@@ -599,10 +623,10 @@ class DarknetGraphBuilder {
     return Status::OK();
   }
 
-  // Graph outputs: every detection head (Region), and the last layer.
+  // Graph outputs: every detection head (Region, Detection), and the last layer.
   void Finish() {
     for (const Node& n : g_.nodes)
-      if (n.op == "Region") g_.outputs.push_back(n.outputs[0]);
+      if (n.op == "Region" || n.op == "Detection") g_.outputs.push_back(n.outputs[0]);
     const int last = layers_.empty() ? input_.value : layers_.back().value;
     if (std::find(g_.outputs.begin(), g_.outputs.end(), last) == g_.outputs.end()) g_.outputs.push_back(last);
   }
@@ -892,8 +916,16 @@ class DarknetGraphBuilder {
     TS_ASSIGN_OR_RETURN(int64_t softmax, o.Int("softmax", 0));
     TS_ASSIGN_OR_RETURN(int64_t background, o.Int("background", 0));
     TS_ASSIGN_OR_RETURN(std::vector<double> anchors, o.Floats("anchors"));
-    if (o.Has("tree")) return o.Unsupported("hierarchical softmax (tree=) is not supported");
     if (coords < 0 || classes < 0 || num <= 0) return o.Invalid("coords, classes must be >= 0 and num > 0");
+    std::vector<int64_t> tree_groups;
+    if (o.Has("tree")) {
+      TS_ASSIGN_OR_RETURN(tree_groups, ReadTreeGroups(o, o.String("tree", "")));
+      int64_t total = 0;
+      for (int64_t n : tree_groups) total += n;
+      if (total != classes)
+        return o.Invalid("tree file lists " + std::to_string(total) +
+                         " classes, the section says classes=" + std::to_string(classes));
+    }
     if (in.c != num * (coords + classes + 1))
       return o.Invalid("input has " + std::to_string(in.c) + " channels, region needs num·(coords+classes+1) = " +
                        std::to_string(num * (coords + classes + 1)));
@@ -905,6 +937,68 @@ class DarknetGraphBuilder {
     node->attrs.Set("softmax", softmax ? int64_t{1} : int64_t{0});
     node->attrs.Set("background", background ? int64_t{1} : int64_t{0});
     if (!anchors.empty()) node->attrs.Set("anchors", anchors);
+    if (!tree_groups.empty()) node->attrs.Set("tree_groups", tree_groups);
+    *out = in;
+    return Status::OK();
+  }
+
+  // darknet's tree file (tree=, e.g. 9k.tree): one class per line, "<name>
+  // <parent index>" (−1 for a root). Consecutive lines with the same parent
+  // form one softmax group, as darknet's read_tree groups them; returns the
+  // group sizes in file order. A relative path is tried against the cfg's
+  // folder, then the working directory (darknet's own).
+  Result<std::vector<int64_t>> ReadTreeGroups(const SectionOptions& o, const std::string& name) const {
+    namespace fs = std::filesystem;
+    fs::path path = name;
+    if (path.is_relative()) {
+      const fs::path beside = fs::path(path_).parent_path() / path;
+      if (fs::exists(beside)) path = beside;
+    }
+    std::ifstream in(path);
+    if (!in) return o.Invalid("cannot open tree file '" + name + "' (tree=; looked at " + path.string() + ")");
+    std::vector<int64_t> groups;
+    std::string line;
+    int64_t last_parent = -1;
+    for (int line_no = 1; std::getline(in, line); ++line_no) {
+      std::istringstream fields(line);
+      std::string label;
+      int64_t parent = 0;
+      if (!(fields >> label)) continue;
+      if (!(fields >> parent) || parent < -1)
+        return o.Invalid("tree file " + path.string() + ":" + std::to_string(line_no) +
+                         ": expected '<name> <parent index>' with parent -1 or a line index");
+      if (groups.empty() || parent != last_parent) groups.push_back(0);
+      ++groups.back();
+      last_parent = parent;
+    }
+    if (groups.empty()) return o.Invalid("tree file " + path.string() + " lists no classes");
+    return groups;
+  }
+
+  // darknet [detection] (YOLOv1): at inference its output is its input,
+  // with a softmax over the class scores of each cell when softmax=1. The
+  // input is read flat: side²·classes class scores (per cell), then
+  // side²·num confidences, then side²·num·coords box values.
+  Status Detection(const SectionOptions& o, const LayerOutput& in, Node* node, LayerOutput* out) {
+    TS_ASSIGN_OR_RETURN(int64_t classes, o.Int("classes", 1));
+    TS_ASSIGN_OR_RETURN(int64_t coords, o.Int("coords", 1));
+    TS_ASSIGN_OR_RETURN(int64_t num, o.Int("num", 1));
+    TS_ASSIGN_OR_RETURN(int64_t side, o.Int("side", 7));
+    TS_ASSIGN_OR_RETURN(int64_t softmax, o.Int("softmax", 0));
+    if (classes < 0 || coords < 0 || num <= 0 || side <= 0)
+      return o.Invalid("classes and coords must be >= 0, num and side > 0");
+    const int64_t inputs = in.c * (in.flat ? 1 : in.h * in.w);
+    const int64_t want = side * side * ((1 + coords) * num + classes);
+    if (inputs != want)
+      return o.Invalid("input has " + std::to_string(inputs) + " values per image, detection needs side²·((1 + " +
+                       "coords)·num + classes) = " + std::to_string(want));
+    node->op = "Detection";
+    node->inputs = {in.value};
+    node->attrs.Set("classes", classes);
+    node->attrs.Set("coords", coords);
+    node->attrs.Set("num", num);
+    node->attrs.Set("side", side);
+    node->attrs.Set("softmax", softmax ? int64_t{1} : int64_t{0});
     *out = in;
     return Status::OK();
   }

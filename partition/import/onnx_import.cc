@@ -32,14 +32,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
-#include <google/protobuf/io/zero_copy_stream_impl.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include "partition/import/model_import.h"
 #include "partition/import/onnx_constant_eval.h"
+#include "partition/import/onnx_pattern_fusion.h"
 #include "partition/import/onnx_producer_folds.h"
 #include "partition/import/onnx_tensor.h"
 #include "partition/import/onnx_weightless_reader.h"
@@ -66,7 +67,7 @@ const std::set<std::string>& PassThroughOps() {
   static const std::set<std::string> ops = {// unary element-wise
                                             "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Abs", "Ceil",
                                             "Floor", "Exp", "Log", "Neg", "Reciprocal", "Sqrt", "Softplus", "Elu",
-                                            "HardSwish",
+                                            "HardSwish", "Erf", "Gelu",
                                             // broadcasting binary / variadic
                                             "Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum", "Mean",
                                             // whole-plane pooling
@@ -76,15 +77,34 @@ const std::set<std::string>& PassThroughOps() {
 
 // Ops with their own translation in TranslateNode.
 const std::set<std::string>& KnownOps() {
-  static const std::set<std::string> ops = {"Identity",  "Dropout",    "Cast",
-                                            "Conv",      "MaxPool",    "AveragePool",
-                                            "Gemm",      "MatMul",     "BatchNormalization",
-                                            "Reshape",   "Flatten",    "Squeeze",
-                                            "Unsqueeze", "Softmax",    "Clip",
-                                            "Pad",       "Resize",     "Upsample",
-                                            "Slice",     "ReduceMean", "ReduceSum",
-                                            "ReduceMax", "ReduceMin",  "Concat",
-                                            "Transpose", "Split"};
+  static const std::set<std::string> ops = {"Identity",
+                                            "Dropout",
+                                            "Cast",
+                                            "Conv",
+                                            "MaxPool",
+                                            "AveragePool",
+                                            "Gemm",
+                                            "MatMul",
+                                            "BatchNormalization",
+                                            "Reshape",
+                                            "Flatten",
+                                            "Squeeze",
+                                            "Unsqueeze",
+                                            "Softmax",
+                                            "Clip",
+                                            "Pad",
+                                            "Resize",
+                                            "Upsample",
+                                            "Slice",
+                                            "ReduceMean",
+                                            "ReduceSum",
+                                            "ReduceMax",
+                                            "ReduceMin",
+                                            "Concat",
+                                            "Transpose",
+                                            "Split",
+                                            "ConvTranspose",
+                                            "LayerNormalization"};
   return ops;
 }
 
@@ -181,6 +201,8 @@ class OnnxModelImporter {
   Status TranslateIdentity(const onnx::NodeProto& node);
   Status TranslateCast(const onnx::NodeProto& node);
   Status TranslateConv(const onnx::NodeProto& node, const std::string& name);
+  Status TranslateConvTranspose(const onnx::NodeProto& node, const std::string& name);
+  Status TranslateLayerNorm(const onnx::NodeProto& node, const std::string& name);
   Status TranslatePool(const onnx::NodeProto& node, const std::string& name);
   Status TranslateGemm(const onnx::NodeProto& node, const std::string& name);
   Status TranslateMatMul(const onnx::NodeProto& node, const std::string& name);
@@ -858,6 +880,123 @@ Status OnnxModelImporter::TranslateConv(const onnx::NodeProto& node, const std::
   return AddWindowNode(name, "Conv", x, params, y, geo, std::move(a));
 }
 
+// ConvTranspose (1-D lifted to 2-D, or 2-D): canonical attrs kernel_shape,
+// strides, dilations, group, explicit pads (top, left, bottom, right) and
+// output_padding, such that the graph's output size is
+//   s·(in − 1) + output_padding + (k − 1)·d + 1 − pad_begin − pad_end.
+// output_shape and auto_pad SAME_* become pads as the ONNX spec says:
+// total = s·(in − 1) + output_padding + (k − 1)·d + 1 − out, SAME_UPPER puts
+// total/2 at the beginning, otherwise the larger half goes first; a negative
+// total (output_shape beyond the full result) adds positions at the end.
+Status OnnxModelImporter::TranslateConvTranspose(const onnx::NodeProto& node, const std::string& name) {
+  if (node.input_size() < 2) return NodeError(StatusCode::kInvalidArgument, node, "needs inputs X and W");
+  TS_ASSIGN_OR_RETURN(Shape x_shape, StaticShape(node, node.input(0)));
+  if (!IsConst(node.input(1)))
+    return NodeError(StatusCode::kNotSupported, node, "weights W must be constant (an initializer)");
+  const bool has_bias = node.input_size() > 2 && !node.input(2).empty();
+  if (has_bias && !IsConst(node.input(2)))
+    return NodeError(StatusCode::kNotSupported, node, "bias B must be constant (an initializer)");
+  TS_ASSIGN_OR_RETURN(Shape y_shape, StaticShape(node, node.output(0)));
+  TS_ASSIGN_OR_RETURN(int w, InputValue(node, node.input(1)));
+  const Shape w_shape = graph_.values[w].shape;
+  if (w_shape.size() != x_shape.size() || w_shape.size() < 3)
+    return NodeError(StatusCode::kNotSupported, node,
+                     "only 1-D and 2-D ConvTranspose are supported (weights " + ShapeToString(w_shape) + ", input " +
+                         ShapeToString(x_shape) + ")");
+  const std::vector<int64_t> default_kernel(w_shape.begin() + 2, w_shape.end());
+  const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
+  TS_ASSIGN_OR_RETURN(WindowGeometry geo, Geometry(node, x_shape, y_shape, default_kernel));
+  if (geo.lifted) {  // W (C, M/g, k) -> (C, M/g, 1, k)
+    TensorData w4 = *graph_.ConstantData(w);
+    w4.shape = {w_shape[0], w_shape[1], 1, w_shape[2]};
+    w = graph_.AddConstant(name + "/W_2d", std::move(w4));
+  }
+  if (geo.kernel[0] != graph_.values[w].shape[2] || geo.kernel[1] != graph_.values[w].shape[3])
+    return NodeError(StatusCode::kInvalidArgument, node,
+                     "kernel_shape does not match weights " + ShapeToString(w_shape));
+  std::vector<int64_t> output_padding = AttrInts(node, "output_padding", {});
+  if (output_padding.empty()) output_padding.assign(geo.lifted ? 1 : 2, 0);
+  if (output_padding.size() != (geo.lifted ? 1u : 2u))
+    return NodeError(StatusCode::kInvalidArgument, node, "output_padding needs one value per spatial dim");
+  if (geo.lifted) output_padding.insert(output_padding.begin(), 0);
+  const bool derived_pads =
+      FindAttribute(node, "output_shape") != nullptr || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  std::vector<int64_t> pads = auto_pad == "VALID" ? std::vector<int64_t>{0, 0, 0, 0} : geo.pads;
+  std::vector<int64_t> effective_padding(2);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t full = geo.strides[i] * (geo.in[2 + i] - 1) + (geo.kernel[i] - 1) * geo.dilations[i] + 1;
+    if (derived_pads) {
+      const int64_t total = full + output_padding[i] - geo.out[2 + i];
+      // An output_shape beyond the full result extends it at the end (the
+      // extra positions get only the bias), as output_padding would.
+      const int64_t small = std::max<int64_t>(total, 0) / 2, large = std::max<int64_t>(total, 0) - small;
+      pads[i] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[i + 2] = auto_pad == "SAME_UPPER" ? large : small;
+    }
+    effective_padding[i] = geo.out[2 + i] - (full - pads[i] - pads[i + 2]);
+    if (effective_padding[i] < 0 || pads[i] < 0 || pads[i + 2] < 0)
+      return NodeError(StatusCode::kInvalidArgument, node,
+                       "output shape " + ShapeToString(y_shape) + " does not follow from the pads and strides");
+  }
+  std::vector<int> params = {w};
+  if (has_bias) {
+    TS_ASSIGN_OR_RETURN(int b, InputValue(node, node.input(2)));
+    params.push_back(b);
+  }
+  TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
+  TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
+  Attributes a;
+  a.Set("kernel_shape", geo.kernel);
+  a.Set("strides", geo.strides);
+  a.Set("pads", pads);
+  a.Set("dilations", geo.dilations);
+  a.Set("group", AttrInt(node, "group", 1));
+  a.Set("output_padding", effective_padding);
+  return AddWindowNode(name, "ConvTranspose", x, params, y, geo, std::move(a));
+}
+
+// LayerNormalization (opset 17): canonical op of the same name, attr axis made
+// non-negative, epsilon kept; Scale and B must be constants. Mean and
+// InvStdDev become outputs 1 and 2 when read.
+Status OnnxModelImporter::TranslateLayerNorm(const onnx::NodeProto& node, const std::string& name) {
+  if (node.input_size() < 2) return NodeError(StatusCode::kInvalidArgument, node, "needs inputs X and Scale");
+  TS_ASSIGN_OR_RETURN(Shape x_shape, StaticShape(node, node.input(0)));
+  const int64_t rank = static_cast<int64_t>(x_shape.size());
+  int64_t axis = AttrInt(node, "axis", -1);
+  if (axis < -rank || axis >= rank) return NodeError(StatusCode::kInvalidArgument, node, "axis out of range");
+  if (axis < 0) axis += rank;
+  std::vector<int> inputs;
+  TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
+  inputs.push_back(x);
+  for (int i = 1; i < node.input_size() && i < 3; ++i) {
+    if (node.input(i).empty()) continue;
+    if (!IsConst(node.input(i)))
+      return NodeError(StatusCode::kNotSupported, node, "Scale and B must be constants (initializers)");
+    TS_ASSIGN_OR_RETURN(int v, InputValue(node, node.input(i)));
+    inputs.push_back(v);
+  }
+  // Outputs Y, and Mean and InvStdDev when some node or the graph reads them.
+  std::vector<int> outputs;
+  int last_used = 0;
+  for (int k = 1; k < node.output_size() && k < 3; ++k)
+    if (!node.output(k).empty() && used_names_.count(node.output(k))) last_used = k;
+  for (int k = 0; k <= last_used; ++k) {
+    if (node.output(k).empty()) {
+      Shape stats(x_shape.begin(), x_shape.begin() + axis);
+      stats.resize(x_shape.size(), 1);
+      outputs.push_back(AddIntermediate(name + "/unused_" + std::to_string(k), stats));
+      continue;
+    }
+    TS_ASSIGN_OR_RETURN(int v, OutputValue(node, node.output(k)));
+    outputs.push_back(v);
+  }
+  Attributes a;
+  a.Set("axis", axis);
+  a.Set("epsilon", static_cast<double>(AttrFloat(node, "epsilon", 1e-5f)));
+  AddNode(name, "LayerNormalization", inputs, outputs, std::move(a));
+  return Status::OK();
+}
+
 Status OnnxModelImporter::TranslatePool(const onnx::NodeProto& node, const std::string& name) {
   TS_RETURN_IF_ERROR(RequireOnlyFirstOutputUsed(node, "the Indices output"));
   TS_ASSIGN_OR_RETURN(Shape x_shape, StaticShape(node, node.input(0)));
@@ -1184,13 +1323,17 @@ Status OnnxModelImporter::TranslatePad(const onnx::NodeProto& node, const std::s
   return Status::OK();
 }
 
-// Resize / Upsample (nearest only, graph.h): attr "scales" per dim, plus the
-// coordinate transformation and rounding rule of the opset that wrote it.
+// Resize / Upsample (nearest, or linear over the last two dims; graph.h):
+// attr "scales" per dim, plus the coordinate transformation and rounding rule
+// of the opset that wrote it. Upsample's "bilinear" (opset 7) is linear.
 Status OnnxModelImporter::TranslateResize(const onnx::NodeProto& node, const std::string& name) {
   const bool upsample = node.op_type() == "Upsample";
-  const std::string mode = AttrString(node, "mode", "nearest");
-  if (mode != "nearest")
-    return NodeError(StatusCode::kNotSupported, node, "mode '" + mode + "' is not supported (nearest only)");
+  std::string mode = AttrString(node, "mode", "nearest");
+  if (upsample && mode == "bilinear") mode = "linear";
+  if (mode != "nearest" && mode != "linear")
+    return NodeError(StatusCode::kNotSupported, node, "mode '" + mode + "' is not supported (nearest and linear)");
+  if (mode == "linear" && AttrInt(node, "antialias", 0) != 0)
+    return NodeError(StatusCode::kNotSupported, node, "antialias=1 is not supported");
   std::string coord = "asymmetric", nearest = "floor";  // Upsample and Resize-10 semantics
   if (!upsample && opset_ >= 11) {
     coord = AttrString(node, "coordinate_transformation_mode", "half_pixel");
@@ -1223,10 +1366,10 @@ Status OnnxModelImporter::TranslateResize(const onnx::NodeProto& node, const std
   if (scales.size() != in_shape.size())
     return NodeError(StatusCode::kInvalidArgument, node, "scales must have one value per input dim");
   Attributes a;
-  a.Set("mode", std::string("nearest"));
+  a.Set("mode", mode);
   a.Set("scales", scales);
   a.Set("coordinate_transformation_mode", coord);
-  a.Set("nearest_mode", nearest);
+  if (mode == "nearest") a.Set("nearest_mode", nearest);
   AddNode(name, "Resize", {x}, {y}, std::move(a));
   return Status::OK();
 }
@@ -1502,6 +1645,8 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
     return Status::OK();
   }
   if (op == "Conv") return TranslateConv(node, name);
+  if (op == "ConvTranspose") return TranslateConvTranspose(node, name);
+  if (op == "LayerNormalization") return TranslateLayerNorm(node, name);
   if (op == "MaxPool" || op == "AveragePool") return TranslatePool(node, name);
   if (op == "Gemm") return TranslateGemm(node, name);
   if (op == "MatMul") return TranslateMatMul(node, name);
@@ -1624,6 +1769,13 @@ Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStrea
   model_.Clear();
   const_cache_.clear();
   std::vector<std::pair<std::string, std::string>> folded;
+  // Exporters' spelled-out GELU and LayerNorm become one node each (before
+  // the producer folds, which must not take a pattern's first op apart).
+  const int gelus = FuseGelu(&graph_, &folded), layer_norms = FuseLayerNorm(&graph_, &folded);
+  if (gelus + layer_norms > 0) {
+    graph_.RemoveDeadNodes();
+    spdlog::debug("{}: fused {} GELU and {} LayerNorm subgraphs", origin_, gelus, layer_norms);
+  }
   TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_, &folded));
   for (const auto& [consumer, producer] : folded) {
     const Sources s = node_sources_[consumer];

@@ -14,7 +14,9 @@
 // the test's own.
 //
 // Usage: tessera_onnx_conformance [--root DIR] [--filter SUBSTR] [--verbose]
-//                                 [--import-only]
+//                                 [--import-only] [--require LABEL,LABEL,...]
+// --require runs only the listed cases ("node/test_erf", ...) and fails when
+// any of them is missing, skipped or fails: for ops tessera must support.
 // Exit: 0 when no supported case fails, 1 otherwise, 77 without test data.
 #include <algorithm>
 #include <chrono>
@@ -96,6 +98,7 @@ struct Options {
   std::string filter;
   bool verbose = false;
   bool import_only = false;
+  std::set<std::string> required;  // labels that must pass (not skip)
 };
 
 enum class Outcome { kPass, kFail, kSkip };
@@ -343,7 +346,8 @@ CaseResult RunCase(const fs::path& dir, const Options& opt) {
 }
 
 int Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--root DIR] [--filter SUBSTR] [--verbose] [--import-only]\n", argv0);
+  std::fprintf(stderr, "usage: %s [--root DIR] [--filter SUBSTR] [--verbose] [--import-only] [--require L1,L2,...]\n",
+               argv0);
   return 2;
 }
 
@@ -361,18 +365,24 @@ int main(int argc, char** argv) {
       opt.verbose = true;
     else if (a == "--import-only")
       opt.import_only = true;
-    else
+    else if (a == "--require" && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string label; std::getline(list, label, ',');)
+        if (!label.empty()) opt.required.insert(label);
+    } else
       return Usage(argv[0]);
   }
   if (!fs::is_directory(opt.root / "node")) {
-    std::printf("ONNX test data not found under %s (install libonnx-testdata); skipping\n", opt.root.c_str());
-    return 77;
+    std::printf("ONNX test data not found under %s (install libonnx-testdata); %s\n", opt.root.c_str(),
+                opt.required.empty() ? "skipping" : "required cases cannot run");
+    return opt.required.empty() ? 77 : 1;
   }
   std::printf("ONNX conformance: %s, tolerance |got - expected| <= atol + rtol * |expected| with rtol=%g, atol=%g%s\n",
               opt.root.c_str(), kRtol, kAtol, opt.import_only ? " (import only)" : "");
   int passed = 0, failed = 0, skipped = 0;
   std::map<std::string, int> skips;
   std::vector<std::string> failures;
+  std::set<std::string> seen_required;
   const auto t0 = std::chrono::steady_clock::now();
   for (const char* suite : kSuites) {
     const fs::path suite_dir = opt.root / suite;
@@ -384,7 +394,11 @@ int main(int argc, char** argv) {
     for (const fs::path& c : cases) {
       const std::string label = std::string(suite) + "/" + c.filename().string();
       if (!opt.filter.empty() && label.find(opt.filter) == std::string::npos) continue;
+      if (!opt.required.empty() && !opt.required.count(label)) continue;
       CaseResult r = RunCase(c, opt);
+      if (!opt.required.empty()) seen_required.insert(label);
+      if (!opt.required.empty() && r.outcome == Outcome::kSkip)
+        r = Fail("required case skipped [" + r.skip_key + "]: " + r.detail);
       switch (r.outcome) {
         case Outcome::kPass:
           ++passed;
@@ -404,6 +418,12 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  for (const std::string& label : opt.required)
+    if (!seen_required.count(label)) {
+      ++failed;
+      failures.push_back(label + " (required case not found under " + opt.root.string() + ")");
+      std::printf("FAIL %s: required case not found\n", label.c_str());
+    }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\nSkipped, by op type (%d cases):\n", skipped);
   for (const auto& [op, n] : skips) std::printf("  %-40s %d\n", op.c_str(), n);

@@ -22,6 +22,7 @@ cases=(
   "alexnet|14|yes"
   "vgg-16|25|yes"
   "extraction|27|yes"
+  "yolov1-tiny|16|no"
 )
 
 [[ -d $cfgdir ]] || { echo "FAIL: missing dependency: $cfgdir missing (Debian package darknet)"; exit 77; }

@@ -2,7 +2,9 @@
 # PyTorch oracle (issue 2, "Proof"): torchvision CNNs with seeded random
 # weights, exported to ONNX by PyTorch; `tessera run` must reproduce PyTorch's
 # output with rel = max|tessera - torch| / max|torch| <= 1e-4
-# (tests/oracle/compare_npy.py).
+# (tests/oracle/compare_npy.py). Issue 13's ops (GELU, LayerNorm, bilinear
+# Resize, ConvTranspose, Split) are covered by ops_decoder, convnext_tiny
+# (64x64) and lraspp_mobilenet_v3_large (128x128).
 #
 #   torch_oracle.sh TESSERA BUILD_DIR
 # Models are generated into BUILD_DIR/oracle (regenerated only when
@@ -15,7 +17,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 oracle_src=$repo/tests/oracle
 python=/usr/bin/python3
 out=$build/oracle
-models=(mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0)
+models=(mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0 ops_decoder convnext_tiny lraspp_mobilenet_v3_large)
 tol=1e-4
 
 if ! "$python" -c "import torch, torchvision, numpy" 2>/dev/null; then

@@ -1,4 +1,4 @@
-// The darknet-only ops (graph.h): Reorg, Region, DarknetCrop,
+// The darknet-only ops (graph.h): Reorg, Region, Detection, DarknetCrop,
 // and DarknetShortcut (a [shortcut] between layers of different shapes). FindKernel
 // (registry.cc) falls back to this table for op names it does not know.
 #include "daemon/runtime/kernels/darknet_registry.h"
@@ -8,9 +8,10 @@
 
 namespace tessera {
 
-// Defined in reorg.cc, region.cc, darknet_crop.cc, darknet_shortcut.cc.
+// Defined in reorg.cc, region.cc (Region, Detection), darknet_crop.cc, darknet_shortcut.cc.
 std::unique_ptr<Kernel> MakeReorgKernel();
 std::unique_ptr<Kernel> MakeRegionKernel();
+std::unique_ptr<Kernel> MakeDetectionKernel();
 std::unique_ptr<Kernel> MakeDarknetCropKernel();
 std::unique_ptr<Kernel> MakeDarknetShortcutKernel();
 
@@ -24,6 +25,7 @@ struct DarknetKernelEntry {
 constexpr DarknetKernelEntry kDarknetKernels[] = {
     {"DarknetCrop", MakeDarknetCropKernel},
     {"DarknetShortcut", MakeDarknetShortcutKernel},
+    {"Detection", MakeDetectionKernel},
     {"Region", MakeRegionKernel},
     {"Reorg", MakeReorgKernel},
 };

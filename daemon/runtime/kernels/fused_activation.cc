@@ -2,8 +2,20 @@
 // (Conv, Gemm) may carry after import folded it in (graph.h; METHODS §1
 // "activation folded into the producer"). Defaults follow the ONNX operators
 // of the same name. Lives in kernels/ so the tessera_kernels glob builds it.
+//
+// darknet's activations (its activations.h, as the darknet importer names
+// them; graph.h):
+//   elu               x ≥ 0 ? x : alpha·(eˣ − 1)          (darknet: alpha 1)
+//   selu              x ≥ 0 ? beta·x : beta·alpha·(eˣ − 1) (darknet: alpha
+//                     1.6732, beta 1.0507)
+//   darknet_ramp      x·[x > 0] + 0.1·x
+//   darknet_plse      x < −4: 0.01·(x + 4); x > 4: 0.01·(x − 4) + 1; else 0.125·x + 0.5
+//   darknet_loggy     2/(1 + e⁻ˣ) − 1
+//   darknet_stair     n = floor(x): n even: floor(x/2); odd: (x − n) + floor(x/2)
+//   darknet_lhtan     x < 0: 0.001·x; x > 1: 0.001·(x − 1) + 1; else x
 #include "daemon/runtime/kernels/kernel.h"
 
+#include <cmath>
 #include <limits>
 
 #include <Eigen/Core>
@@ -31,9 +43,27 @@ Result<FusedActivation> FusedActivation::FromAttributes(const Attributes& attrs)
     act.beta = static_cast<float>(attrs.Float("act_beta", 0.5));
   } else if (name == "tanh") {
     act.kind = kTanh;
+  } else if (name == "elu") {
+    act.kind = kElu;
+    act.alpha = static_cast<float>(attrs.Float("act_alpha", 1.0));
+  } else if (name == "selu") {
+    act.kind = kSelu;
+    act.alpha = static_cast<float>(attrs.Float("act_alpha", 1.67326319217681884765625));
+    act.beta = static_cast<float>(attrs.Float("act_beta", 1.05070102214813232421875));
+  } else if (name == "darknet_ramp") {
+    act.kind = kDarknetRamp;
+  } else if (name == "darknet_plse") {
+    act.kind = kDarknetPlse;
+  } else if (name == "darknet_loggy") {
+    act.kind = kDarknetLoggy;
+  } else if (name == "darknet_stair") {
+    act.kind = kDarknetStair;
+  } else if (name == "darknet_lhtan") {
+    act.kind = kDarknetLhtan;
   } else {
     return Status::NotSupported("fused activation '" + name +
-                                "' is not supported (relu, leaky_relu, clip, sigmoid, hard_sigmoid, tanh)");
+                                "' is not supported (relu, leaky_relu, clip, sigmoid, hard_sigmoid, tanh, elu, selu, "
+                                "darknet_ramp, darknet_plse, darknet_loggy, darknet_stair, darknet_lhtan)");
   }
   return act;
 }
@@ -62,6 +92,31 @@ void FusedActivation::Apply(float* data, size_t n) const {
       return;
     case kTanh:
       x = x.tanh();
+      return;
+    case kElu:
+      x = (x < 0.f).select(alpha * (x.exp() - 1.f), x);
+      return;
+    case kSelu:
+      x = (x < 0.f).select(beta * alpha * (x.exp() - 1.f), beta * x);
+      return;
+    case kDarknetRamp:
+      x = x.max(0.f) + 0.1f * x;
+      return;
+    case kDarknetLoggy:
+      x = 2.f / (1.f + (-x).exp()) - 1.f;
+      return;
+    case kDarknetPlse:
+      for (float& v : x) v = v < -4.f ? 0.01f * (v + 4.f) : v > 4.f ? 0.01f * (v - 4.f) + 1.f : 0.125f * v + 0.5f;
+      return;
+    case kDarknetLhtan:
+      for (float& v : x) v = v < 0.f ? 0.001f * v : v > 1.f ? 0.001f * (v - 1.f) + 1.f : v;
+      return;
+    case kDarknetStair:
+      for (float& v : x) {
+        const float n = std::floor(v);
+        const float half = std::floor(v / 2.f);
+        v = std::fmod(n, 2.f) == 0.f ? half : (v - n) + half;
+      }
       return;
   }
 }

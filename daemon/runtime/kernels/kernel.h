@@ -79,7 +79,23 @@ std::vector<std::string> SupportedOps();
 // Applies a fused activation (graph.h: attr "activation") in place to n
 // values. Shared by every producer that can carry one.
 struct FusedActivation {
-  enum Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kTanh } kind = kNone;
+  enum Kind {
+    kNone,
+    kRelu,
+    kLeakyRelu,
+    kClip,
+    kSigmoid,
+    kHardSigmoid,
+    kTanh,
+    kElu,
+    kSelu,
+    // darknet's own activations (darknet_import.cc), formulas in fused_activation.cc
+    kDarknetRamp,
+    kDarknetPlse,
+    kDarknetLoggy,
+    kDarknetStair,
+    kDarknetLhtan,
+  } kind = kNone;
   float alpha = 0.f, beta = 0.f;
   // Reads "activation"/"act_alpha"/"act_beta"; NotSupported for an unknown name.
   static Result<FusedActivation> FromAttributes(const Attributes& attrs);

@@ -10,6 +10,7 @@
 namespace tessera {
 
 std::unique_ptr<Kernel> MakeConvKernel();
+std::unique_ptr<Kernel> MakeConvTransposeKernel();
 std::unique_ptr<Kernel> MakeGemmKernel();
 std::unique_ptr<Kernel> MakeMatMulKernel();
 std::unique_ptr<Kernel> MakeMaxPoolKernel();
@@ -24,6 +25,7 @@ std::unique_ptr<Kernel> MakeSoftmaxKernel();
 std::unique_ptr<Kernel> MakePadKernel();
 std::unique_ptr<Kernel> MakeResizeKernel();
 std::unique_ptr<Kernel> MakeSliceKernel();
+std::unique_ptr<Kernel> MakeLayerNormalizationKernel();
 std::unique_ptr<Kernel> MakeReduceKernel();  // ReduceMean, ReduceSum, ReduceMax, ReduceMin
 
 // Pointwise unary ops (unary.cc), one factory dispatching on the node's op.

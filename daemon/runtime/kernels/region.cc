@@ -18,6 +18,23 @@
 //                                     entries starting at coords+!background
 //                                     (stride H·W) if softmax=1, else logistic
 //   the other entries (w, h, ...)  -> unchanged
+// With attr tree_groups (darknet [region] tree=, YOLO9000's hierarchical
+// softmax; group sizes in class order, summing to classes), the class
+// entries get no logistic and instead darknet's tree softmax runs last, as
+// darknet's CPU forward pass computes it: for each group j (first entry
+// offset o_j = coords + 1 + the sizes before it) and each g in
+// [0, num·H·W), a softmax over the k < size_j values at flat offset
+//   b·num·E·H·W + o_j + g + k·num·H·W
+// of the *input*, written to the same offsets of the output (later groups
+// overwrite earlier ones where these ranges overlap). That flat stride is
+// num·H·W, not the entry layout's H·W: the oracle is libdarknet, and models
+// trained with it expect these values. The softmax temperature is 1: this
+// darknet leaves a [region]'s temperature at 0 and so computes NaN there
+// (the libdarknet oracle test sets it to 1 before comparing).
+//
+// Detection (darknet [detection], YOLOv1): the output is the input, read
+// flat per image; with attr softmax=1 a softmax over the `classes` class
+// scores of each of the side² cells (the first side²·classes values).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -50,7 +67,20 @@ class RegionKernel final : public Kernel {
     if (x[1] != num_ * (coords_ + classes_ + 1))
       return NodeInvalid(ctx, "input " + ShapeToString(x) + " does not have num·(coords+classes+1) = " +
                                   std::to_string(num_ * (coords_ + classes_ + 1)) + " channels");
+    tree_groups_ = a.Ints("tree_groups");
+    int64_t tree_classes = 0;
+    for (int64_t n : tree_groups_) {
+      if (n <= 0) return NodeInvalid(ctx, "tree_groups must be positive sizes");
+      tree_classes += n;
+    }
+    if (!tree_groups_.empty() && tree_classes != classes_)
+      return NodeInvalid(
+          ctx, "tree_groups sum to " + std::to_string(tree_classes) + ", classes is " + std::to_string(classes_));
     return CheckOutputShape(ctx, 0, x);
+  }
+
+  size_t ScratchBytes() const override {
+    return tree_groups_.empty() ? 0 : static_cast<size_t>(num_ * (coords_ + classes_ + 1) * hw_) * sizeof(float);
   }
 
   void Eval(const EvalContext& ctx) const override {
@@ -58,13 +88,17 @@ class RegionKernel final : public Kernel {
     float* out = ctx.outputs[0];
     const int64_t entries = coords_ + classes_ + 1;
     const int64_t total = batch_ * num_ * entries * hw_;
+    const int64_t image = num_ * entries * hw_;
     if (out != in) std::memcpy(out, in, static_cast<size_t>(total) * sizeof(float));
-    for (int64_t b = 0; b < batch_; ++b)
+    for (int64_t b = 0; b < batch_; ++b) {
+      // The tree softmax reads the input as it was (out may alias in).
+      if (!tree_groups_.empty()) std::memcpy(ctx.scratch, out + b * image, static_cast<size_t>(image) * sizeof(float));
       for (int64_t n = 0; n < num_; ++n) {
         float* anchor = out + (b * num_ + n) * entries * hw_;
         for (int64_t i = 0; i < 2 * hw_; ++i) anchor[i] = Logistic(anchor[i]);
         if (!background_)
           for (int64_t i = 0; i < hw_; ++i) anchor[coords_ * hw_ + i] = Logistic(anchor[coords_ * hw_ + i]);
+        if (!tree_groups_.empty()) continue;
         float* cls = anchor + (coords_ + (background_ ? 0 : 1)) * hw_;
         if (!softmax_) {
           for (int64_t i = 0; i < classes_ * hw_; ++i) cls[i] = Logistic(cls[i]);
@@ -84,16 +118,81 @@ class RegionKernel final : public Kernel {
           for (int64_t k = 0; k < count; ++k) cls[k * hw_ + loc] /= sum;
         }
       }
+      if (!tree_groups_.empty()) TreeSoftmax(ctx.scratch, out + b * image);
+    }
   }
 
  private:
+  // darknet's tree softmax over one image (see the top of the file).
+  void TreeSoftmax(const float* in, float* out) const {
+    const int64_t stride = num_ * hw_;
+    int64_t offset = coords_ + 1;
+    for (int64_t size : tree_groups_) {
+      for (int64_t g = 0; g < stride; ++g) {
+        const float* x = in + offset + g;
+        float* y = out + offset + g;
+        float largest = -FLT_MAX;
+        for (int64_t k = 0; k < size; ++k) largest = std::max(largest, x[k * stride]);
+        float sum = 0.f;
+        for (int64_t k = 0; k < size; ++k) {
+          const float e = std::exp(x[k * stride] - largest);
+          y[k * stride] = e;
+          sum += e;
+        }
+        for (int64_t k = 0; k < size; ++k) y[k * stride] /= sum;
+      }
+      offset += size;
+    }
+  }
+
   int64_t num_ = 1, classes_ = 20, coords_ = 4;
   bool softmax_ = false, background_ = false;
   int64_t batch_ = 0, hw_ = 0;
+  std::vector<int64_t> tree_groups_;
+};
+
+class DetectionKernel final : public Kernel {
+ public:
+  Status Prepare(const KernelContext& ctx) override {
+    TS_RETURN_IF_ERROR(CheckArity(ctx, 1, 1));
+    const Attributes& a = ctx.node.attrs;
+    classes_ = a.Int("classes", 1);
+    side_ = a.Int("side", 7);
+    softmax_ = a.Int("softmax", 0) != 0;
+    const int64_t coords = a.Int("coords", 1), num = a.Int("num", 1);
+    const Shape& x = ctx.input_shapes[0];
+    if (x.empty() || x[0] <= 0) return NodeInvalid(ctx, "needs a batch dimension");
+    batch_ = x[0];
+    inputs_ = NumElements(x) / batch_;
+    if (classes_ < 0 || coords < 0 || num <= 0 || side_ <= 0 ||
+        inputs_ != side_ * side_ * ((1 + coords) * num + classes_))
+      return NodeInvalid(ctx, "input " + ShapeToString(x) + " does not hold side²·((1 + coords)·num + classes) values");
+    return CheckOutputShape(ctx, 0, x);
+  }
+
+  void Eval(const EvalContext& ctx) const override {
+    const float* in = ctx.inputs[0];
+    float* out = ctx.outputs[0];
+    if (out != in) std::memcpy(out, in, static_cast<size_t>(batch_ * inputs_) * sizeof(float));
+    if (!softmax_ || classes_ == 0) return;
+    for (int64_t b = 0; b < batch_; ++b)
+      for (int64_t cell = 0; cell < side_ * side_; ++cell) {
+        float* p = out + b * inputs_ + cell * classes_;
+        const float largest = *std::max_element(p, p + classes_);
+        float sum = 0.f;
+        for (int64_t k = 0; k < classes_; ++k) sum += (p[k] = std::exp(p[k] - largest));
+        for (int64_t k = 0; k < classes_; ++k) p[k] /= sum;
+      }
+  }
+
+ private:
+  int64_t classes_ = 1, side_ = 7, batch_ = 0, inputs_ = 0;
+  bool softmax_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Kernel> MakeRegionKernel() { return std::make_unique<RegionKernel>(); }
+std::unique_ptr<Kernel> MakeDetectionKernel() { return std::make_unique<DetectionKernel>(); }
 
 }  // namespace tessera

@@ -26,17 +26,21 @@ constexpr KernelEntry kKernelTable[] = {
     {"Clip", MakeUnaryKernel},
     {"Concat", MakeConcatKernel},
     {"Conv", MakeConvKernel},
+    {"ConvTranspose", MakeConvTransposeKernel},
     {"Div", MakeBroadcastKernel},
     {"Elu", MakeUnaryKernel},
+    {"Erf", MakeUnaryKernel},
     {"Exp", MakeUnaryKernel},
     {"Flatten", MakeCopyKernel},
     {"Floor", MakeUnaryKernel},
+    {"Gelu", MakeUnaryKernel},
     {"Gemm", MakeGemmKernel},
     {"GlobalAveragePool", MakeGlobalAveragePoolKernel},
     {"GlobalMaxPool", MakeGlobalMaxPoolKernel},
     {"HardSigmoid", MakeUnaryKernel},
     {"HardSwish", MakeUnaryKernel},
     {"Identity", MakeCopyKernel},
+    {"LayerNormalization", MakeLayerNormalizationKernel},
     {"LeakyRelu", MakeUnaryKernel},
     {"Log", MakeUnaryKernel},
     {"MatMul", MakeMatMulKernel},
@@ -72,7 +76,7 @@ constexpr KernelEntry kKernelTable[] = {
 
 // darknet-only op names (graph.h), listed by SupportedOps when the darknet
 // table provides them.
-constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "DarknetShortcut", "Region", "Reorg"};
+constexpr std::string_view kDarknetOps[] = {"DarknetCrop", "DarknetShortcut", "Detection", "Region", "Reorg"};
 
 }  // namespace
 

@@ -2,9 +2,13 @@
 // LeakyRelu(alpha=0.01), Clip(min/max as attrs, or constant inputs 1/2 as in
 // opset 11+; missing = unbounded), Sigmoid, HardSigmoid(alpha=0.2, beta=0.5),
 // HardSwish, Tanh, Elu(alpha=1), Softplus, Exp, Log, Sqrt, Neg, Abs,
-// Reciprocal, Floor, Ceil. Output has the input's shape. Eigen array
-// expressions give vectorised exp/tanh/logistic.
+// Reciprocal, Floor, Ceil, Erf, and Gelu (ONNX opset 20: approximate "none"
+// = x·½·(1 + erf(x/√2)), or "tanh"; also what the importer fuses PyTorch's
+// exported erf subgraph into, graph.h). Output has the input's shape. Eigen
+// array expressions give vectorised exp/tanh/logistic; erf is std::erf per
+// element (Eigen's erf lives in its unsupported module).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include <Eigen/Core>
@@ -17,8 +21,26 @@ namespace tessera {
 namespace {
 
 enum class UnaryOp {
-  kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kTanh, kElu, kSoftplus,
-  kExp, kLog, kSqrt, kNeg, kAbs, kReciprocal, kFloor, kCeil,
+  kRelu,
+  kLeakyRelu,
+  kClip,
+  kSigmoid,
+  kHardSigmoid,
+  kHardSwish,
+  kTanh,
+  kElu,
+  kSoftplus,
+  kExp,
+  kLog,
+  kSqrt,
+  kNeg,
+  kAbs,
+  kReciprocal,
+  kFloor,
+  kCeil,
+  kErf,
+  kGelu,
+  kGeluTanh,
 };
 
 struct UnaryOpName {
@@ -27,16 +49,29 @@ struct UnaryOpName {
 };
 
 constexpr UnaryOpName kUnaryOps[] = {
-    {"Relu", UnaryOp::kRelu},       {"LeakyRelu", UnaryOp::kLeakyRelu},
-    {"Clip", UnaryOp::kClip},       {"Sigmoid", UnaryOp::kSigmoid},
-    {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish},
-    {"Tanh", UnaryOp::kTanh},       {"Elu", UnaryOp::kElu},
-    {"Softplus", UnaryOp::kSoftplus}, {"Exp", UnaryOp::kExp},
-    {"Log", UnaryOp::kLog},         {"Sqrt", UnaryOp::kSqrt},
-    {"Neg", UnaryOp::kNeg},         {"Abs", UnaryOp::kAbs},
-    {"Reciprocal", UnaryOp::kReciprocal}, {"Floor", UnaryOp::kFloor},
+    {"Relu", UnaryOp::kRelu},
+    {"LeakyRelu", UnaryOp::kLeakyRelu},
+    {"Clip", UnaryOp::kClip},
+    {"Sigmoid", UnaryOp::kSigmoid},
+    {"HardSigmoid", UnaryOp::kHardSigmoid},
+    {"HardSwish", UnaryOp::kHardSwish},
+    {"Tanh", UnaryOp::kTanh},
+    {"Elu", UnaryOp::kElu},
+    {"Softplus", UnaryOp::kSoftplus},
+    {"Exp", UnaryOp::kExp},
+    {"Log", UnaryOp::kLog},
+    {"Sqrt", UnaryOp::kSqrt},
+    {"Neg", UnaryOp::kNeg},
+    {"Abs", UnaryOp::kAbs},
+    {"Reciprocal", UnaryOp::kReciprocal},
+    {"Floor", UnaryOp::kFloor},
     {"Ceil", UnaryOp::kCeil},
+    {"Erf", UnaryOp::kErf},
+    {"Gelu", UnaryOp::kGelu},
 };
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
 
 // Elements per parallel chunk: large enough to amortise a thread hand-off.
 constexpr int64_t kChunk = 1 << 14;
@@ -62,6 +97,15 @@ class UnaryKernel final : public Kernel {
       case UnaryOp::kElu:
         alpha_ = static_cast<float>(a.Float("alpha", 1.0));
         break;
+      case UnaryOp::kGelu: {
+        const std::string approximate = a.String("approximate", "none");
+        if (approximate == "tanh") {
+          op_ = UnaryOp::kGeluTanh;
+        } else if (approximate != "none") {
+          return NodeNotSupported(ctx, "approximate '" + approximate + "' (none or tanh)");
+        }
+        break;
+      }
       case UnaryOp::kClip: {
         alpha_ = static_cast<float>(a.Float("min", -std::numeric_limits<double>::infinity()));
         beta_ = static_cast<float>(a.Float("max", std::numeric_limits<double>::infinity()));
@@ -113,6 +157,16 @@ class UnaryKernel final : public Kernel {
       case UnaryOp::kReciprocal: y = x.inverse(); break;
       case UnaryOp::kFloor: y = x.floor(); break;
       case UnaryOp::kCeil: y = x.ceil(); break;
+      case UnaryOp::kErf:
+        for (int64_t i = 0; i < n; ++i) out[i] = std::erf(in[i]);
+        break;
+      case UnaryOp::kGelu:
+        for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * in[i] * (1.f + std::erf(in[i] * kInvSqrt2));
+        break;
+      // ONNX Gelu approximate=tanh: ½x(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+      case UnaryOp::kGeluTanh:
+        y = 0.5f * x * (1.f + (kSqrt2OverPi * (x + 0.044715f * x.cube())).tanh());
+        break;
     }
   }
 

@@ -723,3 +723,175 @@ TEST_CASE("onnx shapes only: truncated files and payloads are clear errors, neve
 }
 
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Seeded values in [-3, 3] (covers GELU's curved region and both tails).
+std::vector<float> SeededValues(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(s >> 8) / static_cast<float>(1u << 24) * 6.f - 3.f;
+  }
+  return v;
+}
+
+double GeluReference(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+// The three association orders PyTorch's exporters have produced for
+// nn.GELU(): (x·a)·½, x·(a·½) and (x·½)·a, with a = 1 + erf(x/√2).
+enum class GeluOrder { kXThenHalf, kHalfThenX, kHalfXThenA };
+
+OnnxModelBuilder GeluModel(GeluOrder order, float half = 0.5f) {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 3, 4});
+  b.Floats("sqrt2", {}, {1.41421356f});
+  b.Floats("one", {}, {1.f});
+  b.Floats("half", {}, {half});
+  b.Node("Div", {"x", "sqrt2"}, {"u"});
+  b.Node("Erf", {"u"}, {"e"});
+  b.Node("Add", {"e", "one"}, {"a"});
+  switch (order) {
+    case GeluOrder::kXThenHalf:
+      b.Node("Mul", {"x", "a"}, {"m"});
+      b.Node("Mul", {"m", "half"}, {"y"});
+      break;
+    case GeluOrder::kHalfThenX:
+      b.Node("Mul", {"a", "half"}, {"m"});
+      b.Node("Mul", {"x", "m"}, {"y"});
+      break;
+    case GeluOrder::kHalfXThenA:
+      b.Node("Mul", {"half", "x"}, {"m"});
+      b.Node("Mul", {"m", "a"}, {"y"});
+      break;
+  }
+  b.Output("y");
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: GELU subgraphs fuse into one Gelu node in every operand order, matching erf GELU to 1e-6", "[onnx]") {
+  for (GeluOrder order : {GeluOrder::kXThenHalf, GeluOrder::kHalfThenX, GeluOrder::kHalfXThenA}) {
+    INFO("order " << static_cast<int>(order));
+    auto g = Import(GeluModel(order));
+    INFO(g.status().ToString());
+    REQUIRE(g.ok());
+    CHECK(Ops(*g) == std::vector<std::string>{"Gelu"});
+    TensorData x{{1, 2, 3, 4}, SeededValues(24, 11)};
+    const std::vector<float> y = Run(*g, {x});
+    for (size_t i = 0; i < y.size(); ++i) CHECK(std::fabs(y[i] - GeluReference(x.values[i])) <= 1e-6);
+  }
+}
+
+TEST_CASE("onnx: an erf subgraph that is not GELU stays as its ops and still runs", "[onnx]") {
+  auto g = Import(GeluModel(GeluOrder::kXThenHalf, 0.25f));
+  REQUIRE(g.ok());
+  CHECK(Ops(*g) == std::vector<std::string>{"Div", "Erf", "Add", "Mul", "Mul"});
+  TensorData x{{1, 2, 3, 4}, SeededValues(24, 12)};
+  const std::vector<float> y = Run(*g, {x});
+  for (size_t i = 0; i < y.size(); ++i) CHECK(std::fabs(y[i] - GeluReference(x.values[i]) / 2) <= 1e-6);
+}
+
+TEST_CASE("onnx: PyTorch's LayerNorm subgraph fuses into LayerNormalization and matches to 1e-5", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 3, 4});
+  b.Floats("two", {}, {2.f});
+  b.Floats("eps", {}, {1e-6f});
+  b.Floats("gamma", {4}, {0.5f, 1.f, 1.5f, 2.f});
+  b.Floats("beta", {4}, {0.1f, -0.2f, 0.3f, 0.f});
+  SetInts(b.Node("ReduceMean", {"x"}, {"m"}), "axes", {-1});
+  b.Node("Sub", {"x", "m"}, {"d"});
+  b.Node("Pow", {"d", "two"}, {"p"});
+  SetInts(b.Node("ReduceMean", {"p"}, {"v"}), "axes", {-1});
+  b.Node("Add", {"v", "eps"}, {"ve"});
+  b.Node("Sqrt", {"ve"}, {"s"});
+  b.Node("Div", {"d", "s"}, {"n"});
+  b.Node("Mul", {"n", "gamma"}, {"g"});
+  b.Node("Add", {"g", "beta"}, {"y"});
+  b.Output("y");
+  auto g = Import(b);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"LayerNormalization"});
+  CHECK(g->nodes[0].attrs.Int("axis") == 3);
+  CHECK(std::fabs(g->nodes[0].attrs.Float("epsilon") - 1e-6) <= 1e-12);
+  TensorData x{{1, 2, 3, 4}, SeededValues(24, 13)};
+  const std::vector<float> y = Run(*g, {x});
+  const float gamma[4] = {0.5f, 1.f, 1.5f, 2.f}, beta[4] = {0.1f, -0.2f, 0.3f, 0.f};
+  for (size_t row = 0; row < 6; ++row) {
+    double mean = 0, var = 0;
+    for (size_t i = 0; i < 4; ++i) mean += x.values[row * 4 + i] / 4.0;
+    for (size_t i = 0; i < 4; ++i) var += std::pow(x.values[row * 4 + i] - mean, 2) / 4.0;
+    for (size_t i = 0; i < 4; ++i) {
+      const double want = (x.values[row * 4 + i] - mean) / std::sqrt(var + 1e-6) * gamma[i] + beta[i];
+      CHECK(std::fabs(y[row * 4 + i] - want) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("onnx: Split with the opset-11 split attribute becomes one Slice per output", "[onnx]") {
+  OnnxModelBuilder b(11);
+  b.Input("x", {1, 5, 2});
+  auto* split = b.Node("Split", {"x"}, {"a", "b"}, "split");
+  SetInt(split, "axis", 1);
+  SetInts(split, "split", {3, 2});
+  SetInt(b.Node("Concat", {"b", "a"}, {"y"}), "axis", 1);
+  b.Output("y");
+  auto g = Import(b);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Slice", "Slice", "Concat"});
+  TensorData x{{1, 5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  CHECK(Run(*g, {x}) == std::vector<float>{6, 7, 8, 9, 0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("onnx: ConvTranspose with stride, pads, output_padding, dilation and groups matches a direct scatter",
+          "[onnx]") {
+  // X [1, 4, 3, 5], W [4, 3, 3, 2] (group 2: M = 6), strides (2, 3), pads
+  // (1, 0, 0, 1), output_padding (1, 2), dilations (2, 1), bias.
+  const int64_t C = 4, H = 3, W = 5, Mg = 3, G = 2, KH = 3, KW = 2, SH = 2, SW = 3, DH = 2, DW = 1;
+  const int64_t PT = 1, PL = 0, PB = 0, PR = 1, OPH = 1, OPW = 2;
+  const int64_t OH = SH * (H - 1) + OPH + (KH - 1) * DH + 1 - PT - PB;
+  const int64_t OW = SW * (W - 1) + OPW + (KW - 1) * DW + 1 - PL - PR;
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, C, H, W});
+  const std::vector<float> w = SeededValues(C * Mg * KH * KW, 21), bias = SeededValues(Mg * G, 22);
+  b.Floats("w", {C, Mg, KH, KW}, w);
+  b.Floats("b", {Mg * G}, bias);
+  auto* n = b.Node("ConvTranspose", {"x", "w", "b"}, {"y"}, "deconv");
+  SetInts(n, "strides", {SH, SW});
+  SetInts(n, "pads", {PT, PL, PB, PR});
+  SetInts(n, "output_padding", {OPH, OPW});
+  SetInts(n, "dilations", {DH, DW});
+  SetInt(n, "group", G);
+  b.Output("y");
+  auto g = Import(b);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"ConvTranspose"});
+  REQUIRE(g->values[g->outputs[0]].shape == Shape{1, Mg * G, OH, OW});
+  TensorData x{{1, C, H, W}, SeededValues(C * H * W, 23)};
+  std::vector<double> want(static_cast<size_t>(Mg * G * OH * OW));
+  for (int64_t m = 0; m < Mg * G; ++m)
+    for (int64_t i = 0; i < OH * OW; ++i) want[m * OH * OW + i] = bias[m];
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t m = 0; m < Mg; ++m)
+      for (int64_t ih = 0; ih < H; ++ih)
+        for (int64_t iw = 0; iw < W; ++iw)
+          for (int64_t kh = 0; kh < KH; ++kh)
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t oh = ih * SH - PT + kh * DH, ow = iw * SW - PL + kw * DW;
+              if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+              const int64_t om = (c / (C / G)) * Mg + m;
+              want[(om * OH + oh) * OW + ow] +=
+                  double(x.values[(c * H + ih) * W + iw]) * w[((c * Mg + m) * KH + kh) * KW + kw];
+            }
+  const std::vector<float> y = Run(*g, {x});
+  REQUIRE(y.size() == want.size());
+  for (size_t i = 0; i < y.size(); ++i) CHECK(std::fabs(y[i] - want[i]) <= 1e-5);
+}
+
+}  // namespace tessera

@@ -17,10 +17,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
+
+// darknet's public header, for its network/layer structs only (nothing is
+// linked: the functions come from dlopen).
+#include <darknet.h>
 
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/kernels/darknet_registry.h"
@@ -150,16 +155,23 @@ void WriteSeededWeights(const Graph& graph, const std::vector<bool>& bn, const s
   REQUIRE(layer == bn.size());
 }
 
-void CompareWithDarknet(LibDarknet& lib, const std::string& cfg_name, int size, int crop = 0) {
+// Runs cfg `text` (saved as cfg_name) through both. `files` are written
+// beside it first; "@DIR@" in the text and in them names that folder.
+void CompareCfgWithDarknet(LibDarknet& lib, const std::string& cfg_name, std::string cfg_text, int size, int crop,
+                           const std::map<std::string, std::string>& files) {
   INFO(cfg_name << " at " << size << "x" << size);
-  std::ifstream in(std::string(kCfgDir) + cfg_name);
-  std::stringstream text;
-  text << in.rdbuf();
   const fs::path dir = fs::temp_directory_path() / ("tessera_darknet_oracle_" + std::to_string(getpid()));
   fs::create_directories(dir);
+  auto expand = [&](std::string t) {
+    for (size_t at = t.find("@DIR@"); at != std::string::npos; at = t.find("@DIR@", at)) t.replace(at, 5, dir.string());
+    return t;
+  };
+  for (const auto& [name, content] : files) std::ofstream(dir / name) << expand(content);
+  cfg_text = expand(cfg_text);
   const std::string cfg = (dir / cfg_name).string();
   const std::string weights = (dir / "seeded.weights").string();
-  std::ofstream(cfg) << ResizedCfg(text.str(), size, crop);
+  std::ofstream(cfg) << ResizedCfg(cfg_text, size, crop);
+  std::stringstream text(cfg_text);
 
   auto seeded = ImportDarknet(cfg, ImportOptions{});
   INFO(seeded.status().ToString());
@@ -191,6 +203,13 @@ void CompareWithDarknet(LibDarknet& lib, const std::string& cfg_name, int size, 
     StderrSilencer quiet;
     void* net = lib.load_network(const_cast<char*>(cfg.c_str()), const_cast<char*>(weights.c_str()), 0);
     lib.set_batch_network(net, 1);
+    // This darknet never sets a [region] layer's softmax temperature (it
+    // stays 0), so its tree softmax divides by zero and returns NaN for
+    // every class score; tessera uses temperature 1, the intended math.
+    // Give darknet's layers the same 1 through its public struct (darknet.h).
+    network* dn = static_cast<network*>(net);
+    for (int i = 0; i < dn->n; ++i)
+      if (dn->layers[i].softmax_tree != nullptr && dn->layers[i].temperature == 0.f) dn->layers[i].temperature = 1.f;
     std::vector<float> x = input.values;
     const float* y = lib.network_predict(net, x.data());
     theirs.assign(y, y + ours.size());
@@ -199,6 +218,11 @@ void CompareWithDarknet(LibDarknet& lib, const std::string& cfg_name, int size, 
   std::error_code ec;
   fs::remove_all(dir, ec);
 
+  // A value finite on one side only is a mismatch (NaN compares false below).
+  size_t non_finite = 0;
+  for (size_t i = 0; i < ours.size(); ++i) non_finite += std::isfinite(ours[i]) != std::isfinite(theirs[i]);
+  INFO(non_finite << " values finite in one output but not the other");
+  CHECK(non_finite == 0);
   double max_ref = 0, max_diff = 0;
   size_t worst = 0;
   for (size_t i = 0; i < ours.size(); ++i) {
@@ -212,6 +236,43 @@ void CompareWithDarknet(LibDarknet& lib, const std::string& cfg_name, int size, 
   INFO("max |darknet| " << max_ref << ", max |diff| " << max_diff << " at " << worst << " (darknet " << theirs[worst]
                         << ", tessera " << ours[worst] << ")");
   CHECK(max_diff <= 1e-4 * std::max(max_ref, 1e-3));
+}
+
+void CompareWithDarknet(LibDarknet& lib, const std::string& cfg_name, int size, int crop = 0) {
+  std::ifstream in(std::string(kCfgDir) + cfg_name);
+  std::stringstream text;
+  text << in.rdbuf();
+  CompareCfgWithDarknet(lib, cfg_name, text.str(), size, crop, {});
+}
+
+// One conv per activation darknet defines (darknet.h ACTIVATION), each
+// reading the one before, plus [connected] and [shortcut] carrying some.
+std::string ActivationsCfg() {
+  std::string cfg = "[net]\nwidth=24\nheight=24\nchannels=3\n";
+  const char* const kActivations[] = {"logistic", "relu", "relie", "linear", "ramp",    "tanh",  "plse",
+                                      "leaky",    "elu",  "loggy", "stair",  "hardtan", "lhtan", "selu"};
+  int i = 0;
+  for (const char* act : kActivations) {
+    // Alternate batch norm so pre-activations have different scales; a 3x3
+    // conv of 8 channels reaches the outer pieces of plse, lhtan and stair.
+    cfg += std::string("[convolutional]\nfilters=8\nsize=3\nstride=1\npad=1\nbatch_normalize=") +
+           (i++ % 2 ? "1" : "0") + "\nactivation=" + act + "\n";
+  }
+  cfg += "[shortcut]\nfrom=-3\nactivation=ramp\n";
+  cfg += "[connected]\noutput=10\nactivation=selu\n";
+  cfg += "[connected]\noutput=6\nactivation=loggy\n";
+  return cfg;
+}
+
+// A small YOLO9000-style head: [region] with a softmax tree of 7 classes in
+// groups of 2, 3, 2 (the tree file darknet reads: "<name> <parent>").
+std::string TreeRegionCfg() {
+  return "[net]\nwidth=32\nheight=32\nchannels=3\n"
+         "[convolutional]\nfilters=16\nsize=3\nstride=2\npad=1\nbatch_normalize=1\nactivation=leaky\n"
+         "[maxpool]\nsize=2\nstride=2\n"
+         "[convolutional]\nfilters=36\nsize=1\nstride=1\npad=1\nactivation=linear\n"
+         "[region]\nanchors=1,1, 2,2, 3,3\nbias_match=1\nclasses=7\ncoords=4\nnum=3\nsoftmax=1\n"
+         "tree=@DIR@/small.tree\n";
 }
 
 }  // namespace
@@ -232,4 +293,19 @@ TEST_CASE("tessera matches darknet's own forward pass on darknet cfgs") {
   SECTION("resnext50 (grouped convolutions)") { CompareWithDarknet(lib, "resnext50.cfg", 64); }
   SECTION("alexnet (connected on a feature map, dropout)") { CompareWithDarknet(lib, "alexnet.cfg", 227); }
   SECTION("vgg-16 (crop, connected)") { CompareWithDarknet(lib, "vgg-16.cfg", 80, 64); }
+  SECTION("yolov1-tiny (detection after connected)") { CompareWithDarknet(lib, "yolov1-tiny.cfg", 192); }
+  SECTION("every darknet activation (logistic .. selu) on conv, shortcut and connected") {
+    CompareCfgWithDarknet(lib, "activations.cfg", ActivationsCfg(), 24, 0, {});
+  }
+  SECTION("region with a softmax tree (tree=, groups 2, 3, 2)") {
+    CompareCfgWithDarknet(lib, "tree_region.cfg", TreeRegionCfg(), 32, 0,
+                          {{"small.tree", "root_a -1\nroot_b -1\na1 0\na2 0\na3 0\nb1 1\nb2 1\n"}});
+  }
+}
+
+TEST_CASE("tessera matches darknet's own forward pass on yolo9000 (region tree= with Debian's 9k.tree)") {
+  LibDarknet lib;
+  if (!fs::exists(std::string(kCfgDir) + "yolo9000.cfg") || !lib.Open())
+    FAIL("libdarknet or the darknet cfgs are missing; deploy/install-deps.sh installs Debian's darknet");
+  CompareWithDarknet(lib, "yolo9000.cfg", 64);
 }

@@ -240,14 +240,50 @@ TEST_CASE("nearest resize 2x upsamples NCHW planes without scales", "[kernels][r
   ExpectClose(run.outputs[0], ref, 0, 0);
 }
 
-TEST_CASE("resize rejects non-nearest modes and scales that contradict the output", "[kernels][resize][errors]") {
-  auto linear = RunNode("Resize", With({{"mode", std::string("linear")}}), {Activation({1, 4}, std::vector<float>(4))},
-                        {{1, 8}}, 1, "up1");
-  REQUIRE(linear.status.IsNotSupported());
-  CHECK_THAT(linear.status.message(), Catch::Contains("up1"));
+TEST_CASE("resize rejects cubic mode, linear over channels and scales that contradict the output",
+          "[kernels][resize][errors]") {
+  auto cubic = RunNode("Resize", With({{"mode", std::string("cubic")}}), {Activation({1, 4}, std::vector<float>(4))},
+                       {{1, 8}}, 1, "up1");
+  REQUIRE(cubic.status.IsNotSupported());
+  CHECK_THAT(cubic.status.message(), Catch::Contains("up1"));
+  auto channels = RunNode("Resize", With({{"mode", std::string("linear")}}),
+                          {Activation({1, 2, 4, 4}, std::vector<float>(32))}, {{1, 4, 4, 4}}, 1, "up3");
+  REQUIRE(channels.status.IsNotSupported());
+  CHECK_THAT(channels.status.message(), Catch::Contains("up3"));
   auto scales = RunNode("Resize", With({{"scales", std::vector<double>{1.0, 2.0}}}),
                         {Activation({1, 4}, std::vector<float>(4))}, {{1, 12}}, 1, "up2");
   REQUIRE(scales.status.IsInvalidArgument());
+}
+
+TEST_CASE("linear resize interpolates rows and columns with each coordinate transformation", "[kernels][resize]") {
+  // One 2x3 plane resized to 3x5; expected values from ONNX's x_original
+  // formulas, computed by hand: align_corners maps the corners exactly.
+  const std::vector<float> x = {0, 10, 20, 30, 40, 50};
+  auto align =
+      RunNode("Resize",
+              With({{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}}),
+              {Activation({1, 1, 2, 3}, x)}, {{1, 1, 3, 5}});
+  REQUIRE(align.status.ok());
+  ExpectClose(align.outputs[0], {0, 5, 10, 15, 20, 15, 20, 25, 30, 35, 30, 35, 40, 45, 50}, 1e-5, 1e-5);
+  // asymmetric, scales 2: source = out/2, the last row/column clamps.
+  auto asym = RunNode("Resize",
+                      With({{"mode", std::string("linear")},
+                            {"coordinate_transformation_mode", std::string("asymmetric")},
+                            {"scales", std::vector<double>{1, 1, 2, 2}}}),
+                      {Activation({1, 1, 2, 3}, x)}, {{1, 1, 4, 6}});
+  REQUIRE(asym.status.ok());
+  ExpectClose(asym.outputs[0],
+              {0, 5, 10, 15, 20, 20, 15, 20, 25, 30, 35, 35, 30, 35, 40, 45, 50, 50, 30, 35, 40, 45, 50, 50}, 1e-5,
+              1e-5);
+  // half_pixel, 2x3 -> 4x6: source = (o + 0.5)/2 - 0.5 = -0.25, 0.25, 0.75, ...
+  auto half = RunNode("Resize", With({{"mode", std::string("linear")}}), {Activation({1, 1, 2, 3}, x)}, {{1, 1, 4, 6}});
+  REQUIRE(half.status.ok());
+  const double r[4] = {0, 0.25, 0.75, 1};  // row weights of row 1 (clamped at the ends)
+  const double c[6] = {0, 0.25, 0.75, 1.25, 1.75, 2};
+  std::vector<double> want;
+  for (double rw : r)
+    for (double cw : c) want.push_back(rw * 30 + cw * 10);
+  ExpectClose(half.outputs[0], want, 1e-5, 1e-5);
 }
 
 TEST_CASE("slice takes starts, ends, axes and steps with ONNX clamping", "[kernels][slice]") {
