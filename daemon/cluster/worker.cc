@@ -754,16 +754,19 @@ grpc::Status WorkerService::Exchange(grpc::ServerContext* context,
       foreign_plan_bytes_ += size;
       st = tessera::Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() +
                                                "'; frame dropped");
-    } else if (from < 0 || from >= loaded->header.num_devices() || from == loaded->header.device()) {
+    } else if (from < 0 || from >= loaded->header.num_devices()) {
       loaded->inbox->CountWrongSender(size);
-      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) +
-                                            ", which is no peer of device " + std::to_string(loaded->header.device()) +
-                                            " in plan " + loaded->header.plan_id() + "; dropped");
+      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) + ", which plan " +
+                                            loaded->header.plan_id() + " does not have; dropped");
     } else if (stream_from >= 0 && from != stream_from) {
       loaded->inbox->CountWrongSender(size);
       st = tessera::Status::PermissionDenied("this exchange stream carries device " + std::to_string(stream_from) +
                                              "'s frames; a frame claiming device " + std::to_string(from) +
                                              " is dropped");
+    } else if (from == loaded->header.device()) {
+      loaded->inbox->CountWrongSender(size);
+      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) +
+                                            ", this worker's own device; dropped");
     } else if (const auto name = loaded->header.device_names().find(from);
                tls && (name == loaded->header.device_names().end() || !PeerIs(caller, name->second))) {
       loaded->inbox->CountWrongSender(size);
