@@ -412,7 +412,12 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
       return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks exceed the announced " +
                                                   std::to_string(header.total_bytes()) + " bytes"));
     content.Update(chunk.data());
-    chunks.push_back(std::move(*chunk.mutable_data()));
+    // Small chunks are joined (up to kChunkBytes each): what a load holds
+    // follows the bytes received, not how many chunks a peer cut them into.
+    if (!chunks.empty() && chunks.back().size() + chunk.data().size() <= kChunkBytes)
+      chunks.back() += chunk.data();
+    else
+      chunks.push_back(std::move(*chunk.mutable_data()));
     ++expected_seq;
   }
   if (expected_seq == 0) return ToGrpcStatus(tessera::Status::InvalidArgument("empty program load"));
