@@ -208,6 +208,16 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
           " under the same plan id is refused. Deploy a changed model or cluster under a new plan id "
           "(tessera deploy and gateway derive it from the plan, the model file and the workers)");
     }
+  }
+  // An MCU that rebooted lost the program its bridge holds: the same
+  // program again is loaded again (its redeploy), everything else is a no-op.
+  bool mcu_holds_it = true;
+  if (bridge_) {
+    const mcu::McuStatus m = bridge_->last_status();
+    mcu_holds_it = bridge_->has_status() && m.state == mcu::kStateLoaded && m.plan_id == PlanIdHash(header.plan_id());
+  }
+  if (const std::shared_ptr<Loaded> held = current();
+      held && held->header.plan_id() == header.plan_id() && mcu_holds_it) {
     // The same program again: nothing changes but who may start requests.
     std::set<std::string> merged;
     {
