@@ -44,6 +44,11 @@ inline constexpr int64_t kMaxNpyHeaderBytes = 64 << 10;
 // included). Memory is taken only as chunks arrive, never for the
 // announced number up front.
 inline constexpr int64_t kMaxProgramBytes = int64_t{1} << 30;
+// Arena of one request on a worker (its program's buffers and the
+// executors' scratch, laid out by the program's own sizes): refused beyond
+// this before it is allocated (every tensor is within kMaxTensorElements,
+// but a program may declare many).
+inline constexpr int64_t kMaxDeviceArenaBytes = int64_t{4} << 30;
 // Exchange frames for a request this worker has not started yet (a peer may
 // begin sending before the source's Run reaches this worker) are held for
 // at most this many such requests per sending device, each at most what the

@@ -18,6 +18,9 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kDataLoss: return "DataLoss";
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kIOError: return "IOError";
+    case StatusCode::kPermissionDenied: return "PermissionDenied";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
+    case StatusCode::kUnauthenticated: return "Unauthenticated";
   }
   return "Unknown";
 }

@@ -25,6 +25,9 @@ enum class StatusCode : int {
   kDataLoss,           // corrupted bytes (bad CRC, truncated file)
   kInternal,           // a bug in tessera
   kIOError,            // the operating system said no
+  kPermissionDenied,   // the caller is known and not allowed this (a peer that is not the plan's sender)
+  kAlreadyExists,      // the name is taken by something else (another program under a loaded plan id)
+  kUnauthenticated,    // the caller did not prove who it is (no or a wrong bearer token)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -45,6 +48,9 @@ class [[nodiscard]] Status {
   static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status IOError(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
+  static Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+  static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+  static Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
   // errno becomes a Status here and nowhere else. `context` names the file or call.
   static Status FromErrno(int err, const std::string& context);
 

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
@@ -21,6 +23,7 @@ void RegisterDeployCommand(CLI::App& app) {
     std::string cluster;
     ServePlanOptions serve;
     TlsOptions tls;
+    std::vector<std::string> gateway_names{"gateway"};
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
@@ -33,6 +36,10 @@ void RegisterDeployCommand(CLI::App& app) {
                   "The workers' --threads, for sizing their memory against ram:")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--gateway-name", a->gateway_names,
+                  "With --tls-dir: the certificate name of a gateway that may start requests of this plan "
+                  "(repeatable; besides this deploy's own identity)")
+      ->capture_default_str();
   a->tls.AddTo(*cmd, "deploy", "Allow plaintext gRPC to non-loopback workers");
   cmd->callback([a] {
     auto security = a->tls.Resolve("deploy");
@@ -40,6 +47,12 @@ void RegisterDeployCommand(CLI::App& app) {
     a->serve.security = *security;
     auto graph = LoadModel(a->model);
     if (!graph.ok()) throw CLI::RuntimeError(ReportError("deploy", graph.status()));
+    // The plan id names the model too: other weights are another plan to the workers.
+    auto import_options = a->model.ToImportOptions();
+    if (!import_options.ok()) throw CLI::RuntimeError(ReportError("deploy", import_options.status()));
+    auto fingerprint = ModelFingerprint({a->model.model_path, *import_options});
+    if (!fingerprint.ok()) throw CLI::RuntimeError(ReportError("deploy", fingerprint.status()));
+    a->serve.model_fingerprint = *fingerprint;
     auto cluster = LoadClusterFile(a->cluster);
     if (!cluster.ok()) throw CLI::RuntimeError(ReportError("deploy", cluster.status()));
     auto served = PrepareServedPlan(*graph, *cluster, a->serve);
@@ -53,7 +66,8 @@ void RegisterDeployCommand(CLI::App& app) {
                                      std::fprintf(stderr, "\rdeploy [%-40s] %3d%%  %.1f / %.1f MiB",
                                                   std::string(percent * 40 / 100, '#').c_str(), percent,
                                                   sent / 1048576.0, total / 1048576.0);
-                                   });
+                                   },
+                                   a->gateway_names);
     std::fprintf(stderr, "\n");
     if (!deployed.ok()) throw CLI::RuntimeError(ReportError("deploy", deployed.status()));
     std::printf("plan %s deployed\n", served->plan_id.c_str());

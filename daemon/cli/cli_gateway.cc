@@ -34,6 +34,7 @@ struct GatewayArgs {
   GatewayOptions gateway;
   HttpEndpointOptions http_options;
   TlsOptions tls;
+  std::string token_file;
 };
 
 // Each request in flight needs its own device arena on every worker
@@ -57,6 +58,15 @@ int RunGateway(GatewayArgs& a) {
   auto security = a.tls.Resolve("gateway");
   if (!security.ok()) return ReportError("gateway", security.status());
   a.gateway.security = *security;
+  if (!a.token_file.empty()) {
+    auto tokens = GatewayTokens::Load(a.token_file);
+    if (!tokens.ok()) return ReportError("gateway", tokens.status());
+    spdlog::info("gateway: {} bearer token(s) from {}; /healthz and /metrics {}", tokens->size(), a.token_file,
+                 a.gateway.protect_metrics ? "need one too" : "stay open");
+    a.gateway.tokens = std::make_shared<const GatewayTokens>(std::move(*tokens));
+  } else if (a.gateway.protect_metrics) {
+    return ReportError("gateway", Status::InvalidArgument("--protect-metrics needs --token-file"));
+  }
   if (!a.http.empty())
     if (Status st = CheckHttpListenAddress(a.http, a.gateway.security.allow_plaintext_remote); !st.ok())
       return ReportError("gateway", st);
@@ -72,6 +82,11 @@ int RunGateway(GatewayArgs& a) {
   if (!cluster.ok()) return ReportError("gateway", cluster.status());
   a.serve.security = a.gateway.security;
   if (a.serve.work_dir.empty()) a.serve.work_dir = ".";
+  // The served plan id names the model too (the same as tessera deploy's for
+  // the same plan, model and cluster).
+  auto fingerprint = ModelFingerprint(weights);
+  if (!fingerprint.ok()) return ReportError("gateway", fingerprint.status());
+  a.serve.model_fingerprint = *fingerprint;
   auto served = PrepareServedPlan(*graph, *cluster, a.serve);
   if (!served.ok()) return ReportError("gateway", served.status());
   if (!served->table.empty()) std::fprintf(stderr, "%s", served->table.c_str());
@@ -162,6 +177,11 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option_function<int64_t>(
          "--http-idle-timeout-ms", [a](int64_t ms) { a->http_options.idle_timeout = std::chrono::milliseconds(ms); },
          "Close an HTTP connection that sends no request header for this long (default 10000)");
+  cmd->add_option("--token-file", a->token_file,
+                  "Bearer tokens, one per line (# comments): HTTP requests need 'Authorization: Bearer TOKEN', "
+                  "gRPC Infer/Status 'authorization: Bearer TOKEN' metadata");
+  cmd->add_flag("--protect-metrics", a->gateway.protect_metrics,
+                "With --token-file: /healthz and /metrics need a token too (default: open for probes)");
   a->tls.AddTo(*cmd, "gateway",
                "Allow plaintext gRPC and HTTP off loopback: to non-loopback workers, and --listen/--http on "
                "other interfaces (trusted network only; --tls-dir covers gRPC, not HTTP)");

@@ -9,6 +9,7 @@
 #include "daemon/cli/cli_model_options.h"
 #include "daemon/cli/cli_tls_options.h"
 #include "daemon/runtime/npy.h"
+#include "daemon/cluster/gateway_tokens.h"
 #include "daemon/cluster/worker_tensor.h"
 #include "proto/services.grpc.pb.h"
 #include "transport/grpc/grpc_channel.h"
@@ -22,12 +23,15 @@ void RegisterInferCommand(CLI::App& app) {
     std::vector<std::string> inputs, outputs;
     int64_t deadline_ms = 60000;
     TlsOptions tls;
+    std::string token_file;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--gateway", a->gateway, "Gateway gRPC address")->capture_default_str();
   cmd->add_option("--input", a->inputs, "Input .npy, one per model input, in order")->required();
   cmd->add_option("--output", a->outputs, "Write the outputs here (.npy), one per model output");
   cmd->add_option("--deadline-ms", a->deadline_ms, "Deadline of the request")->capture_default_str();
+  cmd->add_option("--token-file", a->token_file,
+                  "Send the first token of FILE as 'authorization: Bearer TOKEN' (the gateway's --token-file)");
   a->tls.AddTo(*cmd, "infer", "Allow plaintext gRPC to a non-loopback gateway");
   cmd->callback([a] {
     proto::InferRequest req;
@@ -49,6 +53,11 @@ void RegisterInferCommand(CLI::App& app) {
     auto stub = proto::Gateway::NewStub(*channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineFromUnixMillis(req.deadline_unix_ms()));
+    if (!a->token_file.empty()) {
+      auto token = GatewayTokens::FirstToken(a->token_file);
+      if (!token.ok()) throw CLI::RuntimeError(ReportError("infer", token.status()));
+      ctx.AddMetadata("authorization", "Bearer " + *token);
+    }
     proto::InferReply reply;
     if (Status st = FromGrpcStatus(stub->Infer(&ctx, req, &reply), "gateway " + a->gateway); !st.ok())
       throw CLI::RuntimeError(ReportError("infer", st));

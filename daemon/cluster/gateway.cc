@@ -9,6 +9,7 @@
 
 #include "daemon/cluster/worker_tensor.h"
 #include "partition/compile/program_codec.h"
+#include "transport/tls/content_hash.h"
 #include "util/process_memory.h"
 
 namespace tessera {
@@ -45,7 +46,8 @@ constexpr std::chrono::milliseconds kDeployConnectTimeout{10000};
 // `sent` counts the bytes that went out (for progress).
 Status SendProgram(int d, const std::string& b, int num_devices, const std::string& plan_id, int source,
                    const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
-                   const std::function<void(int64_t)>& sent, DeployedDevice* out) {
+                   const std::function<void(int64_t)>& sent, const std::vector<std::string>& run_callers,
+                   DeployedDevice* out) {
   const std::string where = "worker " + workers[d].name + " (" + workers[d].address + ")";
   TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(workers[d].address, security));
   // A refused handshake would keep the wait_for_ready load below retrying
@@ -69,7 +71,12 @@ Status SendProgram(int d, const std::string& b, int num_devices, const std::stri
       chunk.set_num_devices(num_devices);
       chunk.set_source(source);
       chunk.set_total_bytes(static_cast<int64_t>(b.size()));
-      for (size_t q = 0; q < workers.size(); ++q) (*chunk.mutable_peers())[static_cast<int>(q)] = workers[q].address;
+      for (size_t q = 0; q < workers.size(); ++q) {
+        (*chunk.mutable_peers())[static_cast<int>(q)] = workers[q].address;
+        (*chunk.mutable_device_names())[static_cast<int>(q)] =
+            workers[q].identity.empty() ? workers[q].name : workers[q].identity;
+      }
+      for (const std::string& caller : run_callers) chunk.add_run_callers(caller);
     }
     const size_t n = std::min(kChunkBytes, b.size() - std::min(off, b.size()));
     chunk.set_data(b.substr(std::min(off, b.size()), n));
@@ -89,7 +96,8 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
                                                    const std::string& plan_id, int source,
                                                    const std::vector<WorkerEndpoint>& workers,
                                                    const TransportSecurity& security,
-                                                   const std::function<void(int64_t, int64_t)>& progress) {
+                                                   const std::function<void(int64_t, int64_t)>& progress,
+                                                   const std::vector<std::string>& run_callers) {
   if (programs.size() != workers.size())
     return Status::InvalidArgument("the plan has " + std::to_string(programs.size()) + " devices but " +
                                    std::to_string(workers.size()) + " workers were given");
@@ -113,7 +121,7 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
   for (size_t d = 0; d < programs.size(); ++d)
     done.push_back(std::async(std::launch::async, [&, d]() -> Status {
       return SendProgram(static_cast<int>(d), bytes[d], static_cast<int>(programs.size()), plan_id, source, workers,
-                         security, count, &out[d]);
+                         security, count, run_callers, &out[d]);
     }));
   Status first;
   for (auto& f : done) {
@@ -138,7 +146,7 @@ Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& 
     spdlog::debug("deploy: device {} program encoded, {:.1f} MiB; RSS {:.1f} MiB, peak {:.1f} MiB", d,
                   bytes.size() / 1048576.0, m.rss_bytes / 1048576.0, m.peak_rss_bytes / 1048576.0);
     TS_RETURN_IF_ERROR(SendProgram(static_cast<int>(d), bytes, static_cast<int>(workers.size()), plan_id, source,
-                                   workers, security, nullptr, &out[d]));
+                                   workers, security, nullptr, {}, &out[d]));
   }
   return out;
 }
@@ -179,10 +187,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
   std::unique_ptr<Gateway> g(new Gateway(std::move(options)));
   g->serving_ = std::move(serving);
   g->served_plan_ids_.push_back(g->serving_->cluster.plan_id);
-  // Worker-side ids scope the peers' exchange messages: start at a random
-  // point so two gateways (or a restarted one) on the same workers do not
-  // reuse the ids of each other's in-flight requests.
-  g->next_request_ = 1 + (std::random_device{}() & 0x3fffffff);
+  g->next_request_ = 1;
   g->latency_buckets_.assign(kNumBounds, 0);
   g->worker_up_.assign(g->serving_->stubs.size(), false);
   g->worker_plan_.assign(g->serving_->stubs.size(), "");
@@ -292,6 +297,7 @@ Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::
     uart_.clear();
     worker_rss_.clear();
     worker_dropped_.clear();
+    worker_refused_.clear();
   }
   spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
@@ -318,6 +324,7 @@ void Gateway::RefreshWorkerState() {
       if (status.has_uart()) uart_[i] = status.uart();
       worker_rss_[i] = {status.rss_bytes(), status.peak_rss_bytes()};
       worker_dropped_[i] = status.exchange_dropped();
+      worker_refused_[i] = status.requests_refused();
     }
   }
 }
@@ -334,6 +341,23 @@ std::vector<LinkBytes> Gateway::Links() const {
   std::vector<LinkBytes> out;
   for (const auto& [k, l] : links_) out.push_back(l);
   return out;
+}
+
+Status Gateway::Authorize(std::string_view authorization, const std::string& where) {
+  if (!options_.tokens || options_.tokens->Accepts(authorization)) return Status::OK();
+  ++unauthenticated_;
+  // The message never repeats what was presented.
+  return Status::Unauthenticated(where + " needs a bearer token of the gateway's --token-file (" +
+                                 (authorization.empty() ? "none was given" : "the one given is not among them") +
+                                 ")");
+}
+
+uint32_t Gateway::NewWorkerRequestId() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (;;) {
+    const uint32_t id = RandomUint32() & 0x7fffffff;  // workers take ids below 2^31
+    if (id != 0 && worker_ids_in_flight_.insert(id).second) return id;
+  }
 }
 
 Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t client_request_id,
@@ -373,8 +397,17 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   const int64_t deadline_ms = deadline_unix_ms > 0 ? deadline_unix_ms : now_ms + options_.default_deadline_ms;
   if (deadline_ms <= now_ms) return finish(Status::DeadlineExceeded("the request's deadline has already passed"));
 
-  // Worker-side request ids are the gateway's own: unique among in-flight requests.
-  const uint32_t id = next_request_.fetch_add(1) & 0x7fffffff;
+  // Worker-side request ids are the gateway's own: random, unique among
+  // in-flight requests, and never in an answer.
+  const uint32_t id = NewWorkerRequestId();
+  struct IdRelease {
+    Gateway* g;
+    uint32_t id;
+    ~IdRelease() {
+      std::lock_guard<std::mutex> lock(g->mu_);
+      g->worker_ids_in_flight_.erase(id);
+    }
+  } release{this, id};
   proto::RunRequest req;
   req.set_request_id(id);
   req.set_deadline_unix_ms(deadline_ms);
@@ -459,7 +492,8 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   }
 
   InferResult result;
-  result.request_id = client_request_id ? client_request_id : id;
+  result.request_id = client_request_id ? client_request_id : next_request_.fetch_add(1) & 0x7fffffff;
+  result.worker_request_id = id;
   result.outputs.resize(sig.output_values.size());
   std::vector<bool> got(sig.output_values.size(), false);
   for (int k = 0; k < reply.outputs_size() && k < reply.output_values_size(); ++k)
@@ -528,8 +562,20 @@ std::string Gateway::MetricsText() const {
     m << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"unexpected\"} " << x.unexpected() << "\n"
       << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"finished\"} " << x.finished() << "\n"
       << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"early_over_limit\"} "
-      << x.early_over_limit() << "\n";
+      << x.early_over_limit() << "\n"
+      << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"wrong_sender\"} " << x.wrong_sender()
+      << "\n"
+      << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"foreign_plan\"} " << x.foreign_plan()
+      << "\n";
   }
+  m << "# HELP tessera_gateway_unauthenticated_total Requests refused for want of a valid bearer token.\n"
+       "# TYPE tessera_gateway_unauthenticated_total counter\ntessera_gateway_unauthenticated_total "
+    << unauthenticated_.load() << "\n";
+  m << "# HELP tessera_worker_requests_refused_total Runs a worker refused: the caller is not one the plan allows.\n"
+       "# TYPE tessera_worker_requests_refused_total counter\n";
+  for (const auto& [i, n] : worker_refused_)
+    m << "tessera_worker_requests_refused_total{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
+      << n << "\n";
   const ProcessMemory own = ReadProcessMemory();
   m << "# HELP tessera_gateway_rss_bytes Resident memory of the gateway process (VmRSS).\n"
        "# TYPE tessera_gateway_rss_bytes gauge\ntessera_gateway_rss_bytes " << own.rss_bytes << "\n";
@@ -618,8 +664,19 @@ void Gateway::FillStatus(proto::GatewayStatusReply* reply) const {
   reply->set_metrics_text(metrics);
 }
 
+namespace {
+// The `authorization` metadata of a call ("" when absent).
+std::string_view AuthorizationMetadata(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  return it == metadata.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+}
+}  // namespace
+
 grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::InferRequest* request,
                                    proto::InferReply* reply) {
+  if (tessera::Status st = gateway_->Authorize(AuthorizationMetadata(*context), "Gateway.Infer"); !st.ok())
+    return ToGrpcStatus(st);
   // A client naming a plan (model) this gateway does not serve sent bad input
   // (issue 5: unknown model -> INVALID_ARGUMENT); FAILED_PRECONDITION is kept
   // for a worker asked to run a plan it does not hold.
@@ -644,8 +701,10 @@ grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::In
   return grpc::Status::OK;
 }
 
-grpc::Status GatewayService::Status(grpc::ServerContext*, const proto::GatewayStatusRequest*,
+grpc::Status GatewayService::Status(grpc::ServerContext* context, const proto::GatewayStatusRequest*,
                                     proto::GatewayStatusReply* reply) {
+  if (tessera::Status st = gateway_->Authorize(AuthorizationMetadata(*context), "Gateway.Status"); !st.ok())
+    return ToGrpcStatus(st);
   gateway_->FillStatus(reply);
   return grpc::Status::OK;
 }

@@ -15,10 +15,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "daemon/cluster/gateway_tokens.h"
 #include "partition/compile/device_program.h"
 #include "partition/graph/graph.h"
 #include "proto/services.grpc.pb.h"
@@ -28,7 +31,15 @@
 namespace tessera {
 
 struct WorkerEndpoint {
+  WorkerEndpoint() = default;
+  WorkerEndpoint(std::string n, std::string a, std::string id = "")
+      : name(std::move(n)), address(std::move(a)), identity(std::move(id)) {}
   std::string name, address;
+  // The name in the certificate that speaks for this device with TLS: the
+  // device's own name ("" = name), or for an MCU the worker it hangs off
+  // (`via:`), whose process serves it. Workers accept the device's frames
+  // only from a peer with this name (issue 14).
+  std::string identity;
 };
 
 // What a client must send and gets back: graph inputs/outputs in order.
@@ -41,6 +52,12 @@ struct ModelSignature {
 
 // Pushes program d to workers[d] (client-streamed in kChunkBytes chunks),
 // all devices in parallel. `progress(sent, total)` is called as bytes go out.
+// Every worker learns each device's name (WorkerEndpoint::identity) and that
+// requests may be started by the deploying identity or by `run_callers`
+// (with TLS, the names in their certificates; e.g. the gateway that will
+// serve a plan `tessera deploy` pushed). A worker that holds a different
+// program under `plan_id` refuses it (ALREADY_EXISTS); the same program
+// again is accepted without change.
 struct DeployedDevice {
   int64_t program_bytes = 0, memory_bytes = 0, weight_bytes = 0;
 };
@@ -48,7 +65,8 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
                                                    const std::string& plan_id, int source,
                                                    const std::vector<WorkerEndpoint>& workers,
                                                    const TransportSecurity& security,
-                                                   const std::function<void(int64_t, int64_t)>& progress);
+                                                   const std::function<void(int64_t, int64_t)>& progress,
+                                                   const std::vector<std::string>& run_callers = {});
 
 // The same one device at a time, for a caller that cannot hold every
 // program at once (the weightless gateway, issue 11): program(d) builds
@@ -98,10 +116,15 @@ struct GatewayOptions {
   // this, then retry the request once on the new plan. Unset: such requests
   // fail fast with UNAVAILABLE naming the worker.
   FailoverFn failover;
+  // Set (`--token-file`): gRPC Infer/Status and HTTP requests need one of
+  // these bearer tokens; /healthz and /metrics too with protect_metrics.
+  std::shared_ptr<const GatewayTokens> tokens;
+  bool protect_metrics = false;
 };
 
 struct InferResult {
-  uint64_t request_id = 0;
+  uint64_t request_id = 0;         // the client's id, or one the gateway counts
+  uint32_t worker_request_id = 0;  // the id on the workers: random, never told to clients
   std::vector<TensorData> outputs;  // graph output order
   double seconds = 0;
 };
@@ -132,6 +155,10 @@ class Gateway {
   // Whether `plan_id` is, or was, served by this gateway.
   bool KnowsPlan(const std::string& plan_id) const;
   int64_t failovers() const;
+  // OK when no tokens are configured or `authorization` (an HTTP header or
+  // gRPC metadata value) carries one; else Unauthenticated, counted in
+  // /metrics. `where` names the endpoint for the message.
+  Status Authorize(std::string_view authorization, const std::string& where);
 
  private:
   // One served plan with its worker stubs. Requests hold the snapshot they
@@ -156,8 +183,13 @@ class Gateway {
   // without doing anything when another request already replaced `seen`.
   Status Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down);
 
+  // A worker-side request id nobody outside can guess (issue 14: frames for
+  // guessed future ids were merged into answers), unique among the
+  // requests in flight. REQUIRES: mu_ not held.
+  uint32_t NewWorkerRequestId();
+
   const GatewayOptions options_;
-  std::atomic<uint32_t> next_request_{1};
+  std::atomic<uint32_t> next_request_{1};  // client-facing ids when the client gives none
   std::mutex failover_mu_;  // one failover at a time
 
   mutable std::mutex mu_;
@@ -165,6 +197,7 @@ class Gateway {
   std::shared_ptr<const Serving> serving_;               // GUARDED_BY(mu_)
   std::vector<std::string> served_plan_ids_;             // GUARDED_BY(mu_)
   int64_t failovers_ = 0;                                // GUARDED_BY(mu_)
+  std::atomic<int64_t> unauthenticated_{0};  // requests refused for want of a token
   int in_flight_ = 0, queued_ = 0;                       // GUARDED_BY(mu_)
   std::map<std::string, int64_t> requests_by_code_;      // GUARDED_BY(mu_)
   std::vector<int64_t> latency_buckets_;                 // GUARDED_BY(mu_), cumulative at render
@@ -176,6 +209,8 @@ class Gateway {
   std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
   std::map<size_t, std::pair<int64_t, int64_t>> worker_rss_;  // by device: (VmRSS, VmHWM); GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeDrops> worker_dropped_;     // by device; GUARDED_BY(mu_)
+  std::set<uint32_t> worker_ids_in_flight_;                   // GUARDED_BY(mu_)
+  std::map<size_t, int64_t> worker_refused_;                  // Runs refused, by device; GUARDED_BY(mu_)
 
   bool stopping_ = false;  // GUARDED_BY(mu_)
   std::thread health_;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "daemon/cluster/plan_fit.h"
+#include "transport/tls/content_hash.h"
 #include "planner/plan_file.h"
 #include "util/process_memory.h"
 #include "partition/graph/metrics.h"
@@ -71,8 +72,17 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
       return Status::InvalidArgument(plan_path + " names device '" + name + "', which " + cluster.origin + " lacks");
     if (cluster.devices[i].address.empty())
       return Status::InvalidArgument(cluster.origin + ": device '" + name + "' has no gRPC address");
-    served.workers.push_back({name, cluster.devices[i].address});
+    const Device& device = cluster.devices[i];
+    // An MCU's frames and Runs come from the worker it hangs off (its
+    // process, its certificate).
+    served.workers.push_back(
+        {name, device.address, device.kind == DeviceKind::kMcu && !device.via.empty() ? device.via : name});
     devices.push_back(&cluster.devices[i]);
+  }
+  if (!options.model_fingerprint.empty()) {
+    std::string deployment = options.model_fingerprint;
+    for (const WorkerEndpoint& w : served.workers) deployment += "\n" + w.name + " " + w.address + " " + w.identity;
+    served.plan_id = loaded.id + "-" + Sha256Hex(deployment).substr(0, 12);
   }
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan));
   // Nothing is deployed unless every worker's promise fits its ram: (issue 11).
@@ -82,6 +92,19 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   served.programs = std::move(compiled.programs);
   served.halo_mac_overhead = compiled.halo_mac_overhead;
   return served;
+}
+
+Result<std::string> ModelFingerprint(const ModelSource& model) {
+  std::string parts;
+  TS_ASSIGN_OR_RETURN(const std::string model_hash, Sha256FileHex(model.path));
+  parts += "model " + model_hash + "\n";
+  if (!model.options.weights_path.empty()) {
+    TS_ASSIGN_OR_RETURN(const std::string weights_hash, Sha256FileHex(model.options.weights_path));
+    parts += "weights " + weights_hash + "\n";
+  }
+  parts += "seed " + std::to_string(model.options.seed) + "\nbatch " + std::to_string(model.options.batch) + "\n";
+  for (const auto& [name, shape] : model.options.input_shapes) parts += "input " + name + " " + ShapeToString(shape) + "\n";
+  return Sha256Hex(parts);
 }
 
 namespace {

@@ -34,6 +34,12 @@ struct ServedPlan {
 
 struct ServePlanOptions {
   std::string plan_path;      // "" = plan here
+  // What decides the programs besides the plan (ModelFingerprint): when
+  // set, the served plan id is "<plan file id>-<12 hex digits of SHA-256 of
+  // it and the workers>", so another model, other weights or other worker
+  // addresses make another plan id (workers refuse a different program
+  // under a plan id they hold, issue 14). "" = the plan file's id as is.
+  std::string model_fingerprint;
   std::string objective = "memory";
   std::string work_dir;       // where a plan made here is written (plan.pb)
   bool only_healthy = true;   // plan only for workers answering Health
@@ -49,6 +55,11 @@ struct ModelSource {
   std::string path;
   ImportOptions options;  // as for the graph served (shapes_only is ignored)
 };
+
+// SHA-256 (hex) of everything of `model` that decides weight values and
+// shapes: the model file's bytes, the darknet .weights file's, the seed of
+// generated weights and the input shapes. IOError naming an unreadable file.
+Result<std::string> ModelFingerprint(const ModelSource& model);
 
 // Issue 11 item 3, "no weights where none are needed": a gateway runs no
 // layer, so it keeps only the shapes-only graph (ImportOptions::shapes_only)

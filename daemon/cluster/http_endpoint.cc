@@ -109,7 +109,9 @@ int HttpCode(StatusCode code) {
     case StatusCode::kOk: return 200;
     case StatusCode::kInvalidArgument: case StatusCode::kNotSupported: return 400;
     case StatusCode::kNotFound: return 404;
-    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kFailedPrecondition: case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
     case StatusCode::kResourceExhausted: return 429;
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kDeadlineExceeded: return 504;
@@ -163,6 +165,29 @@ http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::req
   return error(Status::NotFound("no such endpoint " + target + " (POST /v1/infer, GET /healthz, GET /metrics)"));
 }
 
+// A refused request's body up to this size is read (and dropped) before the
+// 401 so the client sees the answer; a larger one is not read at all.
+constexpr uint64_t kUnauthorizedBodyDrainBytes = 64 << 10;
+
+// OK when the request may proceed: no tokens, an open probe endpoint, or
+// an `Authorization: Bearer` header with one of the gateway's tokens.
+Status Authorize(HttpEndpoint::State& s, const http::request_parser<http::string_body>::value_type& req) {
+  const GatewayOptions& o = s.gateway->options();
+  if (!o.tokens) return Status::OK();
+  const std::string_view target(req.target().data(), req.target().size());
+  if (!o.protect_metrics && req.method() == http::verb::get && (target == "/healthz" || target == "/metrics"))
+    return Status::OK();
+  const auto header = req[http::field::authorization];
+  return s.gateway->Authorize(std::string_view(header.data(), header.size()), "the gateway's HTTP endpoint");
+}
+
+// 401 with the Bearer challenge; nothing of the request is echoed.
+http::response<http::string_body> Unauthorized(const Status& why) {
+  auto res = JsonError(401, why.message(), StatusCodeName(why.code()));
+  res.set(http::field::www_authenticate, kBearerChallenge);
+  return res;
+}
+
 void Serve(HttpEndpoint::State& s, HttpConnection& c) {
   tcp::socket& socket = *c.socket;
   const auto too_large = [&] {
@@ -187,9 +212,20 @@ void Serve(HttpEndpoint::State& s, HttpConnection& c) {
     }
     if (ec) break;
     c.deadline = NanosFromNow(s.options.body_timeout);
+    // Tokens (--token-file) are checked on the header alone: a client
+    // without one costs no body read (beyond a small one, so that its
+    // answer is not lost to a reset) and no parse.
+    const bool expects_continue = beast::iequals(parser.get()[http::field::expect], "100-continue");
+    if (Status allowed = Authorize(s, parser.get()); !allowed.ok()) {
+      const auto length = parser.content_length();
+      if (!expects_continue && length && *length <= kUnauthorizedBodyDrainBytes) http::read(socket, buffer, parser, ec);
+      auto res = Unauthorized(allowed);
+      http::write(socket, res, ec);
+      break;
+    }
     // A client that asks first (curl does above 1 MB) gets its go-ahead
     // now instead of waiting a second for it.
-    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+    if (expects_continue) {
       http::response<http::empty_body> go_ahead{http::status::continue_, 11};
       http::write(socket, go_ahead, ec);
       if (ec) break;

@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
 #include <utility>
 #include <sstream>
 #include <thread>
 
 #include "daemon/cluster/worker_mcu_bridge.h"
 #include "partition/compile/program_codec.h"
+#include "transport/tls/content_hash.h"
 #include "util/limits.h"
 #include "util/process_memory.h"
 
@@ -46,13 +48,20 @@ Result<TensorData> FromTensorMsg(const proto::TensorMsg& msg, const std::string&
 // One loaded program and everything that serves it. In-flight requests hold
 // a shared_ptr, so a reload never pulls a program from under a running request.
 struct WorkerService::Loaded {
-  proto::ProgramChunk header;  // plan id, device, peers (data cleared)
+  proto::ProgramChunk header;  // plan id, device, peers, device names (data cleared)
+  std::string program_sha256;  // the program's identity: SHA-256 of its encoded bytes
   DeviceProgram program;
   std::unique_ptr<ExchangeInbox> inbox;  // made once the program is known (its Recv steps)
   std::map<int, std::unique_ptr<PeerSender>> senders;       // devices this program sends to
   std::map<int, std::unique_ptr<proto::Worker::Stub>> stubs;  // every other device (fan-out)
   int64_t memory_bytes = 0, weight_bytes = 0;
   McuLoadInfo mcu;  // bridge mode: what the MCU holds
+
+  // Certificate names that may start a request (Run with fan_out) with TLS:
+  // every identity that loaded this very program, and the run_callers they
+  // named. Grows when the same program is loaded again by someone else.
+  mutable std::mutex callers_mu;
+  std::set<std::string> run_callers;  // GUARDED_BY(callers_mu)
 
   // Kernels prepared once (weights packed once); one runner (device arena)
   // per request in flight.
@@ -144,11 +153,108 @@ tessera::Status WriteFile(const fs::path& path, const std::vector<std::string>& 
 }
 }  // namespace
 
+namespace {
+// Whether two load headers place the program among the same devices (the
+// fields a worker acts on besides the program itself).
+bool SameDevices(const proto::ProgramChunk& a, const proto::ProgramChunk& b) {
+  auto as_map = [](const google::protobuf::Map<int32_t, std::string>& m) {
+    return std::map<int32_t, std::string>(m.begin(), m.end());
+  };
+  return a.device() == b.device() && a.num_devices() == b.num_devices() && a.source() == b.source() &&
+         as_map(a.peers()) == as_map(b.peers()) && as_map(a.device_names()) == as_map(b.device_names());
+}
+
+std::string JoinNames(const std::set<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "nobody" : out;
+}
+
+// The first name of a caller's certificate (its CN), for messages.
+std::string CallerName(const std::vector<std::string>& names) {
+  return names.empty() ? "a peer without a certificate name" : "'" + names.front() + "'";
+}
+}  // namespace
+
 tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
-                                       bool persist, proto::LoadProgramReply* reply) {
+                                       const std::string& program_sha256, bool persist,
+                                       proto::LoadProgramReply* reply) {
+  std::lock_guard<std::mutex> install_lock(install_mu_);
+  // Who may start requests: the loader (LoadProgram sets loaded_by from its
+  // certificate) and the callers it names. Kept on disk as run_callers.
+  std::set<std::string> callers(header.run_callers().begin(), header.run_callers().end());
+  if (!header.loaded_by().empty()) callers.insert(header.loaded_by());
+  auto stored_header = [&callers](proto::ProgramChunk h) {
+    h.clear_data();
+    h.clear_loaded_by();
+    h.clear_run_callers();
+    for (const std::string& c : callers) h.add_run_callers(c);
+    return h;
+  };
+  const std::string plan_msg = "plan " + header.plan_id();
+  if (const std::shared_ptr<Loaded> held = current(); held && held->header.plan_id() == header.plan_id()) {
+    // A program is its content hash: another program (other weights, another
+    // device's part) or other devices under a plan id already loaded would
+    // silently change the answers of a plan everyone else runs unchanged.
+    if (held->program_sha256 != program_sha256 || !SameDevices(held->header, header)) {
+      ++loads_refused_;
+      const std::string what = held->program_sha256 != program_sha256
+                                   ? "a different program (sha256 " + program_sha256.substr(0, 12) + ")"
+                                   : "the same program (sha256 " + program_sha256.substr(0, 12) +
+                                         ") placed among other devices or addresses";
+      return tessera::Status::AlreadyExists(
+          "worker " + options_.name + " already holds " + plan_msg + " as program sha256 " +
+          held->program_sha256.substr(0, 12) + "; " + what +
+          " under the same plan id is refused. Deploy a changed model or cluster under a new plan id "
+          "(tessera deploy and gateway derive it from the plan, the model file and the workers)");
+    }
+  }
+  // An MCU that rebooted lost the program its bridge holds: the same
+  // program again is loaded again (its redeploy), everything else is a no-op.
+  bool mcu_holds_it = true;
+  if (bridge_) {
+    const mcu::McuStatus m = bridge_->last_status();
+    mcu_holds_it = bridge_->has_status() && m.state == mcu::kStateLoaded && m.plan_id == PlanIdHash(header.plan_id());
+  }
+  if (const std::shared_ptr<Loaded> held = current();
+      held && held->header.plan_id() == header.plan_id() && mcu_holds_it) {
+    // The same program again: nothing changes but who may start requests.
+    std::set<std::string> merged;
+    {
+      std::lock_guard<std::mutex> lock(held->callers_mu);
+      held->run_callers.insert(callers.begin(), callers.end());
+      merged = held->run_callers;
+    }
+    if (persist && !options_.data_dir.empty()) {
+      callers = merged;
+      const fs::path dir(options_.data_dir);
+      TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {stored_header(held->header).SerializeAsString()}));
+      std::error_code ec;
+      fs::rename(dir / "program.header.tmp", dir / "program.header", ec);
+      if (ec) return tessera::Status::IOError("cannot rename " + (dir / "program.header").string() + ".tmp: " + ec.message());
+    }
+    if (reply) {
+      reply->set_plan_id(header.plan_id());
+      reply->set_device(held->header.device());
+      reply->set_bytes(header.total_bytes());
+      reply->set_memory_bytes(held->memory_bytes);
+      reply->set_weight_bytes(held->weight_bytes);
+      reply->set_program_sha256(held->program_sha256);
+    }
+    spdlog::info("worker {}: {} device {} (sha256 {}) is already loaded; unchanged", options_.name, plan_msg,
+                 held->header.device(), program_sha256.substr(0, 12));
+    return tessera::Status::OK();
+  }
+  if (options_.security.tls)
+    for (int d = 0; d < header.num_devices(); ++d)
+      if (!header.device_names().count(d))
+        return tessera::Status::InvalidArgument(
+            "the load request gives no name for device " + std::to_string(d) +
+            "; with TLS every device's certificate name is needed (deploy with this version of tessera)");
   auto loaded = std::make_shared<Loaded>();
-  loaded->header = header;
-  loaded->header.clear_data();
+  loaded->header = stored_header(header);
+  loaded->program_sha256 = program_sha256;
+  loaded->run_callers = callers;
   int64_t program_size = 0;
   for (const std::string& c : program_chunks) program_size += static_cast<int64_t>(c.size());
   // The program goes to disk first (beside, renamed into place only once it
@@ -160,7 +266,7 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
     std::error_code ec;
     fs::create_directories(dir, ec);
     TS_RETURN_IF_ERROR(WriteFile(dir / "program.pb.tmp", program_chunks));
-    TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {header.SerializeAsString()}));
+    TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {loaded->header.SerializeAsString()}));
   }
   std::string plan_id;
   const std::string origin = "program for device " + std::to_string(header.device());
@@ -245,9 +351,11 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
     reply->set_bytes(program_size);
     reply->set_memory_bytes(loaded->memory_bytes);
     reply->set_weight_bytes(loaded->weight_bytes);
+    reply->set_program_sha256(program_sha256);
   }
-  spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps)", options_.name, header.plan_id(), me,
-               header.num_devices(), program_size, loaded->program.steps.size());
+  spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps, sha256 {})", options_.name,
+               header.plan_id(), me, header.num_devices(), program_size, loaded->program.steps.size(),
+               program_sha256.substr(0, 12));
   // The old program is released outside the lock: its destruction stops
   // its exchange streams (PeerSender), which may take a moment, and Health
   // and Status must keep answering meanwhile.
@@ -276,7 +384,9 @@ tessera::Status WorkerService::ResumeFromDisk() {
   proto::ProgramChunk header;
   if (!header.ParseFromString(slurp(dir / "program.header")))
     return tessera::Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
-  return Install({slurp(dir / "program.pb")}, header, /*persist=*/false, nullptr)
+  std::string program = slurp(dir / "program.pb");
+  const std::string sha256 = Sha256Hex(program);
+  return Install({std::move(program)}, header, sha256, /*persist=*/false, nullptr)
       .WithContext("resuming from " + options_.data_dir);
 }
 
@@ -290,6 +400,7 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   std::vector<std::string> chunks;
   int64_t received = 0;
   int64_t expected_seq = 0;
+  Sha256 content;  // of the encoded program, as it arrives: the program's identity
   const std::string peer = DescribePeer(*context);
   spdlog::info("worker {}: program load from {}", options_.name, peer);
   while (reader->Read(&chunk)) {
@@ -310,14 +421,24 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
     if (received > header.total_bytes())
       return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks exceed the announced " +
                                                   std::to_string(header.total_bytes()) + " bytes"));
-    chunks.push_back(std::move(*chunk.mutable_data()));
+    content.Update(chunk.data());
+    // Small chunks are joined (up to kChunkBytes each): what a load holds
+    // follows the bytes received, not how many chunks a peer cut them into.
+    if (!chunks.empty() && chunks.back().size() + chunk.data().size() <= kChunkBytes)
+      chunks.back() += chunk.data();
+    else
+      chunks.push_back(std::move(*chunk.mutable_data()));
     ++expected_seq;
   }
   if (expected_seq == 0) return ToGrpcStatus(tessera::Status::InvalidArgument("empty program load"));
   if (received != header.total_bytes())
     return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(received) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
-  tessera::Status st = Install(std::move(chunks), header, /*persist=*/true, reply);
+  // Who loaded it is what its certificate says, never what the request says.
+  header.clear_loaded_by();
+  if (const std::vector<std::string> names = PeerCertificateNames(*context); !names.empty())
+    header.set_loaded_by(names.front());
+  tessera::Status st = Install(std::move(chunks), header, content.HexDigest(), /*persist=*/true, reply);
   if (!st.ok()) spdlog::warn("worker {}: load from {} refused: {}", options_.name, peer, st.ToString());
   return ToGrpcStatus(st);
 }
@@ -367,8 +488,15 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
   const ProcessMemory memory = ReadProcessMemory();
   reply->set_rss_bytes(memory.rss_bytes);
   reply->set_peak_rss_bytes(memory.peak_rss_bytes);
+  reply->set_requests_refused(requests_refused_);
+  reply->set_loads_refused(loads_refused_);
+  proto::ExchangeDrops* x = reply->mutable_exchange_dropped();
+  x->set_foreign_plan(foreign_plan_frames_);
+  x->set_frames(foreign_plan_frames_);
+  x->set_bytes(foreign_plan_bytes_);
   if (!loaded) return grpc::Status::OK;
   reply->set_plan_id(loaded->header.plan_id());
+  reply->set_program_sha256(loaded->program_sha256);
   reply->set_device(loaded->header.device());
   reply->set_num_devices(loaded->header.num_devices());
   reply->set_memory_bytes(loaded->memory_bytes);
@@ -390,9 +518,9 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
   }
   reply->set_weight_bytes(loaded->weight_bytes);
   const ExchangeDropCounters dropped = loaded->inbox->dropped();
-  proto::ExchangeDrops* x = reply->mutable_exchange_dropped();
-  x->set_frames(dropped.frames);
-  x->set_bytes(dropped.bytes);
+  x->set_frames(x->frames() + dropped.frames);
+  x->set_bytes(x->bytes() + dropped.bytes);
+  x->set_wrong_sender(dropped.wrong_sender);
   x->set_unexpected(dropped.unexpected);
   x->set_finished(dropped.finished);
   x->set_early_over_limit(dropped.early_over_limit);
@@ -561,7 +689,30 @@ tessera::Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunReques
   return tessera::Status::OK();
 }
 
-grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* request, proto::RunReply* reply) {
+tessera::Status WorkerService::CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller,
+                                              bool fan_out) const {
+  if (!options_.security.tls) return tessera::Status::OK();  // plaintext: nobody proves a name
+  const std::string plan = "plan " + loaded.header.plan_id();
+  if (fan_out) {
+    std::lock_guard<std::mutex> lock(loaded.callers_mu);
+    for (const std::string& name : loaded.run_callers)
+      if (PeerIs(caller, name)) return tessera::Status::OK();
+    return tessera::Status::PermissionDenied(
+        "worker " + options_.name + " refuses to start a request of " + plan + " for " + CallerName(caller) +
+        ": only " + JoinNames(loaded.run_callers) +
+        " may (the identity that deployed the plan and the gateways it named, tessera deploy --gateway-name)");
+  }
+  // Without fan_out a Run joins a request the source device started.
+  const auto it = loaded.header.device_names().find(loaded.header.source());
+  if (it != loaded.header.device_names().end() && PeerIs(caller, it->second)) return tessera::Status::OK();
+  return tessera::Status::PermissionDenied(
+      "worker " + options_.name + " refuses Run of " + plan + " from " + CallerName(caller) +
+      ": its requests reach device " + std::to_string(loaded.header.device()) + " only from the source device " +
+      std::to_string(loaded.header.source()) + " ('" +
+      (it == loaded.header.device_names().end() ? std::string("?") : it->second) + "')");
+}
+
+grpc::Status WorkerService::Run(grpc::ServerContext* context, const proto::RunRequest* request, proto::RunReply* reply) {
   auto loaded = current();
   if (!loaded)
     return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name +
@@ -569,6 +720,14 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* r
   if (request->plan_id() != loaded->header.plan_id())
     return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name + " holds plan " +
                                                    loaded->header.plan_id() + ", not plan '" + request->plan_id() + "'"));
+  if (context) {
+    if (tessera::Status allowed = CheckRunCaller(*loaded, PeerCertificateNames(*context), request->fan_out());
+        !allowed.ok()) {
+      ++requests_refused_;
+      spdlog::warn("worker {}: request {} refused: {}", options_.name, request->request_id(), allowed.message());
+      return ToGrpcStatus(allowed);
+    }
+  }
   const int now_running = ++in_flight_;
   for (int peak = peak_in_flight_.load(); now_running > peak && !peak_in_flight_.compare_exchange_weak(peak, now_running);) {
   }
@@ -589,19 +748,50 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const proto::RunRequest* r
   return ToGrpcStatus(st);
 }
 
-grpc::Status WorkerService::Exchange(grpc::ServerContext*,
+grpc::Status WorkerService::Exchange(grpc::ServerContext* context,
                                      grpc::ServerReaderWriter<proto::ExchangeAck, proto::TensorFrame>* stream) {
+  // Frames are accepted only from the peer the plan says sends them: with
+  // TLS the name in the caller's certificate must be the plan's name for
+  // from_device; in plaintext (nobody proves a name) from_device must be a
+  // device that sends this message to this one (ExchangeInbox checks it)
+  // and stays the same on one stream (a PeerSender speaks for one device).
+  const std::vector<std::string> caller = context ? PeerCertificateNames(*context) : std::vector<std::string>();
+  const bool tls = options_.security.tls != nullptr;
+  int stream_from = -1;
   proto::TensorFrame frame;
   while (stream->Read(&frame)) {
     auto loaded = current();
+    const int from = frame.from_device();
+    const int64_t size = static_cast<int64_t>(frame.data().size());
     tessera::Status st;
     if (!loaded || frame.plan_id() != loaded->header.plan_id()) {
-      st = tessera::Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() + "'");
-    } else if (frame.from_device() < 0 || frame.from_device() >= loaded->header.num_devices()) {
-      st = tessera::Status::InvalidArgument("frame from unknown device " + std::to_string(frame.from_device()));
+      ++foreign_plan_frames_;
+      foreign_plan_bytes_ += size;
+      st = tessera::Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() +
+                                               "'; frame dropped");
+    } else if (from < 0 || from >= loaded->header.num_devices()) {
+      loaded->inbox->CountWrongSender(size);
+      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) + ", which plan " +
+                                            loaded->header.plan_id() + " does not have; dropped");
+    } else if (stream_from >= 0 && from != stream_from) {
+      loaded->inbox->CountWrongSender(size);
+      st = tessera::Status::PermissionDenied("this exchange stream carries device " + std::to_string(stream_from) +
+                                             "'s frames; a frame claiming device " + std::to_string(from) +
+                                             " is dropped");
+    } else if (from == loaded->header.device()) {
+      loaded->inbox->CountWrongSender(size);
+      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) +
+                                            ", this worker's own device; dropped");
+    } else if (const auto name = loaded->header.device_names().find(from);
+               tls && (name == loaded->header.device_names().end() || !PeerIs(caller, name->second))) {
+      loaded->inbox->CountWrongSender(size);
+      st = tessera::Status::PermissionDenied(
+          "frame claims device " + std::to_string(from) + " ('" +
+          (name == loaded->header.device_names().end() ? std::string("?") : name->second) + "') of plan " +
+          loaded->header.plan_id() + " but comes from " + CallerName(caller) + "; dropped");
     } else {
-      st = loaded->inbox->Deliver(frame.from_device(), frame.message(), frame.offset(), frame.total_bytes(),
-                                 frame.data());
+      stream_from = from;
+      st = loaded->inbox->Deliver(from, frame.message(), frame.offset(), frame.total_bytes(), frame.data());
     }
     if (!st.ok()) {
       proto::ExchangeAck ack;

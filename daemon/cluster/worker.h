@@ -74,9 +74,17 @@ class WorkerService final : public proto::Worker::Service {
 
  private:
   struct Loaded;
-  // Installs a parsed program (from a LoadProgram or the data dir).
-  tessera::Status Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header, bool persist,
-                          proto::LoadProgramReply* reply);
+  // Installs a parsed program (from a LoadProgram or the data dir) whose
+  // encoded bytes have SHA-256 `program_sha256`. A program is identified by
+  // that hash: under the plan id of the loaded program, only the same
+  // program (and the same devices) is accepted — as a no-op — and anything
+  // else is refused with AlreadyExists before the data dir is touched.
+  tessera::Status Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
+                          const std::string& program_sha256, bool persist, proto::LoadProgramReply* reply);
+  // The checks of issue 14 "Bounded by construction" with TLS: OK when the
+  // caller (names from its certificate) may Run this request of `loaded`;
+  // PermissionDenied naming who may otherwise.
+  tessera::Status CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller, bool fan_out) const;
   std::shared_ptr<Loaded> current() const;
   tessera::Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
   // Bridge mode: one request relayed between the peers and the MCU.
@@ -85,9 +93,13 @@ class WorkerService final : public proto::Worker::Service {
 
   const WorkerOptions options_;
   std::unique_ptr<McuBridge> bridge_;  // set by OpenMcu; then every program runs on the MCU
+  std::mutex install_mu_;  // one Install at a time (the plan-id check and the swap are one step)
   mutable std::mutex mu_;
   std::shared_ptr<Loaded> loaded_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> requests_ok_{0}, requests_failed_{0};
+  std::atomic<int64_t> requests_refused_{0}, loads_refused_{0};
+  // Exchange frames for a plan this worker does not hold (no program to count them in).
+  std::atomic<int64_t> foreign_plan_frames_{0}, foreign_plan_bytes_{0};
   std::atomic<int> in_flight_{0};
   std::atomic<int> peak_in_flight_{0};  // pipelined plans: several inferences at once
 };

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "partition/graph/arena_layout.h"
+#include "util/limits.h"
 
 namespace tessera {
 
@@ -204,6 +205,10 @@ ProgramRunner::~ProgramRunner() {
 Status ProgramRunner::BindArena() {
   const PreparedProgram::Layout& l = *layout_;
   const DeviceProgram& p = *l.program;
+  if (l.arena_bytes > static_cast<size_t>(kMaxDeviceArenaBytes))
+    return Status::ResourceExhausted("device " + std::to_string(p.device) + ": its program needs an arena of " +
+                                     std::to_string(l.arena_bytes) + " bytes, over the limit of " +
+                                     std::to_string(kMaxDeviceArenaBytes) + " (util/limits.h kMaxDeviceArenaBytes)");
   const size_t alloc = std::max<size_t>(kAlign, (l.arena_bytes + kAlign - 1) / kAlign * kAlign);
   arena_ = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
   if (arena_ == nullptr)

@@ -2,6 +2,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -117,6 +118,19 @@ std::string DescribePeer(const grpc::ServerContext& context) {
   return std::string(names.front().data(), names.front().size()) + " (" + address + ")";
 }
 
+std::vector<std::string> PeerCertificateNames(const grpc::ServerContext& context) {
+  std::vector<std::string> names;
+  const auto auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) return names;
+  for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME})
+    for (const grpc::string_ref& v : auth->FindPropertyValues(property)) names.emplace_back(v.data(), v.size());
+  return names;
+}
+
+bool PeerIs(const std::vector<std::string>& peer_names, const std::string& name) {
+  return !name.empty() && std::find(peer_names.begin(), peer_names.end(), name) != peer_names.end();
+}
+
 grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
@@ -132,6 +146,9 @@ grpc::Status ToGrpcStatus(const Status& status) {
     case StatusCode::kDataLoss: code = grpc::StatusCode::DATA_LOSS; break;
     case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
     case StatusCode::kIOError: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kPermissionDenied: code = grpc::StatusCode::PERMISSION_DENIED; break;
+    case StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
+    case StatusCode::kUnauthenticated: code = grpc::StatusCode::UNAUTHENTICATED; break;
   }
   return grpc::Status(code, status.message());
 }
@@ -148,6 +165,9 @@ Status FromGrpcStatus(const grpc::Status& status, const std::string& context) {
     case grpc::StatusCode::UNAVAILABLE: return Status::Unavailable(m);
     case grpc::StatusCode::DEADLINE_EXCEEDED: return Status::DeadlineExceeded(m);
     case grpc::StatusCode::DATA_LOSS: return Status::DataLoss(m);
+    case grpc::StatusCode::PERMISSION_DENIED: return Status::PermissionDenied(m);
+    case grpc::StatusCode::ALREADY_EXISTS: return Status::AlreadyExists(m);
+    case grpc::StatusCode::UNAUTHENTICATED: return Status::Unauthenticated(m);
     default: return Status::Internal(m);
   }
 }

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/tls/cluster_ca.h"
 #include "util/status.h"
@@ -56,6 +57,14 @@ Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const s
 // TLS certificate (the first subjectAltName, which `tessera certs issue`
 // makes the device name), "ADDR" in plaintext.
 std::string DescribePeer(const grpc::ServerContext& context);
+
+// Who the caller of a server RPC proved to be: the names in its verified
+// TLS client certificate (subject CN and every subjectAltName), empty in
+// plaintext (a plaintext caller proves nothing). A peer "is" device NAME
+// when NAME is among them (`tessera certs issue --name NAME` puts it in both).
+std::vector<std::string> PeerCertificateNames(const grpc::ServerContext& context);
+// Whether `name` is among PeerCertificateNames(context).
+bool PeerIs(const std::vector<std::string>& peer_names, const std::string& name);
 
 grpc::Status ToGrpcStatus(const Status& status);
 Status FromGrpcStatus(const grpc::Status& status, const std::string& context);

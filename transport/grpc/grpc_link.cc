@@ -169,6 +169,11 @@ Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t
   return Status::OK();
 }
 
+void ExchangeInbox::CountWrongSender(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CountDrop(bytes, &dropped_.wrong_sender);
+}
+
 ExchangeDropCounters ExchangeInbox::dropped() const {
   std::lock_guard<std::mutex> lock(mu_);
   ExchangeDropCounters c = dropped_;

@@ -36,6 +36,7 @@ struct ExchangeDropCounters {
   int64_t finished = 0;           // for requests that already finished here
   int64_t early_over_limit = 0;   // for requests not started here, beyond the cap or held too long
   int64_t early_bytes_held = 0;   // bytes held now for requests not started here
+  int64_t wrong_sender = 0;       // from a peer that is not the plan's sender of the message
 };
 
 // Messages arriving from peers, by (sending device, request-scoped id).
@@ -67,6 +68,9 @@ class ExchangeInbox {
   // discarded; FailedPrecondition for a finished request; ResourceExhausted
   // beyond the early cap. Every refusal is counted.
   Status Deliver(int from, int64_t message, int64_t offset, int64_t total, const std::string& data);
+  // Counts a frame of `bytes` bytes that the caller refused because its
+  // sender is not the one the plan names (worker.cc checks the peer).
+  void CountWrongSender(int64_t bytes);
   Result<std::string> Take(int from, int64_t message, std::chrono::milliseconds timeout);
   // Fails every present and future Take of `request` with `why` (a device of
   // the request failed: waiting for its messages is pointless).

@@ -433,19 +433,37 @@ TEST_CASE("cluster: malformed program chunks are refused and the worker keeps se
     h.set_data(half);
     refused({h}, grpc::StatusCode::DATA_LOSS, "ended after " + std::to_string(half.size()));
   }
+  // Under the plan id the worker holds, any other bytes are another program
+  // and refused before they are decoded (issue 14); the decoder's own
+  // refusals are seen under a plan id it does not hold.
+  SECTION("bytes that are not a program, under the plan id held") {
+    std::string garbage(program.size(), '\xff');
+    auto h = header(static_cast<int64_t>(garbage.size()));
+    h.set_data(garbage);
+    refused({h}, grpc::StatusCode::ALREADY_EXISTS, "already holds plan " + c->served.plan_id);
+  }
   SECTION("bytes that are not a program") {
     std::string garbage(program.size(), '\xff');
     auto h = header(static_cast<int64_t>(garbage.size()));
+    h.set_plan_id("another-plan");
     h.set_data(garbage);
     grpc::Status st = LoadChunks(*stub, {h});
     CHECK((st.error_code() == grpc::StatusCode::DATA_LOSS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT));
     CHECK_THAT(st.error_message(), Catch::Contains("device " + std::to_string(victim)));
   }
   SECTION("a program for another device") {
+    const std::string other_plan = SerializeProgram(c->served.programs[victim], "another-plan");
+    auto h = header(static_cast<int64_t>(other_plan.size()));
+    h.set_plan_id("another-plan");
+    h.set_device(1 - victim);
+    h.set_data(other_plan);
+    refused({h}, grpc::StatusCode::INVALID_ARGUMENT, "for device " + std::to_string(victim));
+  }
+  SECTION("the served program placed as another device under the plan id held") {
     auto h = header(static_cast<int64_t>(program.size()));
     h.set_device(1 - victim);
     h.set_data(program);
-    refused({h}, grpc::StatusCode::INVALID_ARGUMENT, "for device " + std::to_string(victim));
+    refused({h}, grpc::StatusCode::ALREADY_EXISTS, "placed among other devices");
   }
   SECTION("an empty load") {
     refused({}, grpc::StatusCode::INVALID_ARGUMENT, "empty program load");
