@@ -289,7 +289,7 @@ void PrintMemoryTable(const PlanForDemo& pd, const DemoReport& r) {
                 promised, peak, promised > 0 ? peak / promised : 0.0);
   }
   std::printf("promised = worker baseline + max(weights as stored + %d x (arena + request I/O), weights while "
-              "loading); peak RSS = the worker's VmHWM (Worker.Status)\n",
+              "loading); peak RSS = the worker's VmHWM (Worker.GetStatus)\n",
               pd.memory.empty() ? 1 : pd.memory[0].in_flight);
 }
 

@@ -115,7 +115,7 @@ Result<CompiledPlan> CompileMixedPlan(const Graph& graph, const MixedCluster& mc
 }
 
 // The MCU's own figures from its STATUS frame, through the owning worker
-// (Worker.Status of the bridge).
+// (Worker.GetStatus of the bridge).
 void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
   const auto reply = demo::WorkerStatus(bridge_address);
   if (!reply) return;

@@ -186,7 +186,7 @@ std::optional<proto::WorkerStatusReply> WorkerStatus(const std::string& address)
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   proto::StatusRequest req;
   proto::WorkerStatusReply reply;
-  if (!stub->Status(&ctx, req, &reply).ok()) return std::nullopt;
+  if (!stub->GetStatus(&ctx, req, &reply).ok()) return std::nullopt;
   return reply;
 }
 

@@ -293,7 +293,7 @@ Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::
     ++failovers_;
     worker_up_.assign(serving->stubs.size(), true);  // they answered Health and took the programs just now
     worker_plan_.assign(serving->stubs.size(), serving->cluster.plan_id);
-    links_.clear();  // device indices changed; refilled from Worker.Status
+    links_.clear();  // device indices changed; refilled from Worker.GetStatus
     uart_.clear();
     worker_rss_.clear();
     worker_dropped_.clear();
@@ -314,7 +314,7 @@ void Gateway::RefreshWorkerState() {
     proto::WorkerStatusReply status;
     grpc::ClientContext sctx;
     sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    const bool have_status = up && serving->stubs[i]->Status(&sctx, sreq, &status).ok();
+    const bool have_status = up && serving->stubs[i]->GetStatus(&sctx, sreq, &status).ok();
     std::lock_guard<std::mutex> lock(mu_);
     if (serving_ != serving) return;
     if (have_status) {

@@ -6,7 +6,7 @@
 //
 // Issue 5 limits: a bounded queue (RESOURCE_EXHAUSTED when full), an id and
 // a deadline on every request, worker health polled through Worker.Health,
-// link byte counters pulled from Worker.Status for /metrics.
+// link byte counters pulled from Worker.GetStatus for /metrics.
 #pragma once
 
 #include <atomic>

@@ -33,12 +33,12 @@ proto::TensorMsg ToTensorMsg(const TensorData& tensor) {
 
 Result<TensorData> FromTensorMsg(const proto::TensorMsg& msg, const std::string& what) {
   if (!msg.dtype().empty() && msg.dtype() != "float32")
-    return tessera::Status::InvalidArgument(what + " has dtype '" + msg.dtype() + "'; only float32 is accepted");
+    return Status::InvalidArgument(what + " has dtype '" + msg.dtype() + "'; only float32 is accepted");
   TensorData t;
   t.shape.assign(msg.shape().begin(), msg.shape().end());
   TS_ASSIGN_OR_RETURN(const int64_t n, CheckedElementCount(t.shape, what));
   if (static_cast<int64_t>(msg.data().size()) != n * 4)
-    return tessera::Status::InvalidArgument(what + " has " + std::to_string(msg.data().size()) + " bytes of data, its shape " +
+    return Status::InvalidArgument(what + " has " + std::to_string(msg.data().size()) + " bytes of data, its shape " +
                                    ShapeToString(t.shape) + " needs " + std::to_string(n * 4));
   t.values.resize(static_cast<size_t>(n));
   if (n) std::memcpy(t.values.data(), msg.data().data(), msg.data().size());
@@ -78,7 +78,7 @@ struct WorkerService::Loaded {
 Result<McuPort> ParseMcuPort(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return tessera::Status::InvalidArgument("--mcu '" + text +
+    return Status::InvalidArgument("--mcu '" + text +
                                             "': expected NAME=PORT[@BAUD][,listen=HOST:PORT], e.g. "
                                             "mcu1=/dev/ttyUSB0@115200,listen=0.0.0.0:7071");
   McuPort port;
@@ -90,11 +90,11 @@ Result<McuPort> ParseMcuPort(const std::string& text) {
     const size_t colon = option.rfind(':');
     if (option.rfind("listen=", 0) != 0 || colon == std::string::npos || colon + 1 == option.size() ||
         option.find_first_not_of("0123456789", colon + 1) != std::string::npos)
-      return tessera::Status::InvalidArgument("--mcu '" + text + "': '" + option +
+      return Status::InvalidArgument("--mcu '" + text + "': '" + option +
                                               "' is not listen=HOST:PORT (where this worker serves the MCU)");
     port.listen = option.substr(7);
   }
-  if (port.serial.empty()) return tessera::Status::InvalidArgument("--mcu '" + text + "': no serial port");
+  if (port.serial.empty()) return Status::InvalidArgument("--mcu '" + text + "': no serial port");
   const size_t at = port.serial.rfind('@');
   if (at != std::string::npos) {
     const std::string baud = port.serial.substr(at + 1);
@@ -102,7 +102,7 @@ Result<McuPort> ParseMcuPort(const std::string& text) {
     char* end = nullptr;
     const unsigned long b = std::strtoul(baud.c_str(), &end, 10);
     if (baud.empty() || *end || b < 1200 || b > 4000000)
-      return tessera::Status::InvalidArgument("--mcu '" + text + "': baud '" + baud + "' is not a rate in 1200..4000000");
+      return Status::InvalidArgument("--mcu '" + text + "': baud '" + baud + "' is not a rate in 1200..4000000");
     port.baud = static_cast<uint32_t>(b);
   }
   return port;
@@ -127,14 +127,14 @@ void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
 WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {}
 WorkerService::~WorkerService() = default;
 
-tessera::Status WorkerService::OpenMcu() {
-  if (options_.mcu.serial.empty() || bridge_) return tessera::Status::OK();
+Status WorkerService::OpenMcu() {
+  if (options_.mcu.serial.empty() || bridge_) return Status::OK();
   McuBridgeOptions bo;
   bo.name = options_.mcu.name;
   bo.serial = options_.mcu.serial;
   bo.baud = options_.mcu.baud;
   TS_ASSIGN_OR_RETURN(bridge_, McuBridge::Open(bo));
-  return tessera::Status::OK();
+  return Status::OK();
 }
 
 std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
@@ -144,12 +144,12 @@ std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
 
 namespace {
 // Writes `parts` one after the other to `path` (truncating); IOError naming the path.
-tessera::Status WriteFile(const fs::path& path, const std::vector<std::string>& parts) {
+Status WriteFile(const fs::path& path, const std::vector<std::string>& parts) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   for (const std::string& bytes : parts) out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
-  if (!out) return tessera::Status::IOError("cannot write " + path.string() + "; check --data-dir is writable");
-  return tessera::Status::OK();
+  if (!out) return Status::IOError("cannot write " + path.string() + "; check --data-dir is writable");
+  return Status::OK();
 }
 }  // namespace
 
@@ -176,7 +176,7 @@ std::string CallerName(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
+Status WorkerService::Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
                                        const std::string& program_sha256, bool persist,
                                        proto::LoadProgramReply* reply) {
   std::lock_guard<std::mutex> install_lock(install_mu_);
@@ -202,7 +202,7 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
                                    ? "a different program (sha256 " + program_sha256.substr(0, 12) + ")"
                                    : "the same program (sha256 " + program_sha256.substr(0, 12) +
                                          ") placed among other devices or addresses";
-      return tessera::Status::AlreadyExists(
+      return Status::AlreadyExists(
           "worker " + options_.name + " already holds " + plan_msg + " as program sha256 " +
           held->program_sha256.substr(0, 12) + "; " + what +
           " under the same plan id is refused. Deploy a changed model or cluster under a new plan id "
@@ -231,7 +231,7 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
       TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {stored_header(held->header).SerializeAsString()}));
       std::error_code ec;
       fs::rename(dir / "program.header.tmp", dir / "program.header", ec);
-      if (ec) return tessera::Status::IOError("cannot rename " + (dir / "program.header").string() + ".tmp: " + ec.message());
+      if (ec) return Status::IOError("cannot rename " + (dir / "program.header").string() + ".tmp: " + ec.message());
     }
     if (reply) {
       reply->set_plan_id(header.plan_id());
@@ -243,12 +243,12 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
     }
     spdlog::info("worker {}: {} device {} (sha256 {}) is already loaded; unchanged", options_.name, plan_msg,
                  held->header.device(), program_sha256.substr(0, 12));
-    return tessera::Status::OK();
+    return Status::OK();
   }
   if (options_.security.tls)
     for (int d = 0; d < header.num_devices(); ++d)
       if (!header.device_names().count(d))
-        return tessera::Status::InvalidArgument(
+        return Status::InvalidArgument(
             "the load request gives no name for device " + std::to_string(d) +
             "; with TLS every device's certificate name is needed (deploy with this version of tessera)");
   auto loaded = std::make_shared<Loaded>();
@@ -284,13 +284,13 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
     TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), origin, &plan_id));
   }
   if (plan_id != header.plan_id())
-    return tessera::Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +
+    return Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +
                                    header.plan_id());
   if (loaded->program.device != header.device())
-    return tessera::Status::InvalidArgument("the program is for device " + std::to_string(loaded->program.device) +
+    return Status::InvalidArgument("the program is for device " + std::to_string(loaded->program.device) +
                                    " but the load request says device " + std::to_string(header.device()));
   if (header.num_devices() < 1 || header.device() < 0 || header.device() >= header.num_devices())
-    return tessera::Status::InvalidArgument("device " + std::to_string(header.device()) + " of " +
+    return Status::InvalidArgument("device " + std::to_string(header.device()) + " of " +
                                    std::to_string(header.num_devices()) + " devices is out of range");
   TS_RETURN_IF_ERROR(ValidateProgram(loaded->program, header.num_devices()));
   // Every message this device receives, at its size: the inbox keeps nothing else.
@@ -301,7 +301,7 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
   const int me = header.device();
   for (int d = 0; d < header.num_devices(); ++d)
     if (d != me && !header.peers().count(d))
-      return tessera::Status::InvalidArgument("the load request gives no address for device " + std::to_string(d));
+      return Status::InvalidArgument("the load request gives no address for device " + std::to_string(d));
 
   if (bridge_) {
     // The MCU runs it: compact program over the UART, checked by STATUS.
@@ -342,7 +342,7 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
     for (const char* name : {"program.pb", "program.header"}) {
       std::error_code ec;
       fs::rename(dir / (std::string(name) + ".tmp"), dir / name, ec);
-      if (ec) return tessera::Status::IOError("cannot rename " + (dir / name).string() + ".tmp: " + ec.message());
+      if (ec) return Status::IOError("cannot rename " + (dir / name).string() + ".tmp: " + ec.message());
     }
   }
   if (reply) {
@@ -368,13 +368,13 @@ tessera::Status WorkerService::Install(std::vector<std::string> program_chunks, 
   // come (its peers run the new one): wake them now.
   if (previous) previous->inbox->Close();
   previous.reset();
-  return tessera::Status::OK();
+  return Status::OK();
 }
 
-tessera::Status WorkerService::ResumeFromDisk() {
-  if (options_.data_dir.empty()) return tessera::Status::OK();
+Status WorkerService::ResumeFromDisk() {
+  if (options_.data_dir.empty()) return Status::OK();
   const fs::path dir(options_.data_dir);
-  if (!fs::exists(dir / "program.pb") || !fs::exists(dir / "program.header")) return tessera::Status::OK();
+  if (!fs::exists(dir / "program.pb") || !fs::exists(dir / "program.header")) return Status::OK();
   auto slurp = [](const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     std::ostringstream ss;
@@ -383,7 +383,7 @@ tessera::Status WorkerService::ResumeFromDisk() {
   };
   proto::ProgramChunk header;
   if (!header.ParseFromString(slurp(dir / "program.header")))
-    return tessera::Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
+    return Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
   std::string program = slurp(dir / "program.pb");
   const std::string sha256 = Sha256Hex(program);
   return Install({std::move(program)}, header, sha256, /*persist=*/false, nullptr)
@@ -405,21 +405,21 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   spdlog::info("worker {}: program load from {}", options_.name, peer);
   while (reader->Read(&chunk)) {
     if (chunk.seq() != expected_seq)
-      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunk " + std::to_string(chunk.seq()) +
+      return ToGrpcStatus(Status::InvalidArgument("program chunk " + std::to_string(chunk.seq()) +
                                                   " arrived, expected " + std::to_string(expected_seq)));
     if (expected_seq == 0) {
       header = chunk;
       header.clear_data();
       if (header.total_bytes() <= 0 || header.total_bytes() > kMaxProgramBytes)
-        return ToGrpcStatus(tessera::Status::InvalidArgument(
+        return ToGrpcStatus(Status::InvalidArgument(
             "program size " + std::to_string(header.total_bytes()) + " bytes is out of range: a device program may have 1 to " +
             std::to_string(kMaxProgramBytes) + " bytes (util/limits.h kMaxProgramBytes)"));
     } else if (chunk.plan_id() != header.plan_id() && !chunk.plan_id().empty()) {
-      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks of two plans in one load"));
+      return ToGrpcStatus(Status::InvalidArgument("program chunks of two plans in one load"));
     }
     received += static_cast<int64_t>(chunk.data().size());
     if (received > header.total_bytes())
-      return ToGrpcStatus(tessera::Status::InvalidArgument("program chunks exceed the announced " +
+      return ToGrpcStatus(Status::InvalidArgument("program chunks exceed the announced " +
                                                   std::to_string(header.total_bytes()) + " bytes"));
     content.Update(chunk.data());
     // Small chunks are joined (up to kChunkBytes each): what a load holds
@@ -430,15 +430,15 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
       chunks.push_back(std::move(*chunk.mutable_data()));
     ++expected_seq;
   }
-  if (expected_seq == 0) return ToGrpcStatus(tessera::Status::InvalidArgument("empty program load"));
+  if (expected_seq == 0) return ToGrpcStatus(Status::InvalidArgument("empty program load"));
   if (received != header.total_bytes())
-    return ToGrpcStatus(tessera::Status::DataLoss("program load ended after " + std::to_string(received) + " of " +
+    return ToGrpcStatus(Status::DataLoss("program load ended after " + std::to_string(received) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
   // Who loaded it is what its certificate says, never what the request says.
   header.clear_loaded_by();
   if (const std::vector<std::string> names = PeerCertificateNames(*context); !names.empty())
     header.set_loaded_by(names.front());
-  tessera::Status st = Install(std::move(chunks), header, content.HexDigest(), /*persist=*/true, reply);
+  Status st = Install(std::move(chunks), header, content.HexDigest(), /*persist=*/true, reply);
   if (!st.ok()) spdlog::warn("worker {}: load from {} refused: {}", options_.name, peer, st.ToString());
   return ToGrpcStatus(st);
 }
@@ -460,7 +460,7 @@ grpc::Status WorkerService::Health(grpc::ServerContext*, const proto::HealthRequ
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::StatusRequest* request,
+grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto::StatusRequest* request,
                                    proto::WorkerStatusReply* reply) {
   auto loaded = current();
   reply->set_name(options_.name);
@@ -537,40 +537,40 @@ grpc::Status WorkerService::Status(grpc::ServerContext* context, const proto::St
   return grpc::Status::OK;
 }
 
-tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply) {
+Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply) {
   const DeviceProgram& program = loaded.program;
   const int me = loaded.header.device();
   const std::string who = "worker " + options_.name + " (device " + std::to_string(me) + ")";
   if (request.request_id() >= (1u << 31))
-    return tessera::Status::InvalidArgument("request id " + std::to_string(request.request_id()) + " must be below 2^31");
+    return Status::InvalidArgument("request id " + std::to_string(request.request_id()) + " must be below 2^31");
   const uint32_t request_id = static_cast<uint32_t>(request.request_id());
   const int64_t now_ms = UnixMillisNow();
   const int64_t deadline_ms = request.deadline_unix_ms() > 0 ? request.deadline_unix_ms() : now_ms + 60000;
-  if (deadline_ms <= now_ms) return tessera::Status::DeadlineExceeded("request " + std::to_string(request_id) + " arrived after its deadline");
+  if (deadline_ms <= now_ms) return Status::DeadlineExceeded("request " + std::to_string(request_id) + " arrived after its deadline");
   const auto steady_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms - now_ms);
 
   // Inputs: matched by graph value id against the buffers the program fills.
   std::vector<TensorData> inputs(program.model_inputs.size());
   std::vector<bool> given(program.model_inputs.size(), false);
   if (request.inputs_size() != request.input_values_size())
-    return tessera::Status::InvalidArgument("the request has " + std::to_string(request.inputs_size()) + " inputs but " +
+    return Status::InvalidArgument("the request has " + std::to_string(request.inputs_size()) + " inputs but " +
                                    std::to_string(request.input_values_size()) + " input value ids");
   for (int i = 0; i < request.inputs_size(); ++i) {
     size_t k = 0;
     while (k < program.model_inputs.size() && program.model_inputs[k].first != request.input_values(i)) ++k;
     if (k == program.model_inputs.size())
-      return tessera::Status::InvalidArgument(who + " does not take graph value " + std::to_string(request.input_values(i)) +
+      return Status::InvalidArgument(who + " does not take graph value " + std::to_string(request.input_values(i)) +
                                      " as a model input");
     TS_ASSIGN_OR_RETURN(inputs[k], FromTensorMsg(request.inputs(i), "input " + std::to_string(i)));
     const Shape want = program.buffers[program.model_inputs[k].second].shape();
     if (inputs[k].shape != want)
-      return tessera::Status::InvalidArgument("input " + std::to_string(i) + " has shape " + ShapeToString(inputs[k].shape) +
+      return Status::InvalidArgument("input " + std::to_string(i) + " has shape " + ShapeToString(inputs[k].shape) +
                                      ", the model expects " + ShapeToString(want));
     given[k] = true;
   }
   for (size_t k = 0; k < given.size(); ++k)
     if (!given[k])
-      return tessera::Status::InvalidArgument(who + " needs model input (graph value " +
+      return Status::InvalidArgument(who + " needs model input (graph value " +
                                      std::to_string(program.model_inputs[k].first) + ") and the request lacks it");
 
   if (bridge_) return RelayToMcu(loaded, request, steady_deadline, reply);
@@ -583,7 +583,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
       runner = std::move(loaded.idle.back());
       loaded.idle.pop_back();
     } else if (loaded.runners >= options_.max_in_flight) {
-      return tessera::Status::ResourceExhausted(who + " already runs " + std::to_string(loaded.runners) + " requests");
+      return Status::ResourceExhausted(who + " already runs " + std::to_string(loaded.runners) + " requests");
     } else {
       ++loaded.runners;
     }
@@ -639,7 +639,7 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
   }
   std::vector<TensorData> outputs;
   const auto t0 = std::chrono::steady_clock::now();
-  tessera::Status st = runner->Run(peers, inputs, &outputs).WithContext(who + ", request " + std::to_string(request_id));
+  Status st = runner->Run(peers, inputs, &outputs).WithContext(who + ", request " + std::to_string(request_id));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard<std::mutex> lock(loaded.pool_mu);
@@ -662,10 +662,10 @@ tessera::Status WorkerService::RunRequest(Loaded& loaded, const proto::RunReques
     *reply->add_outputs() = ToTensorMsg(outputs[k]);
     reply->add_output_values(program.model_outputs[k].first);
   }
-  return tessera::Status::OK();
+  return Status::OK();
 }
 
-tessera::Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
+Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
                                          std::chrono::steady_clock::time_point deadline, proto::RunReply* reply) {
   const int me = loaded.header.device();
   const uint32_t request_id = static_cast<uint32_t>(request.request_id());
@@ -679,33 +679,33 @@ tessera::Status WorkerService::RelayToMcu(Loaded& loaded, const proto::RunReques
     peers[d] = links.back().get();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  tessera::Status st = bridge_->Relay(loaded.program, peers, deadline)
+  Status st = bridge_->Relay(loaded.program, peers, deadline)
                            .WithContext("MCU " + options_.name + " (device " + std::to_string(me) + "), request " +
                                         std::to_string(request_id));
   if (!st.ok()) return st;
   reply->set_plan_id(request.plan_id());
   reply->set_request_id(request.request_id());
   reply->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return tessera::Status::OK();
+  return Status::OK();
 }
 
-tessera::Status WorkerService::CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller,
+Status WorkerService::CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller,
                                               bool fan_out) const {
-  if (!options_.security.tls) return tessera::Status::OK();  // plaintext: nobody proves a name
+  if (!options_.security.tls) return Status::OK();  // plaintext: nobody proves a name
   const std::string plan = "plan " + loaded.header.plan_id();
   if (fan_out) {
     std::lock_guard<std::mutex> lock(loaded.callers_mu);
     for (const std::string& name : loaded.run_callers)
-      if (PeerIs(caller, name)) return tessera::Status::OK();
-    return tessera::Status::PermissionDenied(
+      if (PeerIs(caller, name)) return Status::OK();
+    return Status::PermissionDenied(
         "worker " + options_.name + " refuses to start a request of " + plan + " for " + CallerName(caller) +
         ": only " + JoinNames(loaded.run_callers) +
         " may (the identity that deployed the plan and the gateways it named, tessera deploy --gateway-name)");
   }
   // Without fan_out a Run joins a request the source device started.
   const auto it = loaded.header.device_names().find(loaded.header.source());
-  if (it != loaded.header.device_names().end() && PeerIs(caller, it->second)) return tessera::Status::OK();
-  return tessera::Status::PermissionDenied(
+  if (it != loaded.header.device_names().end() && PeerIs(caller, it->second)) return Status::OK();
+  return Status::PermissionDenied(
       "worker " + options_.name + " refuses Run of " + plan + " from " + CallerName(caller) +
       ": its requests reach device " + std::to_string(loaded.header.device()) + " only from the source device " +
       std::to_string(loaded.header.source()) + " ('" +
@@ -715,13 +715,13 @@ tessera::Status WorkerService::CheckRunCaller(const Loaded& loaded, const std::v
 grpc::Status WorkerService::Run(grpc::ServerContext* context, const proto::RunRequest* request, proto::RunReply* reply) {
   auto loaded = current();
   if (!loaded)
-    return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name +
+    return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name +
                                                    " holds no program; deploy one first (tessera deploy)"));
   if (request->plan_id() != loaded->header.plan_id())
-    return ToGrpcStatus(tessera::Status::FailedPrecondition("worker " + options_.name + " holds plan " +
+    return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name + " holds plan " +
                                                    loaded->header.plan_id() + ", not plan '" + request->plan_id() + "'"));
   if (context) {
-    if (tessera::Status allowed = CheckRunCaller(*loaded, PeerCertificateNames(*context), request->fan_out());
+    if (Status allowed = CheckRunCaller(*loaded, PeerCertificateNames(*context), request->fan_out());
         !allowed.ok()) {
       ++requests_refused_;
       spdlog::warn("worker {}: request {} refused: {}", options_.name, request->request_id(), allowed.message());
@@ -736,7 +736,7 @@ grpc::Status WorkerService::Run(grpc::ServerContext* context, const proto::RunRe
   const uint32_t inbox_id = static_cast<uint32_t>(request->request_id());
   const bool valid_id = request->request_id() < (1u << 31);
   if (valid_id) loaded->inbox->BeginRequest(inbox_id);
-  tessera::Status st = RunRequest(*loaded, *request, reply);
+  Status st = RunRequest(*loaded, *request, reply);
   if (valid_id) loaded->inbox->FinishRequest(inbox_id);
   --in_flight_;
   if (st.ok()) {
@@ -763,29 +763,29 @@ grpc::Status WorkerService::Exchange(grpc::ServerContext* context,
     auto loaded = current();
     const int from = frame.from_device();
     const int64_t size = static_cast<int64_t>(frame.data().size());
-    tessera::Status st;
+    Status st;
     if (!loaded || frame.plan_id() != loaded->header.plan_id()) {
       ++foreign_plan_frames_;
       foreign_plan_bytes_ += size;
-      st = tessera::Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() +
+      st = Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() +
                                                "'; frame dropped");
     } else if (from < 0 || from >= loaded->header.num_devices()) {
       loaded->inbox->CountWrongSender(size);
-      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) + ", which plan " +
+      st = Status::InvalidArgument("frame claims device " + std::to_string(from) + ", which plan " +
                                             loaded->header.plan_id() + " does not have; dropped");
     } else if (stream_from >= 0 && from != stream_from) {
       loaded->inbox->CountWrongSender(size);
-      st = tessera::Status::PermissionDenied("this exchange stream carries device " + std::to_string(stream_from) +
+      st = Status::PermissionDenied("this exchange stream carries device " + std::to_string(stream_from) +
                                              "'s frames; a frame claiming device " + std::to_string(from) +
                                              " is dropped");
     } else if (from == loaded->header.device()) {
       loaded->inbox->CountWrongSender(size);
-      st = tessera::Status::InvalidArgument("frame claims device " + std::to_string(from) +
+      st = Status::InvalidArgument("frame claims device " + std::to_string(from) +
                                             ", this worker's own device; dropped");
     } else if (const auto name = loaded->header.device_names().find(from);
                tls && (name == loaded->header.device_names().end() || !PeerIs(caller, name->second))) {
       loaded->inbox->CountWrongSender(size);
-      st = tessera::Status::PermissionDenied(
+      st = Status::PermissionDenied(
           "frame claims device " + std::to_string(from) + " ('" +
           (name == loaded->header.device_names().end() ? std::string("?") : name->second) + "') of plan " +
           loaded->header.plan_id() + " but comes from " + CallerName(caller) + "; dropped");
@@ -812,7 +812,7 @@ void OnStopSignal(int) { g_stop = true; }
 Status ServeWorker(const std::string& listen, const WorkerOptions& options, const std::string& port_file,
                    const std::vector<McuPort>& mcus) {
   WorkerService service(options);
-  if (tessera::Status st = service.ResumeFromDisk(); !st.ok())
+  if (Status st = service.ResumeFromDisk(); !st.ok())
     spdlog::warn("worker {}: not resuming: {}", options.name, st.ToString());
   TS_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(listen, options.security));
   const std::string host = listen.substr(0, listen.rfind(':'));
@@ -827,7 +827,7 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
   };
   int port = 0;
   std::unique_ptr<grpc::Server> server = start(&service, listen, &port);
-  if (!server || port == 0) return tessera::Status::Unavailable("cannot listen on " + listen + " (address in use?)");
+  if (!server || port == 0) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");
   const std::string bound = host + ":" + std::to_string(port);
   spdlog::info("worker {} listening on {}", options.name, bound);
   std::string port_lines = bound + "\n";
@@ -849,7 +849,7 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
     if (!mcu.listen.empty()) TS_RETURN_IF_ERROR(ServerCredentialsFor(mcu.listen, options.security).status());
     auto srv = start(s.get(), mcu_listen, &mcu_port);
     if (!srv || mcu_port == 0)
-      return tessera::Status::Unavailable("cannot listen on " + mcu_listen + " for MCU " + mcu.name + " (address in use?)");
+      return Status::Unavailable("cannot listen on " + mcu_listen + " for MCU " + mcu.name + " (address in use?)");
     const std::string mcu_bound = mcu_listen.substr(0, mcu_listen.rfind(':')) + ":" + std::to_string(mcu_port);
     spdlog::info("worker {}: MCU {} ({}) served on {}", options.name, mcu.name, mcu.serial, mcu_bound);
     port_lines += mcu.name + "=" + mcu_bound + "\n";
@@ -866,7 +866,7 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (auto& srv : mcu_servers) srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return tessera::Status::OK();
+  return Status::OK();
 }
 
 }  // namespace tessera

@@ -57,16 +57,16 @@ class WorkerService final : public proto::Worker::Service {
   ~WorkerService() override;
 
   // Opens the MCU's UART when options.mcu names one (else OK).
-  tessera::Status OpenMcu();
+  Status OpenMcu();
 
   // Loads the program kept in data_dir, if any (restart without redeploy).
-  tessera::Status ResumeFromDisk();
+  Status ResumeFromDisk();
 
   grpc::Status LoadProgram(grpc::ServerContext* context, grpc::ServerReader<proto::ProgramChunk>* reader,
                            proto::LoadProgramReply* reply) override;
   grpc::Status Health(grpc::ServerContext* context, const proto::HealthRequest* request,
                       proto::HealthReply* reply) override;
-  grpc::Status Status(grpc::ServerContext* context, const proto::StatusRequest* request,
+  grpc::Status GetStatus(grpc::ServerContext* context, const proto::StatusRequest* request,
                       proto::WorkerStatusReply* reply) override;
   grpc::Status Run(grpc::ServerContext* context, const proto::RunRequest* request, proto::RunReply* reply) override;
   grpc::Status Exchange(grpc::ServerContext* context,
@@ -79,16 +79,16 @@ class WorkerService final : public proto::Worker::Service {
   // that hash: under the plan id of the loaded program, only the same
   // program (and the same devices) is accepted — as a no-op — and anything
   // else is refused with AlreadyExists before the data dir is touched.
-  tessera::Status Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
+  Status Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
                           const std::string& program_sha256, bool persist, proto::LoadProgramReply* reply);
   // The checks of issue 14 "Bounded by construction" with TLS: OK when the
   // caller (names from its certificate) may Run this request of `loaded`;
   // PermissionDenied naming who may otherwise.
-  tessera::Status CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller, bool fan_out) const;
+  Status CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller, bool fan_out) const;
   std::shared_ptr<Loaded> current() const;
-  tessera::Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
+  Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
   // Bridge mode: one request relayed between the peers and the MCU.
-  tessera::Status RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
+  Status RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
                              std::chrono::steady_clock::time_point deadline, proto::RunReply* reply);
 
   const WorkerOptions options_;

@@ -111,7 +111,7 @@ inline proto::WorkerStatusReply WorkerStatus(proto::Worker::Stub& stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   proto::WorkerStatusReply reply;
-  REQUIRE(stub.Status(&ctx, proto::StatusRequest(), &reply).ok());
+  REQUIRE(stub.GetStatus(&ctx, proto::StatusRequest(), &reply).ok());
   return reply;
 }
 

@@ -151,7 +151,7 @@ std::vector<grpc::Status> CallEveryRpc(const std::shared_ptr<grpc::Channel>& cha
     grpc::ClientContext ctx;
     ctx.set_deadline(Soon());
     proto::WorkerStatusReply reply;
-    out.push_back(stub->Status(&ctx, proto::StatusRequest(), &reply));
+    out.push_back(stub->GetStatus(&ctx, proto::StatusRequest(), &reply));
   }
   {
     grpc::ClientContext ctx;
