@@ -143,6 +143,9 @@ std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
 }
 
 namespace {
+// Where LoadProgram streams a program as it arrives (in --data-dir).
+constexpr const char* kReceivingFile = "program.pb.receiving";
+
 // Writes `parts` one after the other to `path` (truncating); IOError naming the path.
 Status WriteFile(const fs::path& path, const std::vector<std::string>& parts) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -259,13 +262,20 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   for (const std::string& c : program_chunks) program_size += static_cast<int64_t>(c.size());
   // The program goes to disk first (beside, renamed into place only once it
   // loaded), so its bytes can be freed while it is decoded: one copy of the
-  // program in memory at a time (issue 11).
+  // program in memory at a time (issue 11). LoadProgram streams it there
+  // chunk by chunk (kReceivingFile) and passes no chunks.
   persist = persist && !options_.data_dir.empty();
   const fs::path dir(options_.data_dir);
   if (persist) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    TS_RETURN_IF_ERROR(WriteFile(dir / "program.pb.tmp", program_chunks));
+    if (program_chunks.empty() && fs::exists(dir / kReceivingFile)) {
+      program_size = header.total_bytes();
+      fs::rename(dir / kReceivingFile, dir / "program.pb.tmp", ec);
+      if (ec) return Status::IOError("cannot rename " + (dir / kReceivingFile).string() + ": " + ec.message());
+    } else {
+      TS_RETURN_IF_ERROR(WriteFile(dir / "program.pb.tmp", program_chunks));
+    }
     TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {loaded->header.SerializeAsString()}));
   }
   std::string plan_id;
@@ -395,9 +405,21 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   proto::ProgramChunk chunk, header;
   // The chunks as they arrive: memory follows the bytes received, never
   // the size the header announces (issue 14: 8 GiB announced were
-  // reserved up front). Install writes them to the data dir one by one,
-  // without joining them first.
+  // reserved up front). With a --data-dir each chunk goes straight to
+  // kReceivingFile and is freed (issue 11: a load holds one chunk, then
+  // Install decodes the file once); without one they are kept for Install.
   std::vector<std::string> chunks;
+  const bool stream = !options_.data_dir.empty();
+  const fs::path receiving = fs::path(options_.data_dir) / kReceivingFile;
+  std::ofstream out;
+  struct RemoveOnExit {
+    const fs::path& path;
+    bool active;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      if (active) fs::remove(path, ec);
+    }
+  } cleanup{receiving, stream};
   int64_t received = 0;
   int64_t expected_seq = 0;
   Sha256 content;  // of the encoded program, as it arrives: the program's identity
@@ -422,6 +444,18 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
       return ToGrpcStatus(Status::InvalidArgument("program chunks exceed the announced " +
                                                   std::to_string(header.total_bytes()) + " bytes"));
     content.Update(chunk.data());
+    if (stream) {
+      if (!out.is_open()) {
+        std::error_code ec;
+        fs::create_directories(options_.data_dir, ec);
+        out.open(receiving, std::ios::binary | std::ios::trunc);
+      }
+      out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+      if (!out)
+        return ToGrpcStatus(Status::IOError("cannot write " + receiving.string() + "; check --data-dir is writable"));
+      ++expected_seq;
+      continue;
+    }
     // Small chunks are joined (up to kChunkBytes each): what a load holds
     // follows the bytes received, not how many chunks a peer cut them into.
     if (!chunks.empty() && chunks.back().size() + chunk.data().size() <= kChunkBytes)
@@ -434,6 +468,10 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   if (received != header.total_bytes())
     return ToGrpcStatus(Status::DataLoss("program load ended after " + std::to_string(received) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
+  if (stream) {
+    out.close();
+    if (!out) return ToGrpcStatus(Status::IOError("cannot write " + receiving.string()));
+  }
   // Who loaded it is what its certificate says, never what the request says.
   header.clear_loaded_by();
   if (const std::vector<std::string> names = PeerCertificateNames(*context); !names.empty())
