@@ -4,9 +4,11 @@
 # every architecture tests/oracle/export_torchvision.py builds — classic
 # (ResNet, VGG-less GoogLeNet, SqueezeNet, MNASNet, MobileNetV2) and modern
 # edge models (EfficientNet, MobileNetV3, RegNetY, ResNeXt, ShuffleNetV2,
-# DenseNet, Inception v3).
+# DenseNet, Inception v3, ConvNeXt-T with GELU and LayerNorm, the LR-ASPP
+# segmentation model with bilinear Resize, a ConvTranspose/GELU/Split decoder).
 #   plan_property_zoo.sh TESSERA BUILD_DIR
 here=$(cd "$(dirname "$0")" && pwd)
 export PLAN_PROPERTY_MODELS="mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0 resnet50 efficientnet_b0
-  mobilenet_v3_small regnet_y_400mf resnext50_32x4d shufflenet_v2_x0_5 densenet121 inception_v3"
+  mobilenet_v3_small regnet_y_400mf resnext50_32x4d shufflenet_v2_x0_5 densenet121 inception_v3 convnext_tiny
+  lraspp_mobilenet_v3_large ops_decoder"
 exec bash "$here/../plan_property.sh" "$@"
