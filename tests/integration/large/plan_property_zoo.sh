@@ -2,7 +2,7 @@
 # Issue 13 property over the whole torchvision zoo (label `large`, run by
 # .ci/run after the default suite): tests/integration/plan_property.sh with
 # every architecture tests/oracle/export_torchvision.py builds — classic
-# (ResNet, VGG-less GoogLeNet, SqueezeNet, MNASNet, MobileNetV2) and modern
+# (ResNet-18/50, GoogLeNet, SqueezeNet, MNASNet, MobileNetV2) and modern
 # edge models (EfficientNet, MobileNetV3, RegNetY, ResNeXt, ShuffleNetV2,
 # DenseNet, Inception v3, ConvNeXt-T with GELU and LayerNorm, the LR-ASPP
 # segmentation model with bilinear Resize, a ConvTranspose/GELU/Split decoder).
