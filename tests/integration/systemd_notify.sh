@@ -36,13 +36,13 @@ check_pings() {  # first-line min-count what
           printf "FAIL %s: %d WATCHDOG=1 pings (want >= %d), %.2f-%.2f s apart (want 0.7-1.9)\n", what, n, min, lo, hi; exit 1 }' ||
     fail=1
 }
-notified() {  # env for a daemon under "systemd"
-  env NOTIFY_SOCKET="$D/notify.sock" WATCHDOG_USEC=2000000 "$@"
-}
+# The environment systemd gives a Type=notify daemon (an array, not a shell
+# function: `$!` of a backgrounded function is a subshell, not the daemon).
+NOTIFIED=(env NOTIFY_SOCKET="$D/notify.sock" WATCHDOG_USEC=2000000)
 
 # 1. A worker with nothing to resume.
 mark=$(($(wc -l <"$D/notify.log") + 1))
-notified "$T" worker --listen 127.0.0.1:0 --name solo --data-dir "$D/solo" --port-file "$D/solo.port" 2>"$D/solo.log" &
+"${NOTIFIED[@]}" "$T" worker --listen 127.0.0.1:0 --name solo --data-dir "$D/solo" --port-file "$D/solo.port" 2>"$D/solo.log" &
 SOLO=$!
 PIDS+=($SOLO)
 wait_for $mark 'READY=1' 20 || { bad "worker sent no READY=1"; cat "$D/solo.log"; exit 1; }
@@ -86,7 +86,7 @@ curl -s http://$HTTP/metrics | grep -q '^tessera_gateway_unauthenticated_total 0
 # 4. A worker restarted from --data-dir: READY=1 comes with the resumed plan.
 stop_processes ${PIDS[1]}
 mark=$(($(wc -l <"$D/notify.log") + 1))
-notified "$T" worker --listen "$(cat "$D/w1.port")" --name w1 --data-dir "$D/w1" 2>>"$D/w1.log" &
+"${NOTIFIED[@]}" "$T" worker --listen "$(cat "$D/w1.port")" --name w1 --data-dir "$D/w1" 2>>"$D/w1.log" &
 PIDS[1]=$!
 wait_for $mark 'READY=1' 20 || bad "restarted worker sent no READY=1"
 since $mark | grep -q "READY=1|STATUS=serving plan $plan as device [0-9]" &&
