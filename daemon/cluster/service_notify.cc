@@ -100,8 +100,9 @@ void ServiceNotifier::Loop() {
         unhealthy_logged = false;
       } else if (!unhealthy_logged) {
         unhealthy_logged = true;
-        spdlog::warn("systemd watchdog: own health check failed; ping withheld (systemd restarts the service "
-                     "when this lasts WatchdogSec)");
+        spdlog::warn(
+            "systemd watchdog: own health check failed; ping withheld (systemd restarts the service "
+            "when this lasts WatchdogSec)");
       }
     }
     lock.lock();

@@ -66,8 +66,8 @@ class ServiceNotifier {
   const std::chrono::microseconds ping_interval_;
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;        // GUARDED_BY(mu_)
-  std::string last_status_;  // only touched by Ready() before the thread starts, then by the thread
+  bool stop_ = false;         // GUARDED_BY(mu_)
+  std::string last_status_;   // only touched by Ready() before the thread starts, then by the thread
   bool send_failed_ = false;  // a failed sd_notify is logged once
   std::thread thread_;
 };

@@ -885,7 +885,8 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
   };
   notify.describe = [&service, &mcu_services, &mcus] {
     std::string line = service.Describe();
-    for (size_t i = 0; i < mcu_services.size(); ++i) line += "; MCU " + mcus[i].name + ": " + mcu_services[i]->Describe();
+    for (size_t i = 0; i < mcu_services.size(); ++i)
+      line += "; MCU " + mcus[i].name + ": " + mcu_services[i]->Describe();
     return line;
   };
   ServiceNotifier notifier(std::move(notify));

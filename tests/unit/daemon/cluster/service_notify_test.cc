@@ -38,7 +38,10 @@ class NotifySocket {
     std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
     REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
     ::setenv("NOTIFY_SOCKET", path_.c_str(), 1);
-    if (watchdog_usec) ::setenv("WATCHDOG_USEC", watchdog_usec, 1); else ::unsetenv("WATCHDOG_USEC");
+    if (watchdog_usec)
+      ::setenv("WATCHDOG_USEC", watchdog_usec, 1);
+    else
+      ::unsetenv("WATCHDOG_USEC");
     ::unsetenv("WATCHDOG_PID");
   }
   ~NotifySocket() {
