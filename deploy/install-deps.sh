@@ -20,12 +20,14 @@ BUILD_PKGS=(
   libeigen3-dev libspdlog-dev libfmt-dev catch2
   libonnx-dev coinor-libcbc-dev coinor-libclp-dev coinor-libosi-dev coinor-libcgl-dev coinor-libcoinutils-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  libsystemd-dev  # sd_notify for the Type=notify units (daemon/cluster/service_notify.h)
 )
 # Test oracles and data: PyTorch/torchvision/ONNX for /usr/bin/python3,
 # ONNX conformance data, darknet's cfg files, node + npm for onnxruntime-node.
 TEST_PKGS=(
   python3 python3-numpy python3-torch python3-torchvision python3-onnx
   libonnx-testdata darknet
+  systemd  # systemd-analyze verify/security (tests/integration/systemd_units.sh)
 )
 # MCU path (firmware + emulator) and serial-link helpers.
 MCU_PKGS=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm socat)

@@ -15,7 +15,9 @@
 #include "daemon/cli/cli_tls_options.h"
 #include "daemon/cluster/gateway.h"
 #include "daemon/cluster/gateway_plan.h"
+#include "daemon/cluster/gateway_tokens.h"
 #include "daemon/cluster/http_endpoint.h"
+#include "daemon/cluster/service_notify.h"
 #include "planner/cluster.h"
 
 namespace tessera {
@@ -135,9 +137,39 @@ int RunGateway(GatewayArgs& a) {
   }
   std::fprintf(stderr, "gateway: plan %s on %zu workers; gRPC %s%s%s\n", served->plan_id.c_str(),
                served->workers.size(), bound.c_str(), http ? ", HTTP " : "", http ? http->address().c_str() : "");
+  // systemd (Type=notify, WatchdogSec=): ready once both endpoints listen;
+  // the watchdog pings while the gRPC server answers its own Gateway.Status
+  // (in-process, with the first --token-file token so that the probe is
+  // neither refused nor counted as an unauthenticated call).
+  std::string probe_token;
+  if (!a.token_file.empty()) {
+    auto token = GatewayTokens::FirstToken(a.token_file);
+    if (!token.ok()) return ReportError("gateway", token.status());
+    probe_token = std::move(*token);
+  }
+  auto self = proto::Gateway::NewStub((*server)->InProcessChannel(grpc::ChannelArguments()));
+  ServiceNotifyOptions notify;
+  notify.healthy = [&self, &probe_token] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    if (!probe_token.empty()) context.AddMetadata("authorization", "Bearer " + probe_token);
+    proto::GatewayStatusRequest request;
+    proto::GatewayStatusReply reply;
+    const grpc::Status st = self->Status(&context, request, &reply);
+    if (!st.ok()) spdlog::warn("gateway: own Status call failed: {}", st.error_message());
+    return st.ok();
+  };
+  notify.describe = [g = gateway->get()] {
+    const ServedCluster served = g->Served();
+    return "serving plan " + served.plan_id + " on " + std::to_string(served.workers.size()) + " workers" +
+           (g->AllWorkersUp() ? "" : "; a worker is down");
+  };
+  ServiceNotifier notifier(std::move(notify));
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);
+  notifier.Ready();
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  notifier.Stopping();
   http.reset();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

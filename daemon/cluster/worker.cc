@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/cluster/service_notify.h"
 #include "daemon/cluster/worker_mcu_bridge.h"
 #include "partition/compile/program_codec.h"
 #include "transport/tls/content_hash.h"
@@ -140,6 +141,12 @@ Status WorkerService::OpenMcu() {
 std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
   std::lock_guard<std::mutex> lock(mu_);
   return loaded_;
+}
+
+std::string WorkerService::Describe() const {
+  auto loaded = current();
+  if (!loaded) return "no program";
+  return "serving plan " + loaded->header.plan_id() + " as device " + std::to_string(loaded->header.device());
 }
 
 namespace {
@@ -899,9 +906,33 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
     { std::ofstream(tmp) << port_lines; }
     std::filesystem::rename(tmp, port_file);
   }
+  // systemd (Type=notify, WatchdogSec=): ready now that it listens with the
+  // program of --data-dir resumed. The watchdog pings while the server
+  // answers its own Health call: in-process (no TLS handshake) but through
+  // the same handler threads a remote caller gets.
+  auto self = proto::Worker::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  ServiceNotifyOptions notify;
+  notify.healthy = [&self, &options, probe_budget = std::chrono::milliseconds(500)] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + probe_budget);
+    proto::HealthRequest request;
+    proto::HealthReply reply;
+    const grpc::Status st = self->Health(&context, request, &reply);
+    if (!st.ok()) spdlog::warn("worker {}: own Health call failed: {}", options.name, st.error_message());
+    return st.ok();
+  };
+  notify.describe = [&service, &mcu_services, &mcus] {
+    std::string line = service.Describe();
+    for (size_t i = 0; i < mcu_services.size(); ++i)
+      line += "; MCU " + mcus[i].name + ": " + mcu_services[i]->Describe();
+    return line;
+  };
+  ServiceNotifier notifier(std::move(notify));
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
+  notifier.Ready();
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  notifier.Stopping();
   for (auto& srv : mcu_servers) srv->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return Status::OK();

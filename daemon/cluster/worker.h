@@ -62,6 +62,10 @@ class WorkerService final : public proto::Worker::Service {
   // Loads the program kept in data_dir, if any (restart without redeploy).
   Status ResumeFromDisk();
 
+  // One line for humans (systemd STATUS=): "serving plan P as device D"
+  // or "no program". Thread-safe.
+  std::string Describe() const;
+
   grpc::Status LoadProgram(grpc::ServerContext* context, grpc::ServerReader<proto::ProgramChunk>* reader,
                            proto::LoadProgramReply* reply) override;
   grpc::Status Health(grpc::ServerContext* context, const proto::HealthRequest* request,
