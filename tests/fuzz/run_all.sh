@@ -12,6 +12,7 @@
 # BUILD_DIR/fuzz/corpus/<name>, crashes to BUILD_DIR/fuzz/artifacts/<name>.
 # Exit status 1 when any target found something.
 set -uo pipefail
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 if [ $# -lt 2 ]; then
   echo "usage: $0 BUILD_DIR SECONDS [RUNS]" >&2
   exit 2
