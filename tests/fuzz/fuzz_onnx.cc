@@ -5,16 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include <google/protobuf/stubs/logging.h>
-
 #include "partition/import/model_import.h"
-
-// protobuf logs every invalid UTF-8 string field it meets; the refusal
-// through Status is what counts, and the log would drown the fuzzer's.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
-}
+#include "tests/fuzz/quiet_protobuf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

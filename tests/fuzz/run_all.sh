@@ -10,6 +10,7 @@
 #   tests/fuzz/run_all.sh build-fuzz 0 1000000     # >= 1 M executions each
 # Corpora as in tests/fuzz/CMakeLists.txt: new inputs go to
 # BUILD_DIR/fuzz/corpus/<name>, crashes to BUILD_DIR/fuzz/artifacts/<name>.
+# TARGETS="npy frame" (environment) runs only those targets.
 # Exit status 1 when any target found something.
 set -uo pipefail
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
@@ -21,7 +22,8 @@ build=$(cd "$1" && pwd) || { echo "run_all.sh: no build directory $1" >&2; exit 
 seconds=$2
 runs=${3:-}
 src=$(cd "$(dirname "$0")" && pwd)
-targets=(onnx darknet cluster npy http program frame)
+# TARGETS="npy http" runs only those.
+read -r -a targets <<< "${TARGETS:-onnx darknet cluster npy http program frame}"
 
 extra_corpus() {
   case $1 in
