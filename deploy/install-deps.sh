@@ -38,8 +38,12 @@ CPU_TEST_PKGS=(qemu-user g++-aarch64-linux-gnu)
 BENCH_PKGS=(iproute2)
 # .ci/check-format: changed C++ lines must be clang-format clean (git clang-format).
 LINT_PKGS=(clang-format)
+# libFuzzer targets (tests/fuzz/, -DTESSERA_FUZZ=ON): Debian's clang and its
+# runtime libraries (libFuzzer, ASan, UBSan).
+FUZZ_PKGS=(clang libclang-rt-14-dev)
 
-ALL=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MCU_PKGS[@]}" "${CPU_TEST_PKGS[@]}" "${BENCH_PKGS[@]}" "${LINT_PKGS[@]}")
+ALL=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MCU_PKGS[@]}" "${CPU_TEST_PKGS[@]}" "${BENCH_PKGS[@]}" "${LINT_PKGS[@]}"
+  "${FUZZ_PKGS[@]}")
 # node + npm run onnxruntime-node (second reference runtime). Machines of this
 # kind already ship a newer Node than Debian's, whose nodejs package conflicts
 # with it; install Debian's only when no node is present at all.

@@ -1,5 +1,7 @@
 #include "util/limits.h"
 
+#include <algorithm>
+
 namespace tessera {
 
 namespace {
@@ -17,18 +19,24 @@ Result<int64_t> CheckedElementCount(const std::vector<int64_t>& dims, const std:
   int64_t n = 1;
   for (int64_t d : dims)
     if (d < 0) return Status::InvalidArgument(what + " has shape " + DimsToString(dims) + " with a negative dimension");
+  // The non-zero dimensions are bounded too: a tensor with a 0 dimension
+  // holds nothing, but [0, 2^40, 2^40] would still overflow every product
+  // and stride computed from its shape (NumElements of its slices).
+  bool empty = false;
   for (int64_t d : dims) {
-    if (d == 0) return int64_t{0};
-  }
-  for (int64_t d : dims) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
     // n * d > limit, tested without computing the product.
     if (d > kMaxTensorElements / n)
       return Status::InvalidArgument(what + " has shape " + DimsToString(dims) + ": more than " +
-                                     std::to_string(kMaxTensorElements) +
-                                     " elements (tessera's limit per tensor, util/limits.h)");
+                                     std::to_string(kMaxTensorElements) + " elements" +
+                                     (std::count(dims.begin(), dims.end(), 0) ? " in its non-zero dimensions" : "") +
+                                     " (tessera's limit per tensor, util/limits.h)");
     n *= d;
   }
-  return n;
+  return empty ? int64_t{0} : n;
 }
 
 }  // namespace tessera

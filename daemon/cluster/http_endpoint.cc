@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "daemon/runtime/json_tensor.h"
+#include "daemon/cluster/http_request.h"
 #include "daemon/runtime/npy.h"
 #include "transport/grpc/grpc_channel.h"
 
@@ -53,13 +53,6 @@ struct HttpEndpoint::State {
 };
 
 namespace {
-
-Result<TensorData> ParseBody(const std::string& body, const std::string& content_type, const Shape& want) {
-  if (body.rfind("\x93NUMPY", 0) == 0 || content_type.find("npy") != std::string::npos ||
-      content_type.find("octet-stream") != std::string::npos)
-    return ParseNpy(body, "request body");
-  return ParseJsonTensor(body, want, NumElements(want), "request body");
-}
 
 int64_t NanosFromNow(std::chrono::milliseconds d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>((Clock::now() + d).time_since_epoch()).count();
@@ -148,7 +141,7 @@ http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::req
     const auto& sig = s.gateway->options().signature;
     if (sig.input_shapes.size() != 1)
       return error(Status::NotSupported("the HTTP endpoint takes single-input models; use gRPC Gateway.Infer"));
-    auto t = ParseBody(req.body(), std::string(req[http::field::content_type]), sig.input_shapes[0]);
+    auto t = ParseInferBody(req.body(), std::string(req[http::field::content_type]), sig.input_shapes[0]);
     if (!t.ok()) return error(t.status());
     std::vector<TensorData> inputs;
     inputs.push_back(std::move(*t));
@@ -198,7 +191,7 @@ void Serve(HttpEndpoint::State& s, HttpConnection& c) {
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.body_limit(static_cast<std::uint64_t>(s.options.max_body_bytes));
+    ConfigureRequestParser(s.options.max_body_bytes, &parser);
     // The header (or, between requests, the next one) within the idle timeout.
     c.deadline = NanosFromNow(s.options.idle_timeout);
     http::read_header(socket, buffer, parser, ec);

@@ -94,7 +94,8 @@ Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin) {
         return Status::DataLoss(origin + ": constant '" + vm.name() + "' has " + std::to_string(vm.data().size()) +
                                 " bytes for shape " + ShapeToString(shape));
       t.values.resize(n);
-      std::memcpy(t.values.data(), vm.data().data(), n * 4);
+      // An empty constant (a 0 dimension) has no storage to copy into.
+      if (n > 0) std::memcpy(t.values.data(), vm.data().data(), n * 4);
       std::string().swap(*vm.mutable_data());
       g.AddConstant(vm.name(), std::move(t));
     } else {

@@ -74,9 +74,8 @@ struct CfgSection {
 
 // darknet's reader (read_cfg): whitespace anywhere in a line is dropped,
 // '#' and ';' start comment lines, "[x]" opens a section, "k=v" is an option.
-Result<std::vector<CfgSection>> ReadCfgFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open darknet cfg file");
+// `path` names the text in errors.
+Result<std::vector<CfgSection>> ParseCfgText(std::istream& in, const std::string& path) {
   std::vector<CfgSection> sections;
   std::string raw;
   int line_no = 0;
@@ -107,6 +106,12 @@ Result<std::vector<CfgSection>> ReadCfgFile(const std::string& path) {
   }
   if (in.bad()) return Status::IOError(path + ": read error");
   return sections;
+}
+
+Result<std::vector<CfgSection>> ReadCfgFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": cannot open darknet cfg file");
+  return ParseCfgText(in, path);
 }
 
 // Typed, strict access to one section's options. Errors name file, line,
@@ -1091,8 +1096,10 @@ class DarknetGraphBuilder {
 
 }  // namespace
 
-Result<Graph> ImportDarknet(const std::string& cfg_path, const ImportOptions& options) {
-  TS_ASSIGN_OR_RETURN(std::vector<CfgSection> sections, ReadCfgFile(cfg_path));
+namespace {
+
+Result<Graph> ImportDarknetSections(std::vector<CfgSection> sections, const std::string& cfg_path,
+                                    const ImportOptions& options) {
   if (sections.empty() || CanonicalSectionType(sections[0].type) != "net")
     return Status::InvalidArgument(cfg_path + ":" + std::to_string(sections.empty() ? 1 : sections[0].line) +
                                    ": the first section must be [net] or [network]");
@@ -1118,6 +1125,19 @@ Result<Graph> ImportDarknet(const std::string& cfg_path, const ImportOptions& op
   spdlog::debug("{}: {} darknet layers, {} weights ({})", cfg_path, graph.nodes.size(), graph.WeightCount(),
                 weights->generated() ? "seeded" : options.weights_path);
   return graph;
+}
+
+}  // namespace
+
+Result<Graph> ImportDarknet(const std::string& cfg_path, const ImportOptions& options) {
+  TS_ASSIGN_OR_RETURN(std::vector<CfgSection> sections, ReadCfgFile(cfg_path));
+  return ImportDarknetSections(std::move(sections), cfg_path, options);
+}
+
+Result<Graph> ImportDarknetText(const std::string& cfg_text, const std::string& origin, const ImportOptions& options) {
+  std::istringstream in(cfg_text);
+  TS_ASSIGN_OR_RETURN(std::vector<CfgSection> sections, ParseCfgText(in, origin));
+  return ImportDarknetSections(std::move(sections), origin, options);
 }
 
 }  // namespace tessera

@@ -56,6 +56,9 @@ Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origi
 // Reads a darknet .cfg (one Graph node per section, in file order, so node
 // index i+1 is darknet's layer i+1). Errors name the file, line and section.
 Result<Graph> ImportDarknet(const std::string& cfg_path, const ImportOptions& options);
+// Same from cfg text in memory (`origin` names it in errors and the graph;
+// a .weights file still comes from options.weights_path).
+Result<Graph> ImportDarknetText(const std::string& cfg_text, const std::string& origin, const ImportOptions& options);
 
 // Chooses the importer by extension (.onnx / .cfg); clear error otherwise.
 Result<Graph> ImportModel(const std::string& path, const ImportOptions& options);

@@ -1,5 +1,7 @@
 #include "partition/import/onnx_constant_eval.h"
 
+#include "util/limits.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -720,6 +722,11 @@ Result<Shape> ResolveReshape(const Shape& input, const std::vector<int64_t>& tar
       continue;
     }
     if (out[i] < 0) return Status::InvalidArgument("Reshape: negative dim in target " + ShapeToString(target));
+    // known * out[i] > limit, tested without computing the product.
+    if (out[i] > 0 && out[i] > kMaxTensorElements / std::max<int64_t>(known, 1))
+      return Status::InvalidArgument("Reshape: target " + ShapeToString(target) + " has more than " +
+                                     std::to_string(kMaxTensorElements) +
+                                     " elements (tessera's limit per tensor, util/limits.h)");
     known *= out[i];
   }
   const int64_t total = NumElements(input);

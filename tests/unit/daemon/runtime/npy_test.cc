@@ -117,3 +117,22 @@ TEST_CASE("npy: headers as numpy and other writers spell them still parse") {
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message().find("fortran_order") != std::string::npos);
 }
+
+// Found by tests/fuzz/fuzz_npy (tests/fuzz/regressions/npy/
+// zero_dim_overflowing_shape.npy): a 0 dimension made the element count 0,
+// so the huge other dimensions were accepted and overflowed NumElements of
+// any slice of the shape. Now every non-zero dimension is within the limit.
+TEST_CASE("npy: a 0 dimension beside huge ones is refused, not an empty tensor (fuzz_npy)") {
+  auto r = ParseNpy(NpyWithHeader("{'descr': '<i4', 'fortran_order': False, 'shape': (444444444443, 43, 0, "
+                                  "444444444444444443, 3), }"),
+                    "fuzz.npy");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().IsInvalidArgument());
+  CHECK(r.status().message().find("fuzz.npy") != std::string::npos);
+  CHECK(r.status().message().find("non-zero dimensions") != std::string::npos);
+  // A genuinely empty tensor of sane dimensions still parses.
+  auto empty = ParseNpy(NpyWithHeader("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4), }"), "e.npy");
+  REQUIRE(empty.ok());
+  CHECK(empty->values.empty());
+  CHECK(empty->shape == Shape{0, 4});
+}

@@ -138,3 +138,30 @@ TEST_CASE("device programs survive serialisation, and corrupted bytes are refuse
   for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(junk[i] ^ 0x5a);
   (void)ParseProgram(junk, "junk", nullptr);  // must not crash; may or may not parse
 }
+
+// Found by tests/fuzz/fuzz_program (tests/fuzz/regressions/program/
+// empty_constant_memcpy_null.pb, replayed under UBSan by the fuzz build's
+// fuzz_regressions.program): a constant with a 0 dimension was copied with
+// memcpy into a vector with no storage (a null pointer, undefined even for
+// 0 bytes). Here: an empty constant is a valid graph value and survives.
+TEST_CASE("graphs with an empty constant (a 0 dimension) serialise and parse back (fuzz_program)") {
+  Graph g;
+  const int x = g.AddValue("x", {1, 4});
+  const int empty = g.AddConstant("nothing", TensorData{{0, 4}, {}});
+  const int y = g.AddValue("y", {1, 4});
+  Node n;
+  n.name = "concat";
+  n.op = "Concat";
+  n.inputs = {x, empty};
+  n.outputs = {y};
+  n.attrs.Set("axis", int64_t{0});
+  g.AddNode(n);
+  g.inputs = {x};
+  g.outputs = {y};
+  auto back = ParseGraph(SerializeGraph(g), "empty-constant");
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  REQUIRE(back->constants.count(empty) == 1);
+  CHECK(back->constants.at(empty).shape == Shape{0, 4});
+  CHECK(back->constants.at(empty).values.empty());
+}

@@ -895,3 +895,31 @@ TEST_CASE("onnx: ConvTranspose with stride, pads, output_padding, dilation and g
 }
 
 }  // namespace tessera
+
+// Found by tests/fuzz/fuzz_onnx (tests/fuzz/regressions/onnx/
+// reshape_target_overflow.onnx): Reshape multiplied its target dims without
+// a bound. 6 x 274177 x 67280421310721 = 6 (2^64 + 1) wrapped to 6 and was
+// accepted as a reshape of 6 values into 1.1e20.
+#include "partition/import/onnx_constant_eval.h"
+
+namespace tessera {
+
+TEST_CASE("onnx: a Reshape target beyond the element limit is refused, not wrapped (fuzz_onnx)", "[onnx]") {
+  auto r = onnx_import::ResolveReshape({6}, {6, 274177, 67280421310721}, false);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().IsInvalidArgument());
+  CHECK(r.status().message().find("Reshape: target") != std::string::npos);
+  CHECK(r.status().message().find("limit") != std::string::npos);
+  CHECK_FALSE(onnx_import::ResolveReshape({6}, {-1, int64_t{1} << 40, int64_t{1} << 40}, false).ok());
+  REQUIRE(onnx_import::ResolveReshape({6}, {2, -1}, false).ok());
+
+  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/regressions/onnx/reshape_target_overflow.onnx",
+                   std::ios::binary);
+  REQUIRE(in);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto g = ImportOnnxBytes(bytes, "fuzz.onnx", ImportOptions{});
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().message().find("fuzz.onnx") != std::string::npos);
+}
+
+}  // namespace tessera

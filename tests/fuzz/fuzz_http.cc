@@ -1,0 +1,23 @@
+// libFuzzer target: the gateway's HTTP request parsing (daemon/cluster/
+// http_request.h): Beast's parser with the endpoint's body limit (64 KiB
+// here so that the limit is reachable), the header fields the endpoint
+// reads, then the /v1/infer body as .npy or JSON for a 1x3x8x8 input.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "daemon/cluster/http_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace http = boost::beast::http;
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  auto request = tessera::ParseHttpRequest(bytes, 64 << 10);
+  if (!request.ok()) return 0;
+  const std::string target(request->target());
+  const std::string content_type((*request)[http::field::content_type]);
+  const std::string authorization((*request)[http::field::authorization]);
+  (void)target;
+  (void)authorization;
+  (void)tessera::ParseInferBody(request->body(), content_type, tessera::Shape{1, 3, 8, 8});
+  return 0;
+}
