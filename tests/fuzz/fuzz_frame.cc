@@ -2,11 +2,11 @@
 // FrameStreamDecoder over wire::FrameDecoder). Bytes are fed in two pieces
 // (split by the first byte) to cover frames across Feed calls. Every frame
 // it accepts must encode back to bytes that decode to the same frame.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>

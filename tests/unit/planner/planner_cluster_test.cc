@@ -181,10 +181,10 @@ TEST_CASE("cluster: nested aliases (a YAML bomb) are refused quickly", "[planner
 
 TEST_CASE("cluster: YAML nested 100 000 deep is refused, not a stack overflow", "[planner][cluster]") {
   for (const std::string& deep : {std::string(100000, '['), [] {
-                                     std::string s;
-                                     for (int i = 0; i < 50000; ++i) s += "{a: ";
-                                     return s;
-                                   }()}) {
+                                    std::string s;
+                                    for (int i = 0; i < 50000; ++i) s += "{a: ";
+                                    return s;
+                                  }()}) {
     auto c = ParseCluster("devices: " + deep, "deep.yaml", {});
     CHECK_FALSE(c.ok());
     CHECK(c.status().message().find("deep.yaml") != std::string::npos);
