@@ -34,8 +34,9 @@ MCU_PKGS=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm socat)
 # Kernel tests on emulated x86-64 CPUs without AVX-512 / AVX2 (tests/CMakeLists.txt),
 # and the arm64 cross build whose kernel tests run under qemu-aarch64 (.ci/run).
 CPU_TEST_PKGS=(qemu-user g++-aarch64-linux-gnu)
-# bench/cluster-netns: network namespaces and tc link shaping.
-BENCH_PKGS=(iproute2)
+# bench/cluster-netns, bench/cluster-emulated: network namespaces, tc link
+# shaping, plots.
+BENCH_PKGS=(iproute2 python3-matplotlib)
 # .ci/check-format: changed C++ lines must be clang-format clean (git clang-format).
 LINT_PKGS=(clang-format)
 # libFuzzer targets (tests/fuzz/, -DTESSERA_FUZZ=ON): Debian's clang and its

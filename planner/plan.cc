@@ -398,7 +398,7 @@ struct SplitTotals {
 };
 
 // Adds layer `l` to the totals; its latency is the slowest device's compute
-// plus the transfers of every sender.
+// plus the time of the busiest cable.
 void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerShares& shares, SplitTotals* t) {
   const int n = c.size();
   const double M = static_cast<double>(f.M), K = static_cast<double>(f.K), Q = static_cast<double>(f.Q);
@@ -418,10 +418,17 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
   for (int i = 0; i < n; ++i) {
     t->traffic.sent[i] += layer_traffic.sent[i];
     t->traffic.received[i] += layer_traffic.received[i];
-    // Senders share the network with device 0 at its end; count them in turn.
-    if (layer_traffic.sent[i] > 0)
-      transfer_s += c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0,
-                                      static_cast<int64_t>(std::ceil(layer_traffic.sent[i])) * kFloatBytes);
+    // Every device has its own cable to the switch (issue 15: counting
+    // every sender in turn overcounts devices that exchange halos at once):
+    // the layer's transfers take as long as the busiest cable, what its
+    // device sends plus what it receives. Sends and receives are counted
+    // in turn on one cable because a layer's scatter (inputs out) and
+    // gather (outputs back) are steps one after the other; for the star
+    // around device 0 this is the sum over senders as before.
+    const double busiest = layer_traffic.sent[i] + layer_traffic.received[i];
+    if (busiest > 0)
+      transfer_s = std::max(transfer_s, c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0,
+                                                          static_cast<int64_t>(std::ceil(busiest)) * kFloatBytes));
   }
   t->latency_per_layer[l] = slowest + transfer_s;
 }
@@ -568,6 +575,13 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
   return Status::OK();
 }
 
+// "0.812 s predicted, 1.23 /s".
+std::string FormatPrediction(const Plan& p) {
+  char text[96];
+  std::snprintf(text, sizeof text, "%.3f s predicted, %.3f /s", p.latency_s, p.throughput_per_s);
+  return text;
+}
+
 }  // namespace
 
 const char* ObjectiveName(Objective objective) {
@@ -597,9 +611,43 @@ Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& laye
   FillModelTotals(graph, layers, &plan);
   if (options.objective == Objective::kMemory || options.objective == Objective::kCommunication) {
     TS_RETURN_IF_ERROR(BuildSplitPlan(graph, layers, options, &plan));
-  } else {
-    TS_RETURN_IF_ERROR(BuildPipelinePlan(graph, layers, options, &plan));
+    return plan;
   }
+  const Status pipeline = BuildPipelinePlan(graph, layers, options, &plan);
+  // An explicit --solver asks for layer assignment (METHODS §5) itself.
+  if (!options.solver.empty() || cluster.size() < 2) {
+    TS_RETURN_IF_ERROR(pipeline);
+    return plan;
+  }
+  // Layer assignment runs each layer of a request on one device; the split
+  // plans (§3 FFMT tiles, §4 FDT slices) run every layer on every device at
+  // once. For latency and throughput the plan is the one the model predicts
+  // best (issue 15: YOLOv2 on 4 devices must beat one device by 2.5x).
+  auto better = [&](const Plan& a, const Plan& b) {  // a strictly better than b
+    return options.objective == Objective::kLatency ? a.latency_s < b.latency_s * (1 - 1e-9)
+                                                    : a.throughput_per_s > b.throughput_per_s * (1 + 1e-9);
+  };
+  const bool have_pipeline = pipeline.ok();
+  std::string choice = have_pipeline ? "layer assignment (METHODS §5): " + FormatPrediction(plan) : "";
+  bool split_won = false;
+  for (Objective split : {Objective::kMemory, Objective::kCommunication}) {
+    PlanOptions o = options;
+    o.objective = split;
+    Plan candidate;
+    candidate.cluster = cluster;
+    FillModelTotals(graph, layers, &candidate);
+    if (!BuildSplitPlan(graph, layers, o, &candidate).ok()) continue;
+    const std::string what =
+        std::string("split plan (") + ObjectiveName(split) + " ILP, METHODS §3-§4): " + FormatPrediction(candidate);
+    if ((!have_pipeline && !split_won) || better(candidate, plan)) {
+      candidate.objective = options.objective;
+      choice = what + (choice.empty() ? "" : "; beats " + choice);
+      plan = std::move(candidate);
+      split_won = true;
+    }
+  }
+  if (!have_pipeline && !split_won) return pipeline;
+  plan.choice = choice;
   return plan;
 }
 
@@ -626,6 +674,8 @@ PartitionPlan ToPartitionPlan(const Plan& plan) {
     }
     out.layers.push_back(std::move(la));
   }
+  for (size_t d = 0; d < plan.loads.size(); ++d)
+    if (plan.loads[d].compact_weights) out.compact_weights.insert(static_cast<int>(d));
   return out;
 }
 
@@ -646,6 +696,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                         {"plan_bytes", static_cast<int64_t>(std::ceil(plan.communication_plan_values * kFloatBytes))}};
   j["latency_s"] = plan.latency_s;
   j["throughput_per_s"] = plan.throughput_per_s;
+  if (!plan.choice.empty()) j["choice"] = plan.choice;
   j["solver"] = {{"name", plan.solver.name}, {"optimal", plan.solver.optimal}, {"seconds", plan.solver.seconds},
                  {"nodes", plan.solver.nodes}};
   json subs = json::array();
@@ -683,6 +734,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                                          {"load_peak_bytes", d.promised_load_peak_bytes},
                                          {"baseline_bytes", d.baseline_bytes},
                                          {"in_flight", d.in_flight},
+                                         {"compact_weights", d.compact_weights},
                                          {"ram_bytes", plan.cluster.devices[i].ram_bytes == kUnlimitedBytes
                                                            ? json(nullptr)
                                                            : json(plan.cluster.devices[i].ram_bytes)}};
@@ -754,6 +806,11 @@ std::string FormatPlanTable(const Plan& plan) {
                   FormatBytes(d.promised_load_peak_bytes).c_str());
     out += line;
   }
+  std::string compact;
+  for (int i = 0; i < plan.cluster.size(); ++i)
+    if (plan.loads[i].compact_weights) compact += (compact.empty() ? "" : ", ") + plan.cluster.devices[i].name;
+  if (!compact.empty())
+    out += "compact weights (no Winograd: raw-size conv weights, slower 3x3 convs) to fit RAM on: " + compact + "\n";
   out += "\n";
   std::snprintf(line, sizeof line,
                 "switch layer %d; footprint single device %s, per device (METHODS §3) %s, this plan's largest %s\n",
@@ -767,6 +824,7 @@ std::string FormatPlanTable(const Plan& plan) {
   std::snprintf(line, sizeof line, "predicted latency %.6f s, throughput %.3f /s\n", plan.latency_s,
                 plan.throughput_per_s);
   out += line;
+  if (!plan.choice.empty()) out += "chosen: " + plan.choice + "\n";
   std::snprintf(line, sizeof line, "solver %s (%s), %.4f s, %lld nodes\n", plan.solver.name.c_str(),
                 plan.solver.optimal ? "optimal" : "not proven optimal", plan.solver.seconds,
                 static_cast<long long>(plan.solver.nodes));

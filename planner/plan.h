@@ -58,6 +58,9 @@ struct DeviceLoad {
   // 0 = not sized (an MCU, or BuildPlan alone). promised = baseline +
   // max(weights as stored + in_flight × arena, weights held while loading).
   int64_t promised_bytes = 0, promised_weight_bytes = 0, promised_arena_bytes = 0, baseline_bytes = 0;
+  // The device's convs keep raw-size weights (no Winograd) to fit its RAM
+  // (PartitionPlan::compact_weights; chosen by PlanWithinMemory).
+  bool compact_weights = false;
   int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
   int in_flight = 0;
 };
@@ -78,6 +81,10 @@ struct Plan {
   std::vector<SolverReport> sub_solvers;   // every search that ran, in order
   std::vector<PlannedLayer> layers;
   std::vector<DeviceLoad> loads;           // per cluster device
+  // Latency/throughput objectives: which family of plans won and by how
+  // much ("split plan (memory ILP, METHODS §3): 0.81 s predicted; layer
+  // assignment (§5): 2.90 s"); empty for the other objectives.
+  std::string choice;
 };
 
 // REQUIRES: `layers` = ComputeLayerFigures(graph). Errors: InvalidArgument

@@ -35,7 +35,10 @@ Result<LoadedPlan> ReadPlanFile(const std::string& path, const Graph& graph) {
   if (p.devices_size() < 1) return Status::InvalidArgument(path + ": the plan has no devices");
   LoadedPlan out;
   out.id = p.id();
-  for (const auto& d : p.devices()) out.device_names.push_back(d.name());
+  for (int i = 0; i < p.devices_size(); ++i) {
+    out.device_names.push_back(p.devices(i).name());
+    if (p.devices(i).compact_weights()) out.plan.compact_weights.insert(i);
+  }
   out.plan.num_devices = p.devices_size();
   out.plan.source = 0;
   for (int i = 0; i < p.layers_size(); ++i) {

@@ -59,6 +59,7 @@ Status WritePlanProto(const Plan& plan, const std::string& path) {
     pd->set_compute_share(load.compute_share);
     pd->set_sent_bytes(load.sent_bytes);
     pd->set_received_bytes(load.received_bytes);
+    pd->set_compact_weights(load.compact_weights);
   }
   for (const auto& a : plan.layers) {
     auto* pl = p.add_layers();

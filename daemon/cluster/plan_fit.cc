@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "partition/compile/program_compiler.h"
 #include "util/quantity.h"
@@ -85,7 +86,12 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
   std::vector<const Device*> devices;
   for (const Device& d : cluster.devices) devices.push_back(&d);
   std::string last_overrun;
-  for (int attempt = 0; attempt <= fit.max_replans; ++attempt) {
+  // Devices whose convs keep raw-size weights (no Winograd). A device over
+  // its RAM first tries that (same plan, slower 3x3 convs on it, up to
+  // 0.44x of their Winograd weight bytes saved) before the planner is asked
+  // to put less on it: rounds that only add such devices are not re-plans.
+  std::set<int> compact;
+  for (int attempt = 0; attempt <= fit.max_replans;) {
     auto plan = BuildPlan(graph, layers, planning, options);
     if (!plan.ok()) {
       // The planner's own model gave up on the tightened capacities: the
@@ -95,17 +101,28 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
                                          " re-plans: " + last_overrun + "; add devices or use larger ones");
       return plan.status();
     }
+    for (int d : compact) plan->loads[d].compact_weights = true;
     TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, ToPartitionPlan(*plan)));
     std::vector<Overrun> overruns;
     TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
     if (overruns.empty()) {
       plan->cluster = cluster;
       FillPromises(sizes, &*plan);
-      if (attempt > 0) spdlog::info("plan fits every device's RAM after {} re-plan(s)", attempt);
+      if (attempt > 0 || !compact.empty())
+        spdlog::info("plan fits every device's RAM after {} re-plan(s), compact weights on {} device(s)", attempt,
+                     compact.size());
       return plan;
     }
     last_overrun = DescribeOverruns(overruns, devices);
-    if (attempt < fit.max_replans) spdlog::info("re-planning ({}/{}): {}", attempt + 1, fit.max_replans, last_overrun);
+    bool newly_compact = false;
+    for (const Overrun& o : overruns)
+      if (compact.insert(o.device).second) {
+        newly_compact = true;
+        spdlog::info("device {} over its RAM: trying compact weights (no Winograd) on it", devices[o.device]->name);
+      }
+    if (newly_compact) continue;
+    ++attempt;
+    if (attempt <= fit.max_replans) spdlog::info("re-planning ({}/{}): {}", attempt, fit.max_replans, last_overrun);
     for (const Overrun& o : overruns) {
       // Shrink what the planner may put on this device by how much the
       // worker's real need exceeds its RAM (at least 5 %, at most half).

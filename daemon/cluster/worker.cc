@@ -329,6 +329,11 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     // One runner now: proves every subgraph prepares, and measures memory.
     RunnerOptions ro;
     ro.threads = options_.threads;
+    // Each Recv waits until the request's deadline (GrpcLink caps the wait
+    // at it), not a fixed minute: on Pi-class devices with requests queued
+    // a message can take longer while the client's deadline is far away
+    // (issue 15, bench/cluster-emulated: YOLOv2, 4 devices, 8 clients).
+    ro.timeout = std::chrono::hours(24);
     // Each weight once, in the form the kernels read (issue 11): the
     // program's copy of weights a kernel repacked is freed as it prepares;
     // every request in flight gets a runner (arena) over the same kernels.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ struct PartitionPlan {
   int num_devices = 1;
   int source = 0;  // where model inputs arrive and outputs are collected
   std::vector<LayerAssignment> layers;  // one per Graph::nodes entry, same order
+  // Devices whose programs store their weights compactly: no Winograd
+  // transform (F(2x2,3x3) keeps 16 values per 9 of a 3x3 kernel, 1.78x the
+  // raw bytes), every conv on packed im2col/pointwise weights at their raw
+  // size. Chosen by the planner for a device that does not fit its RAM
+  // otherwise (daemon/cluster/plan_fit.h); slower on those layers.
+  std::set<int> compact_weights;
 };
 
 // Every layer WHOLE on `device`: the trivial plan (a one-device run).

@@ -751,7 +751,16 @@ TensorData SliceAxis(const TensorData& t, size_t axis, int64_t begin, int64_t en
 
 Result<CompiledPlan> CompilePlan(const Graph& graph, const PartitionPlan& plan, const CompileOptions& options) {
   Compiler c(graph, plan, options);
-  return c.Run();
+  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, c.Run());
+  for (int d : plan.compact_weights) {
+    if (d < 0 || d >= static_cast<int>(compiled.programs.size()))
+      return Status::InvalidArgument("the plan marks device " + std::to_string(d) + " for compact weights; it has " +
+                                     std::to_string(compiled.programs.size()) + " devices");
+    for (Graph& sub : compiled.programs[d].subgraphs)
+      for (Node& n : sub.nodes)
+        if (n.op == "Conv") n.attrs.Set("compact_weights", int64_t{1});
+  }
+  return compiled;
 }
 
 }  // namespace tessera

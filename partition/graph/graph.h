@@ -34,6 +34,9 @@
 //      importer emits them, and elu/selu.
 //    Absent or "" means linear. Conv, ConvTranspose, Gemm and Add (darknet
 //    [shortcut]) may carry one.
+//  * Conv attr "compact_weights" = 1 (set by the compiler on a device whose
+//    plan says so, PartitionPlan::compact_weights): the kernel keeps its
+//    weights at their raw size (no Winograd transform). Same answers.
 //  * ONNX imports lose Identity, Dropout (inference), Constant and shape
 //    arithmetic: Reshape carries its resolved target shape in attr "shape".
 //    darknet imports keep one node per cfg section, so [dropout], [cost] and

@@ -116,14 +116,16 @@ class ConvKernel final : public Kernel {
     prepared_threads_ = std::max(1, ctx.threads);
     microkernels_ = &MicrokernelsFor(ActiveIsa());
     wino_min_channels_ = a.Int("winograd_min_channels", 96);
+    // A device short of RAM keeps weights at their raw size (graph.h).
+    const bool compact_weights = a.Int("compact_weights", 0) != 0;
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
     if (cg_ == 1 && group_ > 1) {
       strategy_ = kDepthwise;
       PrepareDepthwise();
     } else if (kh_ == 1 && kw_ == 1 && sh_ == 1 && sw_ == 1 && pt_ == 0 && pl_ == 0 && pb == 0 && pr == 0) {
       strategy_ = kPointwise;
-    } else if (kh_ == 3 && kw_ == 3 && sh_ == 1 && sw_ == 1 && dh_ == 1 && dw_ == 1 && group_ == 1 &&
-               c_ >= wino_min_channels_ && o_ >= wino_min_channels_ && oh_ * ow_ >= 64 &&
+    } else if (!compact_weights && kh_ == 3 && kw_ == 3 && sh_ == 1 && sw_ == 1 && dh_ == 1 && dw_ == 1 &&
+               group_ == 1 && c_ >= wino_min_channels_ && o_ >= wino_min_channels_ && oh_ * ow_ >= 64 &&
                ConstantOrNull(ctx, 1) != nullptr) {
       // Measured on AVX-512 against Eigen im2col: Winograd wins from ~128
       // channels (resnet18 layers 2-3: 1.2-1.6x); at 64 channels its

@@ -5,12 +5,13 @@
 #include <cmath>
 #include <random>
 
+#include "daemon/runtime/device_memory.h"
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/program_runner.h"
 #include "daemon/runtime/seeded_input.h"
-#include "partition/graph/metrics.h"
 #include "partition/compile/forced_plan.h"
 #include "partition/compile/program_compiler.h"
+#include "partition/graph/metrics.h"
 #include "planner/plan.h"
 
 using namespace tessera;
@@ -199,6 +200,54 @@ TEST_CASE("ffmt tiles reassemble to the unsplit output (2x2, 3x3, uneven)") {
   for (int l = 0; l < 5; ++l) uneven.layers.push_back(Ffmt({0, 1, 2}, 3, 1, {2, 1, 1}, {1}));
   for (int l = 5; l < 9; ++l) uneven.layers.push_back(Whole(1));
   CheckEquivalent(g, uneven);
+}
+
+TEST_CASE("compact weights (no Winograd) on a device give the same answers and store raw-size weights") {
+  // PartitionPlan::compact_weights: the compiler marks the device's convs;
+  // the kernel then packs 3x3 weights for im2col instead of transforming
+  // them (F(2x2,3x3): 16 values per 9). 128 channels each: Winograd otherwise.
+  Graph g;
+  const int x = g.AddValue("x", {1, 128, 16, 16});
+  g.inputs = {x};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  TensorData w;
+  w.shape = {256, 128, 3, 3};
+  w.values.resize(256 * 128 * 9);
+  for (float& v : w.values) v = nd(rng);
+  const int wv = g.AddConstant("w", std::move(w));
+  const int y = g.AddValue("y", {1, 256, 16, 16});
+  Node conv;
+  conv.name = "conv";
+  conv.op = "Conv";
+  conv.inputs = {x, wv};
+  conv.outputs = {y};
+  conv.attrs.Set("kernel_shape", std::vector<int64_t>{3, 3});
+  conv.attrs.Set("strides", std::vector<int64_t>{1, 1});
+  conv.attrs.Set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  conv.attrs.Set("dilations", std::vector<int64_t>{1, 1});
+  conv.attrs.Set("group", int64_t{1});
+  g.AddNode(conv);
+  g.outputs = {y};
+  REQUIRE(g.Validate().ok());
+  PartitionPlan plan;
+  plan.num_devices = 2;
+  plan.layers.push_back(Split(LayerScheme::kFdto, {0, 1}));
+  plan.compact_weights = {1};
+  // Winograd on device 0, raw-size weights on device 1: both equal the unsplit run.
+  CheckEquivalent(g, plan, 1e-5);
+  auto compiled = CompilePlan(g, plan);
+  REQUIRE(compiled.ok());
+  auto wino = SizeDeviceProgram(compiled->programs[0], {});
+  auto compact = SizeDeviceProgram(compiled->programs[1], {});
+  REQUIRE(wino.ok());
+  REQUIRE(compact.ok());
+  // Each holds 128 output channels: raw 128·128·9 floats; Winograd 128·128·16.
+  CHECK(compact->weight_bytes < wino->weight_bytes);
+  CHECK(compact->weight_bytes <= 128 * 128 * 9 * 4 + 4096);
+  CHECK(wino->weight_bytes >= 128 * 128 * 16 * 4);
+  plan.compact_weights = {2};
+  CHECK_FALSE(CompilePlan(g, plan).ok());  // no such device: refused, not ignored
 }
 
 TEST_CASE("ffmt halo overhead is counted and zero for a single tile") {

@@ -1,0 +1,592 @@
+#!/usr/bin/python3
+"""bench/cluster-emulated (issue 15): tessera on an emulated Pi cluster.
+
+Every worker runs in its own network namespace and its own cgroup: a CPU
+quota gives it a Pi-like compute budget (calibrated per model, see below)
+and a memory limit its `ram:` from the cluster file (exceeding it
+OOM-kills the worker, as on a board). Every cable is shaped with tc (tbf at
+the bandwidth, netem for the one-way delay) in both directions. The gateway
+runs in the root namespace and reaches the workers over a bridge.
+
+Experiments (--experiment, default all):
+  fits     a model that does not fit one device: the planner refuses one
+           device (naming the shortfall), `tessera run` in the same memory
+           limit is OOM-killed, and on N >= 4 devices every answer equals
+           `tessera run` (unconstrained, this machine).
+  speedup  models x devices x bandwidths x objectives: measured latency and
+           throughput vs one device, and vs the planner's prediction.
+--smoke: two devices, a small model, two objectives, <= 60 s; exits
+non-zero on any mismatch (CI: tests/integration/cluster_emulated_smoke.sh).
+
+Calibration. The planner's device speed is `macs_per_s` in the cluster
+file (--device-macs, default 2e9 = one Cortex-A72 core of a Pi 4: 1.5 GHz x
+8 fp32 MAC/cycle (two 128-bit FMA pipes) = 12 GMAC/s peak, of which fp32
+convolution kernels reach roughly a sixth on that core). For each model
+the bench measures this machine's single-thread rate (`tessera run
+--threads 1`) and sets each worker's quota to device_macs / host_rate of
+one CPU; it then runs the model once inside such a cgroup and reports the
+MAC rate the quota really yields.
+
+Needs root (ip netns, tc, cgroups). Everything it creates is named ts-emu-*
+and is removed on exit, also on Ctrl-C. Results: --out DIR (default
+bench/cluster-emulated/results): results.json, a table on stdout, and PNG
+plots (matplotlib) when --plots.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emulation  # noqa: E402
+
+PY = "/usr/bin/python3"
+MODELS = {
+    # name: (model file, input shape)
+    "yolov2": ("/usr/share/darknet/cfg/yolov2.cfg", "1x3x608x608"),
+    "yolov2-tiny": ("/usr/share/darknet/cfg/yolov2-tiny.cfg", "1x3x416x416"),
+    "yolov2-tiny-160": ("/usr/share/darknet/cfg/yolov2-tiny.cfg", "1x3x160x160"),
+    "vgg-16": ("/usr/share/darknet/cfg/vgg-16.cfg", "1x3x224x224"),
+}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def parse_bytes(text):
+    m = re.fullmatch(r"\s*([0-9.]+)\s*(B|KiB|MiB|GiB)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError("size like 128MiB: " + text)
+    return int(float(m.group(1)) * {None: 1, "B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)])
+
+
+def proc_status(pid, key):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def load_npy(path):
+    import numpy as np
+    return np.load(path)
+
+
+def relative_error(a, b):
+    import numpy as np
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return math.inf
+    return float(np.max(np.abs(a - b)) / max(1e-30, float(np.max(np.abs(b)))))
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tessera = os.path.realpath(args.tessera)
+        self.dir = tempfile.mkdtemp(prefix="tessera-emu-")
+        self.cgroups = emulation.Cgroups()
+        self.net = emulation.Network()
+        self.procs = []
+        self.host_rate = {}  # model name -> this machine's single-thread MAC/s
+        self.fraction = {}  # model name -> a device's share of one CPU
+        self.macs = {}
+        self.failures = []
+
+    # ---- lifetime -------------------------------------------------------
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs = []
+        self.cgroups.close()
+        self.net.close()
+        subprocess.run(["rm", "-rf", self.dir])
+
+    def fail(self, what):
+        log("MISMATCH: " + what)
+        self.failures.append(what)
+
+    # ---- pieces ---------------------------------------------------------
+    def model_macs(self, name):
+        if name not in self.macs:
+            model, shape = MODELS[name]
+            out = subprocess.run([self.tessera, "inspect", model, "--input-shape", shape, "--json"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.macs[name] = json.loads(out)["totals"]["macs"]
+        return self.macs[name]
+
+    def input_and_reference(self, name):
+        """Seeded input .npy and `tessera run`'s outputs for it (this machine, unconstrained)."""
+        import numpy as np
+        model, shape = MODELS[name]
+        x = os.path.join(self.dir, name + ".x.npy")
+        ref = os.path.join(self.dir, name + ".ref.npy")
+        if not os.path.exists(ref):
+            dims = [int(v) for v in shape.split("x")]
+            np.save(x, np.random.default_rng(7).standard_normal(dims).astype(np.float32))
+            subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--input", x,
+                            "--output", ref, "--threads", "2"], check=True, capture_output=True)
+        return x, ref
+
+    def calibrate(self, name):
+        """This machine's single-thread rate on the model, and the quota for a device."""
+        if name in self.host_rate:
+            return self.host_rate[name]
+        model, shape = MODELS[name]
+        out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--threads",
+                              "1", "--repeat", "3", "--warmup", "1", "--json"], capture_output=True, text=True,
+                             check=True).stdout
+        ms = json.loads(out)["median_ms"]
+        self.host_rate[name] = self.model_macs(name) / (ms / 1000.0)
+        log("calibration: %s on this machine, 1 thread: %.1f ms = %.3g MAC/s" % (name, ms, self.host_rate[name]))
+        return self.host_rate[name]
+
+    def quota(self, name):
+        """(fraction of one CPU, CFS period in us) giving --device-macs on this model."""
+        if name not in self.fraction:
+            self.fraction[name] = self.args.device_macs / self.calibrate(name)
+        fraction = self.fraction[name]
+        if fraction > 1:
+            log("note: --device-macs %.3g is faster than one CPU of this machine (%.3g); capped at one CPU" %
+                (self.args.device_macs, self.calibrate(name)))
+            fraction = self.fraction[name] = 1.0
+        # The kernel's smallest quota is 1 ms: stretch the period so that a
+        # small fraction still gets a quota >= 1 ms, at most 1 s.
+        period = int(min(1_000_000, max(20_000, math.ceil(1000 / fraction))))
+        return fraction, period
+
+    def measured_device_rate(self, name, tries=3):
+        """Runs the model inside a device's CPU quota: the MAC/s it really
+        gets. The first quota comes from this machine's wall-clock rate,
+        which other load on the machine makes look slower than it is; the
+        quota is corrected by target/measured until within 15 % (or tries)."""
+        model, shape = MODELS[name]
+        group = "%s-calib" % emulation.PREFIX
+        rate = 0.0
+        for attempt in range(tries):
+            fraction, period = self.quota(name)
+            self.cgroups.create(group, fraction, period, None)
+            p = subprocess.Popen([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape,
+                                  "--threads", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 preexec_fn=lambda: self.cgroups.join(group, os.getpid()))
+            out, _ = p.communicate()
+            self.cgroups.remove(group)
+            rate = self.model_macs(name) / (json.loads(out)["median_ms"] / 1000.0)
+            log("calibration: %s in %.2f%% of a CPU (period %d us): %.3g MAC/s, target %.3g" %
+                (name, 100 * fraction, period, rate, self.args.device_macs))
+            if abs(rate / self.args.device_macs - 1) <= 0.15 or fraction >= 1.0:
+                break
+            self.fraction[name] = min(1.0, fraction * self.args.device_macs / rate)
+        return rate
+
+    def cluster_file(self, n, addresses, rate, delay_ms, ram):
+        path = os.path.join(self.dir, "cluster-%d.yaml" % n)
+        with open(path, "w") as f:
+            f.write("devices:\n")
+            for i in range(n):
+                f.write("  - { name: pi%d, kind: linux, address: %s:7070, ram: %dKiB, flash: 32GiB, macs_per_s: %g }\n" %
+                        (i + 1, addresses[i] if addresses else "10.78.0.%d" % (11 + i), ram // 1024,
+                         self.args.device_macs))
+            f.write("links:\n  default: { bandwidth: %s, latency: %gms }\n" % (emulation.yaml_rate(rate), delay_ms))
+        return path
+
+    def start_cluster(self, name, n, rate, ram):
+        """n workers, each in its namespace and cgroup; returns [(name, pid, addr, group)]."""
+        fraction, period = self.quota(name)
+        self.net.start()
+        workers = []
+        for i in range(1, n + 1):
+            ns, addr = self.net.add_host(i, rate, self.args.delay_ms)
+            group = "%s-w%d" % (emulation.PREFIX, i)
+            self.cgroups.create(group, fraction, period, ram)
+            # A fresh data dir per point: a worker resumes the program it
+            # finds there, and the previous point's would count in its peak.
+            self.points_started = getattr(self, "points_started", 0) + (i == 1)
+            data = os.path.join(self.dir, "p%d-w%d" % (self.points_started, i))
+            os.makedirs(data, exist_ok=True)
+            logf = open(os.path.join(self.dir, "w%d.log" % i), "ab")
+            p = subprocess.Popen(["ip", "netns", "exec", ns, self.tessera, "--log-level", "warn", "worker", "--listen",
+                                  addr + ":7070", "--name", "pi%d" % i, "--insecure", "--threads", "1",
+                                  "--data-dir", data], stdout=logf, stderr=logf,
+                                 preexec_fn=lambda g=group: self.cgroups.join(g, os.getpid()))
+            self.procs.append(p)
+            workers.append({"name": "pi%d" % i, "proc": p, "addr": addr, "group": group, "ns": ns})
+        time.sleep(0.5)
+        return workers
+
+    def stop_cluster(self, workers):
+        for w in workers:
+            if w["proc"].poll() is None:
+                w["proc"].kill()
+            w["proc"].wait()
+            self.procs.remove(w["proc"])
+            self.cgroups.remove(w["group"])
+        self.net.close()
+
+    def start_gateway(self, name, cluster, objective):
+        model, shape = MODELS[name]
+        port, http = free_port(), free_port()
+        logpath = os.path.join(self.dir, "gw-%s.log" % objective)
+        logf = open(logpath, "wb")
+        p = subprocess.Popen([self.tessera, "gateway", "--cluster", cluster, "--model", model, "--input-shape", shape,
+                              "--objective", objective, "--listen", "127.0.0.1:%d" % port, "--http",
+                              "127.0.0.1:%d" % http, "--data-dir", os.path.join(self.dir, "gw-" + objective),
+                              "--insecure", "--max-in-flight", "8"], stdout=logf, stderr=logf)
+        self.procs.append(p)
+        deadline = time.monotonic() + self.args.deploy_timeout
+        while time.monotonic() < deadline:
+            if p.poll() is not None:
+                raise RuntimeError("gateway exited: " + open(logpath).read()[-2000:])
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % http, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise RuntimeError("gateway not healthy after %d s: %s" % (self.args.deploy_timeout,
+                                                                       open(logpath).read()[-2000:]))
+        text = open(logpath).read()
+        m = re.search(r"predicted latency ([0-9.e+-]+) s, throughput ([0-9.e+-]+) /s", text)
+        predicted = (float(m.group(1)), float(m.group(2))) if m else (math.nan, math.nan)
+        return {"proc": p, "port": port, "http": http, "log": logpath, "predicted": predicted}
+
+    def stop_gateway(self, gw):
+        gw["proc"].terminate()
+        try:
+            gw["proc"].wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            gw["proc"].kill()
+            gw["proc"].wait()
+        self.procs.remove(gw["proc"])
+
+    def infer(self, gw, x, out):
+        t0 = time.monotonic()
+        r = subprocess.run([self.tessera, "infer", "--gateway", "127.0.0.1:%d" % gw["port"], "--input", x, "--output",
+                            out, "--deadline-ms", str(int(self.args.deadline_s * 1000))], capture_output=True, text=True)
+        return time.monotonic() - t0, r
+
+    def metrics(self, gw):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % gw["http"], timeout=5) as r:
+            text = r.read().decode()
+        link = sum(float(v) for v in re.findall(r"^tessera_link_payload_bytes_total\{[^}]*\} (\S+)$", text, re.M))
+
+        def value(name):
+            m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+            return float(m.group(1)) if m else 0.0
+        return {"link_bytes": link, "latency_sum": value("tessera_request_latency_seconds_sum"),
+                "latency_count": value("tessera_request_latency_seconds_count")}
+
+    def promised(self, name, cluster, objective):
+        model, shape = MODELS[name]
+        r = subprocess.run([self.tessera, "--log-level", "warn", "plan", model, "--input-shape", shape, "--cluster",
+                            cluster, "--objective", objective, "--json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            return None, r.stderr.strip() or r.stdout.strip()
+        j = json.loads(r.stdout)
+        return [d.get("worker_ram", {}).get("promised_bytes", 0) for d in j["device_summary"]], j
+
+    # ---- one point --------------------------------------------------------
+    def serve_point(self, name, n, rate, objective, ram, requests, concurrency):
+        """Workers + gateway for one (model, N, bandwidth, objective); returns the measurements."""
+        x, ref = self.input_and_reference(name)
+        reference = load_npy(ref)
+        workers = self.start_cluster(name, n, rate, ram)
+        point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective}
+        try:
+            cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram)
+            promised, plan = self.promised(name, cluster, objective)
+            if promised is None:
+                point["refused"] = plan
+                return point
+            gw = self.start_gateway(name, cluster, objective)
+            try:
+                point["predicted_latency_s"], point["predicted_throughput_per_s"] = gw["predicted"]
+                point["peak_rss_after_deploy_bytes"] = [proc_status(w["proc"].pid, "VmHWM") for w in workers]
+                warm_s, r = self.infer(gw, x, os.path.join(self.dir, "warm.npy"))
+                if r.returncode != 0:
+                    self.fail("%s N=%d %s %s: warm-up request failed: %s" % (name, n, rate, objective, r.stderr.strip()))
+                    return point
+                time.sleep(1.2)  # link counters are pulled by the gateway's 1 s health loop
+                before = self.metrics(gw)
+                latencies, worst = [], 0.0
+                for k in range(requests):
+                    out = os.path.join(self.dir, "out%d.npy" % k)
+                    s, r = self.infer(gw, x, out)
+                    if r.returncode != 0:
+                        self.fail("%s N=%d %s %s: request %d failed: %s" % (name, n, rate, objective, k, r.stderr.strip()))
+                        continue
+                    latencies.append(s)
+                    worst = max(worst, relative_error(load_npy(out), reference))
+                time.sleep(1.2)
+                after = self.metrics(gw)
+                # The gateway's own clock (receipt to answer), as a user's
+                # client sees it minus the `tessera infer` process start.
+                served = after["latency_count"] - before["latency_count"]
+                point["latency_s"] = ((after["latency_sum"] - before["latency_sum"]) / served) if served else math.nan
+                point["client_latencies_s"] = latencies
+                point["relative_error"] = worst
+                point["link_bytes_per_request"] = (after["link_bytes"] - before["link_bytes"]) / max(1, len(latencies))
+                if worst > self.args.tolerance:
+                    self.fail("%s N=%d %s %s: answer differs from tessera run by %.3g (tolerance %g)" %
+                              (name, n, rate, objective, worst, self.args.tolerance))
+                if concurrency > 1:
+                    point["throughput_per_s"] = self.throughput(gw, x, reference, concurrency, requests)
+                point["promised_bytes"] = promised
+                point["peak_rss_bytes"] = [proc_status(w["proc"].pid, "VmHWM") for w in workers]
+                point["cgroup_peak_bytes"] = [self.cgroups.peak_memory(w["group"]) for w in workers]
+                point["oom_kills"] = [self.cgroups.oom_kills(w["group"]) for w in workers]
+                point["in_cgroup"] = all(self.in_group(w) for w in workers)
+                if not point["in_cgroup"]:
+                    self.fail("%s N=%d: a worker is not in its cgroup" % (name, n))
+                if any(point["oom_kills"]):
+                    self.fail("%s N=%d %s %s: a worker was OOM-killed (%s)" % (name, n, rate, objective,
+                                                                             point["oom_kills"]))
+            finally:
+                self.stop_gateway(gw)
+        finally:
+            self.stop_cluster(workers)
+        return point
+
+    def in_group(self, w):
+        try:
+            with open("/proc/%d/cgroup" % w["proc"].pid) as f:
+                return w["group"] in f.read()
+        except OSError:
+            return False
+
+    def throughput(self, gw, x, reference, concurrency, requests):
+        """Requests per second with `concurrency` clients sending `requests` in all."""
+        lock = threading.Lock()
+        left = [max(requests, concurrency)]
+        done = [0]
+
+        def client(k):
+            while True:
+                with lock:
+                    if left[0] == 0:
+                        return
+                    left[0] -= 1
+                out = os.path.join(self.dir, "tp%d.npy" % k)
+                _, r = self.infer(gw, x, out)
+                if r.returncode == 0 and relative_error(load_npy(out), reference) <= self.args.tolerance:
+                    with lock:
+                        done[0] += 1
+                else:
+                    self.fail("throughput request failed or differs: " + r.stderr.strip())
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return done[0] / (time.monotonic() - t0)
+
+    # ---- experiments ----------------------------------------------------
+    def fits(self, name, ram, devices):
+        """Item 2: refused on one device, OOM-killed when forced, equal answers on N."""
+        model, shape = MODELS[name]
+        result = {"model": name, "ram_bytes": ram}
+        one = self.cluster_file(1, None, "1gbit", self.args.delay_ms, ram)
+        r = subprocess.run([self.tessera, "plan", model, "--input-shape", shape, "--cluster", one, "--objective",
+                            "memory"], capture_output=True, text=True)
+        result["one_device_plan_exit"] = r.returncode
+        result["one_device_plan_error"] = (r.stderr.strip().splitlines() or [""])[-1]
+        log("1 device, ram %d MiB: tessera plan exit %d: %s" % (ram >> 20, r.returncode, result["one_device_plan_error"]))
+        if r.returncode == 0 or "short by" not in r.stderr:
+            self.fail("%s: the planner did not refuse one device with %d MiB" % (name, ram >> 20))
+        # Forced: the whole model in one process under the same memory limit.
+        group = "%s-forced" % emulation.PREFIX
+        self.cgroups.create(group, None, 100000, ram)
+        x, ref = self.input_and_reference(name)
+        p = subprocess.Popen([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--input", x],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: self.cgroups.join(group, os.getpid()))
+        _, err = p.communicate()
+        result["forced_run_exit"] = p.returncode
+        result["forced_run_oom_kills"] = self.cgroups.oom_kills(group)
+        self.cgroups.remove(group)
+        log("1 device forced (tessera run in %d MiB): exit %d, oom_kill %d" % (ram >> 20, p.returncode,
+                                                                               result["forced_run_oom_kills"]))
+        if p.returncode != -signal.SIGKILL or result["forced_run_oom_kills"] < 1:
+            self.fail("%s: tessera run in %d MiB was not OOM-killed (exit %d)" % (name, ram >> 20, p.returncode))
+        result["clusters"] = []
+        for n in devices:
+            point = self.serve_point(name, n, "1gbit", "memory", ram, self.args.fit_requests, 1)
+            log(format_point(point))
+            if "refused" in point:
+                self.fail("%s on %d devices of %d MiB: refused: %s" % (name, n, ram >> 20, point["refused"]))
+            result["clusters"].append(point)
+        return result
+
+    def speedup(self, models, devices, rates, objectives):
+        points = []
+        for name in models:
+            for rate in rates:
+                for n in devices:
+                    for objective in objectives:
+                        if n == 1 and objective != objectives[0]:
+                            continue  # one device: every objective is the same whole-model plan
+                        # Requests per second with 2 x N clients: for the throughput
+                        # objective and for one device (the baseline of both);
+                        # --concurrency K measures it for every point.
+                        clients = self.args.concurrency or (2 * n if objective == "throughput" or n == 1 else 0)
+                        point = self.serve_point(name, n, rate, objective, self.args.ram, self.args.requests,
+                                                 clients)
+                        log(format_point(point))
+                        points.append(point)
+        return points
+
+
+def format_point(p):
+    if "refused" in p:
+        return "%-12s N=%d %-8s %-13s refused: %s" % (p["model"], p["devices"], p["bandwidth"], p["objective"],
+                                                       p["refused"][-200:])
+    pred = p.get("predicted_latency_s", math.nan)
+    lat = p.get("latency_s", math.nan)
+    mem = ""
+    if p.get("peak_rss_bytes"):
+        mem = " peak RSS %s MiB (promised %s)" % (
+            "/".join("%.0f" % (b / 2**20) for b in p["peak_rss_bytes"]),
+            "/".join("%.0f" % (b / 2**20) for b in p.get("promised_bytes") or []))
+    tp = " %.3f req/s" % p["throughput_per_s"] if "throughput_per_s" in p else ""
+    return ("%-12s N=%d %-8s %-13s latency %.3f s (predicted %.3f, ratio %.2f)%s rel.err %.2g, %.1f MiB/req on links%s"
+            % (p["model"], p["devices"], p["bandwidth"], p["objective"], lat, pred, lat / pred if pred else math.nan,
+               tp, p.get("relative_error", math.nan), p.get("link_bytes_per_request", 0) / 2**20, mem))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tessera", default="build/tessera")
+    ap.add_argument("--smoke", action="store_true", help="2 devices, small model, <= 60 s; non-zero exit on mismatch")
+    ap.add_argument("--experiment", choices=["all", "fits", "speedup"], default="all")
+    ap.add_argument("--models", default="yolov2,vgg-16")
+    ap.add_argument("--fit-model", default="yolov2")
+    ap.add_argument("--fit-ram", type=parse_bytes, default=parse_bytes("128MiB"))
+    ap.add_argument("--fit-devices", default="4,6")
+    ap.add_argument("--fit-requests", type=int, default=2)
+    ap.add_argument("--devices", default="1,2,4,6")
+    ap.add_argument("--bandwidths", default="1gbit,100mbit,10mbit")
+    ap.add_argument("--objectives", default="latency,memory,communication,throughput")
+    ap.add_argument("--device-macs", type=float, default=2e9, help="each device's MAC/s (default: a Pi 4 core)")
+    ap.add_argument("--ram", type=parse_bytes, default=parse_bytes("1GiB"), help="each device's RAM (speed-up runs)")
+    ap.add_argument("--delay-ms", type=float, default=0.2, help="one-way delay of every cable (netem)")
+    ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=0,
+                    help="clients for a throughput measurement at every point (default: 2 x devices, only for "
+                         "the throughput objective and one device)")
+    ap.add_argument("--tolerance", type=float, default=1e-4, help="max |a-b| / max |ref| against tessera run")
+    ap.add_argument("--deadline-s", type=float, default=600)
+    ap.add_argument("--deploy-timeout", type=int, default=600)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--plots", action="store_true")
+    args = ap.parse_args()
+    if os.getuid() != 0:
+        print("cluster-emulated: needs root (ip netns, tc, cgroups)", file=sys.stderr)
+        return 2
+    for tool in ("ip", "tc"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            print("cluster-emulated: %s missing (deploy/install-deps.sh installs iproute2)" % tool, file=sys.stderr)
+            return 2
+
+    bench = Bench(args)
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_signal)
+    results = {"cgroups": bench.cgroups.version, "device_macs": args.device_macs}
+    t0 = time.monotonic()
+    try:
+        if args.smoke:
+            results.update(smoke(bench, args))
+        else:
+            models = args.models.split(",")
+            for name in set(models + [args.fit_model]):
+                rate = bench.measured_device_rate(name)
+                results.setdefault("calibration", {})[name] = {
+                    "host_single_thread_macs_per_s": bench.calibrate(name), "quota": bench.quota(name),
+                    "device_macs_per_s_measured": rate}
+                log("calibration: %s in a device's quota (%.2f%% of a CPU, period %d us): %.3g MAC/s "
+                    "(target %.3g)" % (name, 100 * bench.quota(name)[0], bench.quota(name)[1], rate, args.device_macs))
+            if args.experiment in ("all", "fits"):
+                results["fits"] = bench.fits(args.fit_model, args.fit_ram,
+                                             [int(v) for v in args.fit_devices.split(",")])
+            if args.experiment in ("all", "speedup"):
+                results["speedup"] = bench.speedup(models, [int(v) for v in args.devices.split(",")],
+                                                   args.bandwidths.split(","), args.objectives.split(","))
+    except KeyboardInterrupt:
+        log("interrupted: cleaning up")
+        bench.close()
+        return 130
+    finally:
+        bench.close()
+    results["failures"] = bench.failures
+    results["delay_emulated"] = bench.net.netem is not False
+    if bench.net.netem is False:
+        log("note: this kernel has no sch_netem: cables have their rate but not the %g ms delay "
+            "(the cluster file still declares it to the planner)" % args.delay_ms)
+    results["seconds"] = time.monotonic() - t0
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "smoke.json" if args.smoke else "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    if args.plots and not args.smoke:
+        import plots
+        plots.write_all(results, args.out)
+    log("%d mismatches, %.0f s" % (len(bench.failures), results["seconds"]))
+    return 1 if bench.failures else 0
+
+
+def smoke(bench, args):
+    """Two devices, yolov2-tiny at 160², 100 Mbit/s: every answer equal, workers in their cgroups, shaped links."""
+    name = "yolov2-tiny-160"
+    args.device_macs = min(args.device_macs, 0.5 * bench.calibrate(name))
+    rate = bench.measured_device_rate(name)
+    log("smoke: device quota %.1f%% of a CPU gives %.3g MAC/s (target %.3g)" %
+        (100 * bench.quota(name)[0], rate, args.device_macs))
+    if not 0.7 * args.device_macs < rate < 1.3 * args.device_macs:
+        bench.fail("the CPU quota gives %.3g MAC/s, target %.3g" % (rate, args.device_macs))
+    points = []
+    for objective in ("memory", "latency"):
+        p = bench.serve_point(name, 2, "100mbit", objective, parse_bytes("512MiB"), 2, 1)
+        log(format_point(p))
+        if "refused" in p:
+            bench.fail("smoke plan refused: " + p["refused"])
+        elif objective == "memory" and p.get("link_bytes_per_request", 0) <= 0:
+            bench.fail("the memory plan on 2 devices sent nothing between them")
+        points.append(p)
+    return {"smoke": points, "device_macs_measured": rate}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 15 item 5: the short version of bench/cluster-emulated, so the bench
+# cannot rot. Two workers, each in its own network namespace (tc-shaped
+# 100 Mbit/s cables) and its own cgroup (CPU quota calibrated to a device
+# rate, memory limit): the quota must yield the device rate within 30 %,
+# memory and latency plans must answer like `tessera run` (max |a-b| <=
+# 1e-4 max |ref|), every worker must sit in its cgroup, the memory plan must
+# move bytes between the devices, and nothing may be OOM-killed. Needs root
+# (CI runs as root). Args: path to tessera, build dir.
+set -u
+T=${1:?tessera binary}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+[ "$(id -u)" = 0 ] || { echo "FAIL needs root (ip netns, tc, cgroups)"; exit 1; }
+command -v tc >/dev/null || { echo "FAIL tc missing (deploy/install-deps.sh installs iproute2)"; exit 1; }
+out=$(mktemp -d /tmp/tessera-emu-smoke-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+start=$(date +%s)
+/usr/bin/python3 "$repo/bench/cluster-emulated/run.py" --tessera "$T" --smoke --out "$out"
+rc=$?
+echo "cluster-emulated --smoke: exit $rc in $(( $(date +%s) - start )) s"
+# Nothing left behind: namespaces, links, cgroups.
+left=$( (ip netns list; ip -o link show; ls /sys/fs/cgroup/cpu /sys/fs/cgroup/memory /sys/fs/cgroup 2>/dev/null) | grep -c "ts-emu")
+[ "$left" = 0 ] || { echo "FAIL $left ts-emu-* objects left behind"; rc=1; }
+exit $rc
