@@ -28,6 +28,7 @@ TEST_PKGS=(
   python3 python3-numpy python3-torch python3-torchvision python3-onnx
   libonnx-testdata darknet
   systemd  # systemd-analyze verify/security (tests/integration/systemd_units.sh)
+  python3-grpcio python3-grpc-tools  # a generated Open Inference Protocol client (tests/integration/gateway_oip.sh)
 )
 # MCU path (firmware + emulator) and serial-link helpers.
 MCU_PKGS=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm socat)

@@ -17,6 +17,7 @@
 #include "daemon/cluster/gateway_plan.h"
 #include "daemon/cluster/gateway_tokens.h"
 #include "daemon/cluster/http_endpoint.h"
+#include "daemon/cluster/oip_grpc.h"
 #include "daemon/cluster/service_notify.h"
 #include "planner/cluster.h"
 
@@ -121,8 +122,9 @@ int RunGateway(GatewayArgs& a) {
   auto gateway = Gateway::Create(a.gateway);
   if (!gateway.ok()) return ReportError("gateway", gateway.status());
   GatewayService service(gateway->get());
+  OipService oip(gateway->get());  // the Open Inference Protocol v2 on the same port
   std::string bound;
-  auto server = StartGatewayServer(&service, a.listen, a.gateway.security, &bound);
+  auto server = StartGatewayServer(&service, a.listen, a.gateway.security, &bound, &oip);
   if (!server.ok()) return ReportError("gateway", server.status());
   std::unique_ptr<HttpEndpoint> http;
   if (!a.http.empty()) {
@@ -178,7 +180,8 @@ int RunGateway(GatewayArgs& a) {
 }  // namespace
 
 void RegisterGatewayCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("gateway", "Serve inference requests for a cluster (gRPC Gateway + HTTP)");
+  auto* cmd = app.add_subcommand(
+      "gateway", "Serve inference requests for a cluster (gRPC Gateway + HTTP; Open Inference Protocol v2 on both)");
   auto a = std::make_shared<GatewayArgs>();
   cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
   cmd->add_option("--input-shape", a->model.input_shapes, "Input shape override, e.g. 1x3x160x160");
@@ -211,9 +214,10 @@ void RegisterGatewayCommand(CLI::App& app) {
          "Close an HTTP connection that sends no request header for this long (default 10000)");
   cmd->add_option("--token-file", a->token_file,
                   "Bearer tokens, one per line (# comments): HTTP requests need 'Authorization: Bearer TOKEN', "
-                  "gRPC Infer/Status 'authorization: Bearer TOKEN' metadata");
+                  "gRPC calls 'authorization: Bearer TOKEN' metadata");
   cmd->add_flag("--protect-metrics", a->gateway.protect_metrics,
-                "With --token-file: /healthz and /metrics need a token too (default: open for probes)");
+                "With --token-file: /healthz, /metrics and the v2 health probes (HTTP /v2/health/live|ready, gRPC "
+                "ServerLive/ServerReady) need a token too (default: open for probes)");
   a->tls.AddTo(*cmd, "gateway",
                "Allow plaintext gRPC and HTTP off loopback: to non-loopback workers, and --listen/--http on "
                "other interfaces (trusted network only; --tls-dir covers gRPC, not HTTP)");

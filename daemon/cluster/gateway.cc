@@ -32,7 +32,9 @@ ModelSignature ModelSignature::Of(const Graph& graph) {
   for (int v : graph.outputs) {
     s.output_values.push_back(v);
     s.output_names.push_back(graph.values[v].name);
+    s.output_shapes.push_back(graph.values[v].shape);
   }
+  s.model_name = graph.name;
   return s;
 }
 
@@ -710,7 +712,8 @@ grpc::Status GatewayService::Status(grpc::ServerContext* context, const proto::G
 }
 
 Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service, const std::string& listen,
-                                                         const TransportSecurity& security, std::string* bound) {
+                                                         const TransportSecurity& security, std::string* bound,
+                                                         grpc::Service* also) {
   TS_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(listen, security));
   grpc::ServerBuilder builder;
   int port = 0;
@@ -719,6 +722,7 @@ Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
   builder.RegisterService(service);
+  if (also) builder.RegisterService(also);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");
   if (bound) *bound = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(port);

@@ -47,6 +47,10 @@ struct ModelSignature {
   std::vector<int> input_values, output_values;  // graph value ids
   std::vector<std::string> input_names, output_names;
   std::vector<Shape> input_shapes;
+  // The Open Inference Protocol's view (oip_http.h, oip_grpc.h): the model
+  // file's stem, which clients name in /v2/models/{name}, and output shapes.
+  std::string model_name;
+  std::vector<Shape> output_shapes;
   static ModelSignature Of(const Graph& graph);
 };
 
@@ -228,9 +232,12 @@ class GatewayService final : public proto::Gateway::Service {
   Gateway* const gateway_;
 };
 
-// Starts the gRPC Gateway service on `listen` (":0" = any port); returns the
-// server and writes the bound address to *bound.
+// Starts the gRPC Gateway service on `listen` (":0" = any port), and `also`
+// on the same port when given (the Open Inference Protocol's service,
+// oip_grpc.h; borrowed, outlives the server); returns the server and writes
+// the bound address to *bound.
 Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service, const std::string& listen,
-                                                         const TransportSecurity& security, std::string* bound);
+                                                         const TransportSecurity& security, std::string* bound,
+                                                         grpc::Service* also = nullptr);
 
 }  // namespace tessera

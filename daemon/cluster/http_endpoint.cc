@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "daemon/cluster/http_request.h"
+#include "daemon/cluster/oip_http.h"
 #include "daemon/runtime/npy.h"
 #include "transport/grpc/grpc_channel.h"
 
@@ -97,6 +98,8 @@ http::response<http::string_body> JsonError(int code, const std::string& message
   return res;
 }
 
+}  // namespace
+
 int HttpCode(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return 200;
@@ -111,6 +114,8 @@ int HttpCode(StatusCode code) {
     default: return 500;
   }
 }
+
+namespace {
 
 http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::request<http::string_body>& req) {
   http::response<http::string_body> res;
@@ -155,7 +160,9 @@ http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::req
       j["outputs"].push_back({{"name", sig.output_names[o]}, {"shape", r->outputs[o].shape}, {"data", r->outputs[o].values}});
     return reply(200, "application/json", j.dump() + "\n");
   }
-  return error(Status::NotFound("no such endpoint " + target + " (POST /v1/infer, GET /healthz, GET /metrics)"));
+  if (IsOipTarget(target)) return HandleOipRequest(*s.gateway, req);  // Open Inference Protocol v2 (oip_http.h)
+  return error(Status::NotFound("no such endpoint " + target +
+                                " (POST /v1/infer, GET /healthz, GET /metrics, the v2 protocol under /v2)"));
 }
 
 // A refused request's body up to this size is read (and dropped) before the
@@ -168,7 +175,8 @@ Status Authorize(HttpEndpoint::State& s, const http::request_parser<http::string
   const GatewayOptions& o = s.gateway->options();
   if (!o.tokens) return Status::OK();
   const std::string_view target(req.target().data(), req.target().size());
-  if (!o.protect_metrics && req.method() == http::verb::get && (target == "/healthz" || target == "/metrics"))
+  if (!o.protect_metrics && req.method() == http::verb::get &&
+      (target == "/healthz" || target == "/metrics" || IsOipHealthProbe(target)))
     return Status::OK();
   const auto header = req[http::field::authorization];
   return s.gateway->Authorize(std::string_view(header.data(), header.size()), "the gateway's HTTP endpoint");

@@ -1,6 +1,7 @@
 // The gateway's HTTP endpoint (Boost.Beast, synchronous, one thread per
 // connection): POST /v1/infer (JSON array or .npy body), GET /healthz,
-// GET /metrics (Prometheus text).
+// GET /metrics (Prometheus text), and the Open Inference Protocol v2 under
+// /v2 (oip_http.h).
 //
 // Bounded (issue 14): at most `max_connections` connections are served at
 // once (more are answered 503 and closed), a connection that sends no
@@ -32,6 +33,10 @@ struct HttpEndpointOptions {
 // FailedPrecondition when `listen` is not a loopback address and
 // `allow_remote` is false (the gRPC guard's rule, transport/grpc/grpc_channel.h).
 Status CheckHttpListenAddress(const std::string& listen, bool allow_remote);
+
+// The HTTP status answering an error of `code` (400 bad input, 404, 401,
+// 429 queue full, 503 unavailable, 504 deadline, ...).
+int HttpCode(StatusCode code);
 
 class HttpEndpoint {
  public:

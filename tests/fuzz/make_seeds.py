@@ -5,6 +5,7 @@ Run from the repository root: /usr/bin/python3 tests/fuzz/make_seeds.py. The fra
 program seeds are written by make_seeds.sh (they need the C++ codec / protoc).
 """
 import io
+import json
 import os
 
 import numpy as np
@@ -52,6 +53,19 @@ chunk = json_body.encode()
 write("http", "infer_chunked.http", b"POST /v1/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
       b"Expect: 100-continue\r\n\r\n" + f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n0\r\n\r\n")
 write("http", "http10.http", "GET /v2/health/live HTTP/1.0\r\n\r\n")
+# Open Inference Protocol v2: JSON (nested data) and the binary tensor data extension.
+v2_json = json.dumps({"id": "1", "inputs": [{"name": "x", "shape": [1, 3, 8, 8], "datatype": "FP32",
+                                             "data": np.full((1, 3, 8, 8), 0.5).tolist()}],
+                      "outputs": [{"name": "y", "parameters": {"binary_data": True}}]})
+write("http", "v2_infer_json.http", "POST /v2/models/m/versions/1/infer HTTP/1.1\r\nContent-Type: application/json\r\n"
+      f"Content-Length: {len(v2_json)}\r\n\r\n{v2_json}")
+v2_head = ('{"inputs": [{"name": "x", "shape": [1, 3, 8, 8], "datatype": "FP32", "parameters": {"binary_data_size": 768}}],'
+           ' "parameters": {"binary_data_output": true}}').encode()
+v2_body = v2_head + np.ones(192, dtype="<f4").tobytes()
+write("http", "v2_infer_binary.http", b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Type: application/octet-stream\r\n"
+      + f"Inference-Header-Content-Length: {len(v2_head)}\r\nContent-Length: {len(v2_body)}\r\n\r\n".encode()
+      + v2_body)
+write("http", "v2_model_ready.http", "GET /v2/models/m/versions/1/ready HTTP/1.1\r\nHost: gw\r\n\r\n")
 
 write("cluster", "two_linux.yaml", """devices:
   - { name: a, address: 127.0.0.1:7000, ram: 1GiB, flash: 8GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }
