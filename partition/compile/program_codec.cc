@@ -199,10 +199,42 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
 
 }  // namespace
 
+namespace {
+
+// One subgraph as an entry of DeviceProgramMsg's repeated `subgraphs` field.
+void AppendSubgraph(const Graph& g, std::string* out) {
+  using Wire = google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  const uint32_t tag = Wire::MakeTag(proto::DeviceProgramMsg::kSubgraphsFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
+  proto::GraphMsg gm;
+  ToMsg(g, &gm);
+  uint8_t prefix[16];
+  uint8_t* end = CodedOutputStream::WriteTagToArray(tag, prefix);
+  end = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(gm.ByteSizeLong()), end);
+  out->append(reinterpret_cast<const char*>(prefix), static_cast<size_t>(end - prefix));
+  gm.AppendToString(out);
+}
+
+size_t ReserveFor(const DeviceProgram& p) {
+  int64_t weight_bytes = 0;
+  for (const Graph& g : p.subgraphs)
+    for (const auto& [id, data] : g.constants) weight_bytes += static_cast<int64_t>(data.values.size()) * 4;
+  return static_cast<size_t>(weight_bytes) + p.subgraphs.size() * 16384 + (1 << 20);
+}
+
+}  // namespace
+
+// Both forms write the same bytes for the same program: a worker identifies
+// a program by the SHA-256 of its encoding, so `tessera deploy` (which
+// moves) and the gateway (which copies) must agree byte for byte, or the
+// gateway's redeploy of the plan deploy loaded is refused as "a different
+// program" (issue 15: found when latency plans became split plans).
 std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id) {
-  proto::DeviceProgramMsg m = ProgramMsgWithoutSubgraphs(p, plan_id);
-  for (const Graph& g : p.subgraphs) ToMsg(g, m.add_subgraphs());
-  return m.SerializeAsString();
+  std::string out;
+  out.reserve(ReserveFor(p));
+  for (const Graph& g : p.subgraphs) AppendSubgraph(g, &out);
+  ProgramMsgWithoutSubgraphs(p, plan_id).AppendToString(&out);
+  return out;
 }
 
 std::string SerializeProgram(DeviceProgram&& p, const std::string& plan_id) {
@@ -211,23 +243,11 @@ std::string SerializeProgram(DeviceProgram&& p, const std::string& plan_id) {
   // of the message is appended. ParseProgram reads the same program. The
   // output is reserved up front (weights + room for the structure) so that
   // it is not copied as it grows; reserved pages untouched stay unresident.
-  using Wire = google::protobuf::internal::WireFormatLite;
-  using google::protobuf::io::CodedOutputStream;
-  int64_t weight_bytes = 0;
-  for (const Graph& g : p.subgraphs)
-    for (const auto& [id, data] : g.constants) weight_bytes += static_cast<int64_t>(data.values.size()) * 4;
   std::string out;
-  out.reserve(static_cast<size_t>(weight_bytes) + p.subgraphs.size() * 16384 + (1 << 20));
-  const uint32_t tag = Wire::MakeTag(proto::DeviceProgramMsg::kSubgraphsFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
+  out.reserve(ReserveFor(p));
   for (Graph& g : p.subgraphs) {
-    proto::GraphMsg gm;
-    ToMsg(g, &gm);
+    AppendSubgraph(g, &out);
     g = Graph();
-    uint8_t prefix[16];
-    uint8_t* end = CodedOutputStream::WriteTagToArray(tag, prefix);
-    end = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(gm.ByteSizeLong()), end);
-    out.append(reinterpret_cast<const char*>(prefix), static_cast<size_t>(end - prefix));
-    gm.AppendToString(&out);
   }
   p.subgraphs.clear();
   ProgramMsgWithoutSubgraphs(p, plan_id).AppendToString(&out);

@@ -126,6 +126,10 @@ TEST_CASE("device programs survive serialisation, and corrupted bytes are refuse
   DeviceProgram consumed = p;
   std::string streamed = SerializeProgram(std::move(consumed), "plan-abc");
   CHECK(streamed.size() == bytes.size());
+  // Byte for byte: a worker identifies a program by the SHA-256 of these
+  // bytes, and deploy (moving encoder) and the gateway (copying encoder)
+  // must send the same program the same way.
+  CHECK(streamed == bytes);
   std::string streamed_id;
   auto again = ParseProgram(streamed, "streamed", &streamed_id);
   INFO(again.status().ToString());
