@@ -90,6 +90,16 @@ def proc_status(pid, key):
     return 0
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def load_npy(path):
     import numpy as np
     return np.load(path)
@@ -339,6 +349,8 @@ class Bench:
                     return point
                 time.sleep(1.2)  # link counters are pulled by the gateway's 1 s health loop
                 before = self.metrics(gw)
+                cpu_before = [cpu_seconds(w["proc"].pid) for w in workers]
+                throttled_before = [self.cgroups.throttled(w["group"]) for w in workers]
                 latencies, worst = [], 0.0
                 for k in range(requests):
                     out = os.path.join(self.dir, "out%d.npy" % k)
@@ -348,8 +360,18 @@ class Bench:
                         continue
                     latencies.append(s)
                     worst = max(worst, relative_error(load_npy(out), reference))
+                cpu_after = [cpu_seconds(w["proc"].pid) for w in workers]
+                throttled_after = [self.cgroups.throttled(w["group"]) for w in workers]
                 time.sleep(1.2)
                 after = self.metrics(gw)
+                # Where a device's time goes: its CPU seconds per request (at
+                # its quota that is cpu / fraction of wall time) and how many
+                # quota periods it was throttled in.
+                fraction = self.quota(name)[0]
+                point["cpu_s_per_request"] = [(b - a) / max(1, len(latencies)) for a, b in zip(cpu_before, cpu_after)]
+                point["cpu_wall_s_per_request"] = [c / fraction for c in point["cpu_s_per_request"]]
+                point["throttled_periods"] = [b[0] - a[0] for a, b in zip(throttled_before, throttled_after)]
+                point["periods"] = [b[1] - a[1] for a, b in zip(throttled_before, throttled_after)]
                 # The gateway's own clock (receipt to answer), as a user's
                 # client sees it minus the `tessera infer` process start.
                 served = after["latency_count"] - before["latency_count"]
@@ -481,6 +503,8 @@ def format_point(p):
             "/".join("%.0f" % (b / 2**20) for b in p["peak_rss_bytes"]),
             "/".join("%.0f" % (b / 2**20) for b in p.get("promised_bytes") or []))
     tp = " %.3f req/s" % p["throughput_per_s"] if "throughput_per_s" in p else ""
+    if p.get("cpu_wall_s_per_request"):
+        tp += " [CPU at quota per request: %s s]" % "/".join("%.2f" % c for c in p["cpu_wall_s_per_request"])
     return ("%-12s N=%d %-8s %-13s latency %.3f s (predicted %.3f, ratio %.2f)%s rel.err %.2g, %.1f MiB/req on links%s"
             % (p["model"], p["devices"], p["bandwidth"], p["objective"], lat, pred, lat / pred if pred else math.nan,
                tp, p.get("relative_error", math.nan), p.get("link_bytes_per_request", 0) / 2**20, mem))
