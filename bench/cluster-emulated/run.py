@@ -549,6 +549,7 @@ def main():
     def on_signal(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)  # also when started in the background (SIGINT ignored there)
     results = {"cgroups": bench.cgroups.version, "device_macs": args.device_macs}
     t0 = time.monotonic()
     try:

@@ -18,7 +18,20 @@ start=$(date +%s)
 /usr/bin/python3 "$repo/bench/cluster-emulated/run.py" --tessera "$T" --smoke --out "$out"
 rc=$?
 echo "cluster-emulated --smoke: exit $rc in $(( $(date +%s) - start )) s"
-# Nothing left behind: namespaces, links, cgroups.
-left=$( (ip netns list; ip -o link show; ls /sys/fs/cgroup/cpu /sys/fs/cgroup/memory /sys/fs/cgroup 2>/dev/null) | grep -c "ts-emu")
-[ "$left" = 0 ] || { echo "FAIL $left ts-emu-* objects left behind"; rc=1; }
+# Nothing left behind: namespaces, links, cgroups, processes.
+leftovers() {
+  echo $(( $( (ip netns list; ip -o link show; ls /sys/fs/cgroup/cpu /sys/fs/cgroup/memory /sys/fs/cgroup 2>/dev/null) |
+              grep -c "ts-emu") + $(pgrep -fc -- "--data-dir $out_int|tessera-emu-" || true) ))
+}
+out_int=/nonexistent
+[ "$(leftovers)" = 0 ] || { echo "FAIL ts-emu-* objects left behind after the run"; rc=1; }
+# Ctrl-C in the middle (workers and gateway up): everything is removed too.
+/usr/bin/python3 "$repo/bench/cluster-emulated/run.py" --tessera "$T" --smoke --out "$out/int" >"$out/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do ip netns list | grep -q ts-emu-w2 && break; sleep 0.1; done
+sleep 2
+kill -INT $pid; wait $pid; irc=$?
+[ $irc = 130 ] && grep -q "interrupted: cleaning up" "$out/int.log" && echo "PASS interrupted run exits 130" ||
+  { echo "FAIL interrupted run: exit $irc"; tail -5 "$out/int.log"; rc=1; }
+[ "$(leftovers)" = 0 ] && echo "PASS nothing left behind after Ctrl-C" || { echo "FAIL ts-emu-* objects left after Ctrl-C"; rc=1; }
 exit $rc
