@@ -262,7 +262,7 @@ class Bench:
             self.cgroups.remove(w["group"])
         self.net.close()
 
-    def start_gateway(self, name, cluster, objective):
+    def start_gateway(self, name, cluster, objective, in_flight=1):
         model, shape = MODELS[name]
         port, http = free_port(), free_port()
         logpath = os.path.join(self.dir, "gw-%s.log" % objective)
@@ -270,7 +270,7 @@ class Bench:
         p = subprocess.Popen([self.tessera, "gateway", "--cluster", cluster, "--model", model, "--input-shape", shape,
                               "--objective", objective, "--listen", "127.0.0.1:%d" % port, "--http",
                               "127.0.0.1:%d" % http, "--data-dir", os.path.join(self.dir, "gw-" + objective),
-                              "--insecure", "--max-in-flight", "8"], stdout=logf, stderr=logf)
+                              "--insecure", "--max-in-flight", str(in_flight)], stdout=logf, stderr=logf)
         self.procs.append(p)
         deadline = time.monotonic() + self.args.deploy_timeout
         while time.monotonic() < deadline:
@@ -317,10 +317,12 @@ class Bench:
         return {"link_bytes": link, "latency_sum": value("tessera_request_latency_seconds_sum"),
                 "latency_count": value("tessera_request_latency_seconds_count")}
 
-    def promised(self, name, cluster, objective):
+    def promised(self, name, cluster, objective, in_flight=1):
+        """Each device's worker RAM with `in_flight` requests at once (the gateway's --max-in-flight)."""
         model, shape = MODELS[name]
         r = subprocess.run([self.tessera, "--log-level", "warn", "plan", model, "--input-shape", shape, "--cluster",
-                            cluster, "--objective", objective, "--json"], capture_output=True, text=True)
+                            cluster, "--objective", objective, "--in-flight", str(in_flight), "--json"],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             return None, r.stderr.strip() or r.stdout.strip()
         j = json.loads(r.stdout)
@@ -335,11 +337,15 @@ class Bench:
         point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective}
         try:
             cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram)
-            promised, plan = self.promised(name, cluster, objective)
+            # As many requests at once as clients send (one arena each on
+            # every worker): the promise is asked for that many.
+            in_flight = max(1, concurrency)
+            promised, plan = self.promised(name, cluster, objective, in_flight)
             if promised is None:
                 point["refused"] = plan
                 return point
-            gw = self.start_gateway(name, cluster, objective)
+            point["in_flight"] = in_flight
+            gw = self.start_gateway(name, cluster, objective, in_flight)
             try:
                 point["predicted_latency_s"], point["predicted_throughput_per_s"] = gw["predicted"]
                 point["peak_rss_after_deploy_bytes"] = [proc_status(w["proc"].pid, "VmHWM") for w in workers]

@@ -54,6 +54,15 @@ void LimitInFlightToRam(const ServedPlan& served, const Cluster& cluster, int* m
       *max_in_flight = fits;
     }
   }
+  // The table above promises one request at a time; say what K at once holds.
+  if (*max_in_flight > 1)
+    for (size_t i = 0; i < served.memory.size() && i < served.workers.size(); ++i) {
+      if (served.memory[i].in_flight == 0) continue;  // an MCU
+      DeviceMemory at_k = served.memory[i];
+      at_k.in_flight = *max_in_flight;
+      spdlog::info("gateway: {} with {} requests at once: worker RAM {}", served.workers[i].name, *max_in_flight,
+                   DescribeDeviceMemory(at_k));
+    }
 }
 
 int RunGateway(GatewayArgs& a) {
