@@ -21,6 +21,7 @@
 #include "daemon/runtime/seeded_input.h"
 #include "partition/import/model_import.h"
 #include "tests/unit/daemon/cluster/cluster_test_support.h"
+#include "transport/tls/cluster_ca.h"
 
 using namespace tessera;
 
@@ -128,8 +129,11 @@ proto::HealthReply Health(const std::string& address, const std::string& plan_id
   return reply;
 }
 
-grpc::Status Retire(const std::string& address, const std::string& plan_id, proto::RetireReply* reply) {
-  auto stub = WorkerStub(address);
+grpc::Status Retire(const std::string& address, const std::string& plan_id, proto::RetireReply* reply,
+                    const TransportSecurity& security = {}) {
+  auto channel = OpenChannel(address, security);
+  REQUIRE(channel.ok());
+  auto stub = proto::Worker::NewStub(*channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   proto::RetireRequest req;
@@ -338,4 +342,65 @@ TEST_CASE("rejoin: a failed deploy keeps the old plan serving and is retried aft
     CHECK(attempts[2] - attempts[1] >= std::chrono::milliseconds(400));  // doubled
   }
   CHECK(b.InferAndCheck(**gateway).ok());
+}
+
+TEST_CASE("rejoin: with TLS only who may start the kept plan's requests may retire it", "[rejoin][tls]") {
+  namespace fs = std::filesystem;
+  const fs::path pki = fs::temp_directory_path() / ("tessera-rejoin-pki-" + std::to_string(::getpid()));
+  fs::remove_all(pki);
+  CaOptions ca;
+  ca.dir = pki.string();
+  REQUIRE(CreateClusterCa(ca).ok());
+  for (const char* name : {"w0", "w1", "deploy", "gateway", "mallory"}) {
+    IssueOptions io;
+    io.dir = pki.string();
+    io.name = name;
+    REQUIRE(IssueDeviceCertificate(io).ok());
+  }
+  auto identity = [&](const std::string& name) {
+    auto security = MakeTransportSecurity(pki.string(), name, false);
+    REQUIRE(security.ok());
+    return *security;
+  };
+  TwoWorkerClusterOptions o;
+  o.input_shape = {1, 3, 64, 64};
+  o.worker_args = [&pki](const std::string&) { return std::vector<std::string>{"--tls-dir", pki.string()}; };
+  o.deploy_security = identity("deploy");
+  o.gateway_security = identity("gateway");
+  o.run_callers = {"gateway"};
+  TwoWorkerCluster c("rejoin-tls", o);
+  c.InferAndCheck();
+
+  // The same plan under another id, pushed by the gateway keeping the served one.
+  ServePlanOptions so;
+  so.work_dir = (c.scratch / "plan-b").string();
+  so.model_fingerprint = "plan-b";
+  so.security = o.gateway_security;
+  auto next = PrepareLoopbackPlan(c.graph, c.served.workers, so);
+  REQUIRE(next.ok());
+  DeployOptions deploy;
+  deploy.keep_plan_id = c.served.plan_id;
+  auto program = [&](int d) -> Result<DeviceProgram> { return next->programs.at(d); };
+  const Status deployed = DeployProgramsOneByOne(program, next->plan_id, next->plan.source, next->workers,
+                                                 o.gateway_security, deploy)
+                              .status();
+  INFO(deployed.ToString());
+  REQUIRE(deployed.ok());
+  c.InferAndCheck();  // the kept plan still answers
+
+  proto::RetireReply reply;
+  const grpc::Status refused = Retire(c.workers[0]->address, c.served.plan_id, &reply, identity("mallory"));
+  CHECK(refused.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK_THAT(refused.error_message(), Catch::Contains("mallory"));
+  c.InferAndCheck();
+  for (auto& w : c.workers) {
+    reply.Clear();
+    const grpc::Status st = Retire(w->address, c.served.plan_id, &reply, identity("gateway"));
+    INFO(st.error_message());
+    REQUIRE(st.ok());
+    CHECK(reply.released());
+  }
+  auto gone = c.gateway->Infer({c.input}, 0, 0);
+  CHECK(gone.status().code() == StatusCode::kFailedPrecondition);
+  fs::remove_all(pki);
 }
