@@ -204,8 +204,10 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
 
 Gateway::~Gateway() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
+    // A failover's re-plan may outlive the request that started it.
+    cv_.wait(lock, [&] { return failovers_running_ == 0; });
   }
   cv_.notify_all();
   if (health_.joinable()) health_.join();
@@ -319,12 +321,30 @@ std::vector<std::string> Gateway::DownWorkers(const Serving& serving, std::chron
 
 Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down,
                          int64_t deadline_ms) {
-  std::unique_lock<std::timed_mutex> one_at_a_time(failover_mu_, std::defer_lock);
-  if (!one_at_a_time.try_lock_until(std::chrono::steady_clock::now() +
-                                    std::chrono::milliseconds(std::max<int64_t>(0, deadline_ms - UnixMillisNow()))))
-    return Status::DeadlineExceeded(
-        "the gateway was still deploying another plan (a re-plan after a worker "
-        "failed or rejoined) at the request's deadline");
+  // The re-plan runs on a thread of its own: it finishes (and swaps) even
+  // when this request's deadline passes first, and the request is answered
+  // by its deadline either way.
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++failovers_running_;
+  }
+  std::thread([this, seen, down, done] {
+    done->set_value(FailoverNow(seen, down));
+    std::lock_guard<std::mutex> lock(mu_);
+    --failovers_running_;
+    cv_.notify_all();  // ~Gateway waits for it
+  }).detach();
+  if (result.wait_for(std::chrono::milliseconds(std::max<int64_t>(0, deadline_ms - UnixMillisNow()))) ==
+      std::future_status::timeout)
+    return Status::DeadlineExceeded("the gateway was still re-planning (a failover after " + JoinNames(down) +
+                                    " went down, or a rejoin's deploy) at the request's deadline");
+  return result.get();
+}
+
+Status Gateway::FailoverNow(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down) {
+  std::lock_guard<std::mutex> one_at_a_time(failover_mu_);
   if (Current() != seen) return Status::OK();  // another request did it already
   const std::string names = JoinNames(down);
   spdlog::warn("gateway: failover: {} down; re-planning plan {} on the workers that answer", names,
@@ -409,7 +429,7 @@ void Gateway::MaybeRejoin() {
   if (!restore && key == declined_) return;
   Status st;
   {
-    std::unique_lock<std::timed_mutex> one_at_a_time(failover_mu_);
+    std::lock_guard<std::mutex> one_at_a_time(failover_mu_);
     if (Current() != serving) return;  // a failover replaced it meanwhile: look again next time
     st = Rejoin(serving, back, restore, key);
   }

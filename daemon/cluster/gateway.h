@@ -229,10 +229,12 @@ class Gateway {
                                        Status* why);
   // Replaces `seen` with a plan for the survivors (options_.failover). OK
   // without doing anything when another request already replaced `seen`.
-  // DeadlineExceeded when another re-plan (a rejoin's deploy) still runs at
-  // `deadline_ms`.
+  // DeadlineExceeded when the re-plan (or another one before it: a rejoin's
+  // deploy) still runs at `deadline_ms`; it goes on and swaps when done.
   Status Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down,
                   int64_t deadline_ms);
+  // Failover's re-plan, on its own thread, one at a time (failover_mu_).
+  Status FailoverNow(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down);
   // Makes `next` the served plan in place of `seen` (a failover's or a
   // rejoin's), counted under `reason`. REQUIRES: failover_mu_ held.
   void Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<const Serving> next, const std::string& reason);
@@ -255,9 +257,10 @@ class Gateway {
 
   const GatewayOptions options_;
   std::atomic<uint32_t> next_request_{1};  // client-facing ids when the client gives none
-  // One re-plan (failover or rejoin) at a time; a request waits for it no
-  // longer than its deadline.
-  std::timed_mutex failover_mu_;
+  // One re-plan (failover or rejoin) at a time; a request waits for one no
+  // longer than its deadline (Failover).
+  std::mutex failover_mu_;
+  int failovers_running_ = 0;  // Failover threads not finished; GUARDED_BY(mu_)
   // Health of options_.cluster_workers (index as there); made once in Create.
   std::vector<std::unique_ptr<proto::Worker::Stub>> cluster_stubs_;
 
