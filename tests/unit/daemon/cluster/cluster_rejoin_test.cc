@@ -381,9 +381,9 @@ TEST_CASE("rejoin: with TLS only who may start the kept plan's requests may reti
   DeployOptions deploy;
   deploy.keep_plan_id = c.served.plan_id;
   auto program = [&](int d) -> Result<DeviceProgram> { return next->programs.at(d); };
-  const Status deployed = DeployProgramsOneByOne(program, next->plan_id, next->plan.source, next->workers,
-                                                 o.gateway_security, deploy)
-                              .status();
+  const Status deployed =
+      DeployProgramsOneByOne(program, next->plan_id, next->plan.source, next->workers, o.gateway_security, deploy)
+          .status();
   INFO(deployed.ToString());
   REQUIRE(deployed.ok());
   c.InferAndCheck();  // the kept plan still answers
