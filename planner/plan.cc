@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 
 #include "partition/compile/program_compiler.h"
@@ -592,6 +593,20 @@ const char* ObjectiveName(Objective objective) {
     case Objective::kThroughput: return "throughput";
   }
   return "?";
+}
+
+double ObjectiveCost(const Plan& plan) {
+  switch (plan.objective) {
+    case Objective::kMemory:
+      return static_cast<double>(plan.footprint_plan_bytes);
+    case Objective::kCommunication:
+      return plan.communication_plan_values;
+    case Objective::kLatency:
+      return plan.latency_s;
+    case Objective::kThroughput:
+      return plan.throughput_per_s > 0 ? 1.0 / plan.throughput_per_s : std::numeric_limits<double>::infinity();
+  }
+  return std::numeric_limits<double>::infinity();
 }
 
 Result<Objective> ParseObjective(const std::string& text) {

@@ -93,6 +93,12 @@ struct Plan {
 Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
                        const PlanOptions& options);
 
+// The figure plan.objective minimises, as predicted (lower is better):
+// memory -> footprint_plan_bytes, communication -> communication_plan_values,
+// latency -> latency_s, throughput -> 1 / throughput_per_s (infinity when
+// 0). What a gateway compares to decide whether a re-plan is better.
+double ObjectiveCost(const Plan& plan);
+
 // The JSON of `tessera plan --json` (shape in issue 3).
 nlohmann::ordered_json PlanToJson(const Plan& plan);
 // The readable table: one row per layer, then one per device, then totals.

@@ -34,6 +34,7 @@ struct GatewayArgs {
   ServePlanOptions serve;
   bool deploy = false;
   bool failover = false;
+  bool no_rejoin = false;
   GatewayOptions gateway;
   HttpEndpointOptions http_options;
   TlsOptions tls;
@@ -108,24 +109,54 @@ int RunGateway(GatewayArgs& a) {
     if (!deployed.ok()) return ReportError("gateway", deployed.status());
     spdlog::info("gateway: deployed plan {} to {} workers", served->plan_id, served->workers.size());
   }
-  a.gateway.served = {served->plan_id, served->plan.source, served->workers, PlannedLinkBytes(served->programs)};
+  a.gateway.served = ServedClusterOf(*served);
   a.gateway.signature = ModelSignature::Of(*graph);
   if (a.failover) {
     // Re-plan for the devices of the cluster file that answer now (the
     // planner, --objective) and deploy; the gateway swaps plans and retries.
-    // `graph` and `cluster` outlive the gateway (declared before it).
-    a.gateway.failover = [&a, &graph, &cluster, &weights](const std::vector<std::string>& down) -> Result<ServedCluster> {
+    // A worker found down that answers again by now (restarted, perhaps
+    // without the plan) is planned for like the others: the deploy gives it
+    // its program back. `graph` and `cluster` outlive the gateway (declared
+    // before it).
+    a.gateway.failover = [&a, &graph, &cluster, &weights](const std::vector<std::string>&) -> Result<ServedCluster> {
       ServePlanOptions so = a.serve;
       so.plan_path.clear();
       so.only_healthy = true;
       so.probe_timeout = std::chrono::milliseconds(1000);
       if (so.work_dir.empty()) so.work_dir = ".";
       TS_ASSIGN_OR_RETURN(ServedPlan next, PrepareServedPlan(*graph, *cluster, so));
-      for (const auto& w : next.workers)
-        if (std::find(down.begin(), down.end(), w.name) != down.end())
-          return Status::Unavailable("worker " + w.name + " answers Health again but failed a request; not re-planned");
       if (!next.table.empty()) std::fprintf(stderr, "failover plan:\n%s", next.table.c_str());
       return DeployServedPlan(next, *graph, weights, a.gateway.security);
+    };
+  }
+  if (a.failover && !a.no_rejoin) {
+    // Rejoin (issue 14): a worker of the cluster file that answers again is
+    // offered to the planner; the gateway deploys the proposal while its
+    // plan keeps serving (the workers keep it loaded) and swaps.
+    for (const auto& d : cluster->devices)
+      if (!d.address.empty())
+        a.gateway.cluster_workers.push_back(
+            {d.name, d.address, d.kind == DeviceKind::kMcu && !d.via.empty() ? d.via : d.name});
+    a.gateway.propose = [&a, &graph, &cluster, &weights]() -> Result<PlanProposal> {
+      ServePlanOptions so = a.serve;
+      so.plan_path.clear();
+      so.only_healthy = true;
+      so.probe_timeout = std::chrono::milliseconds(1000);
+      auto next = PrepareServedPlan(*graph, *cluster, so);
+      if (!next.ok()) return next.status();
+      auto plan = std::make_shared<const ServedPlan>(std::move(*next));
+      PlanProposal proposal;
+      proposal.cluster = ServedClusterOf(*plan);
+      proposal.deploy = [&a, &graph, &weights, plan](const std::string& keep_plan_id) -> Status {
+        if (!plan->table.empty()) std::fprintf(stderr, "rejoin plan:\n%s", plan->table.c_str());
+        DeployOptions deploy;
+        deploy.keep_plan_id = keep_plan_id;
+        // The workers answered Health just now: one that cannot be reached
+        // within this went away again (the attempt fails and backs off).
+        deploy.connect_timeout = std::chrono::milliseconds(3000);
+        return DeployServedPlan(*plan, *graph, weights, a.gateway.security, deploy).status();
+      };
+      return proposal;
     };
   }
   auto gateway = Gateway::Create(a.gateway);
@@ -207,7 +238,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_flag("--deploy", a->deploy, "Push the programs to the workers also when --plan is given");
   cmd->add_flag("--failover", a->failover,
                 "When a worker is down, re-plan (--objective) on the devices that answer, deploy, and retry the "
-                "request once");
+                "request once; when a worker of the cluster file answers again, re-plan to take it back "
+                "(README \"Rejoin\")");
+  cmd->add_flag("--no-rejoin", a->no_rejoin, "With --failover: never take back a worker that answers again");
   cmd->add_option("--listen", a->listen, "gRPC address")->capture_default_str();
   cmd->add_option("--http", a->http, "HTTP address (\"\" = none)")->capture_default_str();
   cmd->add_option("--max-in-flight", a->gateway.max_in_flight, "Requests on the cluster at once")->capture_default_str();

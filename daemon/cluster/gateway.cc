@@ -40,22 +40,20 @@ ModelSignature ModelSignature::Of(const Graph& graph) {
 
 namespace {
 
-// How long a deploy waits for a worker's connection (a worker that is still
-// starting gets this long; a refused TLS handshake fails after it).
-constexpr std::chrono::milliseconds kDeployConnectTimeout{10000};
-
 // Streams one serialized program to workers[d] in kChunkBytes chunks.
-// `sent` counts the bytes that went out (for progress).
+// `sent` counts the bytes that went out (for progress). DeployOptions'
+// connect_timeout: a worker that is still starting gets this long; a
+// refused TLS handshake fails after it.
 Status SendProgram(int d, const std::string& b, int num_devices, const std::string& plan_id, int source,
                    const std::vector<WorkerEndpoint>& workers, const TransportSecurity& security,
                    const std::function<void(int64_t)>& sent, const std::vector<std::string>& run_callers,
-                   DeployedDevice* out) {
+                   const DeployOptions& deploy, DeployedDevice* out) {
   const std::string where = "worker " + workers[d].name + " (" + workers[d].address + ")";
   TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(workers[d].address, security));
   // A refused handshake would keep the wait_for_ready load below retrying
   // for its whole ten minutes: reach the worker first.
   TS_RETURN_IF_ERROR(
-      WaitUntilConnected(channel, workers[d].address, security, kDeployConnectTimeout).WithContext(where));
+      WaitUntilConnected(channel, workers[d].address, security, deploy.connect_timeout).WithContext(where));
   auto stub = proto::Worker::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
@@ -79,6 +77,7 @@ Status SendProgram(int d, const std::string& b, int num_devices, const std::stri
             workers[q].identity.empty() ? workers[q].name : workers[q].identity;
       }
       for (const std::string& caller : run_callers) chunk.add_run_callers(caller);
+      chunk.set_keep_plan_id(deploy.keep_plan_id);
     }
     const size_t n = std::min(kChunkBytes, b.size() - std::min(off, b.size()));
     chunk.set_data(b.substr(std::min(off, b.size()), n));
@@ -123,7 +122,7 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
   for (size_t d = 0; d < programs.size(); ++d)
     done.push_back(std::async(std::launch::async, [&, d]() -> Status {
       return SendProgram(static_cast<int>(d), bytes[d], static_cast<int>(programs.size()), plan_id, source, workers,
-                         security, count, run_callers, &out[d]);
+                         security, count, run_callers, DeployOptions{}, &out[d]);
     }));
   Status first;
   for (auto& f : done) {
@@ -136,7 +135,8 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
 
 Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& program, const std::string& plan_id,
                                                            int source, const std::vector<WorkerEndpoint>& workers,
-                                                           const TransportSecurity& security) {
+                                                           const TransportSecurity& security,
+                                                           const DeployOptions& deploy) {
   std::vector<DeployedDevice> out(workers.size());
   for (size_t d = 0; d < workers.size(); ++d) {
     std::string bytes;
@@ -148,7 +148,7 @@ Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& 
     spdlog::debug("deploy: device {} program encoded, {:.1f} MiB; RSS {:.1f} MiB, peak {:.1f} MiB", d,
                   bytes.size() / 1048576.0, m.rss_bytes / 1048576.0, m.peak_rss_bytes / 1048576.0);
     TS_RETURN_IF_ERROR(SendProgram(static_cast<int>(d), bytes, static_cast<int>(workers.size()), plan_id, source,
-                                   workers, security, nullptr, {}, &out[d]));
+                                   workers, security, nullptr, {}, deploy, &out[d]));
   }
   return out;
 }
@@ -193,6 +193,10 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
   g->latency_buckets_.assign(kNumBounds, 0);
   g->worker_up_.assign(g->serving_->stubs.size(), false);
   g->worker_plan_.assign(g->serving_->stubs.size(), "");
+  for (const WorkerEndpoint& w : g->options_.cluster_workers) {
+    TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(w.address, g->options_.security));
+    g->cluster_stubs_.push_back(proto::Worker::NewStub(channel));
+  }
   g->RefreshWorkerState();
   g->health_ = std::thread([gw = g.get()] { gw->HealthLoop(); });
   return g;
@@ -200,8 +204,10 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(GatewayOptions options) {
 
 Gateway::~Gateway() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
+    // A failover's re-plan may outlive the request that started it.
+    cv_.wait(lock, [&] { return failovers_running_ == 0; });
   }
   cv_.notify_all();
   if (health_.joinable()) health_.join();
@@ -214,6 +220,8 @@ void Gateway::HealthLoop() {
     if (stopping_) break;
     lock.unlock();
     RefreshWorkerState();
+    RetireUnused();
+    MaybeRejoin();
     lock.lock();
   }
 }
@@ -235,6 +243,38 @@ int64_t Gateway::failovers() const {
   return failovers_;
 }
 
+int64_t Gateway::replans(const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = replans_.find(reason);
+  return it == replans_.end() ? 0 : it->second;
+}
+
+int64_t Gateway::replan_failures(const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = replan_failures_.find(reason);
+  return it == replan_failures_.end() ? 0 : it->second;
+}
+
+namespace {
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::vector<std::string> WorkerNames(const ServedCluster& cluster) {
+  std::vector<std::string> names;
+  for (const WorkerEndpoint& w : cluster.workers) names.push_back(w.name);
+  return names;
+}
+}  // namespace
+
+std::string Gateway::DescribePlan() const {
+  const auto serving = Current();
+  return "plan " + serving->cluster.plan_id + " on " + std::to_string(serving->cluster.workers.size()) +
+         " workers: " + JoinNames(WorkerNames(serving->cluster));
+}
+
 bool Gateway::ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout,
                           proto::HealthReply* health) {
   proto::HealthRequest hreq;
@@ -250,7 +290,9 @@ bool Gateway::ProbeWorker(const Serving& serving, size_t i, std::chrono::millise
   const WorkerEndpoint& w = serving.cluster.workers[i];
   if (worker_up_[i] != up) spdlog::info("gateway: worker {} ({}) is {}", w.name, w.address, up ? "up" : "down");
   worker_up_[i] = up;
-  worker_plan_[i] = health->plan_id();
+  // A worker may hold another plan as its current program while it keeps
+  // this one for the gateway (a rejoin's deploy that did not finish).
+  worker_plan_[i] = up ? serving.cluster.plan_id : health->plan_id();
   return up;
 }
 
@@ -277,34 +319,205 @@ std::vector<std::string> Gateway::DownWorkers(const Serving& serving, std::chron
   return down;
 }
 
-Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down) {
+Status Gateway::Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down,
+                         int64_t deadline_ms) {
+  // The re-plan runs on a thread of its own: it finishes (and swaps) even
+  // when this request's deadline passes first, and the request is answered
+  // by its deadline either way.
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++failovers_running_;
+  }
+  std::thread([this, seen, down, done] {
+    done->set_value(FailoverNow(seen, down));
+    std::lock_guard<std::mutex> lock(mu_);
+    --failovers_running_;
+    cv_.notify_all();  // ~Gateway waits for it
+  }).detach();
+  if (result.wait_for(std::chrono::milliseconds(std::max<int64_t>(0, deadline_ms - UnixMillisNow()))) ==
+      std::future_status::timeout)
+    return Status::DeadlineExceeded("the gateway was still re-planning (a failover after " + JoinNames(down) +
+                                    " went down, or a rejoin's deploy) at the request's deadline");
+  return result.get();
+}
+
+Status Gateway::FailoverNow(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down) {
   std::lock_guard<std::mutex> one_at_a_time(failover_mu_);
   if (Current() != seen) return Status::OK();  // another request did it already
-  std::string names;
-  for (const auto& n : down) names += (names.empty() ? "" : ", ") + n;
+  const std::string names = JoinNames(down);
   spdlog::warn("gateway: failover: {} down; re-planning plan {} on the workers that answer", names,
                seen->cluster.plan_id);
   const auto t0 = std::chrono::steady_clock::now();
-  auto next = options_.failover(down);
-  if (!next.ok()) return next.status().WithContext("failover after " + names + " went down");
-  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(std::move(*next), options_.security));
+  Status st;
+  if (auto next = options_.failover(down); !next.ok())
+    st = next.status();
+  else if (auto serving = MakeServing(std::move(*next), options_.security); !serving.ok())
+    st = serving.status();
+  else
+    Swap(seen, std::move(*serving), "failover");
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++replan_failures_["failover"];
+    return st.WithContext("failover after " + names + " went down");
+  }
+  spdlog::warn("gateway: failover done in {:.2f} s: {}",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), DescribePlan());
+  return Status::OK();
+}
+
+void Gateway::Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<const Serving> next,
+                   const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Workers the new plan leaves out are lost until a plan takes them back.
+  const std::vector<std::string> now = WorkerNames(next->cluster);
+  for (const std::string& name : WorkerNames(seen->cluster))
+    if (std::find(now.begin(), now.end(), name) == now.end()) lost_.insert(name);
+  for (const std::string& name : now) lost_.erase(name);
+  served_plan_ids_.push_back(next->cluster.plan_id);
+  ++replans_[reason];
+  if (reason == "failover") ++failovers_;
+  worker_up_.assign(next->stubs.size(), true);  // they answered Health and took the programs just now
+  worker_plan_.assign(next->stubs.size(), next->cluster.plan_id);
+  links_.clear();  // device indices changed; refilled from Worker.GetStatus
+  uart_.clear();
+  worker_rss_.clear();
+  worker_dropped_.clear();
+  worker_refused_.clear();
+  serving_ = std::move(next);
+}
+
+std::vector<std::string> Gateway::ReturnedWorkers(const Serving& serving) {
+  const std::vector<std::string> served = WorkerNames(serving.cluster);
+  std::vector<std::string> back;
+  for (size_t j = 0; j < options_.cluster_workers.size(); ++j) {
+    const WorkerEndpoint& w = options_.cluster_workers[j];
+    if (std::find(served.begin(), served.end(), w.name) != served.end()) continue;
+    proto::HealthRequest req;
+    proto::HealthReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    ctx.set_wait_for_ready(true);  // a restarted worker's channel may still be backing off
+    if (!cluster_stubs_[j]->Health(&ctx, req, &reply).ok()) continue;
+    // The same worker, not another process on its port (with TLS the
+    // channel has checked its certificate names the address already).
+    const std::string& expected = w.identity.empty() ? w.name : w.identity;
+    if (reply.name() != w.name && reply.name() != expected) {
+      spdlog::warn("gateway: {} ({}) answers as '{}'; not taken back", w.name, w.address, reply.name());
+      continue;
+    }
+    back.push_back(w.name);
+  }
+  return back;
+}
+
+void Gateway::MaybeRejoin() {
+  if (!options_.propose || cluster_stubs_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_rejoin_) return;
+  const auto serving = Current();
+  const std::vector<std::string> back = ReturnedWorkers(*serving);
+  if (back.empty()) return;
+  bool restore = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    serving_ = serving;
-    served_plan_ids_.push_back(serving->cluster.plan_id);
-    ++failovers_;
-    worker_up_.assign(serving->stubs.size(), true);  // they answered Health and took the programs just now
-    worker_plan_.assign(serving->stubs.size(), serving->cluster.plan_id);
-    links_.clear();  // device indices changed; refilled from Worker.GetStatus
-    uart_.clear();
-    worker_rss_.clear();
-    worker_dropped_.clear();
-    worker_refused_.clear();
+    for (const std::string& name : back) restore = restore || lost_.count(name) > 0;
   }
-  spdlog::warn("gateway: failover done in {:.2f} s: plan {} on {} workers",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), serving->cluster.plan_id,
-               serving->stubs.size());
+  // The rule declined this very situation already: the planner would say the same.
+  const std::string key = serving->cluster.plan_id + ": " + JoinNames(back);
+  if (!restore && key == declined_) return;
+  Status st;
+  {
+    std::lock_guard<std::mutex> one_at_a_time(failover_mu_);
+    if (Current() != serving) return;  // a failover replaced it meanwhile: look again next time
+    st = Rejoin(serving, back, restore, key);
+  }
+  if (st.ok()) {
+    rejoin_failures_in_row_ = 0;
+    return;
+  }
+  const auto backoff = std::min<std::chrono::milliseconds>(
+      options_.rejoin_backoff * (1 << std::min(rejoin_failures_in_row_, 16)), options_.rejoin_backoff_max);
+  ++rejoin_failures_in_row_;
+  next_rejoin_ = std::chrono::steady_clock::now() + backoff;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++replan_failures_["rejoin"];
+  }
+  spdlog::error("gateway: rejoin of {} failed ({} in a row): {}; still serving {}; next try in {:.1f} s",
+                JoinNames(back), rejoin_failures_in_row_, st.ToString(), DescribePlan(),
+                std::chrono::duration<double>(backoff).count());
+}
+
+Status Gateway::Rejoin(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& back, bool restore,
+                       const std::string& attempt_key) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TS_ASSIGN_OR_RETURN(PlanProposal proposal, options_.propose());
+  const ServedCluster& next = proposal.cluster;
+  const std::vector<std::string> names = WorkerNames(next);
+  std::vector<std::string> joining;
+  for (const std::string& name : back)
+    if (std::find(names.begin(), names.end(), name) != names.end()) joining.push_back(name);
+  if (joining.empty())
+    return Status::Unavailable("the plan for the workers that answer now leaves out " + JoinNames(back) +
+                               " (did it stop answering?)");
+  const double before = seen->cluster.predicted_cost, after = next.predicted_cost;
+  const bool better = before >= 0 && after >= 0 && after < before;
+  if (!restore && !better) {
+    spdlog::info(
+        "gateway: {} answer(s) again; plan {} over them predicts {:.6g} against {:.6g} for the served plan {}: "
+        "not better by the objective, keeping it",
+        JoinNames(joining), next.plan_id, after, before, seen->cluster.plan_id);
+    declined_ = attempt_key;
+    return Status::OK();
+  }
+  if (next.plan_id == seen->cluster.plan_id) return Status::OK();
+  if (restore)
+    spdlog::warn(
+        "gateway: rejoin: {} answer(s) again (lost in a failover); deploying plan {} on {} workers while "
+        "plan {} serves",
+        JoinNames(joining), next.plan_id, next.workers.size(), seen->cluster.plan_id);
+  else
+    spdlog::warn(
+        "gateway: rejoin: {} answer(s) again (predicted {:.6g} < {:.6g}); deploying plan {} on {} workers "
+        "while plan {} serves",
+        JoinNames(joining), after, before, next.plan_id, next.workers.size(), seen->cluster.plan_id);
+  TS_RETURN_IF_ERROR(proposal.deploy(seen->cluster.plan_id).WithContext("deploying plan " + next.plan_id));
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(next, options_.security));
+  Swap(seen, std::move(serving), "rejoin");
+  // Requests that started on the old plan finish on it; its workers keep it
+  // until they have (RetireUnused).
+  retiring_.push_back(seen);
+  spdlog::warn("gateway: rejoin done in {:.2f} s: {}; plan {} retires once its requests finish",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), DescribePlan(),
+               seen->cluster.plan_id);
   return Status::OK();
+}
+
+void Gateway::RetireUnused() {
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    // Requests hold the Serving they run on; only retiring_ holds it once
+    // the last has finished (nobody can take a new copy: it is not served).
+    if (it->use_count() > 1) {
+      ++it;
+      continue;
+    }
+    const Serving& old = **it;
+    for (size_t i = 0; i < old.stubs.size(); ++i) {
+      proto::RetireRequest req;
+      req.set_plan_id(old.cluster.plan_id);
+      proto::RetireReply reply;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+      // A worker that does not answer lets the plan go at its next load.
+      if (const grpc::Status st = old.stubs[i]->Retire(&ctx, req, &reply); !st.ok())
+        spdlog::info("gateway: worker {} did not retire plan {}: {}", old.cluster.workers[i].name, old.cluster.plan_id,
+                     st.error_message());
+    }
+    spdlog::warn("gateway: plan {} retired on its workers (its last request finished)", old.cluster.plan_id);
+    it = retiring_.erase(it);
+  }
 }
 
 void Gateway::RefreshWorkerState() {
@@ -434,7 +647,7 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
     std::vector<std::string> down = DownWorkers(*serving, probe, /*probe_all=*/false, &why);
     if (!down.empty()) {
       if (!may_fail_over) return finish(why);
-      if (Status st = Failover(serving, down); !st.ok()) return finish(st);
+      if (Status st = Failover(serving, down, deadline_ms); !st.ok()) return finish(st);
       continue;
     }
 
@@ -482,7 +695,7 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
       if (!down.empty() && !may_fail_over)
         return finish(Status(down_why.code(), down_why.message() + " (the request failed: " + st.message() + ")"));
       if (!down.empty()) {
-        if (Status f = Failover(serving, down); !f.ok()) return finish(f);
+        if (Status f = Failover(serving, down, deadline_ms); !f.ok()) return finish(f);
         if (UnixMillisNow() < deadline_ms) {
           spdlog::warn("gateway: request {} failed on plan {} ({}); retrying it on plan {}", id,
                        serving->cluster.plan_id, st.ToString(), Current()->cluster.plan_id);
@@ -541,6 +754,22 @@ std::string Gateway::MetricsText() const {
     << "tessera_requests_queued " << queued_ << "\n";
   m << "# HELP tessera_failovers_total Times the gateway re-planned on the surviving workers.\n"
        "# TYPE tessera_failovers_total counter\ntessera_failovers_total " << failovers_ << "\n";
+  m << "# HELP tessera_gateway_replans_total Times the gateway switched plans, by reason (failover: a worker was "
+       "lost; rejoin: a worker came back).\n# TYPE tessera_gateway_replans_total counter\n";
+  for (const char* reason : {"failover", "rejoin"}) {
+    const auto it = replans_.find(reason);
+    m << "tessera_gateway_replans_total{reason=\"" << reason << "\"} " << (it == replans_.end() ? 0 : it->second)
+      << "\n";
+  }
+  m << "# HELP tessera_gateway_replan_failures_total Re-plans that failed; the served plan stayed.\n"
+       "# TYPE tessera_gateway_replan_failures_total counter\n";
+  for (const char* reason : {"failover", "rejoin"}) {
+    const auto it = replan_failures_.find(reason);
+    m << "tessera_gateway_replan_failures_total{reason=\"" << reason << "\"} "
+      << (it == replan_failures_.end() ? 0 : it->second) << "\n";
+  }
+  m << "# HELP tessera_gateway_plan_workers Workers of the served plan.\n# TYPE tessera_gateway_plan_workers gauge\n"
+    << "tessera_gateway_plan_workers " << served.workers.size() << "\n";
   m << "# HELP tessera_worker_up 1 when the worker answers Health and holds the plan.\n# TYPE tessera_worker_up gauge\n";
   for (size_t i = 0; i < worker_up_.size(); ++i)
     m << "tessera_worker_up{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "

@@ -72,6 +72,17 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
                                                    const std::function<void(int64_t, int64_t)>& progress,
                                                    const std::vector<std::string>& run_callers = {});
 
+// How a deploy treats what the workers serve now.
+struct DeployOptions {
+  // "" = each new program replaces what its worker holds (requests still
+  // running there fail). Else the plan a gateway keeps serving while it
+  // deploys (rejoin): every worker keeps that plan's program loaded beside
+  // the new one until Worker.Retire (ProgramChunk.keep_plan_id).
+  std::string keep_plan_id;
+  // How long to wait for each worker's connection.
+  std::chrono::milliseconds connect_timeout{10000};
+};
+
 // The same one device at a time, for a caller that cannot hold every
 // program at once (the weightless gateway, issue 11): program(d) builds
 // device d's program, which is serialized, freed, sent to workers[d] and its
@@ -79,7 +90,8 @@ Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgr
 using ProgramSource = std::function<Result<DeviceProgram>(int device)>;
 Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& program, const std::string& plan_id,
                                                            int source, const std::vector<WorkerEndpoint>& workers,
-                                                           const TransportSecurity& security);
+                                                           const TransportSecurity& security,
+                                                           const DeployOptions& deploy = {});
 
 // Payload bytes one request sends on each link (from, to), read off the
 // programs' Send steps: what /metrics compares the measured counters with.
@@ -97,12 +109,24 @@ struct ServedCluster {
   // Payload bytes one request sends per link (PlannedLinkBytes of its
   // programs), exported in /metrics so measured/planned is one division.
   std::map<std::pair<int, int>, int64_t> planned_link_bytes;
+  // The figure the plan's objective minimises, as the planner predicted it
+  // (planner/plan.h ObjectiveCost); < 0 = unknown (a plan file).
+  double predicted_cost = -1;
 };
 
 // Failover: re-plans for the workers that still answer and deploys the new
 // programs, given the names of the workers found down; returns what to serve
 // from now on. Called by at most one request at a time.
 using FailoverFn = std::function<Result<ServedCluster>(const std::vector<std::string>& down)>;
+
+// Rejoin (issue 14): a plan made for the workers that answer now, not yet
+// deployed. `deploy(keep_plan_id)` pushes its programs to cluster.workers
+// while plan keep_plan_id keeps serving on them (DeployOptions).
+struct PlanProposal {
+  ServedCluster cluster;
+  std::function<Status(const std::string& keep_plan_id)> deploy;
+};
+using ProposeFn = std::function<Result<PlanProposal>()>;
 
 struct GatewayOptions {
   // The plan served at start (replaced as a whole by a failover; the
@@ -120,6 +144,21 @@ struct GatewayOptions {
   // this, then retry the request once on the new plan. Unset: such requests
   // fail fast with UNAVAILABLE naming the worker.
   FailoverFn failover;
+  // Set (with failover): the health loop also polls `cluster_workers` (every
+  // worker of the cluster file) that are not in the served plan. When one
+  // answers Health again under its own name, the gateway asks `propose` for a
+  // plan over the workers that answer and switches to it when it includes
+  // the returning worker and either (a) the worker was lost by a failover
+  // (the served plan is a forced one; back to the plan the objective would
+  // choose for the healthy workers, as a restart would) or (b) its
+  // predicted_cost is lower than the served plan's. The new plan is deployed
+  // while the old one serves, then swapped in: requests in flight finish on
+  // the old plan, which the workers let go (Worker.Retire) once the last one
+  // is done. A failed attempt keeps the old plan and is tried again after a
+  // backoff of rejoin_backoff, doubling up to rejoin_backoff_max.
+  ProposeFn propose;
+  std::vector<WorkerEndpoint> cluster_workers;
+  std::chrono::milliseconds rejoin_backoff{1000}, rejoin_backoff_max{30000};
   // Set (`--token-file`): gRPC Infer/Status and HTTP requests need one of
   // these bearer tokens; /healthz and /metrics too with protect_metrics.
   std::shared_ptr<const GatewayTokens> tokens;
@@ -159,6 +198,11 @@ class Gateway {
   // Whether `plan_id` is, or was, served by this gateway.
   bool KnowsPlan(const std::string& plan_id) const;
   int64_t failovers() const;
+  // Plan switches for `reason` ("failover", "rejoin") and failed attempts.
+  int64_t replans(const std::string& reason) const;
+  int64_t replan_failures(const std::string& reason) const;
+  // "plan P on N workers: w1, w2, ..." (the plan served now), for /healthz.
+  std::string DescribePlan() const;
   // OK when no tokens are configured or `authorization` (an HTTP header or
   // gRPC metadata value) carries one; else Unauthenticated, counted in
   // /metrics. `where` names the endpoint for the message.
@@ -185,7 +229,26 @@ class Gateway {
                                        Status* why);
   // Replaces `seen` with a plan for the survivors (options_.failover). OK
   // without doing anything when another request already replaced `seen`.
-  Status Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down);
+  // DeadlineExceeded when the re-plan (or another one before it: a rejoin's
+  // deploy) still runs at `deadline_ms`; it goes on and swaps when done.
+  Status Failover(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down,
+                  int64_t deadline_ms);
+  // Failover's re-plan, on its own thread, one at a time (failover_mu_).
+  Status FailoverNow(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& down);
+  // Makes `next` the served plan in place of `seen` (a failover's or a
+  // rejoin's), counted under `reason`. REQUIRES: failover_mu_ held.
+  void Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<const Serving> next, const std::string& reason);
+  // Health loop: workers of options_.cluster_workers outside the served plan
+  // that answer Health under their own name now.
+  std::vector<std::string> ReturnedWorkers(const Serving& serving);
+  // Health loop: the rejoin of GatewayOptions::propose, with its backoff.
+  void MaybeRejoin();
+  // One attempt: OK when the plan was switched or the rule declined it.
+  Status Rejoin(const std::shared_ptr<const Serving>& seen, const std::vector<std::string>& back, bool restore,
+                const std::string& attempt_key);
+  // Health loop: tells the workers of each plan replaced by a rejoin to let
+  // it go (Worker.Retire) once no request runs on it any more.
+  void RetireUnused();
 
   // A worker-side request id nobody outside can guess (issue 14: frames for
   // guessed future ids were merged into answers), unique among the
@@ -194,13 +257,29 @@ class Gateway {
 
   const GatewayOptions options_;
   std::atomic<uint32_t> next_request_{1};  // client-facing ids when the client gives none
-  std::mutex failover_mu_;  // one failover at a time
+  // One re-plan (failover or rejoin) at a time; a request waits for one no
+  // longer than its deadline (Failover).
+  std::mutex failover_mu_;
+  int failovers_running_ = 0;  // Failover threads not finished; GUARDED_BY(mu_)
+  // Health of options_.cluster_workers (index as there); made once in Create.
+  std::vector<std::unique_ptr<proto::Worker::Stub>> cluster_stubs_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const Serving> serving_;               // GUARDED_BY(mu_)
   std::vector<std::string> served_plan_ids_;             // GUARDED_BY(mu_)
   int64_t failovers_ = 0;                                // GUARDED_BY(mu_)
+  std::map<std::string, int64_t> replans_, replan_failures_;  // by reason; GUARDED_BY(mu_)
+  // Workers a failover dropped and no plan has taken back since.
+  std::set<std::string> lost_;  // GUARDED_BY(mu_)
+  // Used by the health loop thread only: plans replaced by a rejoin, not yet
+  // retired; the rejoin backoff; the served plan and returned workers for
+  // which the rule last declined a re-plan (not asked again until either
+  // changes).
+  std::vector<std::shared_ptr<const Serving>> retiring_;
+  int rejoin_failures_in_row_ = 0;
+  std::chrono::steady_clock::time_point next_rejoin_{};
+  std::string declined_;
   std::atomic<int64_t> unauthenticated_{0};  // requests refused for want of a token
   int in_flight_ = 0, queued_ = 0;                       // GUARDED_BY(mu_)
   std::map<std::string, int64_t> requests_by_code_;      // GUARDED_BY(mu_)

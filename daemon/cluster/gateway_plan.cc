@@ -56,6 +56,7 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     fit.memory = options.memory;
     TS_ASSIGN_OR_RETURN(Plan plan, PlanWithinMemory(graph, ComputeLayerFigures(graph), live, po, fit));
     served.table = FormatPlanTable(plan);
+    served.predicted_cost = ObjectiveCost(plan);
     for (const auto& l : plan.loads) served.predicted_sent_bytes.push_back(l.sent_bytes);
     std::filesystem::create_directories(options.work_dir.empty() ? "." : options.work_dir);
     plan_path = (std::filesystem::path(options.work_dir.empty() ? "." : options.work_dir) / "plan.pb").string();
@@ -197,17 +198,23 @@ Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const
   return program;
 }
 
+ServedCluster ServedClusterOf(const ServedPlan& plan) {
+  return ServedCluster{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs),
+                       plan.predicted_cost};
+}
+
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSecurity& security) {
   TS_RETURN_IF_ERROR(
       DeployPrograms(plan.programs, plan.plan_id, plan.plan.source, plan.workers, security, nullptr).status());
-  return ServedCluster{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs)};
+  return ServedClusterOf(plan);
 }
 
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const Graph& shapes, const ModelSource& model,
-                                       const TransportSecurity& security) {
+                                       const TransportSecurity& security, const DeployOptions& deploy) {
   auto program = [&](int d) { return CompileDeviceProgramWithWeights(shapes, plan.plan, d, model); };
-  TS_RETURN_IF_ERROR(DeployProgramsOneByOne(program, plan.plan_id, plan.plan.source, plan.workers, security).status());
-  return ServedCluster{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs)};
+  TS_RETURN_IF_ERROR(
+      DeployProgramsOneByOne(program, plan.plan_id, plan.plan.source, plan.workers, security, deploy).status());
+  return ServedClusterOf(plan);
 }
 
 Result<ServedPlan> PrepareLoopbackPlan(const Graph& graph, const std::vector<WorkerEndpoint>& workers,

@@ -25,6 +25,7 @@ struct ServedPlan {
   std::vector<WorkerEndpoint> workers;    // plan device index -> worker
   std::string table;                      // the planner's table, when planned here
   std::vector<int64_t> predicted_sent_bytes;  // per plan device, when planned here
+  double predicted_cost = -1;                 // ObjectiveCost (planner/plan.h) when planned here, else -1
   int64_t halo_mac_overhead = 0;
   // Per plan device: what its worker will hold (daemon/runtime/device_memory.h),
   // checked against the device's ram: before anything is deployed.
@@ -87,9 +88,13 @@ Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSe
 
 // Pushes `plan`'s programs to its workers, one device at a time with its
 // weights read from `model` (CompileDeviceProgramWithWeights), and returns
-// what a gateway then serves (a failover's answer: gateway.h FailoverFn).
+// what a gateway then serves (a failover's answer: gateway.h FailoverFn;
+// a rejoin's deploys with DeployOptions::keep_plan_id).
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const Graph& shapes, const ModelSource& model,
-                                       const TransportSecurity& security);
+                                       const TransportSecurity& security, const DeployOptions& deploy = {});
+
+// What a gateway serves once `plan` is deployed.
+ServedCluster ServedClusterOf(const ServedPlan& plan);
 
 // The demo's cluster: identical Linux devices (UniformCluster) at `workers`.
 Result<ServedPlan> PrepareLoopbackPlan(const Graph& graph, const std::vector<WorkerEndpoint>& workers,

@@ -137,7 +137,8 @@ http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::req
     const std::string trouble = ListenerTrouble(s);
     if (!trouble.empty()) return reply(503, "text/plain", "degraded: " + trouble + "\n");
     const bool up = s.gateway->AllWorkersUp();
-    return reply(up ? 200 : 503, "text/plain", up ? "ok\n" : "degraded: a worker is down\n");
+    return reply(up ? 200 : 503, "text/plain",
+                 (up ? "ok: " : "degraded: a worker is down; ") + s.gateway->DescribePlan() + "\n");
   }
   if (req.method() == http::verb::get && target == "/metrics")
     return reply(200, "text/plain; version=0.0.4", s.gateway->MetricsText() + ListenerMetrics(s));

@@ -143,10 +143,46 @@ std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
   return loaded_;
 }
 
+std::shared_ptr<WorkerService::Loaded> WorkerService::Find(const std::string& plan_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (loaded_ && loaded_->header.plan_id() == plan_id) return loaded_;
+  if (kept_ && kept_->header.plan_id() == plan_id) return kept_;
+  return nullptr;
+}
+
+void WorkerService::Adopt(std::shared_ptr<Loaded> next, const std::string& keep_plan_id) {
+  std::vector<std::shared_ptr<Loaded>> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Loaded> keep;
+    for (std::shared_ptr<Loaded>* slot : {&loaded_, &kept_}) {
+      if (!*slot || *slot == next) continue;
+      // The MCU holds one program: a bridge keeps nothing beside it.
+      if (!bridge_ && !keep && !keep_plan_id.empty() && (*slot)->header.plan_id() == keep_plan_id &&
+          keep_plan_id != next->header.plan_id())
+        keep = *slot;
+      else
+        released.push_back(*slot);
+    }
+    loaded_ = std::move(next);
+    kept_ = std::move(keep);
+  }
+  // Released outside the lock: destruction stops the program's exchange
+  // streams (PeerSender), which may take a moment, and Health and Status
+  // must keep answering meanwhile. Requests still running it wait for
+  // messages that will not come (its peers run another program): woken now.
+  for (const auto& program : released) program->inbox->Close();
+}
+
 std::string WorkerService::Describe() const {
   auto loaded = current();
   if (!loaded) return "no program";
-  return "serving plan " + loaded->header.plan_id() + " as device " + std::to_string(loaded->header.device());
+  std::string kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_) kept = " (plan " + kept_->header.plan_id() + " kept until retired)";
+  }
+  return "serving plan " + loaded->header.plan_id() + " as device " + std::to_string(loaded->header.device()) + kept;
 }
 
 namespace {
@@ -197,12 +233,13 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   auto stored_header = [&callers](proto::ProgramChunk h) {
     h.clear_data();
     h.clear_loaded_by();
+    h.clear_keep_plan_id();  // what to keep is the deploy's business, not the program's
     h.clear_run_callers();
     for (const std::string& c : callers) h.add_run_callers(c);
     return h;
   };
   const std::string plan_msg = "plan " + header.plan_id();
-  if (const std::shared_ptr<Loaded> held = current(); held && held->header.plan_id() == header.plan_id()) {
+  if (const std::shared_ptr<Loaded> held = Find(header.plan_id())) {
     // A program is its content hash: another program (other weights, another
     // device's part) or other devices under a plan id already loaded would
     // silently change the answers of a plan everyone else runs unchanged.
@@ -378,18 +415,9 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps, sha256 {})", options_.name,
                header.plan_id(), me, header.num_devices(), program_size, loaded->program.steps.size(),
                program_sha256.substr(0, 12));
-  // The old program is released outside the lock: its destruction stops
-  // its exchange streams (PeerSender), which may take a moment, and Health
-  // and Status must keep answering meanwhile.
-  std::shared_ptr<Loaded> previous;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    previous = std::exchange(loaded_, std::move(loaded));
-  }
-  // Requests still running the old program wait for messages that will not
-  // come (its peers run the new one): wake them now.
-  if (previous) previous->inbox->Close();
-  previous.reset();
+  if (!header.keep_plan_id().empty())
+    spdlog::info("worker {}: plan {} stays loaded beside it until retired", options_.name, header.keep_plan_id());
+  Adopt(std::move(loaded), header.keep_plan_id());
   return Status::OK();
 }
 
@@ -500,7 +528,12 @@ grpc::Status WorkerService::Health(grpc::ServerContext*, const proto::HealthRequ
   reply->set_seq(request->seq());
   reply->set_plan_id(loaded ? loaded->header.plan_id() : "");
   reply->set_device(loaded ? loaded->header.device() : -1);
-  reply->set_serving(request->plan_id().empty() || (loaded && loaded->header.plan_id() == request->plan_id()));
+  // A plan kept beside the current one still serves (a gateway swapping plans).
+  reply->set_serving(request->plan_id().empty() || Find(request->plan_id()) != nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_) reply->set_kept_plan_id(kept_->header.plan_id());
+  }
   if (bridge_ && loaded && bridge_->has_status()) {
     // An MCU that rebooted (or refused) no longer holds the plan: not serving
     // until redeployed. Figures from the last STATUS (Status RPC, load).
@@ -545,6 +578,10 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
   x->set_frames(foreign_plan_frames_);
   x->set_bytes(foreign_plan_bytes_);
   if (!loaded) return grpc::Status::OK;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_) reply->set_kept_plan_id(kept_->header.plan_id());
+  }
   reply->set_plan_id(loaded->header.plan_id());
   reply->set_program_sha256(loaded->program_sha256);
   reply->set_device(loaded->header.device());
@@ -763,13 +800,15 @@ Status WorkerService::CheckRunCaller(const Loaded& loaded, const std::vector<std
 }
 
 grpc::Status WorkerService::Run(grpc::ServerContext* context, const proto::RunRequest* request, proto::RunReply* reply) {
-  auto loaded = current();
-  if (!loaded)
-    return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name +
-                                                   " holds no program; deploy one first (tessera deploy)"));
-  if (request->plan_id() != loaded->header.plan_id())
-    return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name + " holds plan " +
-                                                   loaded->header.plan_id() + ", not plan '" + request->plan_id() + "'"));
+  auto loaded = Find(request->plan_id());
+  if (!loaded) {
+    const auto held = current();
+    if (!held)
+      return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name +
+                                                     " holds no program; deploy one first (tessera deploy)"));
+    return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name + " holds plan " + held->header.plan_id() +
+                                                   ", not plan '" + request->plan_id() + "'"));
+  }
   if (context) {
     if (Status allowed = CheckRunCaller(*loaded, PeerCertificateNames(*context), request->fan_out());
         !allowed.ok()) {
@@ -810,11 +849,11 @@ grpc::Status WorkerService::Exchange(grpc::ServerContext* context,
   int stream_from = -1;
   proto::TensorFrame frame;
   while (stream->Read(&frame)) {
-    auto loaded = current();
+    auto loaded = Find(frame.plan_id());
     const int from = frame.from_device();
     const int64_t size = static_cast<int64_t>(frame.data().size());
     Status st;
-    if (!loaded || frame.plan_id() != loaded->header.plan_id()) {
+    if (!loaded) {
       ++foreign_plan_frames_;
       foreign_plan_bytes_ += size;
       st = Status::FailedPrecondition("worker " + options_.name + " does not hold plan '" + frame.plan_id() +
@@ -851,6 +890,30 @@ grpc::Status WorkerService::Exchange(grpc::ServerContext* context,
       if (!stream->Write(ack)) break;
     }
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Retire(grpc::ServerContext* context, const proto::RetireRequest* request,
+                                   proto::RetireReply* reply) {
+  std::shared_ptr<Loaded> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reply->set_plan_id(loaded_ ? loaded_->header.plan_id() : "");
+    if (loaded_ && loaded_->header.plan_id() == request->plan_id())
+      return ToGrpcStatus(Status::FailedPrecondition("worker " + options_.name + " runs plan " + request->plan_id() +
+                                                     " as its current program; only a plan kept beside the "
+                                                     "current one (a gateway swapping plans) is retired"));
+    if (!kept_ || kept_->header.plan_id() != request->plan_id()) return grpc::Status::OK;
+    // Only who may start the kept plan's requests may end its life.
+    if (context)
+      if (Status allowed = CheckRunCaller(*kept_, PeerCertificateNames(*context), /*fan_out=*/true); !allowed.ok())
+        return ToGrpcStatus(allowed);
+    retired = std::exchange(kept_, nullptr);
+  }
+  retired->inbox->Close();
+  retired.reset();
+  reply->set_released(true);
+  spdlog::info("worker {}: plan {} retired; serving plan {}", options_.name, request->plan_id(), reply->plan_id());
   return grpc::Status::OK;
 }
 

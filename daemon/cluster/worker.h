@@ -1,6 +1,8 @@
 // The worker daemon (`tessera worker`, ARCHITECTURE.md "Processes"): the gRPC
 // Worker service of one device. It holds one DeviceProgram (kept on disk in
-// its data dir, so a restart resumes without a redeploy), exchanges tiles and
+// its data dir, so a restart resumes without a redeploy) — two for a moment
+// while a gateway swaps plans (ProgramChunk.keep_plan_id: the old plan keeps
+// answering until Worker.Retire) — exchanges tiles and
 // partial sums directly with its peers over long-lived Exchange streams
 // (transport/grpc/grpc_link.h), and runs several requests at once — one
 // ProgramRunner per in-flight request, from a pool.
@@ -75,6 +77,8 @@ class WorkerService final : public proto::Worker::Service {
   grpc::Status Run(grpc::ServerContext* context, const proto::RunRequest* request, proto::RunReply* reply) override;
   grpc::Status Exchange(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<proto::ExchangeAck, proto::TensorFrame>* stream) override;
+  grpc::Status Retire(grpc::ServerContext* context, const proto::RetireRequest* request,
+                      proto::RetireReply* reply) override;
 
  private:
   struct Loaded;
@@ -90,6 +94,13 @@ class WorkerService final : public proto::Worker::Service {
   // PermissionDenied naming who may otherwise.
   Status CheckRunCaller(const Loaded& loaded, const std::vector<std::string>& caller, bool fan_out) const;
   std::shared_ptr<Loaded> current() const;
+  // The program of `plan_id`: the current one or the one kept beside it;
+  // null when neither is.
+  std::shared_ptr<Loaded> Find(const std::string& plan_id) const;
+  // Makes `next` the current program. The program of `keep_plan_id` (the
+  // current or the kept one, another plan than next's) stays loaded beside
+  // it; any other is released (its requests still waiting are woken).
+  void Adopt(std::shared_ptr<Loaded> next, const std::string& keep_plan_id);
   Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
   // Bridge mode: one request relayed between the peers and the MCU.
   Status RelayToMcu(Loaded& loaded, const proto::RunRequest& request,
@@ -100,6 +111,9 @@ class WorkerService final : public proto::Worker::Service {
   std::mutex install_mu_;  // one Install at a time (the plan-id check and the swap are one step)
   mutable std::mutex mu_;
   std::shared_ptr<Loaded> loaded_;  // GUARDED_BY(mu_)
+  // The plan a gateway still serves while it deploys loaded_'s (rejoin,
+  // issue 14); never on disk, released by Retire or the next Adopt.
+  std::shared_ptr<Loaded> kept_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> requests_ok_{0}, requests_failed_{0};
   std::atomic<int64_t> requests_refused_{0}, loads_refused_{0};
   // Exchange frames for a plan this worker does not hold (no program to count them in).
