@@ -2,7 +2,7 @@
 # Issue 15 item 5: the short version of bench/cluster-emulated, so the bench
 # cannot rot. Two workers, each in its own network namespace (tc-shaped
 # 100 Mbit/s cables) and its own cgroup (CPU quota calibrated to a device
-# rate, memory limit): the quota must yield the device rate within 30 %,
+# rate, memory limit): the quota must yield the device rate within 0.5-2x,
 # memory and latency plans must answer like `tessera run` (max |a-b| <=
 # 1e-4 max |ref|), every worker must sit in its cgroup, the memory plan must
 # move bytes between the devices, and nothing may be OOM-killed. Needs root
