@@ -389,9 +389,14 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   for (const auto& [d, address] : header.peers()) {
     if (d == me) continue;
     TS_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, options_.security));
+    // Connect now, not at the first request: on a slow board the first
+    // handshake can outlast a fail-fast Run (issue 15, emulated Pi cluster:
+    // the first request failed "failed to connect to all addresses").
+    channel->GetState(/*try_to_connect=*/true);
     loaded->stubs[d] = proto::Worker::NewStub(channel);
     if (send_to.count(d)) {
       TS_ASSIGN_OR_RETURN(auto exchange_channel, OpenChannel(address, options_.security));
+      exchange_channel->GetState(/*try_to_connect=*/true);
       loaded->senders[d] = std::make_unique<PeerSender>(exchange_channel, header.plan_id(), me, d, address);
     }
   }
