@@ -128,17 +128,26 @@ class Cgroups:
 
     def remove(self, name):
         for d in self._dirs(name):
-            self._kill_members(d)
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            if d in self.created:
-                self.created.remove(d)
+            self._destroy(d)
+
+    def close(self):
+        for d in list(reversed(self.created)):
+            self._destroy(d)
+
+    def _destroy(self, d):
+        """Kills what is left in the group, then removes it (the kernel
+        refuses while a killed member is still exiting: retried for 5 s)."""
+        self._kill_members(d)
+        for _ in range(50):
+            try:
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+        if d in self.created:
+            self.created.remove(d)
 
     @staticmethod
     def _kill_members(d):
@@ -152,20 +161,6 @@ class Cgroups:
                 os.kill(p, 9)
             except OSError:
                 pass
-
-    def close(self):
-        for d in list(reversed(self.created)):
-            self._kill_members(d)
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-        self.created = []
-
 
 def tc_rate(rate):
     """'1gbit' / '100mbit' / '10mbit' -> bits per second."""
