@@ -13,11 +13,12 @@
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/kernels/isa.h"
 #include "daemon/runtime/npy.h"
-#include "planner/plan_file.h"
 #include "daemon/runtime/program_runner.h"
+#include "daemon/runtime/seeded_input.h"
 #include "partition/compile/forced_plan.h"
 #include "partition/compile/program_compiler.h"
-#include "daemon/runtime/seeded_input.h"
+#include "planner/arena_milp.h"
+#include "planner/plan_file.h"
 
 namespace tessera {
 
@@ -35,6 +36,8 @@ struct RunOptions {
   std::string force;      // ffmt|fdto|fdti|pairs|pipeline
   int devices = 2;        // with --force
   std::string grid = "2x2";  // with --force ffmt: RxC
+  std::string arena_layout = "best";  // best | greedy-by-size | milp (METHODS §6)
+  double arena_time_limit = 10.0;     // seconds for the MILP
 };
 
 // max |a − b| and max |a − b| / max |b| over all outputs (relative to the
@@ -142,6 +145,14 @@ int RunRun(const RunOptions& ro) {
   ExecutorOptions eo;
   eo.threads = ro.threads;
   eo.profile = ro.profile;
+  // METHODS §6 arena layout: the default (best of the greedy orders) is what
+  // workers and the planner's promise use; milp tries to shrink it further.
+  std::unique_ptr<ArenaLayout> layout;
+  if (ro.arena_layout == "greedy-by-size")
+    layout = std::make_unique<GreedyBySizeLayout>(64);
+  else if (ro.arena_layout == "milp")
+    layout = std::make_unique<MilpArenaLayout>(ro.arena_time_limit, 64);
+  eo.arena_layout = layout.get();
   // The single-device run keeps each weight once, in its kernel's form
   // (a planned run still compiles device programs from the graph's weights).
   const bool planned = !ro.plan_path.empty() || !ro.force.empty();
@@ -176,6 +187,9 @@ int RunRun(const RunOptions& ro) {
   j["weight_bytes"] = (*ex)->weight_bytes();  // as the kernels store them (packed, Winograd-transformed)
   j["load_peak_bytes"] = (*ex)->load_peak_bytes();  // weights held at once while the kernels repacked them
   j["unplanned_bytes"] = (*ex)->unplanned_bytes();
+  j["arena_layout"] = (*ex)->arena_strategy();
+  j["arena_lower_bound_bytes"] = (*ex)->arena_lower_bound();
+  j["arena_optimal"] = (*ex)->arena_optimal();
   j["runs"] = ms.size();
   j["median_ms"] = median;
   j["seconds"] = median / 1000.0;
@@ -224,6 +238,11 @@ int RunRun(const RunOptions& ro) {
                 "(%.2f MiB at once while repacking)\n",
                 (*ex)->arena_bytes(), (*ex)->arena_bytes() / 1048576.0, (*ex)->unplanned_bytes() / 1048576.0,
                 (*ex)->weight_bytes() / 1048576.0, (*ex)->load_peak_bytes() / 1048576.0);
+    const size_t lb = (*ex)->arena_lower_bound();
+    std::printf("arena layout: %s; lower bound (largest live sum) %zu bytes, gap %.1f %%%s\n",
+                (*ex)->arena_strategy().c_str(), lb,
+                lb ? 100.0 * (static_cast<double>((*ex)->arena_bytes()) - static_cast<double>(lb)) / lb : 0.0,
+                (*ex)->arena_optimal() ? " (optimal)" : "");
     std::printf("time: %.3f ms median of %zu run(s), %d thread(s), kernels %s (CPU supports %s)\n", median,
                 ms.size(), ro.threads, IsaName(ActiveIsa()), IsaName(DetectedIsa()));
     if (!finite) std::printf("warning: the output contains NaN or infinity\n");
@@ -259,6 +278,14 @@ void RegisterRunCommand(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", ro->warmup, "Untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 1000));
   cmd->add_flag("--json", ro->json, "Print JSON");
+  cmd->add_option("--arena-layout", ro->arena_layout,
+                  "Arena layout (METHODS §6): best (best greedy order, what workers use), greedy-by-size, or milp "
+                  "(CBC big-M MILP when the greedy misses the lower bound)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"best", "greedy-by-size", "milp"}));
+  cmd->add_option("--arena-time-limit", ro->arena_time_limit, "Seconds the arena MILP may take")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_flag("--profile", ro->profile, "Time every node of the timed runs; print the time per op and the slowest nodes");
   cmd->add_option("--plan", ro->plan_path,
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");

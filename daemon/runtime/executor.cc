@@ -33,6 +33,9 @@ struct Executor::Prepared {
   std::vector<int> input_index, output_index;  // per value id: graph input/output index, or -1
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;
+  std::string arena_strategy;
+  size_t arena_lower_bound = 0;
+  bool arena_optimal = false;
   size_t weight_bytes = 0;
   size_t load_peak_bytes = 0;
   std::vector<bool> constant_read;  // per value id
@@ -46,6 +49,9 @@ Executor::~Executor() {
 
 size_t Executor::arena_bytes() const { return prepared_->arena_bytes; }
 size_t Executor::unplanned_bytes() const { return prepared_->unplanned_bytes; }
+const std::string& Executor::arena_strategy() const { return prepared_->arena_strategy; }
+size_t Executor::arena_lower_bound() const { return prepared_->arena_lower_bound; }
+bool Executor::arena_optimal() const { return prepared_->arena_optimal; }
 size_t Executor::weight_bytes() const { return prepared_->weight_bytes; }
 size_t Executor::load_peak_bytes() const { return prepared_->load_peak_bytes; }
 bool Executor::ReadsConstant(int value) const {
@@ -179,9 +185,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   }
 
   // 3. Offsets (METHODS §6 arena layout), checked before use.
-  GreedyBySizeLayout layout(kAlign);
+  const BestOfGreedyLayout default_layout(kAlign);
+  const ArenaLayout& layout = p->options.arena_layout ? *p->options.arena_layout : default_layout;
   ArenaPlan plan = layout.Plan(requests);
   TS_RETURN_IF_ERROR(CheckNoOverlap(requests, plan));
+  p->arena_strategy = plan.strategy.empty() ? layout.name() : plan.strategy;
+  p->arena_lower_bound = plan.lower_bound ? plan.lower_bound : LiveBytesLowerBound(requests);
+  p->arena_optimal = plan.optimal || plan.size <= p->arena_lower_bound;
   p->offsets.assign(nv, kNoOffset);
   for (size_t r = 0; r < requests.size(); ++r) {
     if (request_value[r] >= 0) p->offsets[request_value[r]] = plan.offsets[r];

@@ -25,9 +25,11 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "daemon/runtime/kernels/kernel.h"
+#include "partition/graph/arena_layout.h"
 #include "partition/graph/graph.h"
 #include "util/status.h"
 
@@ -45,6 +47,9 @@ struct ExecutorOptions {
   // arena_bytes() and weight_bytes() are what a real Create would give.
   // Implies !allocate_arena; such an executor must never run or Fork.
   bool shapes_only = false;
+  // The arena layout (borrowed, must outlive Create); nullptr: the default
+  // BestOfGreedyLayout, the one the planner's promise uses.
+  const ArenaLayout* arena_layout = nullptr;
 };
 
 class Executor {
@@ -69,6 +74,11 @@ class Executor {
   size_t arena_bytes() const;
   // Sum of all activation buffer sizes, what an arena-less runtime would allocate.
   size_t unplanned_bytes() const;
+  // The layout that placed the arena, its lower bound (largest live sum) and
+  // whether the arena is proven smallest (METHODS §6).
+  const std::string& arena_strategy() const;
+  size_t arena_lower_bound() const;
+  bool arena_optimal() const;
   // Bytes of constant weights the kernels read while running: those they
   // repacked into their own form plus the graph constants they still read.
   size_t weight_bytes() const;

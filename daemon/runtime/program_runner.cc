@@ -147,7 +147,7 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     step_request[i] = static_cast<int>(requests.size());
     requests.push_back({bytes, static_cast<int>(i), static_cast<int>(i)});
   }
-  GreedyBySizeLayout arena_layout(kAlign);
+  const BestOfGreedyLayout arena_layout(kAlign);
   const ArenaPlan plan = arena_layout.Plan(requests);
   TS_RETURN_IF_ERROR(CheckNoOverlap(requests, plan).WithContext("device " + std::to_string(program.device)));
   layout->arena_bytes = plan.size;

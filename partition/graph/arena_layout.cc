@@ -7,20 +7,64 @@
 namespace tessera {
 
 namespace {
-bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
-  return a.first <= b.last && b.first <= a.last;
-}
 size_t AlignUp(size_t n, size_t a) { return a <= 1 ? n : (n + a - 1) / a * a; }
 }  // namespace
 
 ArenaPlan GreedyBySizeLayout::Plan(const std::vector<BufferRequest>& buffers) const {
+  ArenaPlan plan = GreedyLayout(GreedyLayout::Order::kSize, alignment_).Plan(buffers);
+  plan.strategy = name();
+  return plan;
+}
+
+std::string GreedyLayout::name() const {
+  switch (order_) {
+    case Order::kSize:
+      return "greedy-by-size";
+    case Order::kConflict:
+      return "greedy-by-conflict";
+    case Order::kLifetime:
+      return "greedy-by-lifetime";
+    case Order::kFirstUse:
+      return "greedy-by-first-use";
+  }
+  return "greedy";
+}
+
+ArenaPlan GreedyLayout::Plan(const std::vector<BufferRequest>& buffers) const {
   const size_t n = buffers.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
+  std::vector<size_t> weight(n, 0);
+  if (order_ == Order::kConflict)
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j)
+        if (LifetimesOverlap(buffers[i], buffers[j])) weight[i] += buffers[j].size;  // includes itself
+  auto key = [&](size_t i) -> size_t {
+    switch (order_) {
+      case Order::kSize:
+        return buffers[i].size;
+      case Order::kConflict:
+        return weight[i];
+      case Order::kLifetime:
+        return static_cast<size_t>(buffers[i].last - buffers[i].first);
+      case Order::kFirstUse:
+        return 0;
+    }
+    return 0;
+  };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (order_ == Order::kFirstUse && buffers[a].first != buffers[b].first) return buffers[a].first < buffers[b].first;
+    if (key(a) != key(b)) return key(a) > key(b);
     if (buffers[a].size != buffers[b].size) return buffers[a].size > buffers[b].size;
     return buffers[a].first < buffers[b].first;
   });
+  ArenaPlan plan = PlanInOrder(buffers, order);
+  plan.strategy = name();
+  return plan;
+}
+
+ArenaPlan GreedyLayout::PlanInOrder(const std::vector<BufferRequest>& buffers, const std::vector<size_t>& order) const {
+  const size_t n = buffers.size();
   ArenaPlan plan;
   plan.offsets.assign(n, 0);
   std::vector<size_t> placed;
@@ -42,6 +86,22 @@ ArenaPlan GreedyBySizeLayout::Plan(const std::vector<BufferRequest>& buffers) co
     placed.push_back(i);
   }
   return plan;
+}
+
+ArenaPlan BestOfGreedyLayout::Plan(const std::vector<BufferRequest>& buffers) const {
+  ArenaPlan best;
+  bool have = false;
+  for (auto order : {GreedyLayout::Order::kSize, GreedyLayout::Order::kConflict, GreedyLayout::Order::kLifetime,
+                     GreedyLayout::Order::kFirstUse}) {
+    ArenaPlan plan = GreedyLayout(order, alignment_).Plan(buffers);
+    if (!have || plan.size < best.size) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  best.lower_bound = LiveBytesLowerBound(buffers);
+  best.optimal = best.size <= best.lower_bound;
+  return best;
 }
 
 Status CheckNoOverlap(const std::vector<BufferRequest>& buffers, const ArenaPlan& plan) {

@@ -28,6 +28,9 @@ struct BufferRequest {
 struct ArenaPlan {
   std::vector<size_t> offsets;  // one per request
   size_t size = 0;              // bytes of the arena (max offset + size)
+  std::string strategy;         // the layout that produced it ("greedy-by-conflict", "milp", ...)
+  size_t lower_bound = 0;       // LiveBytesLowerBound of the requests (0: not computed)
+  bool optimal = false;         // proven smallest (meets the lower bound, or the MILP proved it)
 };
 
 class ArenaLayout {
@@ -53,6 +56,49 @@ class GreedyBySizeLayout final : public ArenaLayout {
  private:
   const size_t alignment_;
 };
+
+// First fit in a given order: each buffer goes to the lowest aligned gap
+// among the already-placed buffers it is alive with. Orders:
+//   kSize      largest first (= GreedyBySizeLayout);
+//   kConflict  largest "conflict weight" first: its size plus the sizes of
+//              every buffer alive with it at some step (crowded steps first);
+//   kLifetime  longest-lived first (ties: larger first);
+//   kFirstUse  in order of first use (ties: larger first), how a bump
+//              allocator with frees would lay them out.
+// First fit over *some* order reaches the optimum (place the buffers of an
+// optimal layout in increasing offset: none lands higher), so trying several
+// orders narrows the gap cheaply.
+class GreedyLayout final : public ArenaLayout {
+ public:
+  enum class Order { kSize, kConflict, kLifetime, kFirstUse };
+  explicit GreedyLayout(Order order, size_t alignment = 64) : order_(order), alignment_(alignment) {}
+  std::string name() const override;
+  ArenaPlan Plan(const std::vector<BufferRequest>& buffers) const override;
+  // First fit in exactly this order of request indices.
+  ArenaPlan PlanInOrder(const std::vector<BufferRequest>& buffers, const std::vector<size_t>& order) const;
+
+ private:
+  const Order order_;
+  const size_t alignment_;
+};
+
+// The default of the executor, device programs and the planner's promise:
+// every GreedyLayout order, the smallest arena wins (ties: the first order
+// listed above). Reports the lower bound; optimal when it meets it.
+class BestOfGreedyLayout final : public ArenaLayout {
+ public:
+  explicit BestOfGreedyLayout(size_t alignment = 64) : alignment_(alignment) {}
+  std::string name() const override { return "best-of-greedy"; }
+  ArenaPlan Plan(const std::vector<BufferRequest>& buffers) const override;
+
+ private:
+  const size_t alignment_;
+};
+
+// True when a and b are alive at a common step.
+inline bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
 
 // OK when no two buffers alive at the same step overlap in [offset, offset+size)
 // and every buffer ends within the arena; otherwise names the first clash.

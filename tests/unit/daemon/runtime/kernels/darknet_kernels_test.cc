@@ -15,6 +15,7 @@
 #include "daemon/runtime/kernels/darknet_registry.h"
 #include "kernels_testing.h"
 #include "partition/import/model_import.h"
+#include "planner/arena_milp.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -365,5 +366,41 @@ TEST_CASE("seeded darknet classifiers with fully connected heads run end to end"
     REQUIRE(out.size() == 1);
     CHECK(out[0].shape == Shape{1, 1000});
     CheckSoftmaxSum(out[0]);
+  }
+}
+
+// Issue 17 item 2: the arena layout changes offsets only: yolov3-tiny (routes
+// and an upsample, so buffers outlive their neighbours) gives bit-identical
+// answers under greedy-by-size, the default best-of-greedy and the MILP, and
+// the arenas never grow in that order.
+TEST_CASE("yolov3-tiny answers are bit-identical under every arena layout") {
+  ImportOptions o;
+  const Shape shape{1, 3, 64, 64};
+  o.input_shapes[""] = shape;
+  auto g = ImportDarknet(std::string(kCfgDir) + "yolov3-tiny.cfg", o);
+  REQUIRE(g.ok());
+  std::mt19937 rng(3);
+  TensorData input{shape, RandomValues(static_cast<size_t>(NumElements(shape)), rng, 0.f, 1.f)};
+  const GreedyBySizeLayout by_size(64);
+  const MilpArenaLayout milp(10.0, 64);
+  std::vector<std::vector<TensorData>> answers;
+  std::vector<size_t> arenas;
+  for (const ArenaLayout* layout : {static_cast<const ArenaLayout*>(&by_size), static_cast<const ArenaLayout*>(nullptr),
+                                    static_cast<const ArenaLayout*>(&milp)}) {
+    ExecutorOptions eo;
+    eo.arena_layout = layout;
+    auto ex = Executor::Create(*g, eo);
+    REQUIRE(ex.ok());
+    CHECK((*ex)->arena_bytes() >= (*ex)->arena_lower_bound());
+    std::vector<TensorData> out;
+    REQUIRE((*ex)->Run({input}, &out).ok());
+    answers.push_back(std::move(out));
+    arenas.push_back((*ex)->arena_bytes());
+  }
+  CHECK(arenas[1] <= arenas[0]);
+  CHECK(arenas[2] <= arenas[1]);
+  for (size_t k = 1; k < answers.size(); ++k) {
+    REQUIRE(answers[k].size() == answers[0].size());
+    for (size_t i = 0; i < answers[0].size(); ++i) CHECK(answers[k][i].values == answers[0][i].values);
   }
 }
