@@ -1,10 +1,12 @@
 #include "partition/compile/mcu_program_builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "partition/graph/arena_layout.h"
 #include "transport/wire/mcu_program.h"
 
 namespace tessera {
@@ -34,18 +36,26 @@ Status ImageDims(const Node& node, const Shape& s, uint32_t* c, uint32_t* h, uin
 }
 
 // Accumulates layers, weights and the activation region of one program.
+// Activations are *virtual buffers* while the layers are emitted; Finish lays
+// them out in the activation region by liveness (METHODS §6 arena layout, the
+// executor's BestOfGreedyLayout) and rewrites every offset. Inputs and outputs
+// stay alive for the whole program: the firmware takes the next request's
+// inputs while it is still sending this one's outputs.
 class McuProgramWriter {
  public:
+  // A new virtual buffer of `floats` values; its id stands for its offset
+  // until Finish.
   uint32_t Allocate(int64_t floats) {
-    uint32_t at = act_;
-    act_ += static_cast<uint32_t>(floats);
-    return at;
+    buffers_.push_back({static_cast<size_t>(floats) * sizeof(float), kUnused, kUnused});
+    return static_cast<uint32_t>(buffers_.size() - 1);
   }
-  void AddInput(uint32_t message, uint32_t offset, int64_t count) {
-    inputs_.push_back({message, offset, static_cast<uint32_t>(count)});
+  void AddInput(uint32_t message, uint32_t buffer, int64_t count) {
+    inputs_.push_back({message, buffer, static_cast<uint32_t>(count)});
+    io_.push_back(buffer);
   }
-  void AddOutput(uint32_t message, uint32_t offset, int64_t count) {
-    outputs_.push_back({message, offset, static_cast<uint32_t>(count)});
+  void AddOutput(uint32_t message, uint32_t buffer, int64_t count) {
+    outputs_.push_back({message, buffer, static_cast<uint32_t>(count)});
+    io_.push_back(buffer);
   }
   // Emits the layers of `graph`. `offset[v]`: where value v lives in the
   // activation region (UINT32_MAX: not placed yet — allocated here).
@@ -60,10 +70,23 @@ class McuProgramWriter {
     weights_.insert(weights_.end(), d->values.begin(), d->values.end());
     return at;
   }
+  static constexpr int kUnused = -1;
+  // Marks virtual buffer `b` as touched by layer `step`.
+  void Touch(uint32_t b, int step) {
+    BufferRequest& r = buffers_[b];
+    r.first = r.first == kUnused ? step : std::min(r.first, step);
+    r.last = std::max(r.last, step);
+  }
   std::vector<mcu::IoEntry> inputs_, outputs_;
   std::vector<mcu::Layer> layers_;
   std::vector<float> weights_;
-  uint32_t act_ = 0;
+  std::vector<BufferRequest> buffers_;  // virtual buffers: size in bytes, first/last layer
+  std::vector<uint32_t> io_;            // virtual buffers sent or received
+  struct Operands {
+    uint32_t in0, in1, out;  // virtual buffers (in1: kNoBuffer)
+  };
+  static constexpr uint32_t kNoBuffer = UINT32_MAX;
+  std::vector<Operands> operands_;  // per layer
   int64_t macs_ = 0;
 };
 
@@ -134,12 +157,15 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
       l.op = kOpAdd;
       if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)
         return Unsupported(node, "Add with broadcasting or constant operands");
-      l.in1 = place(xs[1]);
     } else {
       return Unsupported(node, "the op");
     }
-    l.in0 = place(xs[0]);
-    l.out = place(y);
+    const int step = static_cast<int>(layers_.size());
+    Operands o{place(xs[0]), l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};
+    Touch(o.in0, step);
+    if (o.in1 != kNoBuffer) Touch(o.in1, step);
+    Touch(o.out, step);
+    operands_.push_back(o);
     layers_.push_back(l);
   }
   return Status::OK();
@@ -147,16 +173,40 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
 
 McuProgramImage McuProgramWriter::Finish(uint32_t plan_id) const {
   using namespace mcu;
-  ProgramHeader h{kProgramMagic, kProgramVersion, plan_id, act_, uint32_t(layers_.size()),
-                  uint32_t(inputs_.size()), uint32_t(outputs_.size()), uint32_t(weights_.size())};
+  // Lifetimes over the layers 0..L-1; inputs and outputs span them all.
+  const int last = std::max<int>(0, static_cast<int>(layers_.size()) - 1);
+  std::vector<BufferRequest> requests = buffers_;
+  for (BufferRequest& r : requests)
+    if (r.first == kUnused) r.first = r.last = 0;
+  for (uint32_t b : io_) requests[b].first = 0, requests[b].last = last;
+  const ArenaPlan plan = BestOfGreedyLayout(sizeof(float)).Plan(requests);
+  auto at = [&](uint32_t b) { return static_cast<uint32_t>(plan.offsets[b] / sizeof(float)); };
+  std::vector<Layer> layers = layers_;
+  for (size_t k = 0; k < layers.size(); ++k) {
+    layers[k].in0 = at(operands_[k].in0);
+    if (operands_[k].in1 != kNoBuffer) layers[k].in1 = at(operands_[k].in1);
+    layers[k].out = at(operands_[k].out);
+  }
+  std::vector<IoEntry> inputs = inputs_, outputs = outputs_;
+  for (IoEntry& e : inputs) e.offset = at(e.offset);
+  for (IoEntry& e : outputs) e.offset = at(e.offset);
+  const uint32_t act = static_cast<uint32_t>((plan.size + sizeof(float) - 1) / sizeof(float));
+  ProgramHeader h{kProgramMagic,
+                  kProgramVersion,
+                  plan_id,
+                  act,
+                  uint32_t(layers.size()),
+                  uint32_t(inputs.size()),
+                  uint32_t(outputs.size()),
+                  uint32_t(weights_.size())};
   McuProgramImage image;
-  image.activation_floats = act_;
+  image.activation_floats = act;
   image.macs = macs_;
   auto append = [&](const void* p, size_t n) { image.bytes.append(static_cast<const char*>(p), n); };
   append(&h, sizeof h);
-  append(inputs_.data(), inputs_.size() * sizeof(IoEntry));
-  append(outputs_.data(), outputs_.size() * sizeof(IoEntry));
-  append(layers_.data(), layers_.size() * sizeof(Layer));
+  append(inputs.data(), inputs.size() * sizeof(IoEntry));
+  append(outputs.data(), outputs.size() * sizeof(IoEntry));
+  append(layers.data(), layers.size() * sizeof(Layer));
   append(weights_.data(), weights_.size() * sizeof(float));
   return image;
 }

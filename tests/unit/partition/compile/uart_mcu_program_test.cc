@@ -87,6 +87,25 @@ TEST_CASE("mcu kernels match the host executor", "[mcu]") {
   CHECK(BuildMcuProgram(MakeKeywordSpottingGraph(), {})->macs == 853920);
 }
 
+// Issue 17 item 2 on the firmware: activations share the region by liveness.
+// KWS layers conv1, pool1, conv2, pool2, conv3, fc; floats: input 490 and
+// output 12 (alive throughout: the next input may arrive while outputs are
+// sent), conv1 7840, pool1 1920, conv2 3840, pool2 768, conv3 768. The
+// largest live sum is at pool1: 490 + 12 + 7840 + 1920 = 10262 floats, and
+// the layout meets it; one region per value (the old layout) took the sum,
+// 15638 floats.
+TEST_CASE("mcu program: activations reuse the region by liveness", "[mcu]") {
+  auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
+  REQUIRE(image.ok());
+  CHECK(image->activation_floats == 10262);
+  HostArena arena;
+  REQUIRE(arena.Load(image->bytes, image->arena_bytes() + 8) == mcu::kErrNone);
+  // Inputs and outputs never share bytes with each other or with a layer's operands.
+  const mcu::IoEntry& in = arena.view.inputs[0];
+  const mcu::IoEntry& out = arena.view.outputs[0];
+  CHECK((in.offset + in.count <= out.offset || out.offset + out.count <= in.offset));
+}
+
 TEST_CASE("mcu program: the arena is checked before anything runs", "[mcu]") {
   auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
   REQUIRE(image.ok());
