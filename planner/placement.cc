@@ -231,10 +231,18 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
   for (int j = first[bar] + 1; j < last[bar]; ++j)
     if (dev[j] != bar) between += layer_s[j];
   cost.period_s = cost.compute_s[bar] + out_s[bar] + between;
-  for (int i = 0; i < d; ++i) cost.naive_period_s = std::max(cost.naive_period_s, cost.compute_s[i] + out_s[i]);
+  int longest = 0;
+  for (int i = 0; i < d; ++i) {
+    if (cost.compute_s[i] + out_s[i] > cost.naive_period_s) longest = i;
+    cost.naive_period_s = std::max(cost.naive_period_s, cost.compute_s[i] + out_s[i]);
+  }
   // A stage that sends more than ī is the bottleneck: the period is never
   // below the longest stage (issue 18's dataflow view).
-  cost.period_s = std::max(cost.period_s, cost.naive_period_s);
+  if (cost.naive_period_s > cost.period_s) {
+    cost.period_s = cost.naive_period_s;
+    cost.bottleneck = longest;
+  }
+  cost.send_s = out_s;
   return cost;
 }
 

@@ -79,8 +79,9 @@ struct PlacementCost {
   double latency_s = 0;
   double period_s = 0;        // METHODS §5 definition (with in-between layers), >= naive_period_s
   double naive_period_s = 0;  // max over devices of compute + out-transfers
-  int bottleneck = -1;        // ī
+  int bottleneck = -1;        // the device that sets period_s: ī, or the longest stage when that is longer
   std::vector<double> compute_s;      // per device
+  std::vector<double> send_s;         // per device: its outgoing transfers per inference
   std::vector<int64_t> sent_bytes;    // per device
   std::vector<int64_t> received_bytes;
   std::vector<int64_t> weight_bytes;  // per device

@@ -569,6 +569,9 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
   }
   plan->latency_s = cost.latency_s;
   plan->throughput_per_s = cost.period_s > 0 ? 1.0 / cost.period_s : 0.0;
+  plan->period_s = cost.period_s;
+  plan->bottleneck_device = cost.bottleneck;
+  for (int i = 0; i < c.size(); ++i) plan->loads[i].send_s = cost.send_s[i];
   plan->communication_plan_values = sent / kFloatBytes;
   // For reference: §3 on this cluster size (exact path, fast).
   const MemorySplit split = SolveMemorySplitExact(layers, c.size());
@@ -717,6 +720,14 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   j["latency_s"] = plan.latency_s;
   j["throughput_per_s"] = plan.throughput_per_s;
   if (!plan.choice.empty()) j["choice"] = plan.choice;
+  if (plan.bottleneck_device >= 0) {
+    // Issue 18: the stream's period and the stage that sets it.
+    const DeviceLoad& b = plan.loads[plan.bottleneck_device];
+    j["pipeline"] = {{"period_s", plan.period_s},
+                     {"bottleneck", plan.cluster.devices[plan.bottleneck_device].name},
+                     {"bottleneck_compute_s", b.compute_s},
+                     {"bottleneck_send_s", b.send_s}};
+  }
   j["solver"] = {{"name", plan.solver.name}, {"optimal", plan.solver.optimal}, {"seconds", plan.solver.seconds},
                  {"nodes", plan.solver.nodes}};
   // The objective no plan in the searched space beats, and which space
@@ -850,6 +861,20 @@ std::string FormatPlanTable(const Plan& plan) {
                 plan.throughput_per_s);
   out += line;
   if (!plan.choice.empty()) out += "chosen: " + plan.choice + "\n";
+  if (plan.bottleneck_device >= 0) {
+    const DeviceLoad& b = plan.loads[plan.bottleneck_device];
+    int first = -1, last = -1;
+    for (const auto& l : plan.layers)
+      if (l.devices.size() == 1 && l.devices[0] == plan.bottleneck_device) {
+        if (first < 0) first = l.index;
+        last = l.index;
+      }
+    std::snprintf(line, sizeof line,
+                  "pipeline period %.6f s; bottleneck stage %s (layers %d-%d): compute %.6f s + sends %.6f s\n",
+                  plan.period_s, plan.cluster.devices[plan.bottleneck_device].name.c_str(), first, last, b.compute_s,
+                  b.send_s);
+    out += line;
+  }
   std::snprintf(line, sizeof line, "solver %s (%s), %.4f s, %lld nodes\n", plan.solver.name.c_str(),
                 plan.solver.optimal ? "optimal" : "not proven optimal", plan.solver.seconds,
                 static_cast<long long>(plan.solver.nodes));

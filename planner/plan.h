@@ -51,6 +51,7 @@ struct DeviceLoad {
   int64_t weight_bytes = 0;
   int64_t peak_buffer_bytes = 0;
   double compute_s = 0;
+  double send_s = 0;         // layer-assignment plans: its outgoing transfers per inference
   double compute_share = 0;  // of the model's MACs
   int64_t sent_bytes = 0, received_bytes = 0;
   // What the device's worker will hold (issue 11 item 4), sized by the
@@ -85,6 +86,10 @@ struct Plan {
   // much ("split plan (memory ILP, METHODS §3): 0.81 s predicted; layer
   // assignment (§5): 2.90 s"); empty for the other objectives.
   std::string choice;
+  // Layer-assignment plans (METHODS §5): time between outputs of a stream and
+  // the device whose stage sets it (-1: not a pipeline plan).
+  double period_s = 0;
+  int bottleneck_device = -1;
 };
 
 // REQUIRES: `layers` = ComputeLayerFigures(graph). Errors: InvalidArgument
