@@ -223,9 +223,13 @@ void ApplyDeviceFields(const YAML::Node& node, Device* d, ClusterErrors* errors,
     if (const auto v = node[key]) positive_value(v, key, out);
   };
   positive("cycles_per_mac", &d->cycles_per_mac);
-  double macs = 0;
-  positive("macs_per_s", &macs);
-  if (macs > 0) d->macs_per_s = macs;
+  // A bad macs_per_s is reported here; NaN keeps RequireSpeedAndMemory from
+  // adding a second line ("has no speed") about the same mistake.
+  if (node["macs_per_s"]) {
+    double macs = std::numeric_limits<double>::quiet_NaN();
+    positive("macs_per_s", &macs);
+    d->macs_per_s = macs;
+  }
   if (const auto by_kind = node["macs_per_s_by_kind"]) {
     if (!by_kind.IsMap()) {
       errors->Add(by_kind,
