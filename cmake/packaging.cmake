@@ -33,22 +33,11 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/tessera.sysusers DESTINATION l
 install(DIRECTORY DESTINATION /etc/tessera/tls)
 install(DIRECTORY DESTINATION /etc/tessera/devices)
 
-# dpkg architecture names for the target processor.
-set(proc "${CMAKE_SYSTEM_PROCESSOR}")
-string(TOLOWER "${proc}" proc)
-if(proc MATCHES "^(x86_64|amd64)$")
-  set(TESSERA_DEB_ARCH amd64)
-elseif(proc MATCHES "^(aarch64|arm64)$")
-  set(TESSERA_DEB_ARCH arm64)
-elseif(proc MATCHES "^(armv7.*|armhf|arm)$")
-  set(TESSERA_DEB_ARCH armhf)
-elseif(proc MATCHES "^(i[3-6]86|x86)$")
-  set(TESSERA_DEB_ARCH i386)
-elseif(proc MATCHES "^riscv64$")
-  set(TESSERA_DEB_ARCH riscv64)
-else()
+include(${CMAKE_CURRENT_LIST_DIR}/deb_arch.cmake)
+tessera_deb_arch("${CMAKE_SYSTEM_PROCESSOR}" TESSERA_DEB_ARCH)
+if(NOT TESSERA_DEB_ARCH)
   message(FATAL_ERROR "packaging: no Debian architecture name for CMAKE_SYSTEM_PROCESSOR '${CMAKE_SYSTEM_PROCESSOR}'; "
-                      "add it to cmake/packaging.cmake")
+                      "add it to cmake/deb_arch.cmake")
 endif()
 
 set(CPACK_GENERATOR DEB)

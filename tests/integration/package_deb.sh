@@ -46,6 +46,17 @@ debs=("$D"/pkg/tessera_*_"$arch".deb)
 deb=${debs[0]}
 ok "package $(basename "$deb")"
 
+# The same packaging code names an arm64 build's package _arm64.deb: the arch
+# comes from CMAKE_SYSTEM_PROCESSOR (cmake/deb_arch.cmake), e.g. the arm64
+# toolchain file's.
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+proc=$(sed -n 's/^set(CMAKE_SYSTEM_PROCESSOR \([^)]*\)).*/\1/p' "$SRC/cmake/toolchain-aarch64.cmake")
+for pair in "$proc:arm64" "x86_64:amd64" "armv7l:armhf"; do
+  got=$(cmake -DPROCESSOR="${pair%%:*}" -P "$SRC/cmake/deb_arch.cmake" 2>&1)
+  [ "$got" = "${pair#*:}" ] || bad "CMAKE_SYSTEM_PROCESSOR ${pair%%:*} gives .deb arch '$got', want ${pair#*:}"
+done
+ok "CMAKE_SYSTEM_PROCESSOR $proc (cmake/toolchain-aarch64.cmake) names the package _arm64.deb"
+
 # ---- control fields -----------------------------------------------------------
 [ "$(dpkg-deb -f "$deb" Architecture)" = "$arch" ] && ok "Architecture: $arch" ||
   bad "Architecture: $(dpkg-deb -f "$deb" Architecture), want $arch"
