@@ -317,6 +317,10 @@ void RequireSpeedAndMemory(const YAML::Node& dn, Device* d, ClusterErrors* error
     else if (std::any_of(d->kind_macs_per_s.begin(), d->kind_macs_per_s.end(), [](double r) { return r > 0; }))
       errors->Add(
           dn, "device " + d->name + " has macs_per_s_by_kind but no macs_per_s for the other kinds; add macs_per_s");
+    else if (!d->preset.empty())
+      errors->Add(dn, "device " + d->name + " has no speed (preset " + d->preset +
+                          " gives none); add macs_per_s measured on the board (tessera calibrate), or cpu_hz and "
+                          "cycles_per_mac");
     else
       errors->Add(dn, "device " + d->name + " has no speed; add cpu_hz and cycles_per_mac, or macs_per_s, or a preset");
   }
