@@ -741,8 +741,15 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                           {"peak_buffer_bytes", d.peak_buffer_bytes},
                           {"compute_share", d.compute_share},
                           {"compute_s", d.compute_s},
+                          {"macs_per_s", plan.cluster.devices[i].macs_per_s},
                           {"sent_bytes", d.sent_bytes},
                           {"received_bytes", d.received_bytes}});
+    // Measured per-kind rates (macs_per_s_by_kind) the compute times used.
+    json by_kind = json::object();
+    for (int k = 1; k < kOpKinds; ++k)
+      if (plan.cluster.devices[i].kind_macs_per_s[k] > 0)
+        by_kind[OpKindName(static_cast<OpKind>(k))] = plan.cluster.devices[i].kind_macs_per_s[k];
+    if (!by_kind.empty()) per_device.back()["macs_per_s_by_kind"] = by_kind;
     if (d.promised_bytes > 0)
       per_device.back()["worker_ram"] = {{"promised_bytes", d.promised_bytes},
                                          {"weight_bytes", d.promised_weight_bytes},

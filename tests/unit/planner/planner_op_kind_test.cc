@@ -103,6 +103,11 @@ TEST_CASE("plan: predicted latency uses the rate of each layer's kind", "[planne
     REQUIRE(by_kind.ok());
     CHECK(by_kind->latency_s == Approx((total - conv - pool) / 1e9 + conv / 4e9 + pool / 5e8).epsilon(1e-9));
     CHECK(by_kind->latency_s < 0.5 * single->latency_s);
+    // `tessera plan --json` shows the rates the compute times used.
+    const auto json = PlanToJson(*by_kind)["device_summary"][0];
+    CHECK(json["macs_per_s_by_kind"]["conv"].get<double>() == Approx(4e9));
+    CHECK(json["macs_per_s_by_kind"].size() == 2);
+    CHECK_FALSE(PlanToJson(*single)["device_summary"][0].contains("macs_per_s_by_kind"));
   }
 }
 
