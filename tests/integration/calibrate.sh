@@ -23,18 +23,23 @@ D=$(mktemp -d /tmp/tessera-calibrate-XXXXXX)
 trap 'rm -rf "$D"' EXIT
 mkdir -p "$D/devices"
 
-# ---- calibrate ------------------------------------------------------------
-if "$T" calibrate "$CFG" --threads 1 --repeat 7 --name calibrated --out "$D/devices/here.yaml" --json \
-    >"$D/cal.json" 2>"$D/cal.err"; then
-  ok "calibrate wrote $D/devices/here.yaml"
-else
-  bad "calibrate failed: $(cat "$D/cal.err")"; exit 1
-fi
-grep -q 'run 7/7' "$D/cal.err" || bad "calibrate printed no progress on stderr"
-cat "$D/devices/here.yaml"
-
-# Every figure of the file: positive and finite; the kinds tiny.cfg has are there.
-/usr/bin/python3 - "$D/devices/here.yaml" <<'EOF' || fail=1
+# ---- calibrate, plan, run ---------------------------------------------------
+# One attempt: calibrate, check the file, plan with it, time `tessera run`;
+# prints the ratio predicted / measured and fails outside 0.5-2x. The machine
+# is shared: up to 3 attempts, each printed; a systematic error (wrong rates,
+# the planner ignoring them) fails all three, a neighbour's burst only one.
+printf 'devices:\n  - { name: here, preset: calibrated, address: 127.0.0.1:7070 }\n' >"$D/cluster.yaml"
+attempt() {
+  if "$T" calibrate "$CFG" --threads 1 --repeat 7 --name calibrated --out "$D/devices/here.yaml" --json \
+      >"$D/cal.json" 2>"$D/cal.err"; then
+    ok "calibrate wrote $D/devices/here.yaml"
+  else
+    bad "calibrate failed: $(cat "$D/cal.err")"; return 2
+  fi
+  grep -q 'run 7/7' "$D/cal.err" || { bad "calibrate printed no progress on stderr"; return 2; }
+  cat "$D/devices/here.yaml"
+  # Every figure of the file: positive and finite; the kinds tiny.cfg has are there.
+  /usr/bin/python3 - "$D/devices/here.yaml" <<'EOF2' || return 2
 import math, re, sys
 text = open(sys.argv[1]).read()
 figures = {}
@@ -57,28 +62,33 @@ for want in ('by_kind.conv', 'by_kind.conv1x1', 'by_kind.pool'):
     if want not in figures:
         print('FAIL', want, 'missing'); bad = 1
 sys.exit(bad)
-EOF
-
-# ---- the planner reads it; prediction against a measured run --------------
-printf 'devices:\n  - { name: here, preset: calibrated, address: 127.0.0.1:7070 }\n' >"$D/cluster.yaml"
-if "$T" plan "$CFG" --cluster "$D/cluster.yaml" --objective latency --json >"$D/plan.json" 2>"$D/plan.err"; then
-  ok "tessera plan --cluster reads the calibrated device"
-else
-  bad "tessera plan --cluster: $(cat "$D/plan.err")"
-fi
-"$T" run "$CFG" --threads 1 --warmup 2 --repeat 15 --json >"$D/run.json" 2>"$D/run.err" ||
-  bad "tessera run: $(cat "$D/run.err")"
-/usr/bin/python3 - "$D/plan.json" "$D/run.json" <<'EOF' || fail=1
+EOF2
+  if "$T" plan "$CFG" --cluster "$D/cluster.yaml" --objective latency --json >"$D/plan.json" 2>"$D/plan.err"; then
+    ok "tessera plan --cluster reads the calibrated device"
+  else
+    bad "tessera plan --cluster: $(cat "$D/plan.err")"; return 2
+  fi
+  "$T" run "$CFG" --threads 1 --warmup 2 --repeat 15 --json >"$D/run.json" 2>"$D/run.err" ||
+    { bad "tessera run: $(cat "$D/run.err")"; return 2; }
+  /usr/bin/python3 - "$D/plan.json" "$D/run.json" <<'EOF2'
 import json, sys
 predicted = json.load(open(sys.argv[1]))['latency_s']
 measured = json.load(open(sys.argv[2]))['seconds']
 ratio = predicted / measured
 line = f'predicted {predicted*1e3:.3f} ms, measured {measured*1e3:.3f} ms (tessera run median of 15): ratio {ratio:.3f}'
-if 0.5 <= ratio <= 2.0:
-    print('PASS', line, '(promise: 0.5-2x)')
-else:
-    print('FAIL', line, 'outside 0.5-2x'); sys.exit(1)
-EOF
+ok = 0.5 <= ratio <= 2.0
+print('PASS' if ok else 'outside', line, '(promise: 0.5-2x)')
+sys.exit(0 if ok else 1)
+EOF2
+}
+for try in 1 2 3; do
+  attempt
+  rc=$?
+  [ $rc = 0 ] && break
+  [ $rc = 2 ] && break  # a broken file or command: no retry
+  echo "attempt $try: ratio outside 0.5-2x$([ $try -lt 3 ] && echo '; measuring again')"
+done
+[ $rc = 0 ] || bad "calibrated prediction vs tessera run: see above"
 
 # ---- bad input --------------------------------------------------------------
 refused() {
