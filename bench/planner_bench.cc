@@ -32,6 +32,53 @@ double MedianMs(int repeats, const std::function<void()>& run) {
   return ms[ms.size() / 2];
 }
 
+// Issue 18 item 1: throughput over pipelines, densenet201 (224²) on 16/64/256
+// identical devices (targets: < 1 s, proven optimal) and on 16 devices of 4
+// kinds (target < 5 s), beside branch-and-bound (200000 nodes) as before.
+void PipelineSection() {
+  ImportOptions options;
+  options.input_shapes[""] = {1, 3, 224, 224};
+  auto graph = ImportModel("/usr/share/darknet/cfg/densenet201.cfg", options);
+  if (!graph.ok()) {
+    std::printf("densenet201: skipped (%s)\n", graph.status().message().c_str());
+    return;
+  }
+  const auto layers = ComputeLayerFigures(*graph);
+  std::printf("\nthroughput, densenet201 224x224 (%zu layers): pipeline DP vs branch-and-bound\n", layers.size());
+  std::printf("%-26s %10s %8s %11s %11s %11s  %12s %11s\n", "cluster", "dp time", "optimal", "period s", "bound s",
+              "any-bound s", "bnb time", "bnb period");
+  auto row = [&](const std::string& label, const Cluster& cluster) {
+    PlacementProblem problem = MakePlacementProblem(*graph, layers, cluster);
+    problem.source = 0;
+    Result<PlacementResult> pipe = Status::Internal("not run");
+    const double ms = MedianMs(3, [&] { pipe = PlacePipeline(problem); });
+    char bnb_time[32] = "-", bnb_period[32] = "-";
+    if (cluster.size() <= 16) {
+      auto seed = PlaceBisection(problem, PlacementObjective::kThroughput);
+      Result<PlacementResult> bt = Status::Internal("not run");
+      const double bms = MedianMs(1, [&] {
+        bt = PlaceBranchAndBound(problem, PlacementObjective::kThroughput, seed.ok() ? &seed.value() : nullptr, 200000);
+      });
+      std::snprintf(bnb_time, sizeof bnb_time, "%.0f ms%s", bms, bt.ok() && bt->solver.optimal ? "" : "*");
+      if (bt.ok()) std::snprintf(bnb_period, sizeof bnb_period, "%.6f", bt->cost.period_s);
+    }
+    if (!pipe.ok()) {
+      std::printf("%-26s %s\n", label.c_str(), pipe.status().message().c_str());
+      return;
+    }
+    std::printf("%-26s %7.1f ms %8s %11.6f %11.6f %11.6f  %12s %11s\n", label.c_str(), ms,
+                pipe->solver.optimal ? "yes" : "no", pipe->cost.period_s, pipe->solver.bound, pipe->solver.bound_any,
+                bnb_time, bnb_period);
+  };
+  for (int n : {16, 64, 256}) row(std::to_string(n) + " identical (1 Gbit/s)", UniformCluster(n));
+  // 4 kinds x 4 devices: 1.2, 2, 3.75 and 6 GMAC/s, 100 Mbit/s links.
+  Cluster mixed = UniformCluster(16);
+  const double speeds[] = {3.75e9, 2e9, 6e9, 1.2e9};
+  for (int i = 0; i < 16; ++i) mixed.devices[i].macs_per_s = speeds[i / 4];
+  mixed.default_link.bytes_per_s = 100e6 / 8;
+  row("16 of 4 kinds (100 Mbit/s)", mixed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,5 +131,6 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("* = branch-and-bound stopped at its 200000-node limit (best found, not proven optimal)\n");
+  PipelineSection();
   return 0;
 }

@@ -33,6 +33,7 @@
 // by name in every *.yaml under the preset directories (PresetDirectories).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -72,6 +73,13 @@ struct Device {
   double MacsPerSecond(OpKind kind) const {
     const double r = kind_macs_per_s[static_cast<int>(kind)];
     return r > 0 ? r : macs_per_s;
+  }
+  // The highest of its rates: bounds that must not overestimate any
+  // layer's time (the placement searches) divide by this.
+  double FastestMacsPerSecond() const {
+    double r = macs_per_s;
+    for (double k : kind_macs_per_s) r = std::max(r, k);
+    return r;
   }
   // METHODS §5: L_ij = MAC_j · CpM_i / f_i, with f_i / CpM_i the measured
   // rate of layer j's kind when the device file gives one.

@@ -53,6 +53,18 @@ std::vector<int> DeviceClasses(const Cluster& c) {
   return cls;
 }
 
+// DeviceClasses for a problem: the source has a role of its own (it sends
+// the model inputs and takes the outputs), so it is never interchangeable.
+std::vector<int> ProblemDeviceClasses(const PlacementProblem& p) {
+  std::vector<int> cls = DeviceClasses(*p.cluster);
+  if (p.source >= 0) {
+    bool shared = false;
+    for (int i = 0; i < p.cluster->size(); ++i) shared |= i != p.source && cls[i] == cls[p.source];
+    if (shared) cls[p.source] = *std::max_element(cls.begin(), cls.end()) + 1;
+  }
+  return cls;
+}
+
 // Fastest compute of each layer on any device that can hold it alone, and
 // suffix sums of it (the admissible B&B bound of METHODS §5).
 std::vector<double> SuffixFastest(const PlacementProblem& p) {
@@ -221,6 +233,9 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
     if (dev[j] != bar) between += layer_s[j];
   cost.period_s = cost.compute_s[bar] + out_s[bar] + between;
   for (int i = 0; i < d; ++i) cost.naive_period_s = std::max(cost.naive_period_s, cost.compute_s[i] + out_s[i]);
+  // A stage that sends more than ī is the bottleneck: the period is never
+  // below the longest stage (issue 18's dataflow view).
+  cost.period_s = std::max(cost.period_s, cost.naive_period_s);
   return cost;
 }
 
@@ -384,7 +399,7 @@ class PlacementSearch {
     n_ = p.layers();
     d_ = c_.size();
     suffix_fast_ = SuffixFastest(p);
-    classes_ = DeviceClasses(c_);
+    classes_ = ProblemDeviceClasses(p);
     dev_.assign(n_, -1);
     flash_.assign(d_, 0);
     compute_.assign(d_, 0);
@@ -557,12 +572,360 @@ Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& p) {
   return r;
 }
 
+namespace {
+
+// The pipeline DP of PlacePipeline (see placement.h for the recurrence).
+class PipelineSearch {
+ public:
+  PipelineSearch(const PlacementProblem& p) : p_(p), c_(*p.cluster) {
+    n_ = p.layers();
+    const int d = c_.size();
+    const std::vector<int> cls = ProblemDeviceClasses(p);
+    std::vector<int> renumber(d + 1, -1);
+    for (int i = 0; i < d; ++i) {
+      if (renumber[cls[i]] < 0) {
+        renumber[cls[i]] = k_++;
+        members_.emplace_back();
+      }
+      members_[renumber[cls[i]]].push_back(i);
+    }
+    kind_of_.assign(d, 0);
+    for (int k = 0; k < k_; ++k)
+      for (int i : members_[k]) kind_of_[i] = k;
+    source_kind_ = p.source >= 0 ? kind_of_[p.source] : -1;
+    radix_.assign(k_, 1);
+    for (int k = 1; k < k_; ++k) radix_[k] = radix_[k - 1] * (static_cast<int64_t>(members_[k - 1].size()) + 1);
+    kind_states_ = radix_.back() * (static_cast<int64_t>(members_.back().size()) + 1);
+    // Compute of every layer on every kind, prefix sums.
+    prefix_.assign(k_, std::vector<double>(n_ + 1, 0.0));
+    for (int k = 0; k < k_; ++k)
+      for (int j = 0; j < n_; ++j) prefix_[k][j + 1] = prefix_[k][j] + p.ComputeSeconds(members_[k][0], j);
+    suffix_macs_.assign(n_ + 1, 0.0);
+    suffix_max_.assign(n_ + 1, 0.0);
+    for (int j = n_ - 1; j >= 0; --j) {
+      suffix_macs_[j] = suffix_macs_[j + 1] + static_cast<double>(p.macs[j]);
+      suffix_max_[j] = std::max(suffix_max_[j + 1], static_cast<double>(p.macs[j]));
+    }
+    last_use_.assign(n_, -1);
+    readers_.assign(n_, {});
+    for (int j = 0; j < n_; ++j)
+      for (int q : p.producers[j]) {
+        last_use_[q] = std::max(last_use_[q], j);
+        readers_[q].push_back(j);
+      }
+  }
+
+  int64_t states() const { return kind_states_ * k_ * (n_ + 1) * (kReach + 1); }
+
+  // Seconds for `bytes` from a device of kind a to another device of kind b.
+  double Transfer(int a, int b, int64_t bytes) const {
+    const int from = members_[a][0];
+    int to = members_[b][0];
+    if (to == from) {
+      if (members_[b].size() < 2) return kInf;
+      to = members_[b][1];
+    }
+    return c_.TransferSeconds(from, to, bytes);
+  }
+
+  // Least period over pipelines and its stages; kInf when none beats `ub`.
+  // With `first_fit`, any pipeline whose every stage fits in `ub`, found
+  // depth first with the longest stages first (few cuts, few tensors that
+  // travel twice on DAGs); its value is its number of stages.
+  // With `pessimistic`, every reader of a tensor after the stage is charged
+  // a copy at the dearest link: an upper bound, so a pipeline found under it
+  // has an exact period no larger.
+  double Solve(double ub, std::vector<std::pair<int, int>>* stages, bool first_fit = false, bool pessimistic = false) {
+    ub_ = ub;
+    count_stages_ = first_fit;
+    pessimistic_ = pessimistic;
+    double best = kInf;
+    std::vector<int64_t> avail(k_);
+    for (int k = 0; k < k_; ++k) avail[k] = static_cast<int64_t>(members_[k].size());
+    const int64_t all = Index(avail);
+    for (int f = 0; f < k_; ++f) {
+      // The source sends the model inputs of layer 0 to the first stage.
+      source_extra_ = 0;
+      if (source_kind_ >= 0 && f != source_kind_)
+        for (const auto& [input, bytes] : p_.model_inputs[0]) source_extra_ += Transfer(source_kind_, f, bytes);
+      if (source_extra_ >= ub_) continue;
+      memo_.assign(static_cast<size_t>(states()), std::numeric_limits<double>::quiet_NaN());
+      choice_.assign(static_cast<size_t>(states()), Choice{});
+      const double v = count_stages_ ? F(all, f, 0, 0) : std::max(source_extra_, F(all, f, 0, 0));
+      if (v < best) {
+        best = v;
+        if (!count_stages_) ub_ = std::min(ub_, v);
+        stages->clear();
+        int64_t r = all;
+        int k = f, s = 0, hold = 0;
+        while (s < n_) {
+          const Choice c = choice_[Slot(r, k, s, hold)];
+          stages->push_back({c.end, k});
+          r -= radix_[k];
+          k = c.next;
+          hold = c.next_hold;
+          s = c.end;
+        }
+      }
+    }
+    return best;
+  }
+
+  int64_t evaluated() const { return evaluated_; }
+  const std::vector<std::vector<int>>& members() const { return members_; }
+  int source_kind() const { return source_kind_; }
+
+ private:
+  int64_t Index(const std::vector<int64_t>& counts) const {
+    int64_t r = 0;
+    for (int k = 0; k < k_; ++k) r += counts[k] * radix_[k];
+    return r;
+  }
+  int64_t Count(int64_t r, int k) const { return (r / radix_[k]) % (static_cast<int64_t>(members_[k].size()) + 1); }
+  // No pipeline of layers [e, n) on the devices `rest` has a shorter period:
+  // the largest layer runs on the fastest of them, and one of them does at
+  // least its speed's share of the remaining work.
+  double RestBound(int64_t rest, int e) const {
+    double speed = 0, fastest = 0;
+    for (int x = 0; x < k_; ++x) {
+      const int64_t count = Count(rest, x);
+      if (count == 0) continue;
+      const double v = c_.devices[members_[x][0]].FastestMacsPerSecond();  // per-kind rates: admissible
+      speed += static_cast<double>(count) * v;
+      fastest = std::max(fastest, v);
+    }
+    if (speed <= 0) return kInf;
+    return std::max(suffix_macs_[e] / speed, suffix_max_[e] / fastest);
+  }
+
+  size_t Slot(int64_t r, int k, int s, int hold) const {
+    return static_cast<size_t>(((r * k_ + k) * (n_ + 1) + s) * (kReach + 1) + hold);
+  }
+
+  // `hold`: the stage must take at least that many layers (the previous
+  // stage counted one copy per tensor, on the promise that every reader of
+  // those tensors lies in this stage).
+  double F(int64_t r, int k, int s, int hold) {
+    const size_t slot = Slot(r, k, s, hold);
+    if (!std::isnan(memo_[slot])) return memo_[slot];
+    ++evaluated_;
+    const int64_t rest = r - radix_[k];
+    const int rep = members_[k][0];
+    const Device& dv = c_.devices[rep];
+    const double extra = (k == source_kind_ && s > 0) ? source_extra_ : 0.0;
+    double best = kInf;
+    Choice pick;
+    std::vector<Choice> deferred;
+    int64_t flash = 0;
+    double outputs = 0;  // model outputs of the stage back to the source
+    std::vector<int> crossing;
+    for (int e = s + 1; e <= n_; ++e) {
+      const int j = e - 1;
+      if (p_.buffer_bytes[j] > dv.ram_bytes) break;
+      flash += p_.weight_bytes[j];
+      if (flash > dv.flash_bytes) break;
+      const double compute = prefix_[k][e] - prefix_[k][s];
+      // Longer stages only cost more.
+      if (compute + extra >= (count_stages_ ? ub_ : std::min(best, ub_))) break;
+      if (source_kind_ >= 0 && k != source_kind_ && p_.model_output_bytes[j] > 0)
+        outputs += Transfer(k, source_kind_, p_.model_output_bytes[j]);
+      if (last_use_[j] >= e) crossing.push_back(j);
+      crossing.erase(std::remove_if(crossing.begin(), crossing.end(), [&](int q) { return last_use_[q] < e; }),
+                     crossing.end());
+      const double own = compute + extra + outputs;
+      if (e - s < hold) continue;
+      if (e == n_) {
+        const double v = count_stages_ ? (own < ub_ ? 1.0 : kInf) : own;
+        if (v < best) {
+          best = v;
+          pick = {e, -1, 0};
+        }
+        break;
+      }
+      if (RestBound(rest, e) >= (count_stages_ ? ub_ : std::min(best, ub_))) continue;
+      // Pessimistic option A: the next stage takes every reader of the
+      // crossing tensors, so each travels once (exact).
+      int reach = 1;
+      for (int q : crossing) reach = std::max(reach, last_use_[q] + 1 - e);
+      for (int next = 0; next < k_; ++next) {
+        if (Count(rest, next) == 0) continue;
+        double sends = 0;
+        for (int q : crossing) {
+          const bool read_next = std::find(readers_[q].begin(), readers_[q].end(), e) != readers_[q].end();
+          if (pessimistic_) {
+            double dearest = 0;
+            for (int x = 0; x < k_; ++x)
+              if (Count(rest, x) > 0) dearest = std::max(dearest, Transfer(k, x, p_.output_bytes[q]));
+            for (int reader : readers_[q])
+              if (reader > e || (reader == e && !read_next)) sends += dearest;
+            if (read_next) sends += Transfer(k, next, p_.output_bytes[q]);
+          } else if (read_next) {
+            sends += Transfer(k, next, p_.output_bytes[q]);
+          } else {
+            double cheapest = kInf;
+            for (int x = 0; x < k_; ++x)
+              if (Count(rest, x) > 0) cheapest = std::min(cheapest, Transfer(k, x, p_.output_bytes[q]));
+            sends += cheapest;
+          }
+        }
+        const double limit = count_stages_ ? ub_ : std::min(best, ub_);
+        auto descend = [&](double stage, int next_hold) {
+          if (stage >= (count_stages_ ? ub_ : std::min(best, ub_))) return;
+          if (count_stages_) {  // tried longest first, after this loop
+            deferred.push_back({e, next, next_hold});
+            return;
+          }
+          const double sub = F(rest, next, e, next_hold);
+          const double v = count_stages_ ? 1.0 + sub : std::max(stage, sub);
+          if (v < best) {
+            best = v;
+            pick = {e, next, next_hold};
+          }
+        };
+        if (pessimistic_ && reach > 1 && reach <= kReach) {
+          double once = 0;
+          for (int q : crossing) once += Transfer(k, next, p_.output_bytes[q]);
+          if (own + once < limit) descend(own + once, reach);
+        }
+        descend(own + sends, 0);
+      }
+    }
+    // Depth first, longest stage first: the first pipeline that fits.
+    for (auto it = deferred.rbegin(); count_stages_ && !std::isfinite(best) && it != deferred.rend(); ++it) {
+      const double sub = F(rest, it->next, it->end, it->next_hold);
+      if (std::isfinite(sub)) {
+        best = 1.0 + sub;
+        pick = *it;
+      }
+    }
+    // Nothing here beats the incumbent (the value is not needed exactly).
+    if (!count_stages_ && best >= ub_) best = kInf;
+    memo_[slot] = best;
+    choice_[slot] = pick;
+    return best;
+  }
+
+  const PlacementProblem& p_;
+  const Cluster& c_;
+  int n_ = 0, k_ = 0, source_kind_ = -1;
+  std::vector<std::vector<int>> members_;
+  std::vector<int> kind_of_, last_use_;
+  std::vector<std::vector<int>> readers_;
+  std::vector<int64_t> radix_;
+  int64_t kind_states_ = 1;
+  std::vector<std::vector<double>> prefix_;
+  std::vector<double> suffix_macs_, suffix_max_;
+  double ub_ = kInf, source_extra_ = 0;
+  bool count_stages_ = false, pessimistic_ = false;
+  struct Choice {
+    int end = -1, next = -1, next_hold = 0;
+  };
+  // Longest reach (layers past a cut) of a tensor the pessimistic model
+  // may promise to the next stage alone.
+  static constexpr int kReach = 8;
+  std::vector<double> memo_;
+  std::vector<Choice> choice_;
+  int64_t evaluated_ = 0;
+};
+
+// No whole-layer assignment has a shorter period: some device runs the
+// largest layer, and the busiest device computes at least the average share.
+double AnyAssignmentPeriodBound(const PlacementProblem& p) {
+  const Cluster& c = *p.cluster;
+  double total_speed = 0, largest = 0;
+  for (const auto& d : c.devices) total_speed += d.FastestMacsPerSecond();  // admissible with per-kind rates
+  double total_macs = 0;
+  for (int j = 0; j < p.layers(); ++j) {
+    double fastest = kInf;
+    for (int i = 0; i < c.size(); ++i)
+      if (FitsAlone(p, j, i)) fastest = std::min(fastest, p.ComputeSeconds(i, j));
+    if (std::isfinite(fastest)) largest = std::max(largest, fastest);
+    total_macs += static_cast<double>(p.macs[j]);
+  }
+  return std::max(largest, total_speed > 0 ? total_macs / total_speed : 0.0);
+}
+
+}  // namespace
+
+Result<PlacementResult> PlacePipeline(const PlacementProblem& p, int64_t max_states) {
+  const auto start = std::chrono::steady_clock::now();
+  TS_RETURN_IF_ERROR(CheckPlacementFeasible(p));
+  PipelineSearch search(p);
+  if (search.states() > max_states)
+    return Status::NotSupported("the pipeline DP needs " + std::to_string(search.states()) +
+                                " states for these device kinds (limit " + std::to_string(max_states) +
+                                "); use --solver bnb");
+  // Incumbent: the bisection heuristic's contiguous packing, evaluated exactly.
+  PlacementResult r;
+  double ub = kInf;
+  if (auto seed = PlaceBisection(p, PlacementObjective::kThroughput); seed.ok() && seed->cost.feasible) {
+    r = *seed;
+    ub = seed->cost.period_s;
+  }
+  auto consider = [&](const std::vector<std::pair<int, int>>& stages) {
+    std::vector<std::vector<int>> free_devices = search.members();
+    for (auto& m : free_devices) std::reverse(m.begin(), m.end());  // pop_back takes the first member
+    std::vector<int> dev(p.layers(), -1);
+    int s = 0;
+    for (const auto& [e, kind] : stages) {
+      const int device = free_devices[kind].back();
+      free_devices[kind].pop_back();
+      for (int j = s; j < e; ++j) dev[j] = device;
+      s = e;
+    }
+    PlacementCost cost = EvaluatePlacement(p, dev);
+    if (cost.feasible && (r.device_of_layer.empty() || cost.period_s < r.cost.period_s)) {
+      r.device_of_layer = dev;
+      r.cost = cost;
+    }
+  };
+  // 1. The least period under the optimistic send model: a bound for every
+  //    pipeline, met exactly on chains.
+  std::vector<std::pair<int, int>> stages;
+  const double bound = search.Solve(ub * (1 + 1e-12), &stages);
+  bool optimal = false;
+  if (std::isfinite(bound)) {
+    consider(stages);
+    // 2. A pipeline that meets the bound even when every later reader gets
+    //    its own copy proves the bound tight.
+    //    Else bisect the cap under that pessimistic model for a better plan.
+    //    The bisection stops after 12 probes or 3 s (a plan, not a proof).
+    double lo = bound, hi = r.cost.period_s;
+    for (int it = 0; it < 12 && hi > lo * (1 + 1e-9) && (it == 0 || Seconds(start) < 3.0); ++it) {
+      const double cap = it == 0 ? lo * (1 + 1e-9) : 0.5 * (lo + hi);
+      std::vector<std::pair<int, int>> capped;
+      if (std::isfinite(search.Solve(cap, &capped, /*first_fit=*/true, /*pessimistic=*/true))) {
+        consider(capped);
+        hi = std::min(cap, r.cost.period_s);
+        if (it == 0) break;
+      } else {
+        lo = cap;
+      }
+    }
+    optimal = r.cost.period_s <= bound * (1 + 1e-9);
+  } else if (!r.device_of_layer.empty()) {
+    optimal = true;  // no pipeline beats the incumbent, itself a pipeline
+  }
+  if (r.device_of_layer.empty())
+    return Status::ResourceExhausted(
+        "no pipeline of contiguous layer ranges fits the devices' flash and RAM; try --solver bnb");
+  r.solver = {"pipeline-dp", optimal, Seconds(start), search.evaluated()};
+  r.solver.bound = std::isfinite(bound) ? std::min(bound, r.cost.period_s) : r.cost.period_s;
+  r.solver.optimal_among = "pipelines (each device one contiguous range of layers in topological order)";
+  r.solver.bound_any = AnyAssignmentPeriodBound(p);
+  return r;
+}
+
 Result<PlacementResult> PlaceLayers(const PlacementProblem& p, PlacementObjective objective) {
   if (objective == PlacementObjective::kLatency && p.IsChain()) {
     TS_ASSIGN_OR_RETURN(PlacementResult dp, PlaceLatencyDp(p));
     if (dp.cost.feasible) return dp;
   }
   TS_RETURN_IF_ERROR(CheckPlacementFeasible(p));
+  if (objective == PlacementObjective::kThroughput) {
+    auto pipeline = PlacePipeline(p);
+    if (pipeline.ok()) return pipeline;
+  }
   auto seed = PlaceBisection(p, objective);
   PlacementResult r;
   TS_ASSIGN_OR_RETURN(r, PlaceBranchAndBound(p, objective, seed.ok() ? &seed.value() : nullptr, 2'000'000));

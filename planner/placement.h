@@ -12,7 +12,10 @@
 //             part of every inference)
 //   period  = compute(ī) + out-transfers(ī) + Σ compute of layers between
 //             ī's first and last layer that run elsewhere,
-//   with ī the device of largest total compute; throughput = 1 / period.
+//   with ī the device of largest total compute, and never less than the
+//   longest stage: max over devices of compute + out-transfers (issue 18's
+//   dataflow view: a device cannot start the next input before it has sent
+//   this one's results); throughput = 1 / period.
 //
 // Feasible: every device's flash ≥ Σ weights of its layers and RAM ≥ the
 // largest input+output pair among its layers.
@@ -22,7 +25,11 @@
 // branch-and-bound (exact; bound = cost so far + fastest compute of every
 // unassigned layer, communication ignored), and a dynamic program over
 // (layer, device of previous layer), exact for latency on chains when the
-// flash sums do not bind.
+// flash sums do not bind. For throughput, PlacePipeline: an exact dynamic
+// program over pipelines (every device one contiguous range of layers in
+// topological order), polynomial in the layers for a fixed number of device
+// kinds; on DAGs it optimises a stated lower bound and proves optimality when
+// the bound is met.
 #pragma once
 
 #include <cstdint>
@@ -75,7 +82,7 @@ struct PlacementCost {
   bool feasible = false;
   std::string infeasible_reason;  // the first device over its flash or RAM
   double latency_s = 0;
-  double period_s = 0;        // METHODS §5 definition (with in-between layers)
+  double period_s = 0;        // METHODS §5 definition (with in-between layers), >= naive_period_s
   double naive_period_s = 0;  // max over devices of compute + out-transfers
   int bottleneck = -1;        // ī
   std::vector<double> compute_s;      // per device
@@ -111,8 +118,33 @@ Result<PlacementResult> PlaceBranchAndBound(const PlacementProblem& problem, Pla
 // breaks a flash sum, cost.feasible is false and the caller should use B&B.
 Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& problem);
 
-// The default: DP for latency on chains when feasible, else B&B seeded by
-// the bisection heuristic.
+// Throughput over pipelines: every used device runs one contiguous range of
+// the layers (topological order), stages in any order of devices.
+//
+//   F(r, c, s) = least period of layers [s, n) when the stage starting at s
+//                runs on a device of kind c and r counts the devices of each
+//                kind still free (including that one)
+//              = min over e > s, next kind c' of
+//                  max(stage(s, e, c, c'), F(r - c, c', e))
+//   stage(s, e, c, c') = compute of [s, e) on c + sends: every tensor
+//                produced in [s, e) and read at or after e, once; to c' when
+//                layer e reads it, else at the cheapest link (a lower bound
+//                on DAGs, exact on chains) + model outputs back to the source
+//                (+ the source's input sends when c is the source's kind).
+//
+// Devices with equal speed, memory and links are one kind (the source is a
+// kind of its own), so the states are (layers + 1) x kinds x Π(count + 1):
+// 16, 64 or 256 identical devices cost O(n² · d) at most, pruned by the
+// incumbent. The DP's pipeline is evaluated exactly (EvaluatePlacement);
+// solver.optimal is true when that period meets the DP's bound, i.e. the
+// plan is proven optimal among pipelines. `solver.bound` is that bound;
+// `solver.bound_any` a period no whole-layer assignment can beat
+// (max(largest layer on its fastest device, total MACs / total speed)).
+// NotSupported when the state space exceeds `max_states`.
+Result<PlacementResult> PlacePipeline(const PlacementProblem& problem, int64_t max_states = 40'000'000);
+
+// The default: DP for latency on chains when feasible; for throughput the
+// pipeline DP; else B&B seeded by the bisection heuristic.
 Result<PlacementResult> PlaceLayers(const PlacementProblem& problem, PlacementObjective objective);
 
 }  // namespace tessera

@@ -90,7 +90,7 @@ TEST_CASE("plan: predicted latency uses the rate of each layer's kind", "[planne
                        MacsOfKind(m.layers, OpKind::kElementwise);
   const double conv = MacsOfKind(m.layers, OpKind::kConv);
   const double pool = MacsOfKind(m.layers, OpKind::kPool);
-  for (Objective objective : {Objective::kMemory, Objective::kLatency}) {
+  for (Objective objective : {Objective::kMemory, Objective::kLatency, Objective::kThroughput}) {
     INFO(ObjectiveName(objective));
     PlanOptions options;
     options.objective = objective;
@@ -103,6 +103,8 @@ TEST_CASE("plan: predicted latency uses the rate of each layer's kind", "[planne
     REQUIRE(by_kind.ok());
     CHECK(by_kind->latency_s == Approx((total - conv - pool) / 1e9 + conv / 4e9 + pool / 5e8).epsilon(1e-9));
     CHECK(by_kind->latency_s < 0.5 * single->latency_s);
+    if (objective == Objective::kThroughput)  // one device: the period is the whole compute
+      CHECK(by_kind->throughput_per_s == Approx(1.0 / by_kind->latency_s).epsilon(1e-9));
     // `tessera plan --json` shows the rates the compute times used.
     const auto json = PlanToJson(*by_kind)["device_summary"][0];
     CHECK(json["macs_per_s_by_kind"]["conv"].get<double>() == Approx(4e9));
@@ -135,4 +137,20 @@ TEST_CASE("placement: a device fast at convs gets the conv layers", "[planner][o
   CHECK(big_convs > 0);
   CHECK(big_convs_on_a == big_convs);
   CHECK(plan->loads[0].compute_share > 0.5);  // the 3x3 convs are most of tiny's MACs
+
+  // Throughput (the pipeline search): a's fast convs raise the best rate
+  // over the same cluster without them.
+  auto plain = ParseCluster(
+      "devices:\n"
+      "  - { name: a, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9 }\n"
+      "  - { name: b, ram: 1GiB, flash: 1GiB, macs_per_s: 4e9 }\n"
+      "links:\n  default: { bandwidth: 100Gbit/s }\n",
+      "plain.yaml", {});
+  REQUIRE(plain.ok());
+  options.objective = Objective::kThroughput;
+  auto fast = BuildPlan(m.graph, m.layers, *c, options);
+  auto slow = BuildPlan(m.graph, m.layers, *plain, options);
+  REQUIRE(fast.ok());
+  REQUIRE(slow.ok());
+  CHECK(fast->throughput_per_s > 1.5 * slow->throughput_per_s);
 }

@@ -1,7 +1,9 @@
 // METHODS §5: whole layers on heterogeneous devices; latency and throughput.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <random>
 
+#include "partition/import/model_import.h"
 #include "planner/placement.h"
 #include "planner_test_chains.h"
 
@@ -238,5 +240,118 @@ TEST_CASE("placement: with a source, exhaustive, B&B and DP still agree", "[plan
     REQUIRE(thr_ex.ok());
     REQUIRE(thr_bnb.ok());
     CHECK(thr_bnb->cost.period_s == Approx(thr_ex->cost.period_s).epsilon(1e-9));
+  }
+}
+
+namespace {
+
+// Every assignment in which each device holds one contiguous range of layers
+// (a pipeline), by exhaustive enumeration: the reference for PlacePipeline.
+double BestPipelinePeriod(const PlacementProblem& p) {
+  const int n = p.layers(), d = p.cluster->size();
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> dev(n, 0);
+  while (true) {
+    std::vector<int> last_seen(d, -2);
+    bool contiguous = true;
+    for (int j = 0; j < n && contiguous; ++j) {
+      if (last_seen[dev[j]] >= 0 && last_seen[dev[j]] != j - 1) contiguous = false;
+      last_seen[dev[j]] = j;
+    }
+    if (contiguous) {
+      const PlacementCost cost = EvaluatePlacement(p, dev);
+      if (cost.feasible) best = std::min(best, cost.period_s);
+    }
+    int k = 0;
+    while (k < n && ++dev[k] == d) dev[k++] = 0;
+    if (k == n) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+// Issue 18 item 1: on chains the pipeline DP is exact, whatever the device
+// speeds, links and source; B&B over every assignment never does worse.
+TEST_CASE("placement: the pipeline DP equals exhaustive search over pipelines on chains", "[planner][placement]") {
+  std::mt19937_64 rng(18);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 5);
+    const int d = 2 + static_cast<int>(rng() % 3);
+    std::vector<int64_t> macs(n);
+    for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
+    auto layers = MacsChain(macs);
+    for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
+    std::vector<double> speed(d);
+    for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 3) * 40.0;  // repeated speeds: device kinds
+    const Cluster c = HandCluster(speed, kUnlimitedBytes, kUnlimitedBytes, 20.0 + static_cast<double>(rng() % 200));
+    auto p = MakeChainPlacementProblem(layers, c);
+    p.source = trial % 3 == 0 ? -1 : static_cast<int>(rng() % d);
+    INFO("trial " << trial << " n " << n << " d " << d << " source " << p.source);
+    auto pipe = PlacePipeline(p);
+    REQUIRE(pipe.ok());
+    CHECK(pipe->solver.optimal);
+    CHECK(pipe->cost.period_s == Approx(BestPipelinePeriod(p)).epsilon(1e-9));
+    CHECK(pipe->solver.bound <= pipe->cost.period_s * (1 + 1e-9));
+    CHECK(pipe->solver.bound_any <= pipe->cost.period_s * (1 + 1e-9));
+    auto bnb = PlaceBranchAndBound(p, PlacementObjective::kThroughput);
+    REQUIRE(bnb.ok());
+    CHECK(bnb->cost.period_s <= pipe->cost.period_s * (1 + 1e-9));
+  }
+}
+
+// On DAGs (skip connections) a tensor may travel to several later stages:
+// the DP's bound must still hold for every pipeline, and a plan it calls
+// optimal must be the best pipeline.
+TEST_CASE("placement: the pipeline DP's bound holds on DAGs with skips", "[planner][placement]") {
+  std::mt19937_64 rng(1818);
+  int proven = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 3 + static_cast<int>(rng() % 4);
+    const int d = 2 + static_cast<int>(rng() % 2);
+    std::vector<int64_t> macs(n);
+    for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
+    auto layers = MacsChain(macs);
+    for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
+    std::vector<double> speed(d);
+    for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 100);
+    const Cluster c = HandCluster(speed, kUnlimitedBytes, kUnlimitedBytes, 5.0 + static_cast<double>(rng() % 50));
+    auto p = MakeChainPlacementProblem(layers, c);
+    for (int j = 2; j < n; ++j)  // a skip from j-2 or j-3 now and then
+      if (rng() % 2) p.producers[j].push_back(j - 2 - static_cast<int>(rng() % std::min(2, j - 1)));
+    p.source = static_cast<int>(rng() % d);
+    INFO("trial " << trial);
+    auto pipe = PlacePipeline(p);
+    REQUIRE(pipe.ok());
+    const double best = BestPipelinePeriod(p);
+    CHECK(pipe->solver.bound <= best * (1 + 1e-9));
+    CHECK(pipe->cost.period_s >= best * (1 - 1e-9));
+    if (pipe->solver.optimal) {
+      ++proven;
+      CHECK(pipe->cost.period_s == Approx(best).epsilon(1e-9));
+    }
+  }
+  CHECK(proven > 30);  // the bound is usually tight on small skips
+}
+
+// Issue 18 item 1: densenet201 (darknet cfg, 305 layers with concatenations)
+// on 16, 64 and 256 identical devices, proven optimal among pipelines.
+// (Time: bench/planner prints it; ~0.1-0.6 s each on this kind of machine.)
+TEST_CASE("placement: densenet201 on 16/64/256 identical devices is proven optimal", "[planner][placement]") {
+  ImportOptions options;
+  options.input_shapes[""] = {1, 3, 224, 224};
+  auto g = ImportDarknet("/usr/share/darknet/cfg/densenet201.cfg", options);
+  REQUIRE(g.ok());
+  const auto layers = ComputeLayerFigures(*g);
+  for (int devices : {16, 64, 256}) {
+    INFO(devices << " devices");
+    const Cluster c = UniformCluster(devices);
+    PlacementProblem p = MakePlacementProblem(*g, layers, c);
+    p.source = 0;
+    auto pipe = PlacePipeline(p);
+    REQUIRE(pipe.ok());
+    CHECK(pipe->solver.optimal);
+    CHECK(pipe->cost.period_s == Approx(pipe->solver.bound).epsilon(1e-9));
+    CHECK(pipe->solver.bound_any <= pipe->cost.period_s);
   }
 }
