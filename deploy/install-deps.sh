@@ -21,13 +21,14 @@ BUILD_PKGS=(
   libonnx-dev coinor-libcbc-dev coinor-libclp-dev coinor-libosi-dev coinor-libcgl-dev coinor-libcoinutils-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libsystemd-dev  # sd_notify for the Type=notify units (daemon/cluster/service_notify.h)
+  dpkg-dev  # dpkg-shlibdeps: Depends: of the .deb (`ninja package`, cmake/packaging.cmake)
 )
 # Test oracles and data: PyTorch/torchvision/ONNX for /usr/bin/python3,
 # ONNX conformance data, darknet's cfg files, node + npm for onnxruntime-node.
 TEST_PKGS=(
   python3 python3-numpy python3-torch python3-torchvision python3-onnx
   libonnx-testdata darknet
-  systemd  # systemd-analyze verify/security (tests/integration/systemd_units.sh)
+  systemd  # systemd-analyze verify/security, systemd-sysusers (tests/integration/systemd_units.sh, package_deb.sh)
   python3-grpcio python3-grpc-tools  # a generated Open Inference Protocol client (tests/integration/gateway_oip.sh)
 )
 # MCU path (firmware + emulator) and serial-link helpers.

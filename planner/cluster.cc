@@ -64,7 +64,7 @@ double Cluster::BytesPerSecond(int from, int to) const {
 bool Cluster::Homogeneous() const {
   for (const auto& d : devices) {
     const auto& d0 = devices.front();
-    if (d.ram_bytes != d0.ram_bytes || d.flash_bytes != d0.flash_bytes || d.macs_per_s != d0.macs_per_s) return false;
+    if (!d.SameCapacity(d0)) return false;
     if (d.kind == DeviceKind::kMcu && !d.via.empty()) return false;
   }
   return links.empty();
@@ -152,9 +152,11 @@ struct Preset {
   std::string file;
 };
 
-const std::vector<std::string> kPresetKeys = {"name", "kind", "ram", "flash", "cpu_hz", "cycles_per_mac", "macs_per_s"};
-const std::vector<std::string> kDeviceKeys = {"name",  "kind",   "preset", "address", "serial",         "baud",
-                                              "via",   "ram",    "flash",  "cpu_hz",  "cycles_per_mac", "macs_per_s"};
+const std::vector<std::string> kPresetKeys = {"name",   "kind",           "ram",        "flash",
+                                              "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind"};
+const std::vector<std::string> kDeviceKeys = {
+    "name",   "kind",           "preset",     "address",           "serial", "baud", "via", "ram", "flash",
+    "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind"};
 
 std::map<std::string, Preset> LoadPresets(const std::vector<std::string>& dirs) {
   std::map<std::string, Preset> presets;
@@ -208,19 +210,47 @@ void ApplyDeviceFields(const YAML::Node& node, Device* d, ClusterErrors* errors,
     if (!r.ok()) errors->Add(v, "device " + where + ": cpu_hz: " + r.status().message());
     else d->cpu_hz = *r;
   }
+  auto positive_value = [&](const YAML::Node& v, const std::string& key, double* out) {
+    char* end = nullptr;
+    const std::string text = v.IsScalar() ? v.Scalar() : std::string();
+    const double x = std::strtod(text.c_str(), &end);
+    if (!v.IsScalar() || end == text.c_str() || *end != '\0' || !(x > 0) || !std::isfinite(x))
+      errors->Add(v, "device " + where + ": " + key + " '" + text + "' is not a positive number");
+    else
+      *out = x;
+  };
   auto positive = [&](const char* key, double* out) {
-    if (const auto v = node[key]) {
-      char* end = nullptr;
-      const double x = std::strtod(v.Scalar().c_str(), &end);
-      if (end == v.Scalar().c_str() || *end != '\0' || !(x > 0) || !std::isfinite(x))
-        errors->Add(v, "device " + where + ": " + key + " '" + v.Scalar() + "' is not a positive number");
-      else *out = x;
-    }
+    if (const auto v = node[key]) positive_value(v, key, out);
   };
   positive("cycles_per_mac", &d->cycles_per_mac);
-  double macs = 0;
-  positive("macs_per_s", &macs);
-  if (macs > 0) d->macs_per_s = macs;
+  // A bad macs_per_s is reported here; NaN keeps RequireSpeedAndMemory from
+  // adding a second line ("has no speed") about the same mistake.
+  if (node["macs_per_s"]) {
+    double macs = std::numeric_limits<double>::quiet_NaN();
+    positive("macs_per_s", &macs);
+    d->macs_per_s = macs;
+  }
+  if (const auto by_kind = node["macs_per_s_by_kind"]) {
+    if (!by_kind.IsMap()) {
+      errors->Add(by_kind,
+                  "device " + where + ": macs_per_s_by_kind must be a map, e.g. { conv: 9e9, depthwise: 1.5e9 }");
+      return;
+    }
+    std::string kinds;
+    for (int k = 1; k < kOpKinds; ++k) kinds += std::string(k > 1 ? ", " : "") + OpKindName(static_cast<OpKind>(k));
+    for (auto it = by_kind.begin(); it != by_kind.end(); ++it) {
+      const std::string name = it->first.Scalar();
+      OpKind kind;
+      if (!ParseOpKind(name, &kind)) {
+        errors->Add(it->first,
+                    "device " + where + ": macs_per_s_by_kind: unknown op kind '" + name + "'; known: " + kinds);
+        continue;
+      }
+      double x = 0;
+      positive_value(it->second, "macs_per_s_by_kind." + name, &x);
+      if (x > 0) d->kind_macs_per_s[static_cast<int>(kind)] = x;
+    }
+  }
 }
 
 // Presets are read when the first device names one, so a file that uses
@@ -284,6 +314,13 @@ void ApplyPreset(const YAML::Node& p, PresetCatalog* catalog, Device* d, Cluster
 void RequireSpeedAndMemory(const YAML::Node& dn, Device* d, ClusterErrors* errors) {
   if (d->macs_per_s <= 0) {
     if (d->cpu_hz > 0 && d->cycles_per_mac > 0) d->macs_per_s = d->cpu_hz / d->cycles_per_mac;
+    else if (std::any_of(d->kind_macs_per_s.begin(), d->kind_macs_per_s.end(), [](double r) { return r > 0; }))
+      errors->Add(
+          dn, "device " + d->name + " has macs_per_s_by_kind but no macs_per_s for the other kinds; add macs_per_s");
+    else if (!d->preset.empty())
+      errors->Add(dn, "device " + d->name + " has no speed (preset " + d->preset +
+                          " gives none); add macs_per_s measured on the board (tessera calibrate), or cpu_hz and "
+                          "cycles_per_mac");
     else
       errors->Add(dn, "device " + d->name + " has no speed; add cpu_hz and cycles_per_mac, or macs_per_s, or a preset");
   }

@@ -13,6 +13,9 @@
 //       cpu_hz: 1.5e9             # with cycles_per_mac ...
 //       cycles_per_mac: 0.4
 //       # macs_per_s: 3.7e9       # ... or a measured rate instead
+//       # macs_per_s_by_kind:     # measured per op kind (`tessera calibrate`);
+//       #   { conv: 9e9, conv1x1: 7e9, depthwise: 1.5e9, dense: 4e9, pool: 2e9, elementwise: 1e9 }
+//       #                         # a kind not listed runs at macs_per_s
 //     - name: mcu1
 //       preset: STM32F446RE
 //       serial: /dev/ttyUSB0      # mcu: port on the `via` device
@@ -30,6 +33,8 @@
 // by name in every *.yaml under the preset directories (PresetDirectories).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -37,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "partition/graph/metrics.h"
 #include "util/status.h"
 
 namespace tessera {
@@ -59,9 +65,32 @@ struct Device {
   double macs_per_s = 0;  // cpu_hz / cycles_per_mac, or measured
   double cpu_hz = 0;
   double cycles_per_mac = 0;
+  // Measured rate per OpKind (macs_per_s_by_kind); 0 = not given, the kind
+  // runs at macs_per_s. Index 0 (kOther) is always 0.
+  std::array<double, kOpKinds> kind_macs_per_s{};
 
-  // METHODS §5: L_ij = MAC_j · CpM_i / f_i.
-  double ComputeSeconds(int64_t macs) const { return static_cast<double>(macs) / macs_per_s; }
+  // The rate layers of `kind` run at on this device.
+  double MacsPerSecond(OpKind kind) const {
+    const double r = kind_macs_per_s[static_cast<int>(kind)];
+    return r > 0 ? r : macs_per_s;
+  }
+  // The highest of its rates: bounds that must not overestimate any
+  // layer's time (the placement searches) divide by this.
+  double FastestMacsPerSecond() const {
+    double r = macs_per_s;
+    for (double k : kind_macs_per_s) r = std::max(r, k);
+    return r;
+  }
+  // METHODS §5: L_ij = MAC_j · CpM_i / f_i, with f_i / CpM_i the measured
+  // rate of layer j's kind when the device file gives one.
+  double ComputeSeconds(int64_t macs, OpKind kind = OpKind::kOther) const {
+    return static_cast<double>(macs) / MacsPerSecond(kind);
+  }
+  // Same memory and speed (every kind); links are the cluster's.
+  bool SameCapacity(const Device& o) const {
+    return ram_bytes == o.ram_bytes && flash_bytes == o.flash_bytes && macs_per_s == o.macs_per_s &&
+           kind_macs_per_s == o.kind_macs_per_s;
+  }
 };
 
 struct LinkSpec {

@@ -40,7 +40,7 @@ std::vector<int> DeviceClasses(const Cluster& c) {
       if (cls[b] >= 0) continue;
       const Device& da = c.devices[a];
       const Device& db = c.devices[b];
-      bool same = da.ram_bytes == db.ram_bytes && da.flash_bytes == db.flash_bytes && da.macs_per_s == db.macs_per_s;
+      bool same = da.SameCapacity(db);
       for (int h = 0; same && h < d; ++h) {
         if (h == a || h == b) continue;
         same = c.TransferSeconds(a, h, 1000000) == c.TransferSeconds(b, h, 1000000) &&
@@ -73,7 +73,7 @@ std::vector<double> SuffixFastest(const PlacementProblem& p) {
   for (int j = n - 1; j >= 0; --j) {
     double best = kInf;
     for (int i = 0; i < p.cluster->size(); ++i)
-      if (FitsAlone(p, j, i)) best = std::min(best, p.cluster->devices[i].ComputeSeconds(p.macs[j]));
+      if (FitsAlone(p, j, i)) best = std::min(best, p.ComputeSeconds(i, j));
     suffix[j] = suffix[j + 1] + (std::isfinite(best) ? best : 0.0);
   }
   return suffix;
@@ -97,6 +97,7 @@ PlacementProblem MakeChainPlacementProblem(const std::vector<LayerFigures>& laye
     const auto& f = layers[j];
     p.names.push_back(LayerLabel(f));
     p.macs.push_back(f.R);
+    p.kinds.push_back(f.kind);
     p.weight_bytes.push_back(f.Q * 4);
     p.buffer_bytes.push_back((f.M + f.K) * 4);
     p.output_bytes.push_back(f.K * 4);
@@ -188,7 +189,7 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
   std::vector<std::vector<char>> sent(n, std::vector<char>(d, 0));
   for (int j = 0; j < n; ++j) {
     const int i = dev[j];
-    layer_s[j] = c.devices[i].ComputeSeconds(p.macs[j]);
+    layer_s[j] = p.ComputeSeconds(i, j);
     cost.compute_s[i] += layer_s[j];
     cost.weight_bytes[i] += p.weight_bytes[j];
     cost.peak_buffer_bytes[i] = std::max(cost.peak_buffer_bytes[i], p.buffer_bytes[j]);
@@ -347,7 +348,7 @@ Result<PlacementResult> PlaceBisection(const PlacementProblem& p, PlacementObjec
       int64_t flash = 0;
       while (j < n) {
         if (p.buffer_bytes[j] > dv.ram_bytes || flash + p.weight_bytes[j] > dv.flash_bytes) break;
-        const double t = compute + dv.ComputeSeconds(p.macs[j]);
+        const double t = compute + p.ComputeSeconds(i, j);
         const double out = (j + 1 < n && k + 1 < d) ? c.TransferSeconds(i, order[k + 1], p.output_bytes[j]) : 0.0;
         if (t + out > budget) break;  // stage full (or this layer alone exceeds it: next device)
         compute = t;
@@ -377,7 +378,7 @@ Result<PlacementResult> PlaceBisection(const PlacementProblem& p, PlacementObjec
   double hi = 0;
   for (int j = 0; j < n; ++j) {
     double slowest = 0;
-    for (const auto& dv : c.devices) slowest = std::max(slowest, dv.ComputeSeconds(p.macs[j]));
+    for (int i = 0; i < d; ++i) slowest = std::max(slowest, p.ComputeSeconds(i, j));
     hi += slowest + (j + 1 < n ? c.TransferSeconds(order.front(), order.back(), p.output_bytes[j]) : 0);
   }
   hi = std::max(hi, 1e-12) * 2;
@@ -466,7 +467,7 @@ class PlacementSearch {
         if (unused_class_tried[classes_[i]]) continue;
         unused_class_tried[classes_[i]] = 1;
       }
-      const double compute = dv.ComputeSeconds(p_.macs[j]);
+      const double compute = p_.ComputeSeconds(i, j);
       double transfer = 0;
       std::vector<int> marked;
       for (int q : p_.producers[j]) {
@@ -550,7 +551,7 @@ Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& p) {
   // (j, i) depends on nothing else: it joins the layer's own cost.
   auto own = [&](int j, int i) {
     std::vector<std::vector<char>> delivered;
-    return c.devices[i].ComputeSeconds(p.macs[j]) + SourceTraffic(p, j, i, &delivered, nullptr, nullptr);
+    return p.ComputeSeconds(i, j) + SourceTraffic(p, j, i, &delivered, nullptr, nullptr);
   };
   for (int i = 0; i < d; ++i)
     if (FitsAlone(p, 0, i)) best[0][i] = own(0, i);
@@ -606,8 +607,7 @@ class PipelineSearch {
     // Compute of every layer on every kind, prefix sums.
     prefix_.assign(k_, std::vector<double>(n_ + 1, 0.0));
     for (int k = 0; k < k_; ++k)
-      for (int j = 0; j < n_; ++j)
-        prefix_[k][j + 1] = prefix_[k][j] + c_.devices[members_[k][0]].ComputeSeconds(p.macs[j]);
+      for (int j = 0; j < n_; ++j) prefix_[k][j + 1] = prefix_[k][j] + p.ComputeSeconds(members_[k][0], j);
     suffix_macs_.assign(n_ + 1, 0.0);
     suffix_max_.assign(n_ + 1, 0.0);
     for (int j = n_ - 1; j >= 0; --j) {
@@ -698,7 +698,7 @@ class PipelineSearch {
     for (int x = 0; x < k_; ++x) {
       const int64_t count = Count(rest, x);
       if (count == 0) continue;
-      const double v = c_.devices[members_[x][0]].macs_per_s;
+      const double v = c_.devices[members_[x][0]].FastestMacsPerSecond();  // per-kind rates: admissible
       speed += static_cast<double>(count) * v;
       fastest = std::max(fastest, v);
     }
@@ -841,12 +841,12 @@ class PipelineSearch {
 double AnyAssignmentPeriodBound(const PlacementProblem& p) {
   const Cluster& c = *p.cluster;
   double total_speed = 0, largest = 0;
-  for (const auto& d : c.devices) total_speed += d.macs_per_s;
+  for (const auto& d : c.devices) total_speed += d.FastestMacsPerSecond();  // admissible with per-kind rates
   double total_macs = 0;
   for (int j = 0; j < p.layers(); ++j) {
     double fastest = kInf;
     for (int i = 0; i < c.size(); ++i)
-      if (FitsAlone(p, j, i)) fastest = std::min(fastest, c.devices[i].ComputeSeconds(p.macs[j]));
+      if (FitsAlone(p, j, i)) fastest = std::min(fastest, p.ComputeSeconds(i, j));
     if (std::isfinite(fastest)) largest = std::max(largest, fastest);
     total_macs += static_cast<double>(p.macs[j]);
   }

@@ -50,6 +50,7 @@ struct PlacementProblem {
   const Cluster* cluster = nullptr;  // borrowed
   std::vector<std::string> names;    // "12 conv5 (Conv)" for messages
   std::vector<int64_t> macs;         // R_j
+  std::vector<OpKind> kinds;         // of R_j: which of a device's rates applies (empty: macs_per_s)
   std::vector<int64_t> weight_bytes; // Q_j · 4
   std::vector<int64_t> buffer_bytes; // (M_j + K_j) · 4
   std::vector<int64_t> output_bytes; // K_j · 4
@@ -63,6 +64,10 @@ struct PlacementProblem {
   std::vector<int64_t> model_output_bytes;
 
   int layers() const { return static_cast<int>(macs.size()); }
+  // L_ij of METHODS §5: layer j's MACs at device i's rate for its kind.
+  double ComputeSeconds(int i, int j) const {
+    return cluster->devices[i].ComputeSeconds(macs[j], j < static_cast<int>(kinds.size()) ? kinds[j] : OpKind::kOther);
+  }
   // Every layer reads only the previous one (and only layer 0 reads model
   // inputs), so the latency decomposes layer by layer.
   bool IsChain() const;

@@ -410,7 +410,7 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     t->buffer_of_layer[l][i] = static_cast<int64_t>(std::ceil(buf)) * kFloatBytes;
     const double mac = static_cast<double>(f.R) * shares.share[i];
     t->macs[i] += mac;
-    const double seconds = mac / c.devices[i].macs_per_s;
+    const double seconds = mac / c.devices[i].MacsPerSecond(f.kind);
     t->compute_s[i] += seconds;
     slowest = std::max(slowest, seconds);
   }
@@ -554,6 +554,8 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
     plan->layers.push_back(std::move(a));
   }
   const double total_macs = std::max<double>(1.0, static_cast<double>(plan->model_macs));
+  std::vector<double> macs_on(c.size(), 0.0);  // per kind rates: time no longer says how many MACs
+  for (size_t l = 0; l < layers.size(); ++l) macs_on[result.device_of_layer[l]] += static_cast<double>(layers[l].R);
   plan->loads.assign(c.size(), DeviceLoad{});
   double sent = 0;
   for (int i = 0; i < c.size(); ++i) {
@@ -561,7 +563,7 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
     d.weight_bytes = cost.weight_bytes[i];
     d.peak_buffer_bytes = cost.peak_buffer_bytes[i];
     d.compute_s = cost.compute_s[i];
-    d.compute_share = cost.compute_s[i] * c.devices[i].macs_per_s / total_macs;
+    d.compute_share = macs_on[i] / total_macs;
     d.sent_bytes = cost.sent_bytes[i];
     d.received_bytes = cost.received_bytes[i];
     sent += static_cast<double>(cost.sent_bytes[i]);
@@ -760,8 +762,15 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                           {"peak_buffer_bytes", d.peak_buffer_bytes},
                           {"compute_share", d.compute_share},
                           {"compute_s", d.compute_s},
+                          {"macs_per_s", plan.cluster.devices[i].macs_per_s},
                           {"sent_bytes", d.sent_bytes},
                           {"received_bytes", d.received_bytes}});
+    // Measured per-kind rates (macs_per_s_by_kind) the compute times used.
+    json by_kind = json::object();
+    for (int k = 1; k < kOpKinds; ++k)
+      if (plan.cluster.devices[i].kind_macs_per_s[k] > 0)
+        by_kind[OpKindName(static_cast<OpKind>(k))] = plan.cluster.devices[i].kind_macs_per_s[k];
+    if (!by_kind.empty()) per_device.back()["macs_per_s_by_kind"] = by_kind;
     if (d.promised_bytes > 0)
       per_device.back()["worker_ram"] = {{"promised_bytes", d.promised_bytes},
                                          {"weight_bytes", d.promised_weight_bytes},

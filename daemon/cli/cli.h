@@ -17,5 +17,6 @@ void RegisterGatewayCommand(CLI::App& app);  // cli_gateway.cc
 void RegisterDeployCommand(CLI::App& app);   // cli_deploy.cc
 void RegisterInferCommand(CLI::App& app);    // cli_infer.cc
 void RegisterCertsCommand(CLI::App& app);    // cli_certs.cc
+void RegisterCalibrateCommand(CLI::App& app);  // cli_calibrate.cc
 
 }  // namespace tessera

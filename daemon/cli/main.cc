@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/cli/cli.h"
+#include "daemon/cli/version.h"  // generated: TESSERA_VERSION_LINE
 
 namespace {
 // glibc raises its mmap threshold each time a large block is freed, after
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   BoundMallocRetention();
   CLI::App app{"tessera: run one CNN across a cluster of small devices"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "tessera 0.1.0");
+  app.set_version_flag("--version", TESSERA_VERSION_LINE);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   app.parse_complete_callback([&] {
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   tessera::RegisterDeployCommand(app);
   tessera::RegisterInferCommand(app);
   tessera::RegisterCertsCommand(app);
+  tessera::RegisterCalibrateCommand(app);
 
   // A verb that fails throws CLI::RuntimeError(exit_code) after printing its
   // one-line error; app.exit() returns that code without printing more.

@@ -59,6 +59,55 @@ int64_t Multiplications(const Graph& g, const Node& node, int64_t K) {
 
 }  // namespace
 
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kConv:
+      return "conv";
+    case OpKind::kConv1x1:
+      return "conv1x1";
+    case OpKind::kDepthwise:
+      return "depthwise";
+    case OpKind::kGroupedConv:
+      return "grouped_conv";
+    case OpKind::kDense:
+      return "dense";
+    case OpKind::kPool:
+      return "pool";
+    case OpKind::kElementwise:
+      return "elementwise";
+    case OpKind::kOther:
+      break;
+  }
+  return "other";
+}
+
+bool ParseOpKind(const std::string& name, OpKind* kind) {
+  for (int k = 1; k < kOpKinds; ++k)
+    if (name == OpKindName(static_cast<OpKind>(k))) {
+      *kind = static_cast<OpKind>(k);
+      return true;
+    }
+  return false;
+}
+
+OpKind OpKindOf(const Graph& g, const Node& node) {
+  const std::string& op = node.op;
+  if (op == "Conv") {
+    // W is (O, C/g, U, V).
+    const Shape& w = g.values[node.inputs.at(1)].shape;
+    const int64_t group = node.attrs.Int("group", 1);
+    if (group > 1) return w.size() >= 2 && w[1] == 1 ? OpKind::kDepthwise : OpKind::kGroupedConv;
+    int64_t window = 1;
+    for (size_t i = 2; i < w.size(); ++i) window *= w[i];
+    return window == 1 ? OpKind::kConv1x1 : OpKind::kConv;
+  }
+  if (op == "ConvTranspose") return OpKind::kConv;
+  if (op == "Gemm" || op == "MatMul") return OpKind::kDense;
+  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
+    return OpKind::kPool;
+  return OpKind::kElementwise;
+}
+
 std::vector<LayerFigures> ComputeLayerFigures(const Graph& graph) {
   std::vector<LayerFigures> out;
   out.reserve(graph.nodes.size());
@@ -78,6 +127,7 @@ std::vector<LayerFigures> ComputeLayerFigures(const Graph& graph) {
     for (int v : node.inputs)
       if (v >= 0 && graph.values[v].constant) f.Q += NumElements(graph.values[v].shape);
     f.R = Multiplications(graph, node, f.K);
+    f.kind = f.R > 0 ? OpKindOf(graph, node) : OpKind::kOther;
     out.push_back(std::move(f));
   }
   return out;

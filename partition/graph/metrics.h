@@ -11,6 +11,31 @@
 
 namespace tessera {
 
+// What kind of work a layer's MACs are (issue 12 item 5): kernels of one kind
+// run at a similar rate on a CPU, kernels of different kinds do not (a
+// depthwise conv moves far more bytes per MAC than a 3x3 conv), so a device
+// may carry a measured macs_per_s per kind (planner/cluster.h) and the
+// planner's compute time L_ij (METHODS §5) divides by the rate of the layer's
+// kind. `tessera calibrate` measures them.
+enum class OpKind {
+  kOther,        // rate: the device's single macs_per_s
+  kConv,         // Conv (groups = 1) with a kernel larger than 1x1; ConvTranspose
+  kConv1x1,      // pointwise Conv, groups = 1
+  kDepthwise,    // Conv with one input channel per group
+  kGroupedConv,  // Conv with 1 < groups < channels (ResNeXt)
+  kDense,        // Gemm, MatMul
+  kPool,         // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
+  kElementwise,  // everything else that counts MACs (activations, Add, Mul, norms)
+};
+inline constexpr int kOpKinds = 8;
+// "conv", "conv1x1", "depthwise", "grouped_conv", "dense", "pool",
+// "elementwise"; "other" for kOther.
+const char* OpKindName(OpKind kind);
+// The kind named `name` (not "other"); false for an unknown name.
+bool ParseOpKind(const std::string& name, OpKind* kind);
+// The kind of a graph node (Conv's weight shape and group attribute decide).
+OpKind OpKindOf(const Graph& graph, const Node& node);
+
 struct LayerFigures {
   int index = 0;  // 1-based, the node's position in Graph::nodes
   int node = 0;   // 0-based node index
@@ -19,6 +44,7 @@ struct LayerFigures {
   std::vector<Shape> input_shapes;  // activation inputs only
   Shape output_shape;               // first output
   int64_t Q = 0, R = 0, M = 0, K = 0;
+  OpKind kind = OpKind::kOther;  // of the R MACs
 };
 
 struct ModelTotals {

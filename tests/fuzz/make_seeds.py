@@ -93,6 +93,14 @@ links:
   pairs:
     - { between: [pi1, mcu1], bandwidth: 11520B/s, latency: 1ms }
 """)
+write("cluster", "by_kind.yaml", """devices:
+  - { name: a, address: 127.0.0.1:1, ram: 1GiB, flash: 8GiB, macs_per_s: 2e9,
+      macs_per_s_by_kind: { conv: 9e9, conv1x1: 7e9, depthwise: 1.5e9, grouped_conv: 3e9, dense: 4e9, pool: 2e9,
+                            elementwise: 1e9 } }
+  - { name: b, address: 127.0.0.1:2, ram: 1GiB, flash: 8GiB, macs_per_s: 1e9, macs_per_s_by_kind: { conv: 3e9 } }
+links:
+  default: { bandwidth: 1Gbit/s, latency: 0.2ms }
+""")
 write("cluster", "anchors.yaml", """devices:
   - &pi { name: p1, address: 127.0.0.1:1, ram: 1GiB, macs_per_s: 1e9 }
   - { name: p2, address: 127.0.0.1:2, ram: 1GiB, macs_per_s: 1e9 }

@@ -1,0 +1,156 @@
+// Per-op-kind MAC rates (issue 12 item 5): the device file's
+// macs_per_s_by_kind is parsed and checked, and the planner's predicted
+// latency divides each layer's MACs by the rate of its kind.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "partition/graph/metrics.h"
+#include "partition/import/model_import.h"
+#include "planner/cluster.h"
+#include "planner/plan.h"
+
+using namespace tessera;
+
+namespace {
+
+Cluster OneDevice(const std::string& speed) {
+  auto c = ParseCluster("devices:\n  - { name: a, ram: 1GiB, flash: 1GiB, " + speed + " }\n", "one.yaml", {});
+  REQUIRE(c.ok());
+  return *c;
+}
+
+std::string ErrorOf(const std::string& speed) {
+  auto c = ParseCluster("devices:\n  - { name: a, ram: 1GiB, flash: 1GiB, " + speed + " }\n", "bad.yaml", {});
+  REQUIRE_FALSE(c.ok());
+  return c.status().message();
+}
+
+struct Model {
+  Graph graph;
+  std::vector<LayerFigures> layers;
+};
+
+// darknet's "tiny" reference network: 3x3 and 1x1 convs, max and average
+// pooling, a softmax. Imported once.
+const Model& Tiny() {
+  static const Model model = [] {
+    auto g = ImportDarknet("/usr/share/darknet/cfg/tiny.cfg", ImportOptions{});
+    REQUIRE(g.ok());
+    Model m{std::move(g).value(), {}};
+    m.layers = ComputeLayerFigures(m.graph);
+    return m;
+  }();
+  return model;
+}
+
+double MacsOfKind(const std::vector<LayerFigures>& layers, OpKind kind) {
+  double macs = 0;
+  for (const auto& f : layers)
+    if (f.kind == kind) macs += static_cast<double>(f.R);
+  return macs;
+}
+
+}  // namespace
+
+TEST_CASE("op kinds: tiny.cfg has 3x3 convs, 1x1 convs and pooling", "[planner][op_kind]") {
+  const Model& m = Tiny();
+  CHECK(MacsOfKind(m.layers, OpKind::kConv) > 0);
+  CHECK(MacsOfKind(m.layers, OpKind::kConv1x1) > 0);
+  CHECK(MacsOfKind(m.layers, OpKind::kPool) > 0);
+  OpKind k;
+  CHECK(ParseOpKind("depthwise", &k));
+  CHECK(k == OpKind::kDepthwise);
+  CHECK_FALSE(ParseOpKind("other", &k));
+  CHECK_FALSE(ParseOpKind("conv3", &k));
+}
+
+TEST_CASE("device file: macs_per_s_by_kind overrides macs_per_s per kind", "[planner][op_kind]") {
+  const Cluster c = OneDevice("macs_per_s: 2e9, macs_per_s_by_kind: { conv: 8e9, depthwise: 5e8 }");
+  const Device& d = c.devices[0];
+  CHECK(d.MacsPerSecond(OpKind::kConv) == Approx(8e9));
+  CHECK(d.MacsPerSecond(OpKind::kDepthwise) == Approx(5e8));
+  CHECK(d.MacsPerSecond(OpKind::kDense) == Approx(2e9));  // not listed: the single figure
+  CHECK(d.ComputeSeconds(8000000000, OpKind::kConv) == Approx(1.0));
+
+  CHECK(ErrorOf("macs_per_s: 2e9, macs_per_s_by_kind: { conv: -1 }")
+            .find("macs_per_s_by_kind.conv '-1' is not a positive number") != std::string::npos);
+  CHECK(ErrorOf("macs_per_s: 2e9, macs_per_s_by_kind: { conv: inf }").find("not a positive number") !=
+        std::string::npos);
+  CHECK(ErrorOf("macs_per_s: 2e9, macs_per_s_by_kind: { conv3x3: 1e9 }").find("unknown op kind 'conv3x3'") !=
+        std::string::npos);
+  CHECK(ErrorOf("macs_per_s: 2e9, macs_per_s_by_kind: 5e9").find("must be a map") != std::string::npos);
+  CHECK(ErrorOf("macs_per_s_by_kind: { conv: 1e9 }").find("add macs_per_s") != std::string::npos);
+}
+
+TEST_CASE("plan: predicted latency uses the rate of each layer's kind", "[planner][op_kind]") {
+  const Model& m = Tiny();
+  const double total = MacsOfKind(m.layers, OpKind::kOther) + MacsOfKind(m.layers, OpKind::kConv) +
+                       MacsOfKind(m.layers, OpKind::kConv1x1) + MacsOfKind(m.layers, OpKind::kPool) +
+                       MacsOfKind(m.layers, OpKind::kElementwise);
+  const double conv = MacsOfKind(m.layers, OpKind::kConv);
+  const double pool = MacsOfKind(m.layers, OpKind::kPool);
+  for (Objective objective : {Objective::kMemory, Objective::kLatency, Objective::kThroughput}) {
+    INFO(ObjectiveName(objective));
+    PlanOptions options;
+    options.objective = objective;
+    auto single = BuildPlan(m.graph, m.layers, OneDevice("macs_per_s: 1e9"), options);
+    REQUIRE(single.ok());
+    CHECK(single->latency_s == Approx(total / 1e9).epsilon(1e-9));
+    // 3x3 convs 4x faster, pooling 2x slower than the single figure.
+    auto by_kind = BuildPlan(m.graph, m.layers,
+                             OneDevice("macs_per_s: 1e9, macs_per_s_by_kind: { conv: 4e9, pool: 5e8 }"), options);
+    REQUIRE(by_kind.ok());
+    CHECK(by_kind->latency_s == Approx((total - conv - pool) / 1e9 + conv / 4e9 + pool / 5e8).epsilon(1e-9));
+    CHECK(by_kind->latency_s < 0.5 * single->latency_s);
+    if (objective == Objective::kThroughput)  // one device: the period is the whole compute
+      CHECK(by_kind->throughput_per_s == Approx(1.0 / by_kind->latency_s).epsilon(1e-9));
+    // `tessera plan --json` shows the rates the compute times used.
+    const auto json = PlanToJson(*by_kind)["device_summary"][0];
+    CHECK(json["macs_per_s_by_kind"]["conv"].get<double>() == Approx(4e9));
+    CHECK(json["macs_per_s_by_kind"].size() == 2);
+    CHECK_FALSE(PlanToJson(*single)["device_summary"][0].contains("macs_per_s_by_kind"));
+  }
+}
+
+TEST_CASE("placement: a device fast at convs gets the conv layers", "[planner][op_kind]") {
+  const Model& m = Tiny();
+  // a: 1 GMAC/s except 3x3 convs at 16 GMAC/s; b: 4 GMAC/s for everything.
+  // Links are fast, so latency is lowest with each layer where its kind is faster.
+  auto c = ParseCluster(
+      "devices:\n"
+      "  - { name: a, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9, macs_per_s_by_kind: { conv: 16e9 } }\n"
+      "  - { name: b, ram: 1GiB, flash: 1GiB, macs_per_s: 4e9 }\n"
+      "links:\n  default: { bandwidth: 100Gbit/s }\n",
+      "two.yaml", {});
+  REQUIRE(c.ok());
+  PlanOptions options;
+  options.objective = Objective::kLatency;
+  auto plan = BuildPlan(m.graph, m.layers, *c, options);
+  REQUIRE(plan.ok());
+  int big_convs_on_a = 0, big_convs = 0;
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    if (m.layers[l].kind != OpKind::kConv || m.layers[l].R < 10'000'000) continue;
+    ++big_convs;
+    big_convs_on_a += plan->layers[l].devices == std::vector<int>{0};
+  }
+  CHECK(big_convs > 0);
+  CHECK(big_convs_on_a == big_convs);
+  CHECK(plan->loads[0].compute_share > 0.5);  // the 3x3 convs are most of tiny's MACs
+
+  // Throughput (the pipeline search): a's fast convs raise the best rate
+  // over the same cluster without them.
+  auto plain = ParseCluster(
+      "devices:\n"
+      "  - { name: a, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9 }\n"
+      "  - { name: b, ram: 1GiB, flash: 1GiB, macs_per_s: 4e9 }\n"
+      "links:\n  default: { bandwidth: 100Gbit/s }\n",
+      "plain.yaml", {});
+  REQUIRE(plain.ok());
+  options.objective = Objective::kThroughput;
+  auto fast = BuildPlan(m.graph, m.layers, *c, options);
+  auto slow = BuildPlan(m.graph, m.layers, *plain, options);
+  REQUIRE(fast.ok());
+  REQUIRE(slow.ok());
+  CHECK(fast->throughput_per_s > 1.5 * slow->throughput_per_s);
+}
