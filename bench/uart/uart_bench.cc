@@ -44,8 +44,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--baud") baud = static_cast<uint32_t>(std::stoul(v));
     else if (a == "--faults") faults = std::stod(v);
-    else if (a == "--seed") seed = static_cast<uint32_t>(std::stoul(v));
-    else if (a == "--warmup") warmup = std::stoul(v);
+    else if (a == "--seed")
+      seed = static_cast<uint32_t>(std::stoul(v));
+    else if (a == "--warmup")
+      warmup = std::stoul(v);
     else if (a == "--sizes") {
       sizes.clear();
       std::stringstream ss(v);
@@ -78,7 +80,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   if (warmup > 0) {
     const std::string bytes(warmup, 'w');
-    auto got = (*tx)->Send(1u << 30, bytes).ok() ? (*rx)->Recv(1u << 30, 600s) : Result<std::string>(Status::Unavailable("send"));
+    auto got = (*tx)->Send(1u << 30, bytes).ok() ? (*rx)->Recv(1u << 30, 600s)
+                                                 : Result<std::string>(Status::Unavailable("send"));
     if (!got.ok() || *got != bytes || !(*tx)->Flush(60s).ok()) {
       std::fprintf(stderr, "warm-up message lost\n");
       return 1;
@@ -114,11 +117,12 @@ int main(int argc, char** argv) {
   }
   auto c = (*tx)->counters();
   auto r = (*rx)->counters();
-  std::printf("sent %llu frames, retransmissions %llu (fast %llu), receiver kept %llu out of order, "
-              "%llu duplicates, bad frames at receiver %s\n",
-              (unsigned long long)c.frames_sent, (unsigned long long)c.retransmissions,
-              (unsigned long long)c.fast_retransmissions, (unsigned long long)r.out_of_order,
-              (unsigned long long)r.duplicates, r.bad_frames.ToString().c_str());
+  std::printf(
+      "sent %llu frames, retransmissions %llu (fast %llu), receiver kept %llu out of order, "
+      "%llu duplicates, bad frames at receiver %s\n",
+      (unsigned long long)c.frames_sent, (unsigned long long)c.retransmissions,
+      (unsigned long long)c.fast_retransmissions, (unsigned long long)r.out_of_order, (unsigned long long)r.duplicates,
+      r.bad_frames.ToString().c_str());
   tx->reset();
   rx->reset();
   relay.reset();

@@ -270,8 +270,10 @@ struct UartLink::State {
   void MarkLost(InFlightFrame& f, bool fast) {
     f.lost = true;
     lost_queue.push_back(f.sequence);
-    loss_frames += 1;
     if (fast) {
+      // Only certain losses size the frames: a timeout may be a slow peer
+      // (an emulated MCU draining its UART late) rather than a bad line.
+      loss_frames += 1;
       std::lock_guard<std::mutex> lock(mu);
       ++counters.fast_retransmissions;
     }
@@ -328,11 +330,15 @@ struct UartLink::State {
     bool progress = false;
     const Clock::time_point now = Clock::now();
     auto delivered = [&](const InFlightFrame& f) {
-      // A pty delivers a frame before its paced line time is over: no
-      // negative round trips.
-      if (!f.retransmitted)
+      // Only a frame sent once says which transmission arrived (Karn): a
+      // repeat acknowledged may be its first copy arriving late from a slow
+      // peer, and taking the repeat's order would call everything sent in
+      // between lost. A pty delivers a frame before its paced line time is
+      // over: no negative round trips.
+      if (!f.retransmitted) {
         SampleRoundTrip(std::max(0.0, std::chrono::duration<double, std::milli>(now - f.sent_at).count()));
-      delivered_order = std::max(delivered_order, f.tx_order);
+        delivered_order = std::max(delivered_order, f.tx_order);
+      }
       progress = true;
     };
     while (!unacked.empty() && SeqBefore(unacked.front().sequence, h.sequence)) {
@@ -526,8 +532,8 @@ Result<std::unique_ptr<UartLink>> UartLink::Open(const UartLinkOptions& options)
   // trips may bring it down to the floor: the configured minimum, or one
   // ACK's line time + 20 ms — a lost tail frame has no later frame to reveal
   // it, so this timeout is what a lost last frame costs.
-  const auto initial = std::chrono::duration_cast<std::chrono::milliseconds>(
-      s.WireTime(wire::kMaxEncodedFrame) * 2 + std::chrono::milliseconds(50));
+  const auto initial = std::chrono::duration_cast<std::chrono::milliseconds>(s.WireTime(wire::kMaxEncodedFrame) * 2 +
+                                                                             std::chrono::milliseconds(50));
   s.min_rto = options.retransmit_timeout.count() > 0
                   ? options.retransmit_timeout
                   : std::chrono::duration_cast<std::chrono::milliseconds>(

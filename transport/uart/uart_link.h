@@ -71,7 +71,7 @@ struct UartLinkOptions {
 struct UartLinkCounters {
   uint64_t frames_sent = 0;          // reliable frames, first transmissions
   uint64_t retransmissions = 0;      // reliable frames sent again
-  uint64_t fast_retransmissions = 0; // of them: found lost because the peer acknowledged a later frame
+  uint64_t fast_retransmissions = 0;  // of them: found lost because the peer acknowledged a later frame
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t frames_received = 0;      // reliable frames delivered in order (directly or after being held)
   uint64_t duplicates = 0;           // already delivered or held (a lost ACK, a duplicated byte run)

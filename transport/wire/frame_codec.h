@@ -183,14 +183,13 @@ inline void SackSet(uint8_t* bitmap, size_t* bytes, uint32_t i) {
 // Why a delimited chunk of bytes was not a frame. Counted by receivers.
 enum class FrameError : uint8_t {
   kNone = 0,
-  kOverflow,   // more bytes than any valid frame before a delimiter
-  kCobs,       // not valid COBS
-  kTooShort,   // shorter than header + CRC
-  kLength,     // header length disagrees with the bytes received, > kMaxPayload,
-               // or an ACK's bitmap longer than kMaxSackBytes
-  kCrc,        // CRC mismatch
-  kType,       // unknown frame type (CRC was fine: a newer peer)
-  kRange,      // offset + length > total
+  kOverflow,  // more bytes than any valid frame before a delimiter
+  kCobs,      // not valid COBS
+  kTooShort,  // shorter than header + CRC
+  kLength,    // header length disagrees with the bytes, > kMaxPayload, ACK bitmap > kMaxSackBytes
+  kCrc,       // CRC mismatch
+  kType,      // unknown frame type (CRC was fine: a newer peer)
+  kRange,     // offset + length > total
 };
 constexpr int kNumFrameErrors = 8;
 
