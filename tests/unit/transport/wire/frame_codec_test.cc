@@ -114,7 +114,7 @@ TEST_CASE("header checks: length, range and type are enforced", "[frame]") {
   CHECK(got[0].payload == "abcd");
 }
 
-TEST_CASE("selective-ack bitmap: bits map to frames past the cumulative ack; long bitmaps are refused", "[frame]") {
+TEST_CASE("selective-ack bitmap: bits map to frames past the cumulative ack, long bitmaps are refused", "[frame]") {
   uint8_t bitmap[wire::kMaxSackBytes];
   size_t bytes = 0;
   wire::SackSet(bitmap, &bytes, 0);
