@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot open the links\n");
     return 1;
   }
-  std::printf("%-10s %-10s %-10s %-12s %-10s %s\n", "baud", "payload", "seconds", "payload_B/s", "ratio", "wire_overhead");
+  std::printf("%-10s %-10s %-10s %-12s %-10s %-14s %-8s %s\n", "baud", "payload", "seconds", "payload_B/s", "ratio",
+              "wire_overhead", "frames", "repeats");
   std::mt19937 rng(1);
   if (warmup > 0) {
     const std::string bytes(warmup, 'w');
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     // The previous message's last frame still occupies a real cable for its
     // line time after the pty delivered it.
     std::this_thread::sleep_for(std::chrono::microseconds(wire::kMaxEncodedFrame * 10'000'000ull / baud));
-    uint64_t wire_before = (*tx)->counters().wire_bytes_sent;
+    const UartLinkCounters before = (*tx)->counters();
     auto start = std::chrono::steady_clock::now();
     if (!(*tx)->Send(static_cast<int64_t>(i), payload).ok()) return 1;
     auto got = (*rx)->Recv(static_cast<int64_t>(i), 600s);
@@ -106,9 +107,12 @@ int main(int argc, char** argv) {
     if (!(*tx)->Flush(60s).ok()) return 1;
     seconds += (*rx)->last_delivery_frame_bytes() * 10.0 / baud;
     double rate = payload.size() / seconds, ratio = rate / (baud / 10.0);
-    uint64_t wire = (*tx)->counters().wire_bytes_sent - wire_before;
-    std::printf("%-10u %-10zu %-10.3f %-12.0f %-10.3f %.3f\n", baud, payload.size(), seconds, rate, ratio,
-                double(wire) / payload.size() - 1.0);
+    const UartLinkCounters after = (*tx)->counters();
+    const uint64_t wire = after.wire_bytes_sent - before.wire_bytes_sent;
+    std::printf("%-10u %-10zu %-10.3f %-12.0f %-10.3f %-14.3f %-8llu %llu\n", baud, payload.size(), seconds, rate,
+                ratio, double(wire) / payload.size() - 1.0,
+                (unsigned long long)(after.frames_sent - before.frames_sent),
+                (unsigned long long)(after.retransmissions - before.retransmissions));
     const double target = faults > 0 ? 0.8 : 0.95;
     if (ratio < target) {
       std::fprintf(stderr, "payload %zu: ratio %.3f is below the target %.2f\n", payload.size(), ratio, target);

@@ -270,10 +270,10 @@ struct UartLink::State {
   void MarkLost(InFlightFrame& f, bool fast) {
     f.lost = true;
     lost_queue.push_back(f.sequence);
+    // Timeouts count too (most are a lost last frame); one from a slow peer
+    // rather than a bad line costs a little frame size for a while.
+    loss_frames += 1;
     if (fast) {
-      // Only certain losses size the frames: a timeout may be a slow peer
-      // (an emulated MCU draining its UART late) rather than a bad line.
-      loss_frames += 1;
       std::lock_guard<std::mutex> lock(mu);
       ++counters.fast_retransmissions;
     }
