@@ -1,9 +1,14 @@
 // tessera MCU worker (issue 6): bare-metal Cortex-M4 firmware for QEMU's
 // mps2-an386 (CMSDK APB UART0). It speaks the UART frame protocol of
 // transport/wire/frame_codec.h — the same code the host's UartLink compiles — and
-// follows the same reliability rules (in-order acceptance, cumulative ACKs,
-// per-boot session, retransmission on timeout), so from the host it is just
-// a UartLink peer:
+// follows the same reliability rules, so from the host it is just a UartLink
+// peer:
+//   receiving: selective repeat — frames are delivered in sequence order,
+//              each exactly once; up to mcu::kRxSlots frames past a gap are
+//              kept in slots (~1 KiB each) and named in the ACK's bitmap
+//              (cumulative sequence + selective-ack bitmap);
+//   sending:   stop-and-wait per frame (its replies are small), per-boot
+//              session, retransmission on timeout;
 //   PROGRAM message  -> stored in the static arena, validated, plan adopted
 //   STATUS request   -> McuStatus reply (state, plan id, free RAM, counters)
 //   DATA (inputs)    -> written into the activation region; when every input
@@ -11,6 +16,8 @@
 //                       output goes back as a DATA message
 // Memory: one static arena (TESSERA_MCU_ARENA_BYTES) holding the program
 // (with its weights) followed by its activation region; no heap at all.
+// Outside the arena: the frame decoder (~2.1 KiB), the transmit buffers
+// (~2.1 KiB) and the receive slots (kRxSlots x ~1.05 KiB = ~4.2 KiB).
 // RX is polled: QEMU's UART model holds the host back until a byte is read;
 // on a real board the RX path would be an interrupt-fed ring buffer.
 #include <stddef.h>
@@ -68,6 +75,15 @@ wire::FrameDecoder g_decoder;
 uint8_t g_tx_scratch[wire::kMaxRawFrame];
 uint8_t g_tx_frame[wire::kMaxEncodedFrame];
 
+// Frames past a gap, slot = sequence % kRxSlots: the kRxSlots sequences after
+// the expected one fall into distinct slots.
+struct HeldFrame {
+  bool valid;
+  wire::FrameHeader header;
+  uint8_t payload[wire::kMaxPayload];
+};
+HeldFrame g_held[mcu::kRxSlots];
+
 struct Worker {
   // receive side
   bool rx_known = false;
@@ -88,7 +104,7 @@ struct Worker {
   uint32_t status_message = 0;
   // counters
   uint32_t state = mcu::kStateIdle, last_error = mcu::kErrNone;
-  uint32_t runs = 0, last_run_ms = 0, bad_frames = 0, refused = 0;
+  uint32_t runs = 0, last_run_ms = 0, bad_frames = 0, refused = 0, held = 0;
 } g;
 
 bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
@@ -99,12 +115,17 @@ void SendFrame(wire::FrameHeader h, const uint8_t* payload) {
 }
 
 void SendAck() {
+  uint8_t sack[wire::kMaxSackBytes];
+  size_t sack_bytes = 0;
+  for (const HeldFrame& s : g_held)
+    if (s.valid) wire::SackSet(sack, &sack_bytes, s.header.sequence - g.rx_expected - 1);
   wire::FrameHeader h;
   h.type = wire::kFrameAck;
+  h.length = static_cast<uint16_t>(sack_bytes);
   h.plan_id = g.plan_id;
   h.session = g.rx_session;
   h.sequence = g.rx_expected;
-  SendFrame(h, nullptr);
+  SendFrame(h, sack);
 }
 
 void Fail(uint32_t error) {
@@ -166,6 +187,24 @@ void OnTensorChunk(const wire::FrameHeader& h, const uint8_t* payload) {
   g.last_error = mcu::kErrTensorRefused;
 }
 
+// A reliable frame in sequence order.
+void Deliver(const wire::FrameHeader& h, const uint8_t* payload) {
+  switch (h.type) {
+    case wire::kFrameProgram:
+      OnProgramChunk(h, payload);
+      break;
+    case wire::kFrameData:
+      OnTensorChunk(h, payload);
+      break;
+    case wire::kFrameStatus:
+      g.status_pending = true;
+      g.status_message = h.message;
+      break;
+    default:
+      break;
+  }
+}
+
 void OnFrame(const wire::FrameHeader& h, const uint8_t* payload) {
   if (h.type == wire::kFrameAck) {
     if (g.tx_waiting && h.session == g.tx_session && SeqBefore(g.tx_waiting_seq, h.sequence)) g.tx_waiting = false;
@@ -176,26 +215,38 @@ void OnFrame(const wire::FrameHeader& h, const uint8_t* payload) {
     g.rx_known = true;
     g.rx_session = h.session;
     g.rx_expected = 0;
+    for (HeldFrame& s : g_held) s.valid = false;
     // A new host session: our sends start a new session too, or the host's
     // fresh link would take them for a stale session.
     g.tx_session = 0;
     g.tx_next = 0;
   }
-  if (h.sequence != g.rx_expected) {  // duplicate or ahead of a lost frame
+  const uint32_t ahead = h.sequence - g.rx_expected;
+  if (SeqBefore(h.sequence, g.rx_expected) || ahead > mcu::kRxSlots) {
+    SendAck();  // a duplicate, or too far ahead to keep: the host sends it again
+    return;
+  }
+  if (ahead > 0) {  // past a gap: keep it until the gap is filled
+    HeldFrame& s = g_held[h.sequence % mcu::kRxSlots];
+    if (!s.valid) {
+      s.valid = true;
+      s.header = h;
+      memcpy(s.payload, payload, h.length);
+      ++g.held;
+    }
     SendAck();
     return;
   }
+  Deliver(h, payload);
   ++g.rx_expected;
-  SendAck();
-  switch (h.type) {
-    case wire::kFrameProgram: OnProgramChunk(h, payload); break;
-    case wire::kFrameData: OnTensorChunk(h, payload); break;
-    case wire::kFrameStatus:
-      g.status_pending = true;
-      g.status_message = h.message;
-      break;
-    default: break;
+  for (;;) {  // the held frames the gap's filling made contiguous, in order
+    HeldFrame& s = g_held[g.rx_expected % mcu::kRxSlots];
+    if (!s.valid || s.header.sequence != g.rx_expected) break;
+    s.valid = false;
+    Deliver(s.header, s.payload);
+    ++g.rx_expected;
   }
+  SendAck();
 }
 
 void Poll() {
@@ -253,6 +304,7 @@ void SendStatus() {
   s.last_run_ms = g.last_run_ms;
   s.bad_frames = g.bad_frames;
   s.refused_frames = g.refused;
+  s.held_frames = g.held;
   SendMessage(wire::kFrameStatus, g.status_message, reinterpret_cast<const uint8_t*>(&s), sizeof s);
 }
 

@@ -1,19 +1,31 @@
 // bench/uart: effective payload throughput of UartLink on a pty pair, as a
-// ratio of the baud limit (8N1: baud/10 bytes per second). Target >= 0.85
-// at 115200 baud (issue 6).
+// ratio of the baud limit (8N1: baud/10 bytes per second). Targets (issue
+// 16): >= 0.95 on a clean line and >= 0.8 with --faults (per byte, each of
+// corrupt / drop / duplicate, both directions), for every size; exit 3 when
+// one is missed.
 //
 // The sender paces itself to the baud rate, but a pty delivers a written
 // frame at once where a UART needs the frame's line time: the elapsed time
 // is therefore taken up to the arrival of the message *plus* the line time
-// of its last frame — what a real cable would add. Overheads counted:
-// frame header + CRC + COBS + delimiter, and retransmissions (with --faults).
+// of the frame that completed it — what a real cable would add — and each
+// message starts on an idle line (after the previous message's last frame
+// would have left the cable). Overheads counted: frame header + CRC + COBS +
+// delimiter, and retransmissions (with --faults).
 //
-//   tessera_bench_uart [--baud 115200] [--faults 0] [--sizes 4096,16384,65536]
+//   tessera_bench_uart [--baud 115200] [--faults 0] [--sizes 4096,16384,65536] [--seed 3]
+// --seed picks where the faults fall (the relay's generators; default 3 and 4
+// for the two directions): a run is otherwise nearly deterministic, so repeat
+// with other seeds to see the spread.
+// --warmup BYTES (default 16384, 0: none) sends one untimed message first: a
+// link learns the line's loss rate from its own frames and sizes its frames
+// by it (uart_link.h), and a link in service has long learnt it; a fresh
+// link's first message on a noisy line pays for 1 KiB frames until then.
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/fault_relay.h"
@@ -25,11 +37,17 @@ using namespace std::chrono_literals;
 int main(int argc, char** argv) {
   uint32_t baud = 115200;
   double faults = 0;
+  uint32_t seed = 3;
+  size_t warmup = 16384;
   std::vector<size_t> sizes = {4096, 16384, 65536};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--baud") baud = static_cast<uint32_t>(std::stoul(v));
     else if (a == "--faults") faults = std::stod(v);
+    else if (a == "--seed")
+      seed = static_cast<uint32_t>(std::stoul(v));
+    else if (a == "--warmup")
+      warmup = std::stoul(v);
     else if (a == "--sizes") {
       sizes.clear();
       std::stringstream ss(v);
@@ -45,8 +63,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   RawPty a = *pa, b = *pb;
-  ByteFaults f{faults, faults, faults, 3};
-  auto relay = std::make_unique<SerialRelay>(a.master, b.master, f, ByteFaults{faults, faults, faults, 4});
+  ByteFaults f{faults, faults, faults, seed};
+  auto relay = std::make_unique<SerialRelay>(a.master, b.master, f, ByteFaults{faults, faults, faults, seed + 1});
   UartLinkOptions opt;
   opt.baud = baud;
   opt.plan_id = 1;
@@ -58,13 +76,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot open the links\n");
     return 1;
   }
-  std::printf("%-10s %-10s %-10s %-12s %-10s %s\n", "baud", "payload", "seconds", "payload_B/s", "ratio", "wire_overhead");
+  std::printf("%-10s %-10s %-10s %-12s %-10s %-14s %-8s %s\n", "baud", "payload", "seconds", "payload_B/s", "ratio",
+              "wire_overhead", "frames", "repeats");
   std::mt19937 rng(1);
+  if (warmup > 0) {
+    const std::string bytes(warmup, 'w');
+    auto got = (*tx)->Send(1u << 30, bytes).ok() ? (*rx)->Recv(1u << 30, 600s)
+                                                 : Result<std::string>(Status::Unavailable("send"));
+    if (!got.ok() || *got != bytes || !(*tx)->Flush(60s).ok()) {
+      std::fprintf(stderr, "warm-up message lost\n");
+      return 1;
+    }
+  }
   bool all_ok = true;
   for (size_t i = 0; i < sizes.size(); ++i) {
     std::string payload(sizes[i], '\0');
     for (auto& c : payload) c = static_cast<char>(rng());
-    uint64_t wire_before = (*tx)->counters().wire_bytes_sent;
+    // The previous message's last frame still occupies a real cable for its
+    // line time after the pty delivered it.
+    std::this_thread::sleep_for(std::chrono::microseconds(wire::kMaxEncodedFrame * 10'000'000ull / baud));
+    const UartLinkCounters before = (*tx)->counters();
     auto start = std::chrono::steady_clock::now();
     if (!(*tx)->Send(static_cast<int64_t>(i), payload).ok()) return 1;
     auto got = (*rx)->Recv(static_cast<int64_t>(i), 600s);
@@ -74,17 +105,28 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (!(*tx)->Flush(60s).ok()) return 1;
-    size_t last = payload.size() % opt.frame_payload ? payload.size() % opt.frame_payload : opt.frame_payload;
-    seconds += (last + wire::kHeaderBytes + wire::kCrcBytes + 2) * 10.0 / baud;
+    seconds += (*rx)->last_delivery_frame_bytes() * 10.0 / baud;
     double rate = payload.size() / seconds, ratio = rate / (baud / 10.0);
-    uint64_t wire = (*tx)->counters().wire_bytes_sent - wire_before;
-    std::printf("%-10u %-10zu %-10.3f %-12.0f %-10.3f %.3f\n", baud, payload.size(), seconds, rate, ratio,
-                double(wire) / payload.size() - 1.0);
-    all_ok = all_ok && (faults > 0 || ratio >= 0.85);
+    const UartLinkCounters after = (*tx)->counters();
+    const uint64_t wire = after.wire_bytes_sent - before.wire_bytes_sent;
+    std::printf("%-10u %-10zu %-10.3f %-12.0f %-10.3f %-14.3f %-8llu %llu\n", baud, payload.size(), seconds, rate,
+                ratio, double(wire) / payload.size() - 1.0,
+                (unsigned long long)(after.frames_sent - before.frames_sent),
+                (unsigned long long)(after.retransmissions - before.retransmissions));
+    const double target = faults > 0 ? 0.8 : 0.95;
+    if (ratio < target) {
+      std::fprintf(stderr, "payload %zu: ratio %.3f is below the target %.2f\n", payload.size(), ratio, target);
+      all_ok = false;
+    }
   }
   auto c = (*tx)->counters();
-  std::printf("retransmissions %llu, bad frames at receiver %s\n", (unsigned long long)c.retransmissions,
-              (*rx)->counters().bad_frames.ToString().c_str());
+  auto r = (*rx)->counters();
+  std::printf(
+      "sent %llu frames, retransmissions %llu (fast %llu), receiver kept %llu out of order, "
+      "%llu duplicates, bad frames at receiver %s\n",
+      (unsigned long long)c.frames_sent, (unsigned long long)c.retransmissions,
+      (unsigned long long)c.fast_retransmissions, (unsigned long long)r.out_of_order, (unsigned long long)r.duplicates,
+      r.bad_frames.ToString().c_str());
   tx->reset();
   rx->reset();
   relay.reset();

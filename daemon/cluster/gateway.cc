@@ -837,8 +837,15 @@ std::string Gateway::MetricsText() const {
       uint64_t (*get)(const proto::UartCounters&);
     };
     const Series series[] = {
-        {"tessera_uart_retransmissions_total", "Frames sent again after a timeout.",
+        {"tessera_uart_retransmissions_total", "Frames sent again (lost: by timeout or a later frame acknowledged).",
          [](const proto::UartCounters& u) { return u.retransmissions(); }},
+        {"tessera_uart_fast_retransmissions_total",
+         "Of the retransmissions: frames found lost because the MCU acknowledged a later frame.",
+         [](const proto::UartCounters& u) { return u.fast_retransmissions(); }},
+        {"tessera_uart_out_of_order_frames_total", "Frames from the MCU kept past a gap until it was filled.",
+         [](const proto::UartCounters& u) { return u.out_of_order(); }},
+        {"tessera_uart_out_of_window_frames_total", "Frames from the MCU too far past a gap to keep (dropped).",
+         [](const proto::UartCounters& u) { return u.out_of_window(); }},
         {"tessera_uart_wire_bytes_sent_total", "Bytes written to the MCU's UART.",
          [](const proto::UartCounters& u) { return u.wire_bytes_sent(); }},
         {"tessera_uart_wire_bytes_received_total", "Bytes read from the MCU's UART.",

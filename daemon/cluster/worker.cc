@@ -116,6 +116,9 @@ void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
   out->set_frames_sent(c.frames_sent);
   out->set_frames_received(c.frames_received);
   out->set_retransmissions(c.retransmissions);
+  out->set_fast_retransmissions(c.fast_retransmissions);
+  out->set_out_of_order(c.out_of_order);
+  out->set_out_of_window(c.out_of_window);
   out->set_duplicates(c.duplicates);
   out->set_foreign_plan(c.foreign_plan);
   out->set_protocol_errors(c.protocol_errors);

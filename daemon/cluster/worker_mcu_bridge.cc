@@ -23,6 +23,7 @@ Result<std::unique_ptr<McuBridge>> McuBridge::Open(const McuBridgeOptions& optio
   UartLinkOptions uo;
   uo.device = options.serial;
   uo.baud = options.baud;
+  uo.window = static_cast<int>(mcu::kRxSlots) + 1;  // what the firmware can hold past a gap
   TS_ASSIGN_OR_RETURN(bridge->link_, UartLink::Open(uo));
   spdlog::info("mcu bridge {}: UART {} at {} baud", options.name, options.serial, options.baud);
   return bridge;

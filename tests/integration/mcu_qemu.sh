@@ -4,7 +4,9 @@
 # tessera_mcu_check drives it through the real UartLink serial-port path:
 # STATUS, PROGRAM upload of the keyword-spotting CNN (~0.85 M MACs), input,
 # output compared with the host executor (max rel <= 1e-5), a tensor of
-# another plan refused; then the same over a relay injecting byte faults.
+# another plan refused; then the same over a relay injecting byte faults,
+# where the firmware's selective-repeat receiver must have kept frames past a
+# gap (STATUS held_frames > 0, checked by tessera_mcu_check --faults).
 # Args: <tessera binary> <build dir>. Exit 77 (a failure) only without qemu-system-arm.
 set -euo pipefail
 BUILD=${2:-build}

@@ -2,17 +2,27 @@
 //
 // Boost.Asio serial_port, raw 8N1 at the configured baud. Messages are cut
 // into frames (transport/wire/frame_codec.h) of at most `frame_payload` bytes.
-// Reliability is go-back-N over a per-direction sequence number:
-//  * the receiver accepts only the next expected sequence and answers every
-//    reliable frame with a cumulative ACK (next expected), so duplicates and
-//    frames that overtook a lost one are dropped and re-acknowledged;
-//  * the sender keeps up to `window` frames unacknowledged and, when the
-//    oldest has waited the retransmission timeout, resends the window. The
+// Reliability is selective repeat over a per-direction sequence number
+// (issue 16; wire format in frame_codec.h):
+//  * the receiver delivers frames strictly in sequence order, each sequence
+//    exactly once; a frame past a gap is kept (up to wire::kMaxWindow - 1
+//    frames past the expected one) until the gap is filled. Every reliable
+//    frame is answered with an ACK: the next expected sequence (cumulative)
+//    plus a bitmap of the frames held past the gap. Duplicates are dropped
+//    and re-acknowledged;
+//  * the sender keeps up to `window` sequences in flight and retransmits only
+//    frames that are missing: at once when the peer acknowledges a frame
+//    transmitted after one it does not hold (a serial line keeps byte order,
+//    so that frame was lost — fast retransmit), or when a frame's own
+//    retransmission timeout passes (a lost last frame, a silent peer). The
 //    timeout adapts to the measured ACK round trip (RFC 6298 style; never
-//    below `retransmit_timeout`) and backs off by 1.5x per timeout; after
-//    `max_retries` timeouts in a row without progress the link is broken and
-//    every pending and later call fails (Unavailable / DataLoss) — a tensor
-//    arrives intact or not at all.
+//    below `retransmit_timeout`) and backs off by 1.5x when the oldest frame
+//    times out; after `max_retries` such timeouts in a row without progress
+//    the link is broken and every pending and later call fails (Unavailable
+//    / DataLoss) — a tensor arrives intact or not at all;
+//  * frames shrink when the line loses them (adapt_frame_payload): the
+//    payload per frame is chosen from the measured loss per byte so that the
+//    expected goodput is highest, back up to `frame_payload` on a clean line.
 //  * frames that fail COBS / length / CRC / type checks are dropped and
 //    counted (counters() — exported to /metrics by the daemon).
 //  * the sender paces itself so the bytes it writes never exceed baud/10
@@ -44,7 +54,11 @@ struct UartLinkOptions {
   uint32_t baud = 115200;
   uint32_t plan_id = 0;           // stamped on every frame; DATA frames of other plans are refused
   size_t frame_payload = 1024;    // bytes of message per frame (<= wire::kMaxPayload)
-  int window = 6;                 // reliable frames in flight
+  // Reliable sequences in flight, 1..wire::kMaxWindow. The peer must be able
+  // to hold window - 1 frames past a gap (an MCU holds mcu::kRxSlots: use
+  // mcu::kRxSlots + 1 towards it); frames it cannot hold are sent again.
+  int window = 16;
+  bool adapt_frame_payload = true;  // smaller frames while the line loses frames
   // Minimum retransmission timeout; 0: derived from the baud — two full
   // frame times plus 50 ms. The effective timeout adapts upwards to the peer.
   std::chrono::milliseconds retransmit_timeout{0};
@@ -57,10 +71,12 @@ struct UartLinkOptions {
 struct UartLinkCounters {
   uint64_t frames_sent = 0;          // reliable frames, first transmissions
   uint64_t retransmissions = 0;      // reliable frames sent again
+  uint64_t fast_retransmissions = 0;  // of them: found lost because the peer acknowledged a later frame
   uint64_t acks_sent = 0, acks_received = 0;
-  uint64_t frames_received = 0;      // reliable frames accepted in order
-  uint64_t duplicates = 0;           // already accepted (a lost ACK, a duplicated byte run)
-  uint64_t out_of_order = 0;         // ahead of the expected sequence (one before it was lost)
+  uint64_t frames_received = 0;      // reliable frames delivered in order (directly or after being held)
+  uint64_t duplicates = 0;           // already delivered or held (a lost ACK, a duplicated byte run)
+  uint64_t out_of_order = 0;         // ahead of the expected sequence, kept until the gap is filled
+  uint64_t out_of_window = 0;        // too far ahead to be named in an ACK: dropped
   uint64_t foreign_session = 0;      // from an old session of the peer
   uint64_t foreign_plan = 0;         // DATA for a plan this link does not hold
   uint64_t protocol_errors = 0;      // CRC-valid frames with inconsistent message offsets/sizes
@@ -90,6 +106,9 @@ class UartLink final : public Link {
   Status Flush(std::chrono::milliseconds timeout);
 
   void set_plan_id(uint32_t plan_id);
+  // Encoded bytes of the frame that completed the latest delivered message
+  // (bench: a pty delivers it at once, a cable after this many bytes' time).
+  size_t last_delivery_frame_bytes() const;
   UartLinkCounters counters() const;
   // Prometheus text lines "tessera_uart_<counter>{link="<label>"} value".
   std::string MetricsText(const std::string& label) const;

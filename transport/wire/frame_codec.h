@@ -23,6 +23,18 @@
 //   message   message id (tensor id) the payload belongs to
 //   offset    byte offset of this payload inside the message
 //   total     total bytes of the message
+//
+// Selective repeat. The receiver keeps reliable frames that arrive after a
+// gap (up to its receive window past the expected sequence) and says which
+// it holds in the ACK's payload, the selective-acknowledgement bitmap:
+//   ACK payload  0..kMaxSackBytes bytes; bit j of byte k (LSB first) set
+//                means frame `sequence + 1 + 8k + j` is held. An ACK without
+//                payload is a plain cumulative ACK (nothing held past a gap).
+// So an ACK stays self-describing (the bitmap is relative to its own
+// cumulative sequence), is covered by the CRC like any frame, and an ACK
+// whose length exceeds kMaxSackBytes is rejected by the decoder (kLength).
+// A sender may keep at most kMaxSackBytes * 8 + 1 frames in flight, so every
+// frame it waits for is covered by one ACK.
 #pragma once
 
 #include <stddef.h>
@@ -32,7 +44,7 @@ namespace tessera::wire {
 
 enum FrameType : uint8_t {
   kFrameData = 1,     // a chunk of a tensor message
-  kFrameAck = 2,      // cumulative ack: `sequence` = next expected
+  kFrameAck = 2,      // `sequence` = next expected; payload: selective-ack bitmap
   kFrameProgram = 3,  // a chunk of a device program (MCU: the compact program)
   kFrameStatus = 4,   // status request (length 0) or reply (payload: McuStatus)
 };
@@ -43,6 +55,9 @@ inline bool IsReliableFrameType(uint8_t t) { return t == kFrameData || t == kFra
 constexpr size_t kHeaderBytes = 28;
 constexpr size_t kCrcBytes = 4;
 constexpr size_t kMaxPayload = 1024;
+// Selective-acknowledgement bitmap of an ACK: up to 64 frames past the gap.
+constexpr size_t kMaxSackBytes = 8;
+constexpr uint32_t kMaxWindow = kMaxSackBytes * 8 + 1;
 constexpr size_t kMaxRawFrame = kHeaderBytes + kMaxPayload + kCrcBytes;
 // COBS adds one byte per 254 plus one; +1 for the delimiter.
 constexpr size_t kMaxEncodedFrame = kMaxRawFrame + kMaxRawFrame / 254 + 2;
@@ -156,16 +171,25 @@ inline size_t EncodeFrame(const FrameHeader& h, const uint8_t* payload, uint8_t*
   return n;
 }
 
+// Selective-ack bitmap helpers: frame `ack_sequence + 1 + i` <-> bit i.
+inline bool SackHas(const uint8_t* bitmap, size_t bytes, uint32_t i) {
+  return i / 8 < bytes && (bitmap[i / 8] >> (i % 8)) & 1u;
+}
+inline void SackSet(uint8_t* bitmap, size_t* bytes, uint32_t i) {
+  while (*bytes <= i / 8) bitmap[(*bytes)++] = 0;
+  bitmap[i / 8] = uint8_t(bitmap[i / 8] | (1u << (i % 8)));
+}
+
 // Why a delimited chunk of bytes was not a frame. Counted by receivers.
 enum class FrameError : uint8_t {
   kNone = 0,
-  kOverflow,   // more bytes than any valid frame before a delimiter
-  kCobs,       // not valid COBS
-  kTooShort,   // shorter than header + CRC
-  kLength,     // header length disagrees with the bytes received, or > kMaxPayload
-  kCrc,        // CRC mismatch
-  kType,       // unknown frame type (CRC was fine: a newer peer)
-  kRange,      // offset + length > total
+  kOverflow,  // more bytes than any valid frame before a delimiter
+  kCobs,      // not valid COBS
+  kTooShort,  // shorter than header + CRC
+  kLength,    // header length disagrees with the bytes, > kMaxPayload, ACK bitmap > kMaxSackBytes
+  kCrc,       // CRC mismatch
+  kType,      // unknown frame type (CRC was fine: a newer peer)
+  kRange,     // offset + length > total
 };
 constexpr int kNumFrameErrors = 8;
 
@@ -214,6 +238,7 @@ class FrameDecoder {
     if (length > kMaxPayload || kHeaderBytes + length != body) return Fail(FrameError::kLength);
     if (Crc32(raw_, body) != GetU32(raw_ + body)) return Fail(FrameError::kCrc);
     if (!IsKnownFrameType(raw_[0])) return Fail(FrameError::kType);
+    if (raw_[0] == kFrameAck && length > kMaxSackBytes) return Fail(FrameError::kLength);
     h_.type = raw_[0];
     h_.flags = raw_[1];
     h_.length = length;

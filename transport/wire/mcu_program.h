@@ -75,8 +75,15 @@ struct McuStatus {
   uint32_t last_run_ms;      // duration of the last run (SysTick)
   uint32_t bad_frames;       // dropped by the frame decoder
   uint32_t refused_frames;   // tensors of another plan / not expected
+  uint32_t held_frames;      // reliable frames kept past a gap until it was filled (selective repeat)
 };
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
+
+// Frames the firmware keeps past a gap on its UART (selective repeat,
+// frame_codec.h): each slot holds one frame header and kMaxPayload bytes,
+// ~1 KiB of RAM per slot outside the arena. A host link towards an MCU
+// sends at most kRxSlots + 1 sequences ahead (UartLinkOptions::window).
+constexpr uint32_t kRxSlots = 4;
 
 enum McuState : uint32_t { kStateIdle = 0, kStateLoaded = 1, kStateError = 2 };
 

@@ -20,7 +20,9 @@ std::string Bytes(std::mt19937& rng, size_t n, bool many_zeros = false) {
 
 wire::FrameHeader RandomHeader(std::mt19937& rng, size_t payload) {
   wire::FrameHeader h;
-  h.type = static_cast<uint8_t>(1 + rng() % 4);
+  // ACKs carry at most a kMaxSackBytes bitmap; longer payloads need another type.
+  static const uint8_t kWithPayload[] = {wire::kFrameData, wire::kFrameProgram, wire::kFrameStatus};
+  h.type = payload > wire::kMaxSackBytes ? kWithPayload[rng() % 3] : static_cast<uint8_t>(1 + rng() % 4);
   h.plan_id = rng();
   h.session = rng();
   h.sequence = rng();
@@ -110,6 +112,35 @@ TEST_CASE("header checks: length, range and type are enforced", "[frame]") {
   decoder.Feed(EncodeFrame(h, "abcd"), &got);
   REQUIRE(got.size() == 1);
   CHECK(got[0].payload == "abcd");
+}
+
+TEST_CASE("selective-ack bitmap: bits map to frames past the cumulative ack, long bitmaps are refused", "[frame]") {
+  uint8_t bitmap[wire::kMaxSackBytes];
+  size_t bytes = 0;
+  wire::SackSet(bitmap, &bytes, 0);
+  wire::SackSet(bitmap, &bytes, 9);
+  CHECK(bytes == 2);  // only as long as the highest frame held needs
+  CHECK(bitmap[0] == 0x01);
+  CHECK(bitmap[1] == 0x02);
+  CHECK(wire::SackHas(bitmap, bytes, 0));
+  CHECK(!wire::SackHas(bitmap, bytes, 1));
+  CHECK(wire::SackHas(bitmap, bytes, 9));
+  CHECK(!wire::SackHas(bitmap, bytes, 63));  // past the bytes sent: not held
+  wire::SackSet(bitmap, &bytes, 63);
+  CHECK(bytes == wire::kMaxSackBytes);
+
+  wire::FrameHeader ack;
+  ack.type = wire::kFrameAck;
+  ack.sequence = 17;
+  FrameStreamDecoder decoder;
+  std::vector<Frame> got;
+  decoder.Feed(EncodeFrame(ack, std::string(reinterpret_cast<char*>(bitmap), bytes)), &got);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].payload.size() == wire::kMaxSackBytes);
+  // One byte more than any bitmap: CRC-valid but not an ACK we accept.
+  decoder.Feed(EncodeFrame(ack, std::string(wire::kMaxSackBytes + 1, '\xff')), &got);
+  CHECK(got.size() == 1);
+  CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kLength)] == 1);
 }
 
 TEST_CASE("fuzz: damaged streams never yield a frame that was not sent", "[frame][fuzz]") {
