@@ -24,7 +24,7 @@
 //  * A producer may carry a fused activation applied to its output
 //    (METHODS §1: "bias/BN/activation folded into the producer"):
 //      attr "activation" = "relu" | "leaky_relu" (alpha) | "clip" (min, max)
-//                        | "sigmoid" | "hard_sigmoid" (alpha, beta) | "tanh"
+//                        | "sigmoid" | "silu" (x·sigmoid(x)) | "hard_sigmoid" (alpha, beta) | "tanh"
 //                        | "elu" (alpha) | "selu" (alpha, beta = gamma)
 //                        | "darknet_ramp" | "darknet_plse" | "darknet_loggy"
 //                        | "darknet_stair" | "darknet_lhtan"

@@ -1,5 +1,6 @@
 #include "partition/import/onnx_producer_folds.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "partition/graph/op_traits.h"
@@ -120,7 +121,40 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
   auto foldable = [](const Node& c) {
     return c.op == "BatchNormalization" || c.op == "Add" || TraitsOf(c.op).fused_name != nullptr;
   };
+  // SiLU as exported (x · Sigmoid(x), EfficientNet and friends): P -> v ->
+  // {Sigmoid -> s, Mul(v, s)} becomes P with activation "silu", writing the
+  // Mul's output; v and s are no longer materialised.
+  auto fold_silu = [&](size_t n) {
+    const Node& c = g.nodes[n];
+    if (c.op != "Sigmoid" || c.inputs.size() != 1 || c.outputs.size() != 1) return false;
+    const int v = c.inputs[0], s = c.outputs[0];
+    if (v < 0 || is_output[v] || is_output[s] || consumers[v].size() != 2 || consumers[s].size() != 1) return false;
+    const int mi = consumers[s][0];
+    if (mi < 0 || removed[mi] || std::find(consumers[v].begin(), consumers[v].end(), mi) == consumers[v].end())
+      return false;
+    const Node& m = g.nodes[mi];
+    const bool operands =
+        m.inputs.size() == 2 && ((m.inputs[0] == v && m.inputs[1] == s) || (m.inputs[0] == s && m.inputs[1] == v));
+    if (m.op != "Mul" || !operands || m.outputs.size() != 1) return false;
+    const int pi = g.values[v].producer;
+    if (pi < 0 || removed[pi] || g.values[m.outputs[0]].shape != g.values[v].shape) return false;
+    Node& p = g.nodes[pi];
+    if (!IsFoldTarget(p) || p.outputs[0] != v) return false;
+    p.attrs.Set("activation", std::string("silu"));
+    if (folded_into != nullptr) {
+      folded_into->emplace_back(c.name, p.name);
+      folded_into->emplace_back(m.name, p.name);
+    }
+    p.outputs[0] = m.outputs[0];
+    g.values[m.outputs[0]].producer = pi;
+    g.values[v].producer = -1;
+    g.values[s].producer = -1;
+    removed[n] = true;
+    removed[mi] = true;
+    return true;
+  };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (removed[n] || fold_silu(n)) continue;
     const Node& c = g.nodes[n];
     if (!foldable(c) || c.outputs.size() != 1) continue;
     const auto act_inputs = g.ActivationInputs(c);

@@ -14,6 +14,7 @@
 //   darknet_stair     n = floor(x): n even: floor(x/2); odd: (x − n) + floor(x/2)
 //   darknet_lhtan     x < 0: 0.001·x; x > 1: 0.001·(x − 1) + 1; else x
 #include "daemon/runtime/kernels/kernel.h"
+#include "daemon/runtime/kernels/microkernels.h"
 
 #include <cmath>
 #include <limits>
@@ -37,6 +38,10 @@ Result<FusedActivation> FusedActivation::FromAttributes(const Attributes& attrs)
     act.beta = static_cast<float>(attrs.Float("act_beta", std::numeric_limits<double>::infinity()));
   } else if (name == "sigmoid") {
     act.kind = kSigmoid;
+    act.logistic = MicrokernelsFor(ActiveIsa()).logistic;
+  } else if (name == "silu") {
+    act.kind = kSilu;
+    act.logistic = MicrokernelsFor(ActiveIsa()).logistic;
   } else if (name == "hard_sigmoid") {
     act.kind = kHardSigmoid;
     act.alpha = static_cast<float>(attrs.Float("act_alpha", 0.2));
@@ -61,9 +66,10 @@ Result<FusedActivation> FusedActivation::FromAttributes(const Attributes& attrs)
   } else if (name == "darknet_lhtan") {
     act.kind = kDarknetLhtan;
   } else {
-    return Status::NotSupported("fused activation '" + name +
-                                "' is not supported (relu, leaky_relu, clip, sigmoid, hard_sigmoid, tanh, elu, selu, "
-                                "darknet_ramp, darknet_plse, darknet_loggy, darknet_stair, darknet_lhtan)");
+    return Status::NotSupported(
+        "fused activation '" + name +
+        "' is not supported (relu, leaky_relu, clip, sigmoid, silu, hard_sigmoid, tanh, elu, selu, "
+        "darknet_ramp, darknet_plse, darknet_loggy, darknet_stair, darknet_lhtan)");
   }
   return act;
 }
@@ -88,7 +94,10 @@ void FusedActivation::Apply(float* data, size_t n) const {
       x = (alpha * x + beta).max(0.f).min(1.f);
       return;
     case kSigmoid:
-      x = x.logistic();
+      logistic(data, static_cast<int64_t>(n), false);
+      return;
+    case kSilu:
+      logistic(data, static_cast<int64_t>(n), true);
       return;
     case kTanh:
       x = x.tanh();

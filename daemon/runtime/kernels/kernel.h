@@ -85,6 +85,7 @@ struct FusedActivation {
     kLeakyRelu,
     kClip,
     kSigmoid,
+    kSilu,  // x · sigmoid(x) (ONNX Sigmoid + Mul on the same value, folded at import)
     kHardSigmoid,
     kTanh,
     kElu,
@@ -97,6 +98,9 @@ struct FusedActivation {
     kDarknetLhtan,
   } kind = kNone;
   float alpha = 0.f, beta = 0.f;
+  // Sigmoid and SiLU: the active ISA's logistic microkernel (microkernels.h),
+  // chosen when the activation is read, as a kernel's Prepare does.
+  void (*logistic)(float* x, int64_t n, bool times_input) = nullptr;
   // Reads "activation"/"act_alpha"/"act_beta"; NotSupported for an unknown name.
   static Result<FusedActivation> FromAttributes(const Attributes& attrs);
   void Apply(float* data, size_t n) const;

@@ -58,6 +58,9 @@ struct Microkernels {
   Isa isa;
   void (*gemm_panel)(const GemmPanelArgs&);
   void (*depthwise_taps)(const DepthwiseTapArgs&);
+  // x[i] = 1 / (1 + e^−x[i]), or x[i] times that (SiLU) when times_input;
+  // relative error < 1e-6 (microkernels_logistic.inc).
+  void (*logistic)(float* x, int64_t n, bool times_input);
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

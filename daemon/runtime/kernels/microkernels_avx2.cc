@@ -130,10 +130,15 @@ void DepthwiseTaps(const DepthwiseTapArgs& d) {
   TapsAny(d);
 }
 
+constexpr int kLogisticLanes = 8;
+typedef float LVec __attribute__((vector_size(32)));
+typedef int32_t LIVec __attribute__((vector_size(32)));
+#include "daemon/runtime/kernels/microkernels_logistic.inc"
+
 }  // namespace
 
 const Microkernels& Avx2Microkernels() {
-  static const Microkernels k{Isa::kAvx2, &GemmPanel, &DepthwiseTaps};
+  static const Microkernels k{Isa::kAvx2, &GemmPanel, &DepthwiseTaps, &Logistic};
   return k;
 }
 

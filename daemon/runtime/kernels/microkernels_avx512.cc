@@ -131,10 +131,15 @@ void DepthwiseTaps(const DepthwiseTapArgs& d) {
   TapsAny(d);
 }
 
+constexpr int kLogisticLanes = 16;
+typedef float LVec __attribute__((vector_size(64)));
+typedef int32_t LIVec __attribute__((vector_size(64)));
+#include "daemon/runtime/kernels/microkernels_logistic.inc"
+
 }  // namespace
 
 const Microkernels& Avx512Microkernels() {
-  static const Microkernels k{Isa::kAvx512, &GemmPanel, &DepthwiseTaps};
+  static const Microkernels k{Isa::kAvx512, &GemmPanel, &DepthwiseTaps, &Logistic};
   return k;
 }
 

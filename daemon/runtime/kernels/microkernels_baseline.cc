@@ -96,10 +96,15 @@ void DepthwiseTaps(const DepthwiseTapArgs& d) {
   }
 }
 
+constexpr int kLogisticLanes = 4;
+typedef float LVec __attribute__((vector_size(16)));
+typedef int32_t LIVec __attribute__((vector_size(16)));
+#include "daemon/runtime/kernels/microkernels_logistic.inc"
+
 }  // namespace
 
 const Microkernels& BaselineMicrokernels() {
-  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps};
+  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps, &Logistic};
   return k;
 }
 

@@ -14,6 +14,7 @@
 #include <Eigen/Core>
 
 #include "daemon/runtime/kernels/kernel_factories.h"
+#include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/parallel_for.h"
 
@@ -142,7 +143,10 @@ class UnaryKernel final : public Kernel {
       case UnaryOp::kRelu: y = x.max(0.f); break;
       case UnaryOp::kLeakyRelu: y = (x < 0.f).select(a * x, x); break;
       case UnaryOp::kClip: y = x.max(a).min(b); break;
-      case UnaryOp::kSigmoid: y = x.logistic(); break;
+      case UnaryOp::kSigmoid:
+        y = x;
+        logistic_(out, n, false);
+        break;
       case UnaryOp::kHardSigmoid: y = (a * x + b).max(0.f).min(1.f); break;
       case UnaryOp::kHardSwish: y = x * (x * (1.f / 6.f) + 0.5f).max(0.f).min(1.f); break;
       case UnaryOp::kTanh: y = x.tanh(); break;
@@ -172,6 +176,7 @@ class UnaryKernel final : public Kernel {
 
   UnaryOp op_ = UnaryOp::kRelu;
   float alpha_ = 0.f, beta_ = 0.f;
+  void (*logistic_)(float*, int64_t, bool) = MicrokernelsFor(ActiveIsa()).logistic;
   int64_t size_ = 0;
 };
 

@@ -197,6 +197,54 @@ TEST_CASE("onnx: Conv + BatchNormalization + Relu fold into one Conv", "[onnx]")
   CHECK(g->Validate().ok());
 }
 
+// SiLU as PyTorch exports it: Conv -> c -> {Sigmoid -> s, Mul(c, s)} becomes
+// one Conv with activation "silu"; the answer is c·sigmoid(c) computed here.
+TEST_CASE("onnx: Sigmoid + Mul of the same value fold into Conv as silu", "[onnx]") {
+  for (bool swapped : {false, true}) {
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 1, 2, 2});
+    b.Floats("w", {2, 1, 1, 1}, {3.f, -2.f});
+    b.Floats("b", {2}, {0.5f, -0.25f});
+    b.Node("Conv", {"x", "w", "b"}, {"c"}, "conv");
+    b.Node("Sigmoid", {"c"}, {"s"}, "sig");
+    if (swapped)
+      b.Node("Mul", {"s", "c"}, {"y"}, "mul");
+    else
+      b.Node("Mul", {"c", "s"}, {"y"}, "mul");
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE(g.ok());
+    REQUIRE(Ops(*g) == std::vector<std::string>{"Conv"});
+    CHECK(g->nodes[0].attrs.String("activation") == "silu");
+    CHECK(g->values[g->outputs[0]].name == "y");
+    CHECK(g->Validate().ok());
+    const std::vector<float> x = {-30.f, -1.f, 0.25f, 40.f};
+    const std::vector<float> got = Run(*g, {TensorData{{1, 1, 2, 2}, x}});
+    REQUIRE(got.size() == 8);
+    for (int o = 0; o < 2; ++o)
+      for (int i = 0; i < 4; ++i) {
+        const double c = (o == 0 ? 3.0 : -2.0) * x[i] + (o == 0 ? 0.5 : -0.25);
+        const double want = c / (1.0 + std::exp(-c));
+        INFO("channel " << o << " x " << x[i]);
+        CHECK(got[o * 4 + i] == Approx(want).epsilon(1e-6).margin(1e-30));
+      }
+  }
+}
+
+TEST_CASE("onnx: a Sigmoid whose input has a third reader is not folded as silu", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 2, 2});
+  b.Floats("w", {1, 1, 1, 1}, {2.f});
+  b.Node("Conv", {"x", "w"}, {"c"}, "conv");
+  b.Node("Sigmoid", {"c"}, {"s"}, "sig");
+  b.Node("Mul", {"c", "s"}, {"m"}, "mul");
+  b.Node("Add", {"m", "c"}, {"y"}, "add");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  CHECK(Ops(*g) == std::vector<std::string>{"Conv", "Sigmoid", "Mul", "Add"});
+}
+
 TEST_CASE("onnx: standalone BatchNormalization stays, Conv with two consumers keeps no activation", "[onnx]") {
   OnnxModelBuilder b(13);
   b.Input("x", {1, 2, 2, 2});
