@@ -29,6 +29,22 @@ std::vector<LayerFigures> MacsChain(const std::vector<int64_t>& macs, const std:
   return layers;
 }
 
+// n layers of 1..1000 MACs with 1..50 inputs and outputs.
+std::vector<LayerFigures> RandomChain(std::mt19937_64& rng, int n) {
+  std::vector<int64_t> macs(n);
+  for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
+  auto layers = MacsChain(macs);
+  for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
+  return layers;
+}
+
+// d device speeds in [10, 110) MAC/s.
+std::vector<double> RandomSpeeds(std::mt19937_64& rng, int d) {
+  std::vector<double> speed(d);
+  for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 100);
+  return speed;
+}
+
 }  // namespace
 
 // METHODS §4 sanity chain as a two-way pipeline: layers 1–2 on A, 3–4 on B.
@@ -217,12 +233,8 @@ TEST_CASE("placement: with a source, exhaustive, B&B and DP still agree", "[plan
   for (int trial = 0; trial < 30; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 5);
     const int d = 2 + static_cast<int>(rng() % 2);
-    std::vector<int64_t> macs(n);
-    for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
-    auto layers = MacsChain(macs);
-    for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
-    std::vector<double> speed(d);
-    for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 100);
+    auto layers = RandomChain(rng, n);
+    const std::vector<double> speed = RandomSpeeds(rng, d);
     const Cluster c = HandCluster(speed, kUnlimitedBytes, kUnlimitedBytes, 20.0 + static_cast<double>(rng() % 200));
     auto p = MakeChainPlacementProblem(layers, c);
     p.source = static_cast<int>(rng() % d);
@@ -278,10 +290,7 @@ TEST_CASE("placement: the pipeline DP equals exhaustive search over pipelines on
   for (int trial = 0; trial < 60; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 5);
     const int d = 2 + static_cast<int>(rng() % 3);
-    std::vector<int64_t> macs(n);
-    for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
-    auto layers = MacsChain(macs);
-    for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
+    auto layers = RandomChain(rng, n);
     std::vector<double> speed(d);
     for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 3) * 40.0;  // repeated speeds: device kinds
     const Cluster c = HandCluster(speed, kUnlimitedBytes, kUnlimitedBytes, 20.0 + static_cast<double>(rng() % 200));
@@ -309,12 +318,8 @@ TEST_CASE("placement: the pipeline DP's bound holds on DAGs with skips", "[plann
   for (int trial = 0; trial < 60; ++trial) {
     const int n = 3 + static_cast<int>(rng() % 4);
     const int d = 2 + static_cast<int>(rng() % 2);
-    std::vector<int64_t> macs(n);
-    for (auto& m : macs) m = 1 + static_cast<int64_t>(rng() % 1000);
-    auto layers = MacsChain(macs);
-    for (auto& f : layers) f.M = 1 + rng() % 50, f.K = 1 + rng() % 50;
-    std::vector<double> speed(d);
-    for (auto& s : speed) s = 10.0 + static_cast<double>(rng() % 100);
+    auto layers = RandomChain(rng, n);
+    const std::vector<double> speed = RandomSpeeds(rng, d);
     const Cluster c = HandCluster(speed, kUnlimitedBytes, kUnlimitedBytes, 5.0 + static_cast<double>(rng() % 50));
     auto p = MakeChainPlacementProblem(layers, c);
     for (int j = 2; j < n; ++j)  // a skip from j-2 or j-3 now and then
