@@ -625,8 +625,10 @@ Result<std::vector<ConstTensor>> FoldRange(const onnx::NodeProto& node, const st
   TS_RETURN_IF_ERROR(RequireInputs(node, in, 3));
   const double start = in[0]->data.at(0), limit = in[1]->data.at(0), delta = in[2]->data.at(0);
   if (delta == 0) return Invalid(node, "delta 0");
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
-  if (n > (int64_t{1} << 24)) return Status::NotSupported("Range: too many elements to fold");
+  const double count = std::ceil((limit - start) / delta);  // may be inf or NaN: checked before the cast
+  if (!(count <= static_cast<double>(int64_t{1} << 24)))
+    return Status::NotSupported("Range: too many elements to fold");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
   ConstTensor out;
   out.elem_type = in[0]->elem_type;
   out.dims = {n};

@@ -14,17 +14,23 @@
 //     onnx_producer_folds.h), drop dead nodes, renumber values.
 // Every error names the origin (file) and, where one is involved, the node
 // and its op type: "<file>: node '<name>' (<Op>): <what>".
-#include <algorithm>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
-#include <fstream>
-#include <limits>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -190,6 +196,7 @@ class OnnxModelImporter {
   Status Check();
   Status ReadOpset();
   Status CheckPositiveAttributes() const;
+  Status CheckGemmOperandRanks() const;
   Status PinConvKernelShapes();
   Status FixInputShapes();
   Status RunShapeInference();
@@ -367,6 +374,46 @@ Status OnnxModelImporter::CheckPositiveAttributes() const {
   return Status::OK();
 }
 
+// ONNX 1.12's Gemm shape inference for opsets before 11 reads dims 0 and 1
+// of A and B without checking their rank: a rank-1 operand reads past the
+// shape (a crash inside the library, found by tests/fuzz/fuzz_onnx:
+// tests/fuzz/regressions/onnx/gemm_rank1_operand.onnx). Every Gemm operand
+// whose rank is declared (a graph input or an initializer) must be 2 — as the
+// operator requires — before the library sees the model.
+Status OnnxModelImporter::CheckGemmOperandRanks() const {
+  const auto& g = model_.graph();
+  std::unordered_map<std::string, int> rank;
+  for (const auto& in : g.input())
+    if (in.type().has_tensor_type() && in.type().tensor_type().has_shape())
+      rank[in.name()] = in.type().tensor_type().shape().dim_size();
+  for (const auto& t : g.initializer()) rank[t.name()] = t.dims_size();
+  for (const auto& n : g.node()) {
+    // The same library reads shapes at an `axis` it does not range-check
+    // (LayerNormalization with axis -1212417: regressions/onnx/
+    // layernorm_axis_out_of_range.onnx). No valid model has |axis| > 64, and
+    // one whose first input's rank r is declared needs -r <= axis <= r.
+    if (const onnx::AttributeProto* axis = FindAttribute(n, "axis");
+        axis != nullptr && axis->type() == onnx::AttributeProto::INT) {
+      const auto it = n.input_size() > 0 ? rank.find(n.input(0)) : rank.end();
+      const int64_t r = it != rank.end() ? it->second : 64;
+      if (axis->i() < -r || axis->i() > r)
+        return NodeError(StatusCode::kInvalidArgument, n,
+                         "attribute 'axis' = " + std::to_string(axis->i()) + " is outside [-" + std::to_string(r) +
+                             ", " + std::to_string(r) + "]" +
+                             (it != rank.end() ? " for its rank-" + std::to_string(r) + " input" : ""));
+    }
+    if (n.op_type() != "Gemm") continue;
+    for (int k = 0; k < 2 && k < n.input_size(); ++k) {
+      const auto it = rank.find(n.input(k));
+      if (it != rank.end() && it->second != 2)
+        return NodeError(StatusCode::kInvalidArgument, n,
+                         std::string(k == 0 ? "A" : "B") + " ('" + n.input(k) + "') has rank " +
+                             std::to_string(it->second) + "; Gemm multiplies 2-D matrices");
+    }
+  }
+  return Status::OK();
+}
+
 // ONNX 1.12's conv shape inference takes the window rank from the weights
 // when kernel_shape is absent and then indexes strides/dilations with it: a
 // weight rank that does not match the input reads out of bounds. Give every
@@ -487,6 +534,108 @@ Status OnnxModelImporter::FixInputShapes() {
   return Status::OK();
 }
 
+// ONNX 1.12's shape inference indexes shapes and attributes it does not
+// check: tests/fuzz/fuzz_onnx found crashes inside the library in Gemm,
+// LayerNormalization and ConvTranspose inference, and there is no end to that
+// class. So it runs in a child process: a crash there is a clear error for
+// this model, never the end of the CLI or daemon that imports it. The child
+// sends back the graph's value_info and output types ('O' + a serialized
+// GraphProto), or 'E' + the message of the exception the library threw.
+struct IsolatedInference {
+  bool crashed = false;
+  std::string error;  // the library's exception message (empty: succeeded)
+};
+
+IsolatedInference InferShapesIsolated(onnx::ModelProto* model, const onnx::ShapeInferenceOptions& options) {
+  IsolatedInference r;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    r.error = std::string("cannot create a pipe: ") + std::strerror(errno);
+    return r;
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    r.error = std::string("cannot fork for shape inference: ") + std::strerror(errno);
+    return r;
+  }
+  if (pid == 0) {  // the child: infer, write, leave without running exit handlers
+    close(fds[0]);
+    std::string out;
+    try {
+      onnx::shape_inference::InferShapes(*model, onnx::OpSchemaRegistry::Instance(), options);
+      onnx::GraphProto inferred;
+      *inferred.mutable_value_info() = model->graph().value_info();
+      *inferred.mutable_output() = model->graph().output();
+      out = "O" + inferred.SerializeAsString();
+    } catch (const std::exception& e) {
+      out = std::string("E") + e.what();
+    }
+    for (size_t at = 0; at < out.size();) {
+      const ssize_t n = write(fds[1], out.data() + at, out.size() - at);
+      if (n <= 0) _exit(3);
+      at += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  // A child that never answers (a lock another thread held at fork time)
+  // is killed after kInferenceTimeout; the import then fails, it never hangs.
+  constexpr auto kInferenceTimeout = std::chrono::seconds(120);
+  const auto deadline = std::chrono::steady_clock::now() + kInferenceTimeout;
+  std::string in;
+  char buf[1 << 16];
+  bool timed_out = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+    if (ready == 0) {
+      timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0)
+      in.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR)
+      break;
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    r.crashed = true;
+    r.error = "the ONNX library's shape inference did not finish within 120 s";
+    return r;
+  }
+  onnx::GraphProto inferred;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.empty() ||
+      (in[0] == 'O' && !inferred.ParseFromArray(in.data() + 1, static_cast<int>(in.size() - 1)))) {
+    r.crashed = true;
+    r.error = WIFSIGNALED(status) ? "the ONNX library crashed on it (signal " + std::to_string(WTERMSIG(status)) + ")"
+                                  : "the ONNX library's shape inference ended without an answer";
+    return r;
+  }
+  if (in[0] == 'E') {
+    r.error = in.substr(1);
+    if (r.error.empty()) r.error = "shape inference failed";
+    return r;
+  }
+  auto* g = model->mutable_graph();
+  g->mutable_value_info()->Swap(inferred.mutable_value_info());
+  if (inferred.output_size() == g->output_size())
+    for (int i = 0; i < g->output_size(); ++i) *g->mutable_output(i)->mutable_type() = inferred.output(i).type();
+  return r;
+}
+
 Status OnnxModelImporter::RunShapeInference() {
   auto* g = model_.mutable_graph();
   g->clear_value_info();
@@ -494,21 +643,22 @@ Status OnnxModelImporter::RunShapeInference() {
   // with its own message; then lenient, so that one such node (often one we
   // would reject anyway, or fold away) does not hide every other shape.
   inference_error_.clear();
-  try {
-    onnx::ShapeInferenceOptions strict(/*check_type=*/false, /*error_mode=*/1, /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), strict);
-  } catch (const std::exception& e) {
-    inference_error_ = e.what();
+  const onnx::ShapeInferenceOptions strict(/*check_type=*/false, /*error_mode=*/1, /*data_prop=*/true);
+  IsolatedInference first = InferShapesIsolated(&model_, strict);
+  if (first.crashed)
+    return Status::InvalidArgument(origin_ + ": malformed model: " + first.error +
+                                   " while inferring shapes; check it with onnx.checker / shape_inference");
+  if (!first.error.empty()) {
+    inference_error_ = first.error;
     while (!inference_error_.empty() && (inference_error_.back() == '\n' || inference_error_.back() == ' '))
       inference_error_.pop_back();
     spdlog::debug("{}: ONNX shape inference: {}", origin_, inference_error_);
     g->clear_value_info();
-    try {
-      onnx::ShapeInferenceOptions lenient(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/false);
-      onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(), lenient);
-    } catch (const std::exception& e2) {
-      return Status::InvalidArgument(origin_ + ": ONNX shape inference failed: " + inference_error_ + "; " + e2.what());
-    }
+    const onnx::ShapeInferenceOptions lenient(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/false);
+    IsolatedInference second = InferShapesIsolated(&model_, lenient);
+    if (second.crashed || !second.error.empty())
+      return Status::InvalidArgument(origin_ + ": ONNX shape inference failed: " + inference_error_ + "; " +
+                                     second.error);
   }
   infos_.clear();
   for (const auto& v : g->input()) infos_[v.name()] = InfoFromType(v.type());
@@ -1754,6 +1904,7 @@ Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStrea
     TS_RETURN_IF_ERROR(FoldConstantNodes(&changed));
   }
   TS_RETURN_IF_ERROR(PinConvKernelShapes());
+  TS_RETURN_IF_ERROR(CheckGemmOperandRanks());  // after the folds: Constant weights are initializers now
   for (int pass = 0;; ++pass) {
     TS_RETURN_IF_ERROR(RunShapeInference());
     bool changed = false;

@@ -8,6 +8,17 @@
 namespace tessera::onnx_import {
 namespace {
 
+// A folded value written back as an integer type: NaN becomes 0 and values
+// outside the type saturate (a plain cast of an out-of-range double is
+// undefined behaviour; found by tests/fuzz/fuzz_onnx).
+template <typename T>
+T Saturate(double v) {
+  if (std::isnan(v)) return T{0};
+  if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
 using onnx::TensorProto;
 
 // IEEE half -> float (exact; subnormals, inf and NaN included).
@@ -208,7 +219,7 @@ bool ConstTensor::IsFloat() const {
 
 std::vector<int64_t> ConstTensor::Ints() const {
   std::vector<int64_t> out(data.size());
-  for (size_t i = 0; i < data.size(); ++i) out[i] = static_cast<int64_t>(data[i]);
+  for (size_t i = 0; i < data.size(); ++i) out[i] = Saturate<int64_t>(data[i]);
   return out;
 }
 
@@ -277,14 +288,14 @@ onnx::TensorProto WriteTensorProto(const std::string& name, const ConstTensor& c
       for (double v : c.data) t.add_double_data(v);
       break;
     case TensorProto::INT64:
-      for (double v : c.data) t.add_int64_data(static_cast<int64_t>(v));
+      for (double v : c.data) t.add_int64_data(Saturate<int64_t>(v));
       break;
     case TensorProto::UINT32:
     case TensorProto::UINT64:
-      for (double v : c.data) t.add_uint64_data(static_cast<uint64_t>(v));
+      for (double v : c.data) t.add_uint64_data(Saturate<uint64_t>(v));
       break;
     default:  // int32 and narrower, bool
-      for (double v : c.data) t.add_int32_data(static_cast<int32_t>(v));
+      for (double v : c.data) t.add_int32_data(Saturate<int32_t>(v));
       break;
   }
   return t;

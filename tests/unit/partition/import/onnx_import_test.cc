@@ -971,3 +971,41 @@ TEST_CASE("onnx: a Reshape target beyond the element limit is refused, not wrapp
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+// Found by tests/fuzz/fuzz_onnx (tests/fuzz/regressions/onnx/gemm_rank1_operand.onnx,
+// 214 bytes): an opset-6 Gemm whose B input is declared rank 1 crashed inside
+// ONNX 1.12's shape inference (it reads dim 1 unchecked). Now refused first.
+// Every input fuzz_onnx ever crashed on (tests/fuzz/regressions/onnx/) is
+// refused with an error naming the file — including convtranspose_inference_
+// crash.onnx, which crashes inside the ONNX library's own shape inference and
+// is caught because that inference runs in a child process.
+TEST_CASE("onnx: every fuzz_onnx regression input is refused, none crashes", "[onnx]") {
+  const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/regressions/onnx";
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    INFO(e.path().filename().string());
+    std::ifstream in(e.path(), std::ios::binary);
+    REQUIRE(in);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto g = ImportOnnxBytes(bytes, "fuzz.onnx", ImportOptions{});
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().message().find("fuzz.onnx") != std::string::npos);
+    ++files;
+  }
+  CHECK(files >= 5);
+}
+
+TEST_CASE("onnx: a Gemm operand of rank 1 is refused before ONNX's shape inference (fuzz_onnx)", "[onnx]") {
+  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/regressions/onnx/gemm_rank1_operand.onnx",
+                   std::ios::binary);
+  REQUIRE(in);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto g = ImportOnnxBytes(bytes, "fuzz.onnx", ImportOptions{});
+  REQUIRE_FALSE(g.ok());
+  CHECK(g.status().IsInvalidArgument());
+  CHECK(g.status().message().find("has rank 1; Gemm multiplies 2-D matrices") != std::string::npos);
+}
+
+}  // namespace tessera
