@@ -226,17 +226,22 @@ UartLinkOptions Exact(size_t frame_payload, int window) {
   return o;
 }
 
-TEST_CASE("uart link: frames after a lost one are kept, only the lost frame is sent again", "[uart][srepeat]") {
-  FrameCable cable(Exact(1024, 16), [](const wire::FrameHeader& h, const std::string& f, int transmission) {
-    if (h.sequence == 2 && transmission == 0) return std::vector<std::string>{};  // lost on the line
-    return std::vector<std::string>{f};
-  });
-  const std::string tensor = RandomBytes(8 * 1024, 21);
+// Sends `tensor` as message 1 left to right, checks it arrives whole and
+// waits until every frame is acknowledged (counters are final after this).
+static void CarryAcross(FrameCable& cable, const std::string& tensor) {
   REQUIRE(cable.left->Send(1, tensor).ok());
   auto got = cable.right->Recv(1, 10s);
   REQUIRE(got.ok());
   CHECK(*got == tensor);
   REQUIRE(cable.left->Flush(5s).ok());
+}
+
+TEST_CASE("uart link: frames after a lost one are kept, only the lost frame is sent again", "[uart][srepeat]") {
+  FrameCable cable(Exact(1024, 16), [](const wire::FrameHeader& h, const std::string& f, int transmission) {
+    if (h.sequence == 2 && transmission == 0) return std::vector<std::string>{};  // lost on the line
+    return std::vector<std::string>{f};
+  });
+  CarryAcross(cable, RandomBytes(8 * 1024, 21));
   auto l = cable.left->counters(), r = cable.right->counters();
   CHECK(l.frames_sent == 8);
   CHECK(l.retransmissions == 1);  // go-back-N would resend 2..7
@@ -321,12 +326,7 @@ TEST_CASE("uart link: a gap a whole window wide is held and named in one ACK", "
                      if (h.sequence == 1 && !edge_passed) return std::vector<std::string>{};
                      return std::vector<std::string>{f};
                    });
-  const std::string tensor = RandomBytes(80 * 64, 24);
-  REQUIRE(cable.left->Send(1, tensor).ok());
-  auto got = cable.right->Recv(1, 10s);
-  REQUIRE(got.ok());
-  CHECK(*got == tensor);
-  REQUIRE(cable.left->Flush(5s).ok());
+  CarryAcross(cable, RandomBytes(80 * 64, 24));
   auto l = cable.left->counters(), r = cable.right->counters();
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& [sequence, n] : copies) {
