@@ -96,8 +96,8 @@ PlacementProblem MakeChainPlacementProblem(const std::vector<LayerFigures>& laye
   for (size_t j = 0; j < layers.size(); ++j) {
     const auto& f = layers[j];
     p.names.push_back(LayerLabel(f));
-    p.macs.push_back(f.R);
-    p.kinds.push_back(f.kind);
+    p.macs.push_back(std::llround(f.TimeMacs()));  // measured time when profiled (planner/layer_profile.h)
+    p.kinds.push_back(f.RateKind());
     p.weight_bytes.push_back(f.Q * 4);
     p.buffer_bytes.push_back((f.M + f.K) * 4);
     p.output_bytes.push_back(f.K * 4);

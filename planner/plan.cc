@@ -408,9 +408,9 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     t->weights[i] += Q * shares.w_share[i];
     const double buf = M * shares.in_share[i] + K * shares.out_share[i];
     t->buffer_of_layer[l][i] = static_cast<int64_t>(std::ceil(buf)) * kFloatBytes;
-    const double mac = static_cast<double>(f.R) * shares.share[i];
-    t->macs[i] += mac;
-    const double seconds = mac / c.devices[i].MacsPerSecond(f.kind);
+    t->macs[i] += static_cast<double>(f.R) * shares.share[i];
+    // Time from the layer's time-MACs: its MACs, or its measured time when profiled.
+    const double seconds = f.TimeMacs() * shares.share[i] / c.devices[i].MacsPerSecond(f.RateKind());
     t->compute_s[i] += seconds;
     slowest = std::max(slowest, seconds);
   }
@@ -722,6 +722,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   j["latency_s"] = plan.latency_s;
   j["throughput_per_s"] = plan.throughput_per_s;
   if (!plan.choice.empty()) j["choice"] = plan.choice;
+  if (!plan.time_model.empty()) j["time_model"] = plan.time_model;
   if (plan.bottleneck_device >= 0) {
     // Issue 18: the stream's period and the stage that sets it.
     const DeviceLoad& b = plan.loads[plan.bottleneck_device];
@@ -869,6 +870,7 @@ std::string FormatPlanTable(const Plan& plan) {
   std::snprintf(line, sizeof line, "predicted latency %.6f s, throughput %.3f /s\n", plan.latency_s,
                 plan.throughput_per_s);
   out += line;
+  if (!plan.time_model.empty()) out += "compute times from " + plan.time_model + "\n";
   if (!plan.choice.empty()) out += "chosen: " + plan.choice + "\n";
   if (plan.bottleneck_device >= 0) {
     const DeviceLoad& b = plan.loads[plan.bottleneck_device];

@@ -90,6 +90,9 @@ struct Plan {
   // the device whose stage sets it (-1: not a pipeline plan).
   double period_s = 0;
   int bottleneck_device = -1;
+  // Where compute times came from when not from MACs alone: "layer profile
+  // FILE (...)" (planner/layer_profile.h); empty = MACs at each device's rate.
+  std::string time_model;
 };
 
 // REQUIRES: `layers` = ComputeLayerFigures(graph). Errors: InvalidArgument

@@ -230,6 +230,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--cluster", a->cluster, "Cluster file (YAML)")->required();
   cmd->add_option("--plan", a->serve.plan_path, "Plan file (tessera plan --out); default: plan for the live workers");
   cmd->add_option("--objective", a->serve.objective, "Planner objective without --plan")->capture_default_str();
+  cmd->add_option("--layer-profile", a->serve.layer_profile,
+                  "Per-layer times of the model for the planner (`tessera run MODEL --profile --json > FILE`); also "
+                  "used by every re-plan");
   cmd->add_option("--data-dir", a->serve.work_dir, "Where a plan made here is written")->capture_default_str();
   cmd->add_option("--worker-threads", a->serve.memory.threads,
                   "The workers' --threads, for sizing their memory against ram:")

@@ -8,9 +8,10 @@
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_model_options.h"
-#include "partition/graph/metrics.h"
 #include "daemon/cluster/plan_fit.h"
+#include "partition/graph/metrics.h"
 #include "planner/cluster.h"
+#include "planner/layer_profile.h"
 #include "planner/plan.h"
 
 namespace tessera {
@@ -26,6 +27,7 @@ struct PlanCommandOptions {
   bool json = false;
   bool with_weights = false;
   std::string out_path;
+  std::string layer_profile;
   FitOptions fit;
 };
 
@@ -44,7 +46,13 @@ int RunPlan(const PlanCommandOptions& o) {
   }
   auto graph = LoadModel(o.model, /*shapes_only=*/!o.with_weights);
   if (!graph.ok()) return ReportError("plan", graph.status());
-  const auto layers = ComputeLayerFigures(*graph);
+  auto layers = ComputeLayerFigures(*graph);
+  std::string time_model;
+  if (!o.layer_profile.empty()) {
+    auto profiled = ApplyLayerProfile(o.layer_profile, &layers);
+    if (!profiled.ok()) return ReportError("plan", profiled.status());
+    time_model = DescribeLayerProfile(o.layer_profile, *profiled);
+  }
   PlanOptions options;
   options.objective = *objective;
   options.solver = o.solver;
@@ -52,6 +60,7 @@ int RunPlan(const PlanCommandOptions& o) {
   // against every device's ram: (daemon/cluster/plan_fit.h, issue 11).
   auto plan = PlanWithinMemory(*graph, layers, cluster, options, o.fit);
   if (!plan.ok()) return ReportError("plan", plan.status().WithContext(o.model.model_path));
+  plan->time_model = time_model;
   if (!o.out_path.empty()) {
     Status st = WritePlanProto(*plan, o.out_path);
     if (!st.ok()) return ReportError("plan", st);
@@ -85,6 +94,9 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_flag("--with-weights", o->with_weights,
                 "Import the weights too (plan reads shapes only; the plan is the same, this checks it)");
   cmd->add_option("--out", o->out_path, "Write the Plan protobuf here (plan.pb)");
+  cmd->add_option("--layer-profile", o->layer_profile,
+                  "Per-layer times of this model (`tessera run MODEL --profile --json > FILE`, any machine): each "
+                  "layer's compute time follows its measured share instead of its MAC count");
   cmd->callback([o] {
     if (int rc = RunPlan(*o)) throw CLI::RuntimeError(rc);
   });

@@ -224,7 +224,7 @@ int RunRun(const RunOptions& ro) {
     std::sort(node_ms.rbegin(), node_ms.rend());
     nlohmann::json prof = nlohmann::json::array();
     for (const auto& [v, n] : node_ms)
-      prof.push_back({{"node", graph->nodes[n].name}, {"op", graph->nodes[n].op}, {"ms", v}});
+      prof.push_back({{"index", n + 1}, {"node", graph->nodes[n].name}, {"op", graph->nodes[n].op}, {"ms", v}});
     j["profile"] = prof;
   }
   if (ro.json) {

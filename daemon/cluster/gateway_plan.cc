@@ -1,4 +1,5 @@
 #include "daemon/cluster/gateway_plan.h"
+#include "planner/layer_profile.h"
 
 #include <spdlog/spdlog.h>
 
@@ -54,7 +55,14 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     TS_ASSIGN_OR_RETURN(po.objective, ParseObjective(options.objective));
     FitOptions fit;
     fit.memory = options.memory;
-    TS_ASSIGN_OR_RETURN(Plan plan, PlanWithinMemory(graph, ComputeLayerFigures(graph), live, po, fit));
+    std::vector<LayerFigures> layers = ComputeLayerFigures(graph);
+    std::string time_model;
+    if (!options.layer_profile.empty()) {
+      TS_ASSIGN_OR_RETURN(LayerProfileSummary profiled, ApplyLayerProfile(options.layer_profile, &layers));
+      time_model = DescribeLayerProfile(options.layer_profile, profiled);
+    }
+    TS_ASSIGN_OR_RETURN(Plan plan, PlanWithinMemory(graph, layers, live, po, fit));
+    plan.time_model = time_model;
     served.table = FormatPlanTable(plan);
     served.predicted_cost = ObjectiveCost(plan);
     for (const auto& l : plan.loads) served.predicted_sent_bytes.push_back(l.sent_bytes);

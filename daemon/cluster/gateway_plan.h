@@ -47,6 +47,9 @@ struct ServePlanOptions {
   std::chrono::milliseconds probe_timeout{3000};  // per worker, with only_healthy
   TransportSecurity security;
   DeviceMemoryOptions memory;  // the workers' threads and requests in flight
+  // Measured per-layer times for the compute model (planner/layer_profile.h;
+  // `tessera run --profile --json`); "" = MACs at each device's rate.
+  std::string layer_profile;
 };
 
 Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster, const ServePlanOptions& options);

@@ -45,6 +45,14 @@ struct LayerFigures {
   Shape output_shape;               // first output
   int64_t Q = 0, R = 0, M = 0, K = 0;
   OpKind kind = OpKind::kOther;  // of the R MACs
+  // MAC-equivalents of the layer's measured time (planner/layer_profile.h);
+  // < 0: not profiled, its time is R at the rate of its kind.
+  double time_macs = -1;
+
+  // What the planner's compute time divides by a device's rate.
+  double TimeMacs() const { return time_macs >= 0 ? time_macs : static_cast<double>(R); }
+  // Whose rate: a profiled layer runs at the device's whole-model rate.
+  OpKind RateKind() const { return time_macs >= 0 ? OpKind::kOther : kind; }
 };
 
 struct ModelTotals {

@@ -90,6 +90,46 @@ for try in 1 2 3; do
 done
 [ $rc = 0 ] || bad "calibrated prediction vs tessera run: see above"
 
+# ---- layer profile ------------------------------------------------------------
+# `tessera run --profile --json` is a layer profile for the planner
+# (`--layer-profile`, planner/layer_profile.h): each layer is priced by its
+# measured share of the model's time. On one device with one rate the total
+# is unchanged (the profile apportions the same MAC-equivalents), the plan
+# says where its times came from, and the first conv of yolov2-tiny (3 input
+# channels, memory-bound) is measured dearer than its MAC share.
+Y=/usr/share/darknet/cfg/yolov2-tiny.cfg
+"$T" run "$Y" --input-shape 1x3x160x160 --threads 1 --warmup 1 --repeat 5 --profile --json >"$D/prof.json" 2>"$D/prof.err" ||
+  bad "tessera run --profile --json: $(cat "$D/prof.err")"
+for objective in latency throughput; do
+  "$T" plan "$Y" --input-shape 1x3x160x160 --devices 1 --objective $objective --json >"$D/mac.json" 2>/dev/null &&
+    "$T" plan "$Y" --input-shape 1x3x160x160 --devices 1 --objective $objective --json --layer-profile "$D/prof.json"       >"$D/prof-plan.json" 2>"$D/prof-plan.err" || { bad "plan --layer-profile: $(cat "$D/prof-plan.err")"; continue; }
+  /usr/bin/python3 - "$D/mac.json" "$D/prof-plan.json" "$D/prof.json" "$objective" <<'EOF2' || fail=1
+import json, sys
+mac, prof, run, objective = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), sys.argv[4]
+bad = 0
+def check(cond, what):
+    global bad
+    print('PASS' if cond else 'FAIL', objective + ':', what)
+    bad |= not cond
+check(abs(prof['latency_s'] / mac['latency_s'] - 1) < 1e-6,
+      'one device: latency %.6f s with the profile = %.6f s from MACs' % (prof['latency_s'], mac['latency_s']))
+check(prof.get('time_model', '').startswith('layer profile ' + sys.argv[3]) and 'time_model' not in mac,
+      'the plan names its time model: %s' % prof.get('time_model'))
+ms = {e['node']: e['ms'] for e in run['profile']}
+check(len(ms) == len(run['profile']) and all('index' in e for e in run['profile']),
+      'tessera run --profile --json gives every node once, with its index')
+first = ms.get('1 convolutional', 0) / sum(ms.values())
+check(first > 0.05, 'the first conv takes %.1f %% of the measured time (3.4 %% of the MACs)' % (100 * first))
+sys.exit(bad)
+EOF2
+done
+# Two devices, pipelines: the plan's stage times follow the profile.
+"$T" plan "$Y" --input-shape 1x3x160x160 --devices 2 --objective throughput --solver pipeline \
+  --layer-profile "$D/prof.json" >"$D/prof-table.txt" 2>&1 &&
+  grep -q "compute times from layer profile $D/prof.json (16 layers" "$D/prof-table.txt" &&
+  grep -q "pipeline period" "$D/prof-table.txt" && ok "plan table: $(grep 'compute times from' "$D/prof-table.txt")" ||
+  bad "plan --devices 2 --layer-profile: $(tail -3 "$D/prof-table.txt")"
+
 # ---- bad input --------------------------------------------------------------
 refused() {
   local name=$1 pattern=$2; shift 2
@@ -105,4 +145,9 @@ refused "calibrate --out into a missing directory" "--out $D/nodir/x.yaml cannot
 sed 's/macs_per_s: .*/macs_per_s: -3/' "$D/devices/here.yaml" >"$D/devices/here.yaml.new" && mv "$D/devices/here.yaml.new" "$D/devices/here.yaml"
 refused "a device file with a bad macs_per_s" "macs_per_s '-3' is not a positive number" \
   "$T" plan "$CFG" --cluster "$D/cluster.yaml"
+refused "a layer profile of another model" "profiles [0-9]+ nodes but the model has [0-9]+ layers" \
+  "$T" plan "$CFG" --devices 2 --objective throughput --layer-profile "$D/prof.json"
+echo '{"profile": [' >"$D/broken.json"
+refused "a broken layer profile" "broken.json is not JSON" \
+  "$T" plan "$Y" --devices 2 --objective throughput --layer-profile "$D/broken.json"
 exit $fail

@@ -3,11 +3,15 @@
 // latency divides each layer's MACs by the rate of its kind.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "partition/graph/metrics.h"
 #include "partition/import/model_import.h"
 #include "planner/cluster.h"
+#include "planner/layer_profile.h"
 #include "planner/plan.h"
 
 using namespace tessera;
@@ -153,4 +157,117 @@ TEST_CASE("placement: a device fast at convs gets the conv layers", "[planner][o
   REQUIRE(fast.ok());
   REQUIRE(slow.ok());
   CHECK(fast->throughput_per_s > 1.5 * slow->throughput_per_s);
+}
+
+namespace {
+// A layer profile file (the `tessera run --profile --json` form) giving
+// layer j the time ms[j]; with_index: entries carry "index".
+std::string WriteProfile(const std::vector<LayerFigures>& layers, const std::vector<double>& ms, bool with_index,
+                         const std::string& name) {
+  nlohmann::json prof = nlohmann::json::array();
+  for (size_t j = 0; j < layers.size(); ++j) {
+    nlohmann::json e = {{"node", layers[j].name}, {"op", layers[j].op}, {"ms", ms[j]}};
+    if (with_index) e["index"] = j + 1;
+    prof.push_back(e);
+  }
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << nlohmann::json{{"model", "tiny"}, {"profile", prof}}.dump();
+  return path;
+}
+
+std::string ProfileError(const std::string& text, std::vector<LayerFigures> layers) {
+  const std::string path = (std::filesystem::temp_directory_path() / "tessera_bad_profile.json").string();
+  std::ofstream(path) << text;
+  auto r = ApplyLayerProfile(path, &layers);
+  REQUIRE_FALSE(r.ok());
+  return r.status().message();
+}
+}  // namespace
+
+TEST_CASE("layer profile: each layer's time follows its measured share", "[planner][op_kind][layer_profile]") {
+  const Model& m = Tiny();
+  const size_t n = m.layers.size();
+  // The first layer takes 90 % of the measured time, the rest share 10 %.
+  std::vector<double> ms(n, 0.1 / static_cast<double>(n - 1));
+  ms[0] = 0.9;
+  double total_macs = 0;
+  for (const auto& f : m.layers) total_macs += static_cast<double>(f.R);
+  for (bool with_index : {true, false}) {
+    INFO("with index: " << with_index);
+    std::vector<LayerFigures> layers = m.layers;
+    auto summary = ApplyLayerProfile(WriteProfile(layers, ms, with_index, "tessera_profile.json"), &layers);
+    REQUIRE(summary.ok());
+    CHECK(summary->layers == static_cast<int>(n));
+    CHECK(summary->profiled_ms == Approx(1.0));
+    CHECK(summary->largest_change >= layers[0].time_macs / static_cast<double>(layers[0].R));
+    double sum = 0;
+    for (size_t j = 0; j < n; ++j) {
+      CHECK(layers[j].time_macs == Approx(ms[j] * total_macs));
+      CHECK(layers[j].RateKind() == OpKind::kOther);
+      sum += layers[j].TimeMacs();
+    }
+    CHECK(sum == Approx(total_macs));  // the model's MAC-equivalents are unchanged
+
+    // One device: the same latency as from MACs (one rate, same total).
+    PlanOptions options;
+    options.objective = Objective::kThroughput;
+    auto one = BuildPlan(m.graph, layers, OneDevice("macs_per_s: 1e9"), options);
+    REQUIRE(one.ok());
+    CHECK(one->latency_s == Approx(total_macs / 1e9).epsilon(1e-6));
+    // Two devices with fast links, pipelines only (--solver pipeline):
+    // without the profile a pipeline about halves the period; with it the
+    // first layer alone is 90 % of the time and no pipeline beats that.
+    options.solver = "pipeline";
+    auto two = ParseCluster(
+        "devices:\n"
+        "  - { name: a, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9 }\n"
+        "  - { name: b, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9 }\n"
+        "links:\n  default: { bandwidth: 1000Gbit/s }\n",
+        "two.yaml", {});
+    REQUIRE(two.ok());
+    auto by_macs = BuildPlan(m.graph, m.layers, *two, options);
+    auto by_time = BuildPlan(m.graph, layers, *two, options);
+    REQUIRE(by_macs.ok());
+    REQUIRE(by_time.ok());
+    CHECK(by_macs->period_s < 0.7 * total_macs / 1e9);
+    CHECK(by_time->period_s == Approx(0.9 * total_macs / 1e9).epsilon(1e-3));
+    CHECK(by_time->loads[by_time->bottleneck_device].compute_s == Approx(0.9 * total_macs / 1e9).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("layer profile: a profile of another model or a broken file is refused by name",
+          "[planner][op_kind][layer_profile]") {
+  const Model& m = Tiny();
+  std::vector<double> ms(m.layers.size(), 1.0);
+  std::vector<LayerFigures> fewer(m.layers.begin(), m.layers.end() - 1);
+  const std::string other = WriteProfile(fewer, std::vector<double>(fewer.size(), 1.0), true, "tessera_other.json");
+  std::vector<LayerFigures> layers = m.layers;
+  auto r = ApplyLayerProfile(other, &layers);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("profiles " + std::to_string(fewer.size()) + " nodes but the model has " +
+                                  std::to_string(m.layers.size()) + " layers") != std::string::npos);
+  CHECK(r.status().message().find("--profile --json") != std::string::npos);
+
+  std::vector<LayerFigures> renamed = m.layers;
+  renamed[2].op = "Softmax";
+  auto bad_op = ApplyLayerProfile(WriteProfile(renamed, ms, true, "tessera_renamed.json"), &layers);
+  REQUIRE_FALSE(bad_op.ok());
+  CHECK(bad_op.status().message().find("node 3 is '" + m.layers[2].name + "' (Softmax) in the profile but") !=
+        std::string::npos);
+
+  CHECK(ProfileError("{not json", m.layers).find("is not JSON") != std::string::npos);
+  CHECK(ProfileError("{\"median_ms\": 3}", m.layers).find("has no \"profile\" array") != std::string::npos);
+  CHECK(ProfileError("{\"profile\": [{\"node\": \"x\"}]}", m.layers).find("needs \"node\"") != std::string::npos);
+  std::vector<double> negative = ms;
+  negative[1] = -1;
+  auto neg = ApplyLayerProfile(WriteProfile(m.layers, negative, true, "tessera_negative.json"), &layers);
+  REQUIRE_FALSE(neg.ok());
+  CHECK(neg.status().message().find("finite and not negative") != std::string::npos);
+  auto zero = ApplyLayerProfile(WriteProfile(m.layers, std::vector<double>(ms.size(), 0.0), true, "tessera_zero.json"),
+                                &layers);
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.status().message().find("needs time and MACs") != std::string::npos);
+  auto missing = ApplyLayerProfile("/nonexistent/profile.json", &layers);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("cannot read layer profile /nonexistent/profile.json") != std::string::npos);
 }

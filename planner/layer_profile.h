@@ -1,0 +1,44 @@
+// Measured per-layer times for the planner's compute model (issue 18 item 1,
+// issue 15 item 3). METHODS §5 prices layer j on device i at
+// L_ij = MAC_j / rate_i: every MAC of a model costs the same. Measured, they
+// do not: yolov2-tiny at 160² spends 16 % of its time in its first conv
+// (3 input channels) that holds 3 % of its MACs, so a stage of early layers
+// runs ~1.5x longer than its MAC count says and the printed pipeline period
+// misses the measured one by as much.
+//
+// A layer profile is the per-node times of `tessera run MODEL --profile
+// --json` (on any machine: only their ratios are used). Applied to the
+// layer figures, each profiled layer's time-MACs become
+//     R̃_j = t_j · Σ_k R_k / Σ_k t_k
+// so the model's MAC-equivalents are unchanged (Σ R̃ = Σ R), and the time a
+// device spends on layer j is R̃_j / macs_per_s_i with macs_per_s_i the
+// device's whole-model rate (per-kind rates do not apply to profiled
+// layers: the profile already says how kinds differ).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "partition/graph/metrics.h"
+#include "util/status.h"
+
+namespace tessera {
+
+struct LayerProfileSummary {
+  int layers = 0;             // profiled layers applied
+  double profiled_ms = 0;     // Σ t_k of the profile
+  double largest_change = 1;  // max of R̃_j / R_j over layers with R_j ≥ 1 % of Σ R
+  std::string largest_layer;  // its name
+};
+
+// Reads `path` (`tessera run --profile --json` output) and sets
+// time_macs of every layer of `layers`. The profile must be of the same
+// model: one entry per layer, matched by index (or name) with the same op;
+// anything else is an InvalidArgument naming the first mismatch.
+Result<LayerProfileSummary> ApplyLayerProfile(const std::string& path, std::vector<LayerFigures>* layers);
+
+// "layer profile FILE (N layers, T ms measured; largest correction: layer
+// 'x' at K x its MAC share)", for Plan::time_model.
+std::string DescribeLayerProfile(const std::string& path, const LayerProfileSummary& summary);
+
+}  // namespace tessera
