@@ -156,7 +156,13 @@ UartLinkOptions Fast() {
 }  // namespace
 
 TEST_CASE("uart link: messages of every size arrive intact, both ways, in any order", "[uart]") {
-  Cable cable(Fast());
+  // Whole 1 KiB frames: the frame count below is exact. With adaptive frame
+  // sizes a retransmission timeout on a loaded machine (an ACK late, not
+  // lost) shrinks later frames and the count grows (seen once in a full
+  // parallel ctest run); adaptation has its own tests.
+  UartLinkOptions opt = Fast();
+  opt.adapt_frame_payload = false;
+  Cable cable(opt);
   const std::vector<size_t> sizes = {0, 1, 1023, 1024, 1025, 20000};
   for (size_t i = 0; i < sizes.size(); ++i) {
     REQUIRE(cable.left->Send(static_cast<int64_t>(i), RandomBytes(sizes[i], i)).ok());
