@@ -9,8 +9,10 @@
 
 #include "daemon/cluster/worker_tensor.h"
 #include "partition/compile/program_codec.h"
+#include "planner/cluster.h"
 #include "transport/tls/content_hash.h"
 #include "util/process_memory.h"
+#include "util/quantity.h"
 
 namespace tessera {
 
@@ -78,6 +80,7 @@ Status SendProgram(int d, const std::string& b, int num_devices, const std::stri
       }
       for (const std::string& caller : run_callers) chunk.add_run_callers(caller);
       chunk.set_keep_plan_id(deploy.keep_plan_id);
+      chunk.set_release_current(deploy.release_current);
     }
     const size_t n = std::min(kChunkBytes, b.size() - std::min(off, b.size()));
     chunk.set_data(b.substr(std::min(off, b.size()), n));
@@ -483,6 +486,19 @@ Status Gateway::Rejoin(const std::shared_ptr<const Serving>& seen, const std::ve
         "gateway: rejoin: {} answer(s) again (predicted {:.6g} < {:.6g}); deploying plan {} on {} workers "
         "while plan {} serves",
         JoinNames(joining), after, before, next.plan_id, next.workers.size(), seen->cluster.plan_id);
+  // Workers that serve both plans hold both while the new one loads and
+  // until the old one retires: only where that fits their ram: (issue 11,
+  // the promise is what runs). Elsewhere the swap drains instead.
+  std::vector<std::string> tight;
+  for (size_t d = 0; d < next.workers.size() && d < next.plan_bytes.size(); ++d)
+    for (size_t o = 0; o < seen->cluster.workers.size() && o < seen->cluster.plan_bytes.size(); ++o) {
+      if (seen->cluster.workers[o].name != next.workers[d].name || next.ram_bytes[d] == kUnlimitedBytes) continue;
+      const int64_t both = next.baseline_bytes[d] + next.plan_bytes[d] + seen->cluster.plan_bytes[o];
+      if (both > next.ram_bytes[d])
+        tight.push_back(next.workers[d].name + " (both " + FormatBytes(static_cast<double>(both)) + ", ram " +
+                        FormatBytes(static_cast<double>(next.ram_bytes[d])) + ")");
+    }
+  if (!tight.empty()) return DrainAndSwap(seen, proposal, tight, t0);
   TS_RETURN_IF_ERROR(proposal.deploy(seen->cluster.plan_id).WithContext("deploying plan " + next.plan_id));
   TS_ASSIGN_OR_RETURN(auto serving, MakeServing(next, options_.security));
   Swap(seen, std::move(serving), "rejoin");
@@ -492,6 +508,54 @@ Status Gateway::Rejoin(const std::shared_ptr<const Serving>& seen, const std::ve
   spdlog::warn("gateway: rejoin done in {:.2f} s: {}; plan {} retires once its requests finish",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), DescribePlan(),
                seen->cluster.plan_id);
+  return Status::OK();
+}
+
+Status Gateway::DrainAndSwap(const std::shared_ptr<const Serving>& seen, const PlanProposal& proposal,
+                             const std::vector<std::string>& tight, std::chrono::steady_clock::time_point t0) {
+  const ServedCluster& next = proposal.cluster;
+  std::string names;
+  for (const std::string& t : tight) names += (names.empty() ? "" : ", ") + t;
+  int running = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    draining_ = true;
+    running = in_flight_;
+  }
+  spdlog::warn(
+      "gateway: rejoin: {} cannot hold plans {} and {} at once; draining: no new request starts until the {} "
+      "running finish (at most {:.0f} s), then plan {} is deployed in place of {}",
+      names, seen->cluster.plan_id, next.plan_id, running,
+      std::chrono::duration<double>(options_.drain_timeout).count(), next.plan_id, seen->cluster.plan_id);
+  struct Undrain {
+    Gateway* g;
+    ~Undrain() {
+      {
+        std::lock_guard<std::mutex> lock(g->mu_);
+        g->draining_ = false;
+      }
+      g->cv_.notify_all();
+    }
+  } undrain{this};
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, options_.drain_timeout, [&] { return in_flight_ == 0 || stopping_; }))
+      return Status::Unavailable(std::to_string(in_flight_) + " requests still ran after " +
+                                 std::to_string(options_.drain_timeout.count()) + " ms of draining; plan " +
+                                 seen->cluster.plan_id + " keeps serving");
+    if (stopping_) return Status::Unavailable("the gateway is stopping");
+  }
+  const auto drained = std::chrono::steady_clock::now();
+  // The workers release the old plan before they decode the new one
+  // (release_current): each holds one plan at a time. If this fails the old
+  // plan may be gone on some of them: the next request fails over.
+  TS_RETURN_IF_ERROR(proposal.deploy("").WithContext("deploying plan " + next.plan_id + " after draining"));
+  TS_ASSIGN_OR_RETURN(auto serving, MakeServing(next, options_.security));
+  Swap(seen, std::move(serving), "rejoin");
+  spdlog::warn("gateway: rejoin done in {:.2f} s (drained in {:.2f} s, requests paused {:.2f} s): {}",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               std::chrono::duration<double>(drained - t0).count(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - drained).count(), DescribePlan());
   return Status::OK();
 }
 
@@ -664,13 +728,22 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
       const int64_t wait_ms = std::max<int64_t>(0, deadline_ms - UnixMillisNow());
       const bool admitted =
           cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms),
-                         [&] { return in_flight_ < options_.max_in_flight || stopping_; });
+                         [&] { return (in_flight_ < options_.max_in_flight && !draining_) || stopping_; });
       --queued_;
       if (!admitted || stopping_) {
         lock.unlock();
         return finish(Status::DeadlineExceeded("the request waited in the queue past its deadline"));
       }
       ++in_flight_;
+      // A rejoin swapped plans while this request waited (a drain): it runs
+      // on the plan served now, not the one it saw.
+      if (serving_ != serving) {
+        --in_flight_;
+        lock.unlock();
+        cv_.notify_all();
+        --attempt;  // not a failover: the same attempt on the current plan
+        continue;
+      }
     }
     req.set_plan_id(serving->cluster.plan_id);
     grpc::ClientContext ctx;

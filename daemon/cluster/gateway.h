@@ -79,6 +79,10 @@ struct DeployOptions {
   // deploys (rejoin): every worker keeps that plan's program loaded beside
   // the new one until Worker.Retire (ProgramChunk.keep_plan_id).
   std::string keep_plan_id;
+  // Each worker releases what it holds (but keep_plan_id) before decoding
+  // the new program (ProgramChunk.release_current): a worker's peak during
+  // the deploy is one plan's memory plus the kept one.
+  bool release_current = true;
   // How long to wait for each worker's connection.
   std::chrono::milliseconds connect_timeout{10000};
 };
@@ -112,6 +116,12 @@ struct ServedCluster {
   // The figure the plan's objective minimises, as the planner predicted it
   // (planner/plan.h ObjectiveCost); < 0 = unknown (a plan file).
   double predicted_cost = -1;
+  // Per plan device, when planned or sized here (else empty): the memory
+  // its worker holds for this plan besides the daemon's baseline
+  // (DeviceMemory::total_bytes - baseline_bytes), that baseline, and the
+  // device's ram: (INT64_MAX = none given). A rejoin keeps the old plan
+  // beside the new one only where both fit (Gateway::Rejoin).
+  std::vector<int64_t> plan_bytes, baseline_bytes, ram_bytes;
 };
 
 // Failover: re-plans for the workers that still answer and deploys the new
@@ -159,6 +169,10 @@ struct GatewayOptions {
   ProposeFn propose;
   std::vector<WorkerEndpoint> cluster_workers;
   std::chrono::milliseconds rejoin_backoff{1000}, rejoin_backoff_max{30000};
+  // A rejoin where some worker cannot hold the old and the new plan at once
+  // pauses new requests until the running ones finish (at most this long,
+  // else it backs off and tries later), then swaps.
+  std::chrono::milliseconds drain_timeout{30000};
   // Set (`--token-file`): gRPC Infer/Status and HTTP requests need one of
   // these bearer tokens; /healthz and /metrics too with protect_metrics.
   std::shared_ptr<const GatewayTokens> tokens;
@@ -248,6 +262,10 @@ class Gateway {
                 const std::string& attempt_key);
   // Health loop: tells the workers of each plan replaced by a rejoin to let
   // it go (Worker.Retire) once no request runs on it any more.
+  // Rejoin where `tight` workers cannot hold both plans: pause admissions,
+  // wait for the running requests, deploy the proposal in place of `seen`.
+  Status DrainAndSwap(const std::shared_ptr<const Serving>& seen, const PlanProposal& proposal,
+                      const std::vector<std::string>& tight, std::chrono::steady_clock::time_point t0);
   void RetireUnused();
 
   // A worker-side request id nobody outside can guess (issue 14: frames for
@@ -296,6 +314,7 @@ class Gateway {
   std::map<size_t, int64_t> worker_refused_;                  // Runs refused, by device; GUARDED_BY(mu_)
 
   bool stopping_ = false;  // GUARDED_BY(mu_)
+  bool draining_ = false;  // GUARDED_BY(mu_): a rejoin waits for requests to finish; none admitted
   std::thread health_;
 };
 

@@ -98,6 +98,7 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   auto fits = CheckProgramsFit(compiled.programs, devices, options.memory);
   if (!fits.ok()) return fits.status().WithContext(plan_path);
   served.memory = std::move(*fits);
+  for (const Device* device : devices) served.ram_bytes.push_back(device->ram_bytes);
   served.programs = std::move(compiled.programs);
   served.halo_mac_overhead = compiled.halo_mac_overhead;
   return served;
@@ -207,8 +208,16 @@ Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const
 }
 
 ServedCluster ServedClusterOf(const ServedPlan& plan) {
-  return ServedCluster{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs),
-                       plan.predicted_cost};
+  ServedCluster c{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs), plan.predicted_cost};
+  if (plan.memory.size() == plan.workers.size() && plan.ram_bytes.size() == plan.workers.size())
+    for (size_t d = 0; d < plan.workers.size(); ++d) {
+      // An MCU (not sized here: in_flight 0) holds one program in its own RAM.
+      c.plan_bytes.push_back(
+          plan.memory[d].in_flight == 0 ? 0 : plan.memory[d].total_bytes() - plan.memory[d].baseline_bytes);
+      c.baseline_bytes.push_back(plan.memory[d].baseline_bytes);
+      c.ram_bytes.push_back(plan.ram_bytes[d]);
+    }
+  return c;
 }
 
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSecurity& security) {

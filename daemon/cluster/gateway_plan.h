@@ -31,6 +31,7 @@ struct ServedPlan {
   // checked against the device's ram: before anything is deployed.
   // MCU devices: in_flight 0, not sized here.
   std::vector<DeviceMemory> memory;
+  std::vector<int64_t> ram_bytes;  // per plan device: its ram: from the cluster file
 };
 
 struct ServePlanOptions {

@@ -177,6 +177,25 @@ void WorkerService::Adopt(std::shared_ptr<Loaded> next, const std::string& keep_
   for (const auto& program : released) program->inbox->Close();
 }
 
+void WorkerService::Release(const std::string& keep_plan_id, const std::string& next_plan_id) {
+  std::vector<std::shared_ptr<Loaded>> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::shared_ptr<Loaded>* slot : {&loaded_, &kept_}) {
+      if (!*slot || (!keep_plan_id.empty() && (*slot)->header.plan_id() == keep_plan_id)) continue;
+      released.push_back(std::exchange(*slot, nullptr));
+    }
+    if (!loaded_) loaded_ = std::exchange(kept_, nullptr);  // a kept plan still serves
+  }
+  for (const auto& program : released) {
+    spdlog::warn("worker {}: plan {} released before loading plan {} (one plan's memory at a time)", options_.name,
+                 program->header.plan_id(), next_plan_id);
+    // Requests still running it fail now instead of waiting for messages
+    // from peers that load the new plan; its memory goes with the last one.
+    program->inbox->Close();
+  }
+}
+
 std::string WorkerService::Describe() const {
   auto loaded = current();
   if (!loaded) return "no program";
@@ -325,6 +344,7 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     }
     TS_RETURN_IF_ERROR(WriteFile(dir / "program.header.tmp", {loaded->header.SerializeAsString()}));
   }
+  if (header.release_current()) Release(header.keep_plan_id(), header.plan_id());
   std::string plan_id;
   const std::string origin = "program for device " + std::to_string(header.device());
   if (persist) {  // parsed back from disk: the bytes are freed first

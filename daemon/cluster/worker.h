@@ -82,6 +82,9 @@ class WorkerService final : public proto::Worker::Service {
 
  private:
   struct Loaded;
+  // Lets go of every program but keep_plan_id's (ProgramChunk.release_current),
+  // before the program of next_plan_id is decoded.
+  void Release(const std::string& keep_plan_id, const std::string& next_plan_id);
   // Installs a parsed program (from a LoadProgram or the data dir) whose
   // encoded bytes have SHA-256 `program_sha256`. A program is identified by
   // that hash: under the plan id of the loaded program, only the same
