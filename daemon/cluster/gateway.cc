@@ -639,39 +639,132 @@ uint32_t Gateway::NewWorkerRequestId() {
   }
 }
 
-Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t client_request_id,
-                                   int64_t deadline_unix_ms) {
-  const auto t0 = std::chrono::steady_clock::now();
+void Gateway::CountOutcome(const Status& st, std::chrono::steady_clock::time_point t0) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_by_code_[st.ok() ? "ok" : GrpcCodeName(st.code())];
+  if (!st.ok()) return;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t b = 0; b < kNumBounds; ++b)
+    if (s <= kLatencyBounds[b]) ++latency_buckets_[b];
+  latency_sum_s_ += s;
+  ++latency_count_;
+}
+
+Status Gateway::CheckInputs(const std::vector<TensorData>& inputs) const {
   const ModelSignature& sig = options_.signature;
-  auto finish = [&](const Status& st) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++requests_by_code_[st.ok() ? "ok" : GrpcCodeName(st.code())];
-    if (st.ok()) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (size_t b = 0; b < kNumBounds; ++b)
-        if (s <= kLatencyBounds[b]) ++latency_buckets_[b];
-      latency_sum_s_ += s;
-      ++latency_count_;
-    }
-    return st;
-  };
-  // Bad input is refused here, before it costs the cluster anything.
   if (inputs.size() != sig.input_values.size())
-    return finish(Status::InvalidArgument("the model takes " + std::to_string(sig.input_values.size()) +
-                                          " input(s), the request has " + std::to_string(inputs.size())));
+    return Status::InvalidArgument("the model takes " + std::to_string(sig.input_values.size()) +
+                                   " input(s), the request has " + std::to_string(inputs.size()));
   int64_t bytes = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].shape != sig.input_shapes[i])
-      return finish(Status::InvalidArgument("input '" + sig.input_names[i] + "' has shape " +
-                                            ShapeToString(inputs[i].shape) + ", the model expects " +
-                                            ShapeToString(sig.input_shapes[i])));
+      return Status::InvalidArgument("input '" + sig.input_names[i] + "' has shape " + ShapeToString(inputs[i].shape) +
+                                     ", the model expects " + ShapeToString(sig.input_shapes[i]));
     if (static_cast<int64_t>(inputs[i].values.size()) != NumElements(inputs[i].shape))
-      return finish(Status::InvalidArgument("input '" + sig.input_names[i] + "' has the wrong number of values"));
+      return Status::InvalidArgument("input '" + sig.input_names[i] + "' has the wrong number of values");
     bytes += static_cast<int64_t>(inputs[i].values.size()) * 4;
   }
   if (bytes > options_.max_input_bytes)
-    return finish(Status::InvalidArgument("the inputs are " + std::to_string(bytes) + " bytes, over the limit of " +
-                                          std::to_string(options_.max_input_bytes)));
+    return Status::InvalidArgument("the inputs are " + std::to_string(bytes) + " bytes, over the limit of " +
+                                   std::to_string(options_.max_input_bytes));
+  return Status::OK();
+}
+
+Result<bool> Gateway::Admit(const std::shared_ptr<const Serving>& serving, int64_t deadline_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (in_flight_ >= options_.max_in_flight && queued_ >= options_.queue_capacity)
+    return Status::ResourceExhausted("the gateway queue is full (" + std::to_string(options_.queue_capacity) +
+                                     " waiting, " + std::to_string(options_.max_in_flight) + " running); retry later");
+  ++queued_;
+  const int64_t wait_ms = std::max<int64_t>(0, deadline_ms - UnixMillisNow());
+  const bool admitted =
+      cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms),
+                     [&] { return (in_flight_ < options_.max_in_flight && !draining_) || stopping_; });
+  --queued_;
+  if (!admitted || stopping_) return Status::DeadlineExceeded("the request waited in the queue past its deadline");
+  // A rejoin swapped plans while this request waited (a drain): it runs on
+  // the plan served now, not the one it saw.
+  if (serving_ != serving) return false;
+  ++in_flight_;
+  return true;
+}
+
+void Gateway::LeaveFlight() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+  }
+  cv_.notify_all();
+}
+
+Gateway::Attempt Gateway::RunOnce(const std::shared_ptr<const Serving>& serving, bool may_fail_over,
+                                  int64_t deadline_ms, proto::RunRequest* req, proto::RunReply* reply) {
+  // A worker the health loop saw down is asked once more, now; if it still
+  // does not answer (or lost the plan), fail over, or fail fast naming it
+  // instead of the source waiting out the deadline for tiles that never come.
+  Status why;
+  const auto probe = std::chrono::milliseconds(std::clamp<int64_t>(deadline_ms - UnixMillisNow(), 1, 1000));
+  std::vector<std::string> down = DownWorkers(*serving, probe, /*probe_all=*/false, &why);
+  if (!down.empty()) {
+    if (!may_fail_over) return {why, false};
+    if (Status st = Failover(serving, down, deadline_ms); !st.ok()) return {st, false};
+    return {Status::OK(), true};
+  }
+  // Admission: a bounded queue in front of max_in_flight running requests.
+  Result<bool> admitted = Admit(serving, deadline_ms);
+  if (!admitted.ok()) return {admitted.status(), false};
+  if (!*admitted) return {Status::OK(), true, /*same_attempt=*/true};
+  req->set_plan_id(serving->cluster.plan_id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
+  reply->Clear();
+  const int source = serving->cluster.source;
+  const grpc::Status gs = serving->stubs[source]->Run(&ctx, *req, reply);
+  LeaveFlight();
+  if (gs.ok()) return {Status::OK(), false};
+  const WorkerEndpoint& src = serving->cluster.workers[source];
+  Status st = FromGrpcStatus(gs, "source worker " + src.name + " (" + src.address + ")");
+  // The run failed: if a worker died under it, fail over and retry while the
+  // deadline leaves time; anything else is the answer. Without failover, a
+  // worker found down is named in the error.
+  if (st.code() != StatusCode::kUnavailable && st.code() != StatusCode::kDeadlineExceeded) return {st, false};
+  Status down_why;
+  down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &down_why);
+  if (down.empty()) return {st, false};
+  if (!may_fail_over)
+    return {Status(down_why.code(), down_why.message() + " (the request failed: " + st.message() + ")"), false};
+  if (Status f = Failover(serving, down, deadline_ms); !f.ok()) return {f, false};
+  if (UnixMillisNow() >= deadline_ms) return {st, false};
+  spdlog::warn("gateway: request {} failed on plan {} ({}); retrying it on plan {}", req->request_id(),
+               serving->cluster.plan_id, st.ToString(), Current()->cluster.plan_id);
+  return {Status::OK(), true};
+}
+
+Result<InferResult> Gateway::CollectOutputs(const proto::RunReply& reply) const {
+  const ModelSignature& sig = options_.signature;
+  InferResult result;
+  result.outputs.resize(sig.output_values.size());
+  std::vector<bool> got(sig.output_values.size(), false);
+  for (int k = 0; k < reply.outputs_size() && k < reply.output_values_size(); ++k)
+    for (size_t o = 0; o < sig.output_values.size(); ++o)
+      if (sig.output_values[o] == reply.output_values(k)) {
+        TS_ASSIGN_OR_RETURN(result.outputs[o], FromTensorMsg(reply.outputs(k), "output '" + sig.output_names[o] + "'"));
+        got[o] = true;
+      }
+  for (size_t o = 0; o < got.size(); ++o)
+    if (!got[o]) return Status::Internal("the source worker returned no model output '" + sig.output_names[o] + "'");
+  return result;
+}
+
+Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t client_request_id,
+                                   int64_t deadline_unix_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto finish = [&](const Status& st) {
+    CountOutcome(st, t0);
+    return st;
+  };
+  // Bad input is refused here, before it costs the cluster anything.
+  if (Status st = CheckInputs(inputs); !st.ok()) return finish(st);
   const int64_t now_ms = UnixMillisNow();
   const int64_t deadline_ms = deadline_unix_ms > 0 ? deadline_unix_ms : now_ms + options_.default_deadline_ms;
   if (deadline_ms <= now_ms) return finish(Status::DeadlineExceeded("the request's deadline has already passed"));
@@ -693,109 +786,25 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   req.set_fan_out(true);
   for (size_t i = 0; i < inputs.size(); ++i) {
     *req.add_inputs() = ToTensorMsg(inputs[i]);
-    req.add_input_values(sig.input_values[i]);
+    req.add_input_values(options_.signature.input_values[i]);
   }
   inputs.clear();
 
   // At most two attempts: the second only after a failover replaced the plan
-  // because a worker of the first was down.
+  // because a worker of the first was down (a plan swapped by a drained
+  // rejoin while the request queued is the same attempt).
   proto::RunReply reply;
   for (int attempt = 0;; ++attempt) {
-    const auto serving = Current();
-    const bool may_fail_over = options_.failover && attempt == 0;
-    // A worker the health loop saw down is asked once more, now; if it still
-    // does not answer (or lost the plan), fail over, or fail fast naming it
-    // instead of the source waiting out the deadline for tiles that never come.
-    Status why;
-    const auto probe = std::chrono::milliseconds(std::clamp<int64_t>(deadline_ms - UnixMillisNow(), 1, 1000));
-    std::vector<std::string> down = DownWorkers(*serving, probe, /*probe_all=*/false, &why);
-    if (!down.empty()) {
-      if (!may_fail_over) return finish(why);
-      if (Status st = Failover(serving, down, deadline_ms); !st.ok()) return finish(st);
-      continue;
-    }
-
-    // Admission: a bounded queue in front of max_in_flight running requests.
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (in_flight_ >= options_.max_in_flight && queued_ >= options_.queue_capacity) {
-        lock.unlock();
-        return finish(Status::ResourceExhausted("the gateway queue is full (" +
-                                                std::to_string(options_.queue_capacity) + " waiting, " +
-                                                std::to_string(options_.max_in_flight) + " running); retry later"));
-      }
-      ++queued_;
-      const int64_t wait_ms = std::max<int64_t>(0, deadline_ms - UnixMillisNow());
-      const bool admitted =
-          cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms),
-                         [&] { return (in_flight_ < options_.max_in_flight && !draining_) || stopping_; });
-      --queued_;
-      if (!admitted || stopping_) {
-        lock.unlock();
-        return finish(Status::DeadlineExceeded("the request waited in the queue past its deadline"));
-      }
-      ++in_flight_;
-      // A rejoin swapped plans while this request waited (a drain): it runs
-      // on the plan served now, not the one it saw.
-      if (serving_ != serving) {
-        --in_flight_;
-        lock.unlock();
-        cv_.notify_all();
-        --attempt;  // not a failover: the same attempt on the current plan
-        continue;
-      }
-    }
-    req.set_plan_id(serving->cluster.plan_id);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(DeadlineFromUnixMillis(deadline_ms));
-    reply.Clear();
-    const int source = serving->cluster.source;
-    grpc::Status gs = serving->stubs[source]->Run(&ctx, req, &reply);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --in_flight_;
-    }
-    cv_.notify_all();
-    if (gs.ok()) break;
-    const WorkerEndpoint& src = serving->cluster.workers[source];
-    Status st = FromGrpcStatus(gs, "source worker " + src.name + " (" + src.address + ")");
-    // The run failed: if a worker died under it, fail over and retry while
-    // the deadline leaves time; anything else is the answer.
-    // Without failover, a worker found down is named in the error.
-    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-      Status down_why;
-      down = DownWorkers(*serving, std::chrono::milliseconds(300), /*probe_all=*/true, &down_why);
-      if (!down.empty() && !may_fail_over)
-        return finish(Status(down_why.code(), down_why.message() + " (the request failed: " + st.message() + ")"));
-      if (!down.empty()) {
-        if (Status f = Failover(serving, down, deadline_ms); !f.ok()) return finish(f);
-        if (UnixMillisNow() < deadline_ms) {
-          spdlog::warn("gateway: request {} failed on plan {} ({}); retrying it on plan {}", id,
-                       serving->cluster.plan_id, st.ToString(), Current()->cluster.plan_id);
-          continue;
-        }
-      }
-    }
-    return finish(st);
+    const Attempt a = RunOnce(Current(), options_.failover && attempt == 0, deadline_ms, &req, &reply);
+    if (!a.status.ok()) return finish(a.status);
+    if (!a.again) break;
+    if (a.same_attempt) --attempt;
   }
-
-  InferResult result;
-  result.request_id = client_request_id ? client_request_id : next_request_.fetch_add(1) & 0x7fffffff;
-  result.worker_request_id = id;
-  result.outputs.resize(sig.output_values.size());
-  std::vector<bool> got(sig.output_values.size(), false);
-  for (int k = 0; k < reply.outputs_size() && k < reply.output_values_size(); ++k)
-    for (size_t o = 0; o < sig.output_values.size(); ++o)
-      if (sig.output_values[o] == reply.output_values(k)) {
-        auto t = FromTensorMsg(reply.outputs(k), "output '" + sig.output_names[o] + "'");
-        if (!t.ok()) return finish(t.status());
-        result.outputs[o] = std::move(*t);
-        got[o] = true;
-      }
-  for (size_t o = 0; o < got.size(); ++o)
-    if (!got[o])
-      return finish(Status::Internal("the source worker returned no model output '" + sig.output_names[o] + "'"));
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto result = CollectOutputs(reply);
+  if (!result.ok()) return finish(result.status());
+  result->request_id = client_request_id ? client_request_id : next_request_.fetch_add(1) & 0x7fffffff;
+  result->worker_request_id = id;
+  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   finish(Status::OK());
   return result;
 }

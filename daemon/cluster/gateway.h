@@ -271,6 +271,24 @@ class Gateway {
   // A worker-side request id nobody outside can guess (issue 14: frames for
   // guessed future ids were merged into answers), unique among the
   // requests in flight. REQUIRES: mu_ not held.
+  // Gateway::Infer's steps.
+  // One attempt's outcome: an answer (status OK, again false), a final
+  // error, or try again (after a failover; same_attempt: the plan changed
+  // while the request queued, not a failover).
+  struct Attempt {
+    Status status;
+    bool again = false;
+    bool same_attempt = false;
+  };
+  void CountOutcome(const Status& st, std::chrono::steady_clock::time_point t0);
+  Status CheckInputs(const std::vector<TensorData>& inputs) const;
+  // Waits for a slot among max_in_flight (the bounded queue); false: the
+  // served plan is no longer `serving` (no slot taken).
+  Result<bool> Admit(const std::shared_ptr<const Serving>& serving, int64_t deadline_ms);
+  void LeaveFlight();
+  Attempt RunOnce(const std::shared_ptr<const Serving>& serving, bool may_fail_over, int64_t deadline_ms,
+                  proto::RunRequest* req, proto::RunReply* reply);
+  Result<InferResult> CollectOutputs(const proto::RunReply& reply) const;
   uint32_t NewWorkerRequestId();
 
   const GatewayOptions options_;
