@@ -880,10 +880,12 @@ std::string FormatPlanTable(const Plan& plan) {
         if (first < 0) first = l.index;
         last = l.index;
       }
+    // The source may run no layer: its stage sends the inputs and takes the outputs.
+    const std::string stage = first < 0 ? std::string("no layers: the source's input and output transfers")
+                                        : "layers " + std::to_string(first) + "-" + std::to_string(last);
     std::snprintf(line, sizeof line,
-                  "pipeline period %.6f s; bottleneck stage %s (layers %d-%d): compute %.6f s + sends %.6f s\n",
-                  plan.period_s, plan.cluster.devices[plan.bottleneck_device].name.c_str(), first, last, b.compute_s,
-                  b.send_s);
+                  "pipeline period %.6f s; bottleneck stage %s (%s): compute %.6f s + sends %.6f s\n", plan.period_s,
+                  plan.cluster.devices[plan.bottleneck_device].name.c_str(), stage.c_str(), b.compute_s, b.send_s);
     out += line;
   }
   std::snprintf(line, sizeof line, "solver %s (%s), %.4f s, %lld nodes\n", plan.solver.name.c_str(),
