@@ -9,8 +9,9 @@
 #
 #   deploy/arm64-sysroot.sh [DIR]      (default /opt/tessera/sysroot-arm64)
 #
-# Run as root. Idempotent: a sysroot whose stamp file lists the same packages
-# (names and versions) as the archive offers now is left as it is.
+# Run as root. Idempotent: a sysroot whose stamp file (.tessera-sysroot) lists
+# the same packages (names and versions) as the archive offers now, made by
+# the same version of this script, is left as it is.
 #
 # How: the host's dpkg database is never touched (no `dpkg --add-architecture`,
 # nothing installed): apt-get runs with its own state under DIR.apt/ (lists,
@@ -78,17 +79,21 @@ if ! grep -q '^Architecture: arm64' <<<"$libc6"; then
   exit 1
 fi
 
-# The closure as apt's resolver sees it on an empty arm64 system: the .debs
-# it would download, name_version_arch.deb each.
-plan=$("${APT[@]}" install --download-only -y --print-uris "${ARM64_PKGS[@]}" 2>"$STATE/resolve.log") ||
-  { cat "$STATE/resolve.log" >&2; exit 1; }
-want=$(echo "$plan" | awk '/^\x27/ { print $2 }' | sort)
+# The closure as apt's resolver sees it on an empty arm64 system (a
+# simulated install): the .deb file of each package, name_version_arch.deb
+# as in apt's cache (an epoch's ':' is '%3a' there).
+plan=$("${APT[@]}" install -s -y "${ARM64_PKGS[@]}" 2>"$STATE/resolve.log") || { cat "$STATE/resolve.log" >&2; exit 1; }
+want=$(echo "$plan" | sed -n 's/^Inst \([^ ]*\) (\([^ ]*\) .*\[\([a-z0-9]\+\)\]).*/\1_\2_\3.deb/p' | sed 's/:/%3a/g' | sort)
 if [ -z "$want" ]; then
-  # --print-uris lists nothing when everything is already in the cache.
-  want=$(cd "$STATE/cache/archives" && ls -1 *.deb 2>/dev/null | sort)
+  echo "arm64-sysroot.sh: apt-get resolved no packages for: ${ARM64_PKGS[*]} (see $STATE/resolve.log)" >&2
+  exit 1
 fi
+# The stamp: this script's layout version (bump it when the steps after
+# unpacking change) and the package files.
+LAYOUT="tessera arm64 sysroot, layout 2"
 stamp=$SYSROOT/.tessera-sysroot
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -e "$SYSROOT/usr/lib/aarch64-linux-gnu/libgrpc++.so" ]; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$LAYOUT"$'\n'"$want" ] &&
+  [ -e "$SYSROOT/usr/lib/aarch64-linux-gnu/libgrpc++.so" ]; then
   echo "arm64-sysroot.sh: $SYSROOT is up to date ($(echo "$want" | wc -l) packages)"
   exit 0
 fi
@@ -128,6 +133,19 @@ for deb in $want; do
       if [ -e "$SYSROOT.new$path" ] && [ ! -e "$SYSROOT.new$link" ]; then ln -s "$path" "$SYSROOT.new$link"; fi
     done || true
 done
+# The shared-library dependency information of the unpacked packages (their
+# control files' symbols and shlibs, concatenated) where dpkg-shlibdeps looks
+# for a library that no installed package owns: DEBIAN/ at the top of the
+# tree the library is in. cmake/packaging.cmake runs dpkg-shlibdeps on the
+# arm64 binary against it for the _arm64.deb's Depends:.
+mkdir -p "$SYSROOT.new/DEBIAN"
+: >"$SYSROOT.new/DEBIAN/symbols"
+: >"$SYSROOT.new/DEBIAN/shlibs"
+for deb in $want; do
+  for f in symbols shlibs; do
+    dpkg-deb --ctrl-tarfile "$STATE/cache/archives/$deb" | tar -xO "./$f" >>"$SYSROOT.new/DEBIAN/$f" 2>/dev/null || true
+  done
+done
 # Absolute symlinks (e.g. libfoo.so -> /lib/aarch64-linux-gnu/libfoo.so.1)
 # would point into this machine's root: make them relative to the sysroot.
 while IFS= read -r -d '' link; do
@@ -136,7 +154,7 @@ while IFS= read -r -d '' link; do
     /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$SYSROOT.new$target")" "$link" ;;
   esac
 done < <(find "$SYSROOT.new" -type l -print0)
-echo "$want" >"$SYSROOT.new/.tessera-sysroot"
+printf '%s\n%s\n' "$LAYOUT" "$want" >"$SYSROOT.new/.tessera-sysroot"
 rm -rf "$SYSROOT.old"
 [ -e "$SYSROOT" ] && mv "$SYSROOT" "$SYSROOT.old"
 mv "$SYSROOT.new" "$SYSROOT"
