@@ -16,7 +16,7 @@
 # How: the host's dpkg database is never touched (no `dpkg --add-architecture`,
 # nothing installed): apt-get runs with its own state under DIR.apt/ (lists,
 # an empty dpkg status, package cache) and APT::Architecture=arm64, reading
-# this machine's Debian sources. Its resolver computes the dependency closure
+# only the Debian 12 entries of this machine's apt sources. Its resolver computes the dependency closure
 # of the packages below as if on an empty arm64 system and downloads those
 # .debs (--download-only); each is unpacked with `dpkg -x` into DIR. This
 # sidesteps Multi-Arch limits (libyaml-cpp-dev is not Multi-Arch: same, so it
@@ -55,13 +55,57 @@ ARM64_PKGS=(
 )
 
 start=$(date +%s)
-mkdir -p "$STATE/lists/partial" "$STATE/cache/archives/partial" "$STATE/etc/preferences.d"
+mkdir -p "$STATE/lists/partial" "$STATE/cache/archives/partial" "$STATE/etc/preferences.d" \
+  "$STATE/etc/sources.list.d"
 touch "$STATE/status"
-# Only this machine's Debian sources (apt's own defaults otherwise), arm64 only.
+# Sources: only the Debian 12 entries of this machine's apt sources (its
+# mirror), i.e. suites bookworm, bookworm-updates, bookworm-security signed
+# by Debian's archive keyring (or apt's default keyrings); any other
+# repository configured here is left out. Both formats: one-line
+# (sources.list) and deb822 (sources.list.d/*.sources).
+debian_sources() {
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk '$1 == "deb" {
+        i = 2; opts = ""
+        if ($2 ~ /^\[/) { while ($i !~ /\]$/) { opts = opts " " $i; i++ } opts = opts " " $i; i++ }
+        if ($(i + 1) ~ /^bookworm(-updates|-security)?$/ && (opts !~ /signed-by/ || opts ~ /debian-archive-keyring/)) {
+          line = "deb " $i " " $(i + 1); for (j = i + 2; j <= NF && $j !~ /^#/; j++) line = line " " $j; print line
+        }
+      }' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk 'function flush() {
+           if (types ~ /(^| )deb( |$)/ && enabled != "no" && (signed == "" || signed ~ /debian-archive-keyring/)) {
+             n = split(uris, u, " "); m = split(suites, s, " ")
+             for (a = 1; a <= n; a++) for (b = 1; b <= m; b++)
+               if (s[b] ~ /^bookworm(-updates|-security)?$/) print "deb " u[a] " " s[b] " " comps
+           }
+           types = uris = suites = comps = signed = enabled = ""
+         }
+         /^[ \t]*#/ { next }
+         /^[ \t]*$/ { flush(); next }
+         { key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^ +/, "")
+           if (key == "types") types = $0; else if (key == "uris") uris = $0; else if (key == "suites") suites = $0
+           else if (key == "components") comps = $0; else if (key == "signed-by") signed = $0
+           else if (key == "enabled") enabled = tolower($0) }
+         END { flush() }' "$f"
+  done
+}
+debian_sources | sort -u >"$STATE/etc/sources.list"
+if ! [ -s "$STATE/etc/sources.list" ]; then
+  echo "arm64-sysroot.sh: no Debian 12 (bookworm) entry in this machine's apt sources" \
+    "(/etc/apt/sources.list, /etc/apt/sources.list.d)" >&2
+  exit 1
+fi
+# apt-get with its own state under $STATE, those sources, arm64 only.
 APT=(apt-get -q
   -o APT::Architecture=arm64 -o APT::Architectures::=arm64
   -o Dir::State="$STATE" -o Dir::State::Lists="$STATE/lists" -o Dir::State::status="$STATE/status"
   -o Dir::Cache="$STATE/cache" -o Dir::Cache::archives="$STATE/cache/archives"
+  -o Dir::Etc::sourcelist="$STATE/etc/sources.list" -o Dir::Etc::sourceparts="$STATE/etc/sources.list.d"
   -o Dir::Etc::preferencesparts="$STATE/etc/preferences.d"
   -o APT::Install-Recommends=false -o APT::Install-Suggests=false
   -o Debug::NoLocking=true)
