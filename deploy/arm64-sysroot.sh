@@ -16,9 +16,11 @@
 # How: the host's dpkg database is never touched (no `dpkg --add-architecture`,
 # nothing installed): apt-get runs with its own state under DIR.apt/ (lists,
 # an empty dpkg status, package cache) and APT::Architecture=arm64, reading
-# only the Debian 12 entries of this machine's apt sources. Its resolver computes the dependency closure
-# of the packages below as if on an empty arm64 system and downloads those
-# .debs (--download-only); each is unpacked with `dpkg -x` into DIR. This
+# only the Debian 12 entries of this machine's apt sources. Its resolver
+# computes the dependency closure of the packages below as if on an empty
+# arm64 system and downloads those .debs (--download-only); each is unpacked
+# with `dpkg-deb -x` into DIR, and the few links and files maintainer scripts
+# would make follow (alternatives, usr-merge, DEBIAN/ for dpkg-shlibdeps). This
 # sidesteps Multi-Arch limits (libyaml-cpp-dev is not Multi-Arch: same, so it
 # cannot be installed beside the amd64 one) and cannot break the host's amd64
 # packages. Finally absolute symlinks in DIR are made relative, so that they
