@@ -34,7 +34,10 @@ TEST_PKGS=(
 # MCU path (firmware + emulator) and serial-link helpers.
 MCU_PKGS=(gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm socat)
 # Kernel tests on emulated x86-64 CPUs without AVX-512 / AVX2 (tests/CMakeLists.txt),
-# and the arm64 cross build whose kernel tests run under qemu-aarch64 (.ci/run).
+# and the arm64 cross builds whose tests run under qemu-aarch64 (.ci/run,
+# README "arm64"). The full arm64 build's target libraries are not this
+# machine's packages: deploy/arm64-sysroot.sh unpacks their arm64 builds
+# (its ARM64_PKGS) into a sysroot without installing anything.
 CPU_TEST_PKGS=(qemu-user g++-aarch64-linux-gnu)
 # bench/cluster-netns, bench/cluster-emulated: network namespaces, tc link
 # shaping, plots.
