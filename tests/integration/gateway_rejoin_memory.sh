@@ -54,35 +54,13 @@ echo "  promised: 2 devices w1 $(mib $P2_W1), w2 $(mib $P2_W2); w1 alone $(mib $
 "$T" run "$CFG" --input-shape $SHAPE --input "$D/x.npy" --output "$D/ref.npy" >/dev/null || { echo "FAIL tessera run"; exit 1; }
 
 start_gateway 90 --model "$CFG" --input-shape $SHAPE --objective memory --failover --max-in-flight 2 || exit 1
-plan_workers() { curl -sf http://$HTTP/metrics | grep -c '^tessera_worker_up{'; }
-ms() { date +%s%3N; }
 [ "$(plan_workers)" = 2 ] && ok "the plan spans 2 workers" || bad "plan spans $(plan_workers) workers"
 
-"$CLIENT" --gateway $GRPC --input "$D/x.npy" --reference "$D/ref.npy" --clients 2 --duration-s 120 \
-  --until-file "$D/stop" --deadline-ms 30000 --grace-ms 3000 --log "$D/requests.csv" >"$D/summary.json" 2>"$D/client.err" &
-CL=$!
+start_clients 2 120 30000
 sleep 2
-
-port2=$(cat "$D/w2.port")
-t_kill=$(ms)
-kill -9 ${PIDS[2]}; wait ${PIDS[2]} 2>/dev/null
-for _ in $(seq 300); do [ "$(plan_workers)" = 1 ] && break; sleep 0.1; done
-t_failed_over=$(ms)
-[ "$(plan_workers)" = 1 ] && ok "w2 killed: w1 serves alone (failover)" || bad "after the kill the plan spans $(plan_workers) workers"
+kill_worker 2 1 300
 sleep 2
-
-rm -f "$D/w2.port"
-"$T" worker --listen $port2 --name w2 --port-file "$D/w2.port" --data-dir "$D/w2.data" 2>>"$D/w2.log" &
-PIDS[2]=$!
-t_restart=$(ms)
-back=0
-for _ in $(seq 300); do
-  [ "$(plan_workers)" = 2 ] && { back=1; break; }
-  sleep 0.1
-done
-t_back=$(ms)
-[ $back = 1 ] && ok "w2 restarted: the plan spans 2 workers again after $(awk "BEGIN{printf \"%.1f\", ($t_back-$t_restart)/1000}") s" ||
-  { bad "w2 restarted: the plan spans $(plan_workers) workers"; tail -30 "$D/gateway.log"; }
+restart_worker 2 2 300
 grep -q "rejoin: w1 (both .*) cannot hold plans .* at once; draining" "$D/gateway.log" &&
   ok "the rejoin drained: $(grep -o 'rejoin: w1 (both [^)]*)' "$D/gateway.log" | head -1)" ||
   bad "no drain in the gateway log: $(grep rejoin "$D/gateway.log" | tail -3)"
@@ -94,38 +72,12 @@ sleep 3
 touch "$D/stop"
 wait $CL
 client_rc=$?
-t_end=$(ms)
 
 hwm=$(awk '/VmHWM/{print $2 * 1024}' /proc/${PIDS[1]}/status)
 [ "$hwm" -le $RAM ] && ok "w1's peak over the test (VmHWM) $(mib $hwm) <= ram: $(mib $RAM) (one plan's promise at most $(mib $P1))" ||
   bad "w1's peak (VmHWM) $(mib $hwm) > ram: $(mib $RAM): it held two plans at once"
 
-"$python" - "$D/requests.csv" $t_failed_over $t_restart $t_back <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-t_failed_over, t_restart, t_back = map(int, sys.argv[2:5])
-by = {o: sum(1 for r in rows if r["outcome"] == o) for o in ("correct", "wrong", "errored", "lost")}
-print("  %d requests: %s" % (len(rows), by))
-for r in rows:
-    if r["outcome"] != "correct":
-        print("  %s at %+d ms from the failover: %s" % (r["outcome"], int(r["end_unix_ms"]) - t_failed_over, r["message"][:200]))
-ok = True
-def check(cond, what):
-    global ok
-    print(("PASS " if cond else "FAIL ") + what)
-    ok = ok and cond
-check(by["wrong"] == 0, "no wrong answer (every answer == tessera run, rel <= 1e-5)")
-check(by["lost"] == 0, "no request lost")
-later = sum(1 for r in rows if r["outcome"] == "errored" and int(r["end_unix_ms"]) > t_failed_over + 100)
-check(later == 0, "no request failed after the failover: the drained rejoin lost none (%d errored later)" % later)
-spanning = [r for r in rows if int(r["start_unix_ms"]) < t_back and int(r["end_unix_ms"]) > t_restart]
-check(len(spanning) > 0 and all(r["outcome"] == "correct" for r in spanning),
-      "%d requests sent during the rejoin (restart .. swap) all answered correctly" % len(spanning))
-after = sum(1 for r in rows if int(r["start_unix_ms"]) > t_back and r["outcome"] == "correct")
-check(after > 0, "%d requests answered on the 2-worker plan after the rejoin" % after)
-sys.exit(0 if ok else 1)
-PY
-[ $? = 0 ] || { fail=1; tail -30 "$D/gateway.log"; }
+check_request_phases
 [ $client_rc = 0 ] || bad "the client reported lost or wrong requests (rc $client_rc): $(cat "$D/summary.json")"
 kill -0 $GW 2>/dev/null && ok "gateway alive" || bad "gateway died"
 stop_processes "${PIDS[@]}" $GW && PIDS=() && GW=

@@ -74,3 +74,58 @@ start_gateway() {  # seconds args...
   done
   [ $up = 1 ] || { echo "FAIL gateway did not become healthy"; tail -20 "$D/gateway.log"; return 1; }
 }
+
+# ---- kill and rejoin under load (gateway_rejoin*.sh) -------------------------
+# Workers in the served plan (/metrics), and milliseconds since the epoch.
+#   requires: $HTTP (start_gateway)
+plan_workers() { curl -sf http://$HTTP/metrics | grep -c '^tessera_worker_up{'; }
+ms() { date +%s%3N; }
+
+# bench/soak's gRPC client sending $D/x.npy back to back, each answer checked
+# against $D/ref.npy, until $D/stop exists (at most `seconds`); pid in CL,
+# every request in $D/requests.csv.
+#   requires: $CLIENT, $GRPC, $D
+start_clients() {  # clients seconds deadline_ms
+  "$CLIENT" --gateway $GRPC --input "$D/x.npy" --reference "$D/ref.npy" --clients "$1" --duration-s "$2" \
+    --until-file "$D/stop" --deadline-ms "$3" --grace-ms 3000 --log "$D/requests.csv" >"$D/summary.json" 2>"$D/client.err" &
+  CL=$!
+}
+
+# SIGKILLs worker wI and waits (up to `tenths` x 0.1 s) until the plan spans
+# `left` workers: sets t_kill, t_failed_over (ms) and port_killed.
+kill_worker() {  # i left tenths
+  port_killed=$(cat "$D/w$1.port")
+  t_kill=$(ms)
+  kill -9 ${PIDS[$1]}; wait ${PIDS[$1]} 2>/dev/null
+  for _ in $(seq "$3"); do [ "$(plan_workers)" = "$2" ] && break; sleep 0.1; done
+  t_failed_over=$(ms)
+  [ "$(plan_workers)" = "$2" ] && ok "w$1 killed: $2 worker(s) serve (failover)" ||
+    bad "after killing w$1 the plan spans $(plan_workers) workers"
+}
+
+# Starts wI again with the same name, port and data dir and waits (up to
+# `tenths` x 0.1 s) until the plan spans `all` workers: sets t_restart,
+# t_back (ms) and back (1 when it did).
+restart_worker() {  # i all tenths
+  rm -f "$D/w$1.port"
+  "$T" worker --listen $port_killed --name w$1 --port-file "$D/w$1.port" --data-dir "$D/w$1.data" 2>>"$D/w$1.log" &
+  PIDS[$1]=$!
+  t_restart=$(ms)
+  back=0
+  for _ in $(seq "$3"); do
+    [ "$(plan_workers)" = "$2" ] && { back=1; break; }
+    sleep 0.1
+  done
+  t_back=$(ms)
+  local secs
+  secs=$(awk "BEGIN{printf \"%.1f\", ($t_back-$t_restart)/1000}")
+  [ $back = 1 ] && ok "w$1 restarted (same name, port, data dir): the plan spans $2 workers again after $secs s" ||
+    { bad "w$1 restarted: after $secs s the plan spans $(plan_workers) workers"; tail -30 "$D/gateway.log"; }
+}
+
+# Every request of $D/requests.csv by outcome and by phase (request_phases.py);
+# fails the test on a wrong or lost answer or an error after the failover.
+check_request_phases() {
+  "$python" "$(dirname "${BASH_SOURCE[0]}")/request_phases.py" "$D/requests.csv" "$t_kill" "$t_failed_over" \
+    "$t_restart" "$t_back" || { fail=1; tail -30 "$D/gateway.log"; }
+}
