@@ -2,12 +2,27 @@
 // `tessera run --plan`, which runs every device program in one process.
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "transport/link.h"
 
 namespace tessera {
+
+Status Link::RecvInto(int64_t message, void* dst, size_t bytes, std::chrono::milliseconds timeout) {
+  TS_ASSIGN_OR_RETURN(std::string got, Recv(message, timeout));
+  // The receiver checks sizes against its program before accepting (ARCHITECTURE.md wire rules).
+  if (got.size() != bytes)
+    return Status::DataLoss("message " + std::to_string(message) + " on " + description() + " has " +
+                            std::to_string(got.size()) + " bytes, the program expects " + std::to_string(bytes));
+  std::memcpy(dst, got.data(), bytes);
+  return Status::OK();
+}
+
+Status Link::SendFrom(int64_t message, const void* data, size_t bytes) {
+  return Send(message, std::string(static_cast<const char*>(data), bytes));
+}
 
 namespace {
 

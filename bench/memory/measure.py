@@ -256,7 +256,7 @@ def main():
         # last answer, or a peak reached in that request is not in /metrics
         # yet (seen: w1 60.8 MiB in /metrics vs 68.3 MiB VmHWM in a CI run).
         time.sleep(1.5)
-        metrics_peak = {}
+        metrics_peak, exchange = {}, {}
         t0 = time.time()
         while time.time() - t0 < 10 and len(metrics_peak) < len(workers):
             time.sleep(0.5)
@@ -269,6 +269,14 @@ def main():
                 if line.startswith("tessera_worker_peak_rss_bytes{"):
                     name = line.split('worker="', 1)[1].split('"', 1)[0]
                     metrics_peak[name] = int(float(line.rsplit(" ", 1)[1]))
+                # Where messages sat: sent from the arena or a copy, received bytes held outside it.
+                for metric, key in (("tessera_worker_exchange_heap_peak_bytes{", "heap_peak_bytes"),
+                                    ('tessera_worker_exchange_sent_messages_total{', None)):
+                    if line.startswith(metric):
+                        name = line.split('worker="', 1)[1].split('"', 1)[0]
+                        if key is None:
+                            key = "sent_from_" + line.split('from="', 1)[1].split('"', 1)[0]
+                        exchange.setdefault(name, {})[key] = int(float(line.rsplit(" ", 1)[1]))
         devices = []
         for i, p in enumerate(workers):
             name = f"w{i + 1}"
@@ -277,14 +285,18 @@ def main():
                             "promised_baseline_bytes": promised[name]["baseline_bytes"],
                             "peak_rss_bytes": st["VmHWM"], "rss_bytes": st["VmRSS"],
                             "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"],
-                            "metrics_peak_rss_bytes": metrics_peak.get(name)})
+                            "metrics_peak_rss_bytes": metrics_peak.get(name),
+                            "exchange": exchange.get(name, {})})
         result["device_memory"] = devices
         gst = proc_status(gw.pid)
         result["gateway"] = {"peak_rss_bytes": gst["VmHWM"], "rss_bytes": gst["VmRSS"]}
         for dev in devices:
             ratio = dev["peak_rss_bytes"] / dev["promised_bytes"] if dev["promised_bytes"] else float("nan")
+            x = dev["exchange"]
             log(f"{dev['name']}: promised {dev['promised_bytes'] / 2**20:.1f} MiB, "
-                f"peak {dev['peak_rss_bytes'] / 2**20:.1f} MiB ({ratio:.2f}x)")
+                f"peak {dev['peak_rss_bytes'] / 2**20:.1f} MiB ({ratio:.2f}x); messages sent from the arena "
+                f"{x.get('sent_from_arena', '?')}, from copies {x.get('sent_from_copy', '?')}, received bytes held "
+                f"outside the arena at most {x.get('heap_peak_bytes', 0) / 2**20:.2f} MiB")
         log(f"gateway: peak {gst['VmHWM'] / 2**20:.1f} MiB")
     finally:
         for p in procs:

@@ -387,6 +387,7 @@ void Gateway::Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<c
   uart_.clear();
   worker_rss_.clear();
   worker_dropped_.clear();
+  worker_exchange_memory_.clear();
   worker_refused_.clear();
   serving_ = std::move(next);
 }
@@ -603,6 +604,7 @@ void Gateway::RefreshWorkerState() {
       if (status.has_uart()) uart_[i] = status.uart();
       worker_rss_[i] = {status.rss_bytes(), status.peak_rss_bytes()};
       worker_dropped_[i] = status.exchange_dropped();
+      worker_exchange_memory_[i] = status.exchange_memory();
       worker_refused_[i] = status.requests_refused();
     }
   }
@@ -880,6 +882,20 @@ std::string Gateway::MetricsText() const {
       << "\n"
       << "tessera_worker_exchange_dropped_frames_total{" << labels << ",reason=\"foreign_plan\"} " << x.foreign_plan()
       << "\n";
+  }
+  m << "# HELP tessera_worker_exchange_heap_peak_bytes Most received exchange bytes a worker held at once outside "
+       "its device arena (frames before their request or receiving step started).\n"
+       "# TYPE tessera_worker_exchange_heap_peak_bytes gauge\n";
+  for (const auto& [i, x] : worker_exchange_memory_)
+    m << "tessera_worker_exchange_heap_peak_bytes{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
+      << x.heap_peak_bytes() << "\n";
+  m << "# HELP tessera_worker_exchange_sent_messages_total Messages a worker sent, read from its device arena or "
+       "from a copy.\n"
+       "# TYPE tessera_worker_exchange_sent_messages_total counter\n";
+  for (const auto& [i, x] : worker_exchange_memory_) {
+    const std::string labels = "worker=\"" + served.workers[i].name + "\",device=\"" + std::to_string(i) + "\"";
+    m << "tessera_worker_exchange_sent_messages_total{" << labels << ",from=\"arena\"} " << x.arena_messages() << "\n"
+      << "tessera_worker_exchange_sent_messages_total{" << labels << ",from=\"copy\"} " << x.copied_messages() << "\n";
   }
   m << "# HELP tessera_gateway_unauthenticated_total Requests refused for want of a valid bearer token.\n"
        "# TYPE tessera_gateway_unauthenticated_total counter\ntessera_gateway_unauthenticated_total "

@@ -328,6 +328,7 @@ class Gateway {
   std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
   std::map<size_t, std::pair<int64_t, int64_t>> worker_rss_;  // by device: (VmRSS, VmHWM); GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeDrops> worker_dropped_;     // by device; GUARDED_BY(mu_)
+  std::map<size_t, proto::ExchangeMemory> worker_exchange_memory_;  // by device; GUARDED_BY(mu_)
   std::set<uint32_t> worker_ids_in_flight_;                   // GUARDED_BY(mu_)
   std::map<size_t, int64_t> worker_refused_;                  // Runs refused, by device; GUARDED_BY(mu_)
 

@@ -640,6 +640,9 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
   x->set_finished(dropped.finished);
   x->set_early_over_limit(dropped.early_over_limit);
   x->set_early_bytes_held(dropped.early_bytes_held);
+  proto::ExchangeMemory* em = reply->mutable_exchange_memory();
+  em->set_heap_bytes(dropped.heap_bytes);
+  em->set_heap_peak_bytes(dropped.heap_peak_bytes);
   for (const auto& [d, sender] : loaded->senders) {
     const LinkCountersSnapshot c = sender->counters();
     auto* l = reply->add_links();
@@ -648,6 +651,8 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
     l->set_payload_bytes(c.payload_bytes);
     l->set_wire_bytes(c.wire_bytes);
     l->set_messages(c.messages);
+    em->set_copied_messages(em->copied_messages() + c.copied_messages);
+    em->set_arena_messages(em->arena_messages() + c.messages - c.copied_messages);
   }
   return grpc::Status::OK;
 }

@@ -24,7 +24,11 @@ struct PreparedProgram::Layout {
   RunnerOptions options;
   std::vector<std::unique_ptr<Executor>> prepared;  // per subgraph; never run, only forked
   std::vector<size_t> buffer_offset;                // per buffer
-  std::vector<size_t> step_offset;                  // per step: its executor arena / Copy staging
+  std::vector<size_t> step_offset;  // per step: its executor arena / Copy staging / where a Recv's message lands
+  std::vector<bool> recv_direct;    // per Recv step: its message lands in its buffer itself
+  std::vector<bool> send_direct;    // per Send step: the link reads its buffer itself
+  std::vector<std::vector<int>> wait_sent_after;    // per step (and the end): Sends whose memory is reused after it
+  std::vector<std::vector<int>> expect_at;          // per step: Recv steps whose message may arrive from there on
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
   size_t arena_bytes = 0;
   size_t weight_bytes = 0;
@@ -128,8 +132,54 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   }
 
   // The device arena: buffers by liveness, plus each step's own memory.
+  // A received message has its place from the first step during which it
+  // can arrive (ProgramStep::receive_from) to its Recv step: the inbox
+  // writes its frames there as they come (issue 11 item 1). A message that
+  // fills a buffer no earlier step touches lands in that buffer itself.
   std::vector<int> first, last;
   BufferLifetimes(program, &first, &last);
+  std::vector<bool> is_model_input(program.buffers.size(), false);
+  for (const auto& [value, b] : program.model_inputs) is_model_input[b] = true;
+  const int num_steps = static_cast<int>(program.steps.size());
+  layout->recv_direct.assign(program.steps.size(), false);
+  layout->expect_at.assign(program.steps.size(), {});
+  std::vector<bool> received_whole(program.buffers.size(), false);
+  for (int i = 0; i < num_steps; ++i) {
+    const ProgramStep& s = program.steps[i];
+    if (s.kind != StepKind::kRecv) continue;
+    const int from = std::clamp(s.receive_from, 0, i);
+    layout->expect_at[from].push_back(i);
+    const int b = s.dst_buffer;
+    if (first[b] == i && !is_model_input[b] && s.dst_box == Box::Full(program.buffers[b].shape())) {
+      layout->recv_direct[i] = true;
+      received_whole[b] = true;
+      first[b] = from;
+    }
+  }
+  // A sent message is read by the link from the Send step until a step that
+  // happens-after the peer's Recv (ProgramStep::release_after): from its
+  // buffer when it is the whole buffer and nothing writes it meanwhile (the
+  // buffer lives that long), else from its own place in the arena.
+  layout->send_direct.assign(program.steps.size(), false);
+  layout->wait_sent_after.assign(program.steps.size() + 1, {});
+  std::vector<int> release_at(program.steps.size(), num_steps);
+  for (int i = 0; i < num_steps; ++i) {
+    const ProgramStep& s = program.steps[i];
+    if (s.kind != StepKind::kSend) continue;
+    if (s.release_after > i && s.release_after <= num_steps) release_at[i] = s.release_after;
+    layout->wait_sent_after[release_at[i]].push_back(i);
+    const int b = s.src_buffer;
+    if (s.src_box != Box::Full(program.buffers[b].shape())) continue;
+    bool written = false;
+    for (int t = i + 1; t <= std::min(release_at[i], num_steps - 1) && !written; ++t) {
+      const ProgramStep& w = program.steps[t];
+      written = ((w.kind == StepKind::kRecv || w.kind == StepKind::kCopy) && w.dst_buffer == b) ||
+                std::find(w.outputs.begin(), w.outputs.end(), b) != w.outputs.end();
+    }
+    if (written) continue;
+    layout->send_direct[i] = true;
+    last[b] = std::max(last[b], release_at[i]);
+  }
   std::vector<BufferRequest> requests;
   for (size_t b = 0; b < program.buffers.size(); ++b)
     requests.push_back({Bytes(program.buffers[b].box.volume()), std::min(first[b], last[b]), std::max(last[b], 0)});
@@ -142,10 +192,17 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
       bytes = layout->prepared[s.subgraph]->arena_bytes();
     } else if (s.kind == StepKind::kCopy) {
       bytes = Bytes(s.src_box.volume());
+    } else if (s.kind == StepKind::kRecv && !layout->recv_direct[i]) {
+      bytes = Bytes(s.dst_box.volume());
+    } else if (s.kind == StepKind::kSend && !layout->send_direct[i]) {
+      bytes = Bytes(s.src_box.volume());
     }
     if (bytes == 0) continue;
     step_request[i] = static_cast<int>(requests.size());
-    requests.push_back({bytes, static_cast<int>(i), static_cast<int>(i)});
+    int from = static_cast<int>(i), to = static_cast<int>(i);
+    if (s.kind == StepKind::kRecv) from = std::clamp(s.receive_from, 0, static_cast<int>(i));
+    if (s.kind == StepKind::kSend) to = release_at[i];
+    requests.push_back({bytes, from, to});
   }
   const BestOfGreedyLayout arena_layout(kAlign);
   const ArenaPlan plan = arena_layout.Plan(requests);
@@ -153,13 +210,15 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   layout->arena_bytes = plan.size;
   layout->buffer_offset.assign(plan.offsets.begin(), plan.offsets.begin() + program.buffers.size());
   layout->step_offset.assign(program.steps.size(), 0);
-  for (size_t i = 0; i < program.steps.size(); ++i)
+  for (size_t i = 0; i < program.steps.size(); ++i) {
     if (step_request[i] >= 0) layout->step_offset[i] = plan.offsets[step_request[i]];
+    if (layout->recv_direct[i]) layout->step_offset[i] = layout->buffer_offset[program.steps[i].dst_buffer];
+    if (layout->send_direct[i]) layout->step_offset[i] = layout->buffer_offset[program.steps[i].src_buffer];
+  }
   layout->zero_at.assign(program.steps.size() + 1, {});
-  std::vector<bool> is_model_input(program.buffers.size(), false);
-  for (const auto& [value, b] : program.model_inputs) is_model_input[b] = true;
   for (size_t b = 0; b < program.buffers.size(); ++b)
-    if (!is_model_input[b] && first[b] <= static_cast<int>(program.steps.size())) layout->zero_at[first[b]].push_back(b);
+    if (!is_model_input[b] && !received_whole[b] && first[b] <= static_cast<int>(program.steps.size()))
+      layout->zero_at[first[b]].push_back(b);
 
   auto prepared = std::make_shared<PreparedProgram>(std::move(layout));
   prepared->self_ = prepared;
@@ -249,31 +308,54 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
     std::copy(inputs[i].values.begin(), inputs[i].values.end(), Buffer(b));
   }
   char* base = reinterpret_cast<char*>(arena_);
+  // Whatever way Run returns, no link writes into this arena afterwards (the
+  // runner goes back to the pool and serves another request).
+  struct DetachOnReturn {
+    const std::vector<Link*>& links;
+    ~DetachOnReturn() {
+      for (Link* link : links)
+        if (link) link->Detach();
+    }
+  } detach{peers};
+  auto wait_sent = [&](size_t after) {
+    for (int snd : layout_->wait_sent_after[after]) {
+      const ProgramStep& s = p.steps[snd];
+      if (s.peer >= 0 && s.peer < static_cast<int>(peers.size()) && peers[s.peer])
+        TS_RETURN_IF_ERROR(peers[s.peer]->WaitSent(s.message).WithContext(me));
+    }
+    return Status::OK();
+  };
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const ProgramStep& s = p.steps[i];
     for (int b : layout_->zero_at[i]) std::memset(Buffer(b), 0, Bytes(p.buffers[b].box.volume()));
+    for (int r : layout_->expect_at[i]) {
+      const ProgramStep& recv = p.steps[r];
+      if (recv.peer >= 0 && recv.peer < static_cast<int>(peers.size()) && peers[recv.peer])
+        peers[recv.peer]->Expect(recv.message, base + layout_->step_offset[r], Bytes(recv.dst_box.volume()));
+    }
     switch (s.kind) {
       case StepKind::kSend: {
         Link* link = s.peer < static_cast<int>(peers.size()) ? peers[s.peer] : nullptr;
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
-        // The link takes the message's bytes (its framing owns them from here).
-        std::string bytes(Bytes(s.src_box.volume()), '\0');
-        ExtractBox(Buffer(s.src_buffer), p.buffers[s.src_buffer].shape(), s.src_box,
-                   reinterpret_cast<float*>(bytes.data()));
-        TS_RETURN_IF_ERROR(link->Send(s.message, std::move(bytes)));
+        // The link reads the message from the arena until wait_sent (ProgramStep::release_after).
+        char* from = base + layout_->step_offset[i];
+        if (!layout_->send_direct[i])
+          ExtractBox(Buffer(s.src_buffer), p.buffers[s.src_buffer].shape(), s.src_box, reinterpret_cast<float*>(from));
+        TS_RETURN_IF_ERROR(link->SendFrom(s.message, from, Bytes(s.src_box.volume())));
         break;
       }
       case StepKind::kRecv: {
         Link* link = s.peer < static_cast<int>(peers.size()) ? peers[s.peer] : nullptr;
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
-        TS_ASSIGN_OR_RETURN(std::string bytes, link->Recv(s.message, layout_->options.timeout));
-        // The receiver checks sizes against its program before accepting (ARCHITECTURE.md wire rules).
-        if (bytes.size() != Bytes(s.dst_box.volume()))
-          return Status::DataLoss(me + ": message " + std::to_string(s.message) + " from device " +
-                                  std::to_string(s.peer) + " has " + std::to_string(bytes.size()) +
-                                  " bytes, the program expects " + std::to_string(s.dst_box.volume() * 4));
-        InsertBox(reinterpret_cast<const float*>(bytes.data()), Buffer(s.dst_buffer), p.buffers[s.dst_buffer].shape(),
-                  s.dst_box);
+        // Into its place in the arena (the link checks its size against the program's).
+        char* landed = base + layout_->step_offset[i];
+        if (Status st = link->RecvInto(s.message, landed, Bytes(s.dst_box.volume()), layout_->options.timeout);
+            !st.ok())
+          return st.WithContext(me + ", message " + std::to_string(s.message) + " from device " +
+                                std::to_string(s.peer));
+        if (!layout_->recv_direct[i])
+          InsertBox(reinterpret_cast<const float*>(landed), Buffer(s.dst_buffer), p.buffers[s.dst_buffer].shape(),
+                    s.dst_box);
         break;
       }
       case StepKind::kCopy: {
@@ -287,7 +369,9 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         executors_[i]->RunInPlace(step_inputs_[i].data(), step_outputs_[i].data());
         break;
     }
+    TS_RETURN_IF_ERROR(wait_sent(i));
   }
+  TS_RETURN_IF_ERROR(wait_sent(p.steps.size()));
   outputs->clear();
   for (const auto& [value, buffer] : p.model_outputs) {
     TensorData t;

@@ -145,6 +145,14 @@ Status ValidateProgram(const DeviceProgram& p, int num_devices) {
         if (s.peer < 0 || (num_devices >= 0 && s.peer >= num_devices) || s.peer == p.device)
           return Status::InvalidArgument(Where(p.device, i, s) + " names peer " + std::to_string(s.peer) +
                                          ", which is not another device of the plan");
+        if (s.receive_from < 0 || s.receive_from > static_cast<int>(i) || (send && s.receive_from != 0))
+          return Status::InvalidArgument(Where(p.device, i, s) + " says its message arrives from step " +
+                                         std::to_string(s.receive_from) + " on; a Recv's is in [0, its own step]");
+        if (s.release_after < 0 || s.release_after > static_cast<int>(p.steps.size()) ||
+            (!send && s.release_after != 0))
+          return Status::InvalidArgument(Where(p.device, i, s) + " says its memory is free after step " +
+                                         std::to_string(s.release_after) + "; a Send's is at most the step count (" +
+                                         std::to_string(p.steps.size()) + ")");
         break;
       }
       case StepKind::kCopy:
@@ -220,6 +228,65 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
       return Status::InvalidArgument("device " + std::to_string(r.device) + " waits for message " +
                                      std::to_string(id) + " from device " + std::to_string(r.peer) +
                                      ", which never sends it");
+  return Status::OK();
+}
+
+Status SetMessageWindows(std::vector<DeviceProgram>* programs) {
+  // Vector clocks over the steps: clock[d][i][e] = the last step of device e
+  // that happens-before the end of step i on device d (-1: none). A Recv
+  // joins the clock of its Send. Devices advance in turn as far as their
+  // messages allow; the programs' consistent global order guarantees progress.
+  const int n = static_cast<int>(programs->size());
+  std::map<int64_t, std::pair<int, int>> send_of, recv_of;  // message -> (device, step)
+  for (int d = 0; d < n; ++d)
+    for (size_t i = 0; i < (*programs)[d].steps.size(); ++i) {
+      const ProgramStep& s = (*programs)[d].steps[i];
+      if (s.kind == StepKind::kSend) send_of[s.message] = {d, static_cast<int>(i)};
+      if (s.kind == StepKind::kRecv) recv_of[s.message] = {d, static_cast<int>(i)};
+    }
+  std::vector<std::vector<std::vector<int>>> clock(n);
+  std::vector<size_t> next(n, 0);
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (int d = 0; d < n; ++d) {
+      DeviceProgram& p = (*programs)[d];
+      while (next[d] < p.steps.size()) {
+        const size_t i = next[d];
+        ProgramStep& s = p.steps[i];
+        std::vector<int> c = i == 0 ? std::vector<int>(n, -1) : clock[d][i - 1];
+        c[d] = static_cast<int>(i);
+        if (s.kind == StepKind::kRecv) {
+          const auto it = send_of.find(s.message);
+          if (it == send_of.end()) return Status::Internal(Where(d, i, s) + " has no matching Send");
+          const auto [from, k] = it->second;
+          if (next[from] <= static_cast<size_t>(k)) break;  // the Send has not been reached yet
+          const std::vector<int>& sent = clock[from][k];
+          s.receive_from = sent[d] + 1;
+          for (int e = 0; e < n; ++e) c[e] = std::max(c[e], sent[e]);
+        }
+        clock[d].push_back(std::move(c));
+        ++next[d];
+        progressed = true;
+      }
+    }
+  }
+  for (int d = 0; d < n; ++d)
+    if (next[d] < (*programs)[d].steps.size())
+      return Status::Internal("device " + std::to_string(d) + " would wait forever at step " + std::to_string(next[d]) +
+                              " (the programs have no consistent order)");
+  for (int d = 0; d < n; ++d) {
+    DeviceProgram& p = (*programs)[d];
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      ProgramStep& s = p.steps[i];
+      if (s.kind != StepKind::kSend) continue;
+      const auto it = recv_of.find(s.message);
+      if (it == recv_of.end()) return Status::Internal(Where(d, i, s) + " has no matching Recv");
+      const auto [to, k] = it->second;
+      size_t j = i + 1;
+      while (j < p.steps.size() && clock[d][j][to] < k) ++j;
+      s.release_after = static_cast<int>(j);
+    }
+  }
   return Status::OK();
 }
 

@@ -60,6 +60,19 @@ struct ProgramStep {
   int subgraph = -1;
   std::vector<int> inputs, outputs;  // buffers, in the subgraph's input/output order
   int layer = 0;                      // 1-based graph layer this step serves (0: transfer)
+  // Recv only: the first of this device's steps during which the message can
+  // arrive (0: any time, even before the request starts here). Every step
+  // before it happens-before the peer's Send (SetMessageWindows), so the
+  // device arena gives the message its place from this step to the Recv
+  // step (METHODS §6 liveness) and the inbox writes its frames straight there.
+  int receive_from = 0;
+  // Send only: the first of this device's steps that happens-after the
+  // peer's Recv of the message (steps.size(): none does). Once it ran, the
+  // peer holds the message, so the memory the link sent it from may be
+  // reused: the arena keeps it from the Send to this step and the link reads
+  // the message from there, not from a copy. 0 (older programs) or anything
+  // not after the Send means steps.size().
+  int release_after = 0;
   int64_t bytes() const { return src_box.empty() ? dst_box.volume() * 4 : src_box.volume() * 4; }
 };
 
@@ -84,6 +97,16 @@ struct DeviceProgram {
 Status ValidatePrograms(const std::vector<DeviceProgram>& programs);
 // The checks of one program alone (no pairing); num_devices < 0: unknown.
 Status ValidateProgram(const DeviceProgram& program, int num_devices = -1);
+
+// Sets every Recv step's receive_from and every Send step's release_after
+// from the programs' happens-before order: the message of a Recv can arrive
+// once its sender ran the Send step, and every step of the receiver that
+// happens-before that Send (through earlier messages) has completed by then;
+// a sender's step that happens-after the peer's Recv runs only once the
+// message was received. REQUIRES: ValidatePrograms passed
+// and the programs cannot deadlock (a consistent global step order); fails
+// with Internal otherwise.
+Status SetMessageWindows(std::vector<DeviceProgram>* programs);
 
 }  // namespace tessera
 

@@ -183,6 +183,8 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
     for (int i : s.inputs) sm->add_inputs(i);
     for (int o : s.outputs) sm->add_outputs(o);
     sm->set_layer(s.layer);
+    sm->set_receive_from(s.receive_from);
+    sm->set_release_after(s.release_after);
   }
   for (const auto& [v, b] : p.model_inputs) {
     auto* io = m.add_model_inputs();
@@ -304,7 +306,7 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
   for (auto& gm : *m.mutable_subgraphs()) {
     TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin));
     p.subgraphs.push_back(std::move(g));
-    gm.Clear();
+    proto::GraphMsg().Swap(&gm);  // frees its bytes (Clear() would keep every constant's capacity)
   }
   const int nb = static_cast<int>(p.buffers.size());
   auto buffer_ok = [&](int b) { return b >= 0 && b < nb; };
@@ -321,6 +323,8 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
     s.inputs.assign(sm.inputs().begin(), sm.inputs().end());
     s.outputs.assign(sm.outputs().begin(), sm.outputs().end());
     s.layer = sm.layer();
+    s.receive_from = sm.receive_from();
+    s.release_after = sm.release_after();
     p.steps.push_back(std::move(s));
   }
   for (const auto& io : m.model_inputs()) {

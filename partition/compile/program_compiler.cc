@@ -151,6 +151,7 @@ class Compiler {
     out.programs = std::move(progs_);
     out.halo_mac_overhead = halo_;
     TS_RETURN_IF_ERROR(ValidatePrograms(out.programs).WithContext("compiled programs are inconsistent (a tessera bug)"));
+    TS_RETURN_IF_ERROR(SetMessageWindows(&out.programs));
     return out;
   }
 

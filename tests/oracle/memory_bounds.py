@@ -15,6 +15,19 @@ for d in j["device_memory"]:
     bad |= not ok
     print("%s %s: VmHWM %.1f MiB, promised %.1f MiB, bound %.1f MiB" % (
         "PASS" if ok else "FAIL", d["name"], d["peak_rss_bytes"] / MIB, d["promised_bytes"] / MIB, bound / MIB))
+    # Issue 11 item 1: a Linux worker's link reads every message it sends
+    # from the device arena (no copy); received bytes land there too (what
+    # the inbox held outside it is reported).
+    x = d.get("exchange", {})
+    if len(j["device_memory"]) > 1:
+        ok = x.get("sent_from_copy") == 0
+        bad |= not ok
+        print("%s %s: messages sent from the arena %s, from copies %s; received bytes held outside the arena at most "
+              "%.2f MiB" % ("PASS" if ok else "FAIL", d["name"], x.get("sent_from_arena"), x.get("sent_from_copy"),
+                            x.get("heap_peak_bytes", 0) / MIB))
+if len(j["device_memory"]) > 1 and sum(d.get("exchange", {}).get("sent_from_arena", 0) for d in j["device_memory"]) == 0:
+    bad = 1
+    print("FAIL: no worker reports a message sent from its arena (is /metrics read?)")
 run = j["run"]
 held = max(run["weight_bytes"] + run["arena_bytes"], run["load_peak_bytes"])
 bound = 1.15 * held + 40 * MIB

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+
 #include "transport/grpc/grpc_channel.h"
 #include "util/limits.h"
 
@@ -43,6 +45,14 @@ int64_t ExchangeInbox::Discard(uint32_t request, int from) {
       ++it;
     }
   }
+  for (auto it = sinks_.begin(); it != sinks_.end();) {
+    if (mine(it->first)) {
+      bytes += it->second.got;
+      it = sinks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   return bytes;
 }
 
@@ -71,6 +81,13 @@ int64_t ExchangeInbox::EarlyBytes() const {
         bytes += static_cast<int64_t>(it->second.bytes.size());
     }
   }
+  return bytes;
+}
+
+int64_t ExchangeInbox::HeapBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, message] : complete_) bytes += static_cast<int64_t>(message.size());
+  for (const auto& [key, part] : partial_) bytes += static_cast<int64_t>(part.bytes.size());
   return bytes;
 }
 
@@ -147,7 +164,20 @@ Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t
         held.emplace(request, now);
       }
     }
-    if (offset == 0 && size == total) {
+    if (auto sink = sinks_.find(key); sink != sinks_.end()) {
+      // Straight into the receiver's memory. A message sent again from its
+      // start (the sender reopened a broken stream) starts over.
+      Sink& k = sink->second;
+      if (offset == 0 && k.got < k.total) k.got = 0;
+      if (offset != k.got)
+        return refuse(
+            Status::DataLoss("frame of message " + std::to_string(message) + " from device " + std::to_string(from) +
+                             (k.got == k.total ? " arrived twice" : " arrived out of order")),
+            &dropped_.unexpected);
+      std::memcpy(k.dst + offset, data.data(), data.size());
+      k.got += size;
+      if (k.got < k.total) return Status::OK();
+    } else if (offset == 0 && size == total) {
       complete_[key] = data;
     } else {
       Partial& p = partial_[key];
@@ -160,10 +190,14 @@ Status ExchangeInbox::Deliver(int from, int64_t message, int64_t offset, int64_t
       }
       if (p.bytes.empty()) p.bytes.reserve(static_cast<size_t>(total));  // the program's size, checked above
       p.bytes += data;
-      if (static_cast<int64_t>(p.bytes.size()) < total) return Status::OK();
+      if (static_cast<int64_t>(p.bytes.size()) < total) {
+        heap_peak_bytes_ = std::max(heap_peak_bytes_, HeapBytes());
+        return Status::OK();
+      }
       complete_[key] = std::move(p.bytes);
       partial_.erase(key);
     }
+    heap_peak_bytes_ = std::max(heap_peak_bytes_, HeapBytes());
   }
   cv_.notify_all();
   return Status::OK();
@@ -178,26 +212,86 @@ ExchangeDropCounters ExchangeInbox::dropped() const {
   std::lock_guard<std::mutex> lock(mu_);
   ExchangeDropCounters c = dropped_;
   c.early_bytes_held = EarlyBytes();
+  c.heap_bytes = HeapBytes();
+  c.heap_peak_bytes = heap_peak_bytes_;
   return c;
+}
+
+Status ExchangeInbox::WaitFor(std::unique_lock<std::mutex>& lock, const Key& key, std::chrono::milliseconds timeout) {
+  const int64_t message = key.second;
+  const uint32_t request = static_cast<uint32_t>(message >> 32);
+  auto arrived = [&] {
+    if (complete_.count(key)) return true;
+    const auto sink = sinks_.find(key);
+    return sink != sinks_.end() && sink->second.got == sink->second.total;
+  };
+  if (!cv_.wait_for(lock, timeout, [&] { return arrived() || closed_ || aborted_.count(request) != 0; }))
+    return Status::DeadlineExceeded("message " + std::to_string(message & 0xffffffff) + " of request " +
+                                    std::to_string(message >> 32) + " from device " + std::to_string(key.first) +
+                                    " did not arrive within " + std::to_string(timeout.count()) + " ms");
+  if (arrived()) return Status::OK();
+  if (auto a = aborted_.find(request); a != aborted_.end()) return a->second;
+  return Status::Unavailable("exchange closed (program unloaded or worker stopping)");
 }
 
 Result<std::string> ExchangeInbox::Take(int from, int64_t message, std::chrono::milliseconds timeout) {
   const auto key = std::make_pair(from, message);
-  const uint32_t request = static_cast<uint32_t>(message >> 32);
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout,
-                    [&] { return complete_.count(key) != 0 || closed_ || aborted_.count(request) != 0; }))
-    return Status::DeadlineExceeded("message " + std::to_string(message & 0xffffffff) + " of request " +
-                                    std::to_string(message >> 32) + " from device " + std::to_string(from) +
-                                    " did not arrive within " + std::to_string(timeout.count()) + " ms");
+  TS_RETURN_IF_ERROR(WaitFor(lock, key, timeout));
   auto it = complete_.find(key);
-  if (it == complete_.end()) {
-    if (auto a = aborted_.find(request); a != aborted_.end()) return a->second;
-    return Status::Unavailable("exchange closed (program unloaded or worker stopping)");
-  }
+  if (it == complete_.end()) return Status::FailedPrecondition("message went to the memory Expect named: use TakeInto");
   std::string out = std::move(it->second);
   complete_.erase(it);
   return out;
+}
+
+void ExchangeInbox::Expect(int from, int64_t message, char* dst, int64_t bytes) {
+  const auto key = std::make_pair(from, message);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!running_.count(static_cast<uint32_t>(message >> 32))) return;  // finished: nothing may write there
+  Sink k{dst, bytes, 0};
+  if (auto it = complete_.find(key); it != complete_.end() && static_cast<int64_t>(it->second.size()) == bytes) {
+    std::memcpy(dst, it->second.data(), it->second.size());
+    k.got = bytes;
+    complete_.erase(it);
+  } else if (auto p = partial_.find(key); p != partial_.end() && p->second.total == bytes) {
+    std::memcpy(dst, p->second.bytes.data(), p->second.bytes.size());
+    k.got = static_cast<int64_t>(p->second.bytes.size());
+    partial_.erase(p);
+  }
+  sinks_[key] = k;
+}
+
+Status ExchangeInbox::TakeInto(int from, int64_t message, char* dst, int64_t bytes, std::chrono::milliseconds timeout) {
+  const auto key = std::make_pair(from, message);
+  std::unique_lock<std::mutex> lock(mu_);
+  TS_RETURN_IF_ERROR(WaitFor(lock, key, timeout));
+  if (auto sink = sinks_.find(key); sink != sinks_.end()) {
+    const Sink k = sink->second;
+    sinks_.erase(sink);
+    if (k.dst == dst && k.total == bytes) return Status::OK();
+    if (k.total != bytes)
+      return Status::DataLoss("message " + std::to_string(message & 0xffffffff) + " from device " +
+                              std::to_string(from) + " has " + std::to_string(k.total) +
+                              " bytes, the program expects " + std::to_string(bytes));
+    std::memmove(dst, k.dst, static_cast<size_t>(bytes));
+    return Status::OK();
+  }
+  auto it = complete_.find(key);
+  if (static_cast<int64_t>(it->second.size()) != bytes)
+    return Status::DataLoss("message " + std::to_string(message & 0xffffffff) + " from device " + std::to_string(from) +
+                            " has " + std::to_string(it->second.size()) + " bytes, the program expects " +
+                            std::to_string(bytes));
+  std::memcpy(dst, it->second.data(), static_cast<size_t>(bytes));
+  complete_.erase(it);
+  return Status::OK();
+}
+
+void ExchangeInbox::Forget(int from, uint32_t request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = sinks_.lower_bound({from, int64_t{request} << 32});
+       it != sinks_.end() && it->first.first == from && static_cast<uint32_t>(it->first.second >> 32) == request;)
+    it = sinks_.erase(it);
 }
 
 void ExchangeInbox::AbortRequest(uint32_t request, const Status& why) {
@@ -231,8 +325,10 @@ PeerSender::~PeerSender() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     queue_.clear();  // undelivered messages of a program being unloaded
+    borrowed_.clear();
   }
   cv_.notify_all();
+  sent_cv_.notify_all();
   {
     // Wakes a writer blocked opening a stream to a peer that is gone (gRPC
     // cancels a call whose context was cancelled before it started).
@@ -245,17 +341,81 @@ PeerSender::~PeerSender() {
 Status PeerSender::Send(int64_t message, std::string bytes) {
   payload_bytes_ += static_cast<int64_t>(bytes.size());
   ++messages_;
+  ++copied_messages_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Unavailable("link to device " + std::to_string(to_) + " is closed");
-    queue_.emplace_back(message, std::move(bytes));
+    Outgoing o;
+    o.message = message;
+    o.size = bytes.size();
+    o.owned = std::move(bytes);
+    queue_.push_back(std::move(o));
   }
   cv_.notify_all();
   return Status::OK();
 }
 
+Status PeerSender::SendBorrowed(int64_t message, const char* data, size_t size) {
+  payload_bytes_ += static_cast<int64_t>(size);
+  ++messages_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Unavailable("link to device " + std::to_string(to_) + " is closed");
+    Outgoing o;
+    o.message = message;
+    o.data = data;
+    o.size = size;
+    queue_.push_back(std::move(o));
+    borrowed_.insert(message);
+  }
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Status PeerSender::WaitSent(int64_t message, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (sent_cv_.wait_until(lock, deadline, [&] { return !borrowed_.count(message); })) return Status::OK();
+  return Status::DeadlineExceeded("message " + std::to_string(message & 0xffffffff) + " of request " +
+                                  std::to_string(message >> 32) + " to device " + std::to_string(to_) + " (" +
+                                  address_ + ") was not sent by the request's deadline");
+}
+
+void PeerSender::Release(int64_t message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    borrowed_.erase(message);
+  }
+  sent_cv_.notify_all();
+}
+
+void PeerSender::Drop(uint32_t request) {
+  auto mine = [request](int64_t message) {
+    return static_cast<uint32_t>(static_cast<uint64_t>(message) >> 32) == request;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->data && mine(it->message)) {
+        borrowed_.erase(it->message);
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // What can be left of the request is the message the writer took last
+  // (current_, set when it was taken): once marked abandoned under read_mu_
+  // the writer never reads it again.
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    if (current_ >= 0 && mine(current_)) abandoned_ = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = borrowed_.begin(); it != borrowed_.end();) it = mine(*it) ? borrowed_.erase(it) : std::next(it);
+}
+
 LinkCountersSnapshot PeerSender::counters() const {
-  return {from_, to_, payload_bytes_.load(), wire_bytes_.load(), messages_.load()};
+  return {from_, to_, payload_bytes_.load(), wire_bytes_.load(), messages_.load(), copied_messages_.load()};
 }
 
 bool PeerSender::OpenStream() {
@@ -291,18 +451,34 @@ void PeerSender::CloseStream() {
   context_.reset();
 }
 
-bool PeerSender::WriteMessage(int64_t message, const std::string& bytes) {
-  const int64_t total = static_cast<int64_t>(bytes.size());
+bool PeerSender::WriteMessage(const Outgoing& item, bool* released) {
+  const int64_t total = static_cast<int64_t>(item.size);
   int64_t offset = 0;
   do {
-    const size_t n = std::min(kChunkBytes, bytes.size() - static_cast<size_t>(offset));
+    const size_t n = std::min(kChunkBytes, item.size - static_cast<size_t>(offset));
+    const bool last = offset + static_cast<int64_t>(n) == total;
     proto::TensorFrame frame;
     frame.set_plan_id(plan_id_);
     frame.set_from_device(from_);
-    frame.set_message(message);
+    frame.set_message(item.message);
     frame.set_offset(offset);
     frame.set_total_bytes(total);
-    frame.set_data(bytes.substr(static_cast<size_t>(offset), n));
+    // The frame's own copy (the transport's framing). A borrowed message is
+    // read under read_mu_ unless its request dropped it, and given back
+    // once its last bytes are copied.
+    if (item.data) {
+      {
+        std::lock_guard<std::mutex> lock(read_mu_);
+        if (abandoned_) return true;  // its request ended (failed): nothing more of it goes out
+        frame.set_data(item.data + offset, n);
+      }
+      if (last) {
+        Release(item.message);
+        *released = true;
+      }
+    } else {
+      frame.set_data(item.owned.data() + offset, n);
+    }
     frame.set_seq(frame_seq_++);
     wire_bytes_ += static_cast<int64_t>(frame.ByteSizeLong());
     if (!stream_->Write(frame)) return false;
@@ -313,27 +489,34 @@ bool PeerSender::WriteMessage(int64_t message, const std::string& bytes) {
 
 void PeerSender::WriterLoop() {
   for (;;) {
-    std::pair<int64_t, std::string> item;
+    Outgoing item;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) break;  // stopping and drained
       item = std::move(queue_.front());
       queue_.pop_front();
+      std::lock_guard<std::mutex> read_lock(read_mu_);
+      current_ = item.data ? item.message : -1;
+      abandoned_ = false;
     }
     // A stream found broken (the peer restarted) is reopened and the
-    // message sent again from its start, once.
-    bool sent = false;
+    // message sent again from its start, once (a borrowed message only
+    // while its memory is still the link's).
+    bool sent = false, released = false;
     if (stream_ && stream_ended_) CloseStream();
-    for (int attempt = 0; attempt < 2 && !sent; ++attempt) {
+    for (int attempt = 0; attempt < 2 && !sent && !released; ++attempt) {
       if (!stream_ && !OpenStream()) break;
-      sent = WriteMessage(item.first, item.second);
+      sent = WriteMessage(item, &released);
       if (!sent) {
         spdlog::warn("exchange stream {} -> {} ({}) broke; reopening", from_, to_, address_);
         CloseStream();
       }
     }
-    if (!sent) spdlog::warn("message {} for device {} ({}) could not be sent", item.first, to_, address_);
+    if (!sent) spdlog::warn("message {} for device {} ({}) could not be sent", item.message, to_, address_);
+    if (item.data && !released) Release(item.message);
+    std::lock_guard<std::mutex> read_lock(read_mu_);
+    current_ = -1;
   }
   CloseStream();
 }
@@ -351,6 +534,35 @@ Result<std::string> GrpcLink::Recv(int64_t message, std::chrono::milliseconds ti
   TS_ASSIGN_OR_RETURN(int64_t id, ComposeMessageId(request_, message));
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
   return inbox_->Take(peer_, id, std::max(std::chrono::milliseconds(0), std::min(timeout, left)));
+}
+
+void GrpcLink::Expect(int64_t message, void* dst, size_t bytes) {
+  const auto id = ComposeMessageId(request_, message);
+  if (id.ok()) inbox_->Expect(peer_, *id, static_cast<char*>(dst), static_cast<int64_t>(bytes));
+}
+
+Status GrpcLink::RecvInto(int64_t message, void* dst, size_t bytes, std::chrono::milliseconds timeout) {
+  TS_ASSIGN_OR_RETURN(int64_t id, ComposeMessageId(request_, message));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+  return inbox_->TakeInto(peer_, id, static_cast<char*>(dst), static_cast<int64_t>(bytes),
+                          std::max(std::chrono::milliseconds(0), std::min(timeout, left)));
+}
+
+Status GrpcLink::SendFrom(int64_t message, const void* data, size_t bytes) {
+  if (!sender_) return Status::FailedPrecondition("no exchange stream to device " + std::to_string(peer_));
+  TS_ASSIGN_OR_RETURN(int64_t id, ComposeMessageId(request_, message));
+  bytes_sent_ += static_cast<int64_t>(bytes);
+  return sender_->SendBorrowed(id, static_cast<const char*>(data), bytes);
+}
+
+Status GrpcLink::WaitSent(int64_t message) {
+  TS_ASSIGN_OR_RETURN(int64_t id, ComposeMessageId(request_, message));
+  return sender_ ? sender_->WaitSent(id, deadline_) : Status::OK();
+}
+
+void GrpcLink::Detach() {
+  inbox_->Forget(peer_, request_);
+  if (sender_) sender_->Drop(request_);
 }
 
 std::string GrpcLink::description() const {

@@ -37,6 +37,9 @@ struct ExchangeDropCounters {
   int64_t early_over_limit = 0;   // for requests not started here, beyond the cap or held too long
   int64_t early_bytes_held = 0;   // bytes held now for requests not started here
   int64_t wrong_sender = 0;       // from a peer that is not the plan's sender of the message
+  // Not drops: received bytes held outside the receiver's memory (frames
+  // before Expect named their place), now and at most.
+  int64_t heap_bytes = 0, heap_peak_bytes = 0;
 };
 
 // Messages arriving from peers, by (sending device, request-scoped id).
@@ -72,6 +75,17 @@ class ExchangeInbox {
   // sender is not the one the plan names (worker.cc checks the peer).
   void CountWrongSender(int64_t bytes);
   Result<std::string> Take(int from, int64_t message, std::chrono::milliseconds timeout);
+  // Names where `message` from `from` goes (`bytes` long, the program's
+  // size): what arrived of it so far is copied there and freed, later frames
+  // are written there directly. REQUIRES: the request runs here.
+  void Expect(int from, int64_t message, char* dst, int64_t bytes);
+  // Waits for the message as Take does and puts it into `dst` (the memory
+  // Expect named: nothing to copy). DataLoss when it is not `bytes` long.
+  Status TakeInto(int from, int64_t message, char* dst, int64_t bytes, std::chrono::milliseconds timeout);
+  // Forgets every destination Expect named for `request` from `from`: after
+  // it returns, no frame is written there (later frames are held, then
+  // dropped when the request finishes).
+  void Forget(int from, uint32_t request);
   // Fails every present and future Take of `request` with `why` (a device of
   // the request failed: waiting for its messages is pointless).
   void AbortRequest(uint32_t request, const Status& why);
@@ -84,6 +98,16 @@ class ExchangeInbox {
     std::string bytes;
     int64_t total = 0;
   };
+  // A message that goes straight to its receiver's memory (Expect).
+  struct Sink {
+    char* dst = nullptr;
+    int64_t total = 0;
+    int64_t got = 0;  // bytes written, in order from offset 0
+  };
+  // Waits until `key` is complete (in complete_ or a full sink), its request
+  // aborted, or the inbox closed; the reason it stopped otherwise. REQUIRES: lock holds mu_.
+  Status WaitFor(std::unique_lock<std::mutex>& lock, const std::pair<int, int64_t>& key,
+                 std::chrono::milliseconds timeout);
   using Key = std::pair<int, int64_t>;  // (from, request-scoped message id)
   // Counts a dropped frame of `bytes` bytes in `*reason`. REQUIRES: mu_ held.
   void CountDrop(int64_t bytes, int64_t* reason);
@@ -93,12 +117,14 @@ class ExchangeInbox {
   // Drops early requests held longer than kEarlyExchangeHoldMs. REQUIRES: mu_ held.
   void ExpireEarly(std::chrono::steady_clock::time_point now);
   int64_t EarlyBytes() const;  // REQUIRES: mu_ held
+  int64_t HeapBytes() const;   // bytes in complete_ and partial_; REQUIRES: mu_ held
 
   const std::map<std::pair<int, int64_t>, int64_t> expected_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::string> complete_;                        // GUARDED_BY(mu_)
   std::map<Key, Partial> partial_;                             // GUARDED_BY(mu_)
+  std::map<Key, Sink> sinks_;                                  // GUARDED_BY(mu_)
   std::map<uint32_t, Status> aborted_;                         // GUARDED_BY(mu_)
   std::set<uint32_t> running_;                                 // GUARDED_BY(mu_)
   std::set<uint32_t> finished_;                                // GUARDED_BY(mu_)
@@ -106,12 +132,14 @@ class ExchangeInbox {
   // Requests not started here that a device sent frames for: when first seen.
   std::map<int, std::map<uint32_t, std::chrono::steady_clock::time_point>> early_;  // GUARDED_BY(mu_)
   ExchangeDropCounters dropped_;                               // GUARDED_BY(mu_)
+  int64_t heap_peak_bytes_ = 0;                                // GUARDED_BY(mu_)
   bool closed_ = false;                                        // GUARDED_BY(mu_)
 };
 
 struct LinkCountersSnapshot {
   int from = 0, to = 0;
   int64_t payload_bytes = 0, wire_bytes = 0, messages = 0;
+  int64_t copied_messages = 0;  // sent from a copy (Send), not from the sender's memory (SendBorrowed)
 };
 
 // The outgoing side of one (this device -> peer) exchange stream. Send
@@ -126,13 +154,33 @@ class PeerSender {
   PeerSender& operator=(const PeerSender&) = delete;
 
   Status Send(int64_t message, std::string bytes);
+  // Sends `size` bytes at `data` without copying them first: they must stay
+  // unchanged until WaitSent(message) or Drop() of its request returns.
+  Status SendBorrowed(int64_t message, const char* data, size_t size);
+  // Waits until the writer no longer reads a borrowed message (its last
+  // bytes are in a frame, or it was given up); DeadlineExceeded at `deadline`.
+  Status WaitSent(int64_t message, std::chrono::steady_clock::time_point deadline);
+  // Drops the borrowed messages of `request` not yet written and stops the
+  // one being written (after the frame being cut): afterwards nothing of the
+  // request is read. Returns at once, whatever state the stream is in.
+  void Drop(uint32_t request);
   LinkCountersSnapshot counters() const;
   const std::string& address() const { return address_; }
 
  private:
   void WriterLoop();
   bool OpenStream();
-  bool WriteMessage(int64_t message, const std::string& bytes);
+  // A queued message: its own bytes, or borrowed ones (data != nullptr).
+  struct Outgoing {
+    int64_t message = 0;
+    std::string owned;
+    const char* data = nullptr;
+    size_t size = 0;
+  };
+  // Writes one message in frames; *released once a borrowed message's
+  // memory was given back (Release). False when the stream broke.
+  bool WriteMessage(const Outgoing& item, bool* released);
+  void Release(int64_t message);  // a borrowed message is no longer read
   void CloseStream();
 
   const std::string plan_id_;
@@ -142,7 +190,15 @@ class PeerSender {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<int64_t, std::string>> queue_;  // GUARDED_BY(mu_)
+  std::deque<Outgoing> queue_;       // GUARDED_BY(mu_)
+  std::set<int64_t> borrowed_;       // GUARDED_BY(mu_): borrowed, queued or being written
+  std::condition_variable sent_cv_;  // borrowed_ shrank
+  // The borrowed message the writer took last (-1: none) and whether its
+  // request dropped it; the writer copies borrowed bytes only under read_mu_.
+  // Lock order: mu_ before read_mu_.
+  std::mutex read_mu_;
+  int64_t current_ = -1;                                // GUARDED_BY(read_mu_)
+  bool abandoned_ = false;                              // GUARDED_BY(read_mu_)
   bool stopping_ = false;                               // GUARDED_BY(mu_)
 
   // Writer-thread state. context_ is also read (TryCancel) by the
@@ -155,7 +211,7 @@ class PeerSender {
   int64_t frame_seq_ = 0;
   std::atomic<bool> stream_ended_{false};
 
-  std::atomic<int64_t> payload_bytes_{0}, wire_bytes_{0}, messages_{0};
+  std::atomic<int64_t> payload_bytes_{0}, wire_bytes_{0}, messages_{0}, copied_messages_{0};
   std::thread writer_;
 };
 
@@ -168,6 +224,11 @@ class GrpcLink final : public Link {
       : sender_(sender), inbox_(inbox), peer_(peer), request_(request), deadline_(deadline) {}
   Status Send(int64_t message, std::string bytes) override;
   Result<std::string> Recv(int64_t message, std::chrono::milliseconds timeout) override;
+  Status SendFrom(int64_t message, const void* data, size_t bytes) override;
+  Status WaitSent(int64_t message) override;
+  void Expect(int64_t message, void* dst, size_t bytes) override;
+  Status RecvInto(int64_t message, void* dst, size_t bytes, std::chrono::milliseconds timeout) override;
+  void Detach() override;
   int64_t bytes_sent() const override { return bytes_sent_; }
   std::string description() const override;
 

@@ -72,6 +72,61 @@ TEST_CASE("programs whose sends and receives do not pair up are rejected naming 
   CHECK(ValidatePrograms(p).ok());
 }
 
+namespace {
+ProgramStep Transfer(StepKind kind, int peer, int64_t message, int buffer) {
+  ProgramStep s;
+  s.kind = kind;
+  s.peer = peer;
+  s.message = message;
+  (kind == StepKind::kSend ? s.src_buffer : s.dst_buffer) = buffer;
+  (kind == StepKind::kSend ? s.src_box : s.dst_box) = Box::Full({4});
+  return s;
+}
+}  // namespace
+
+TEST_CASE("a Recv's message can arrive only after the receiver's steps that happen-before its Send") {
+  // Device 0: send 1 to d1, send 2 to d2, recv 3 from d1, recv 4 from d2, recv 5 from d2.
+  // Device 1: recv 1, send 3.   Device 2: send 5 (depends on nothing), recv 2, send 4.
+  std::vector<DeviceProgram> p(3);
+  std::vector<int> b(3);
+  for (int d = 0; d < 3; ++d) p[d].device = d, b[d] = p[d].AddBuffer(0, Box::Full({4}), "x");
+  p[0].steps = {Transfer(StepKind::kSend, 1, 1, b[0]), Transfer(StepKind::kSend, 2, 2, b[0]),
+                Transfer(StepKind::kRecv, 1, 3, b[0]), Transfer(StepKind::kRecv, 2, 4, b[0]),
+                Transfer(StepKind::kRecv, 2, 5, b[0])};
+  p[1].steps = {Transfer(StepKind::kRecv, 0, 1, b[1]), Transfer(StepKind::kSend, 0, 3, b[1])};
+  p[2].steps = {Transfer(StepKind::kSend, 0, 5, b[2]), Transfer(StepKind::kRecv, 0, 2, b[2]),
+                Transfer(StepKind::kSend, 0, 4, b[2])};
+  REQUIRE(ValidatePrograms(p).ok());
+  REQUIRE(SetMessageWindows(&p).ok());
+  CHECK(p[0].steps[2].receive_from == 1);  // d1 answers message 1, sent at d0's step 0
+  CHECK(p[0].steps[3].receive_from == 2);  // d2's message 4 follows message 2 (step 1)
+  CHECK(p[0].steps[4].receive_from == 0);  // message 5 needs nothing from d0: any time
+  CHECK(p[1].steps[0].receive_from == 0);
+  CHECK(p[2].steps[1].receive_from == 0);
+  // A Send's memory is free once a later step of its device depends on the peer's Recv.
+  CHECK(p[0].steps[0].release_after == 2);  // message 3 answers message 1
+  CHECK(p[0].steps[1].release_after == 3);  // message 4 follows message 2's Recv
+  CHECK(p[1].steps[1].release_after == 2);  // nothing comes back: the request's end
+  CHECK(p[2].steps[0].release_after == 3);
+  CHECK(p[2].steps[2].release_after == 3);
+  CHECK(ValidatePrograms(p).ok());
+  // A receive window beyond its own step is refused (a program from the wire).
+  p[0].steps[2].receive_from = 3;
+  CHECK(ValidateProgram(p[0], 3).message().find("arrives from step 3") != std::string::npos);
+  p[0].steps[2].receive_from = 1;
+  p[0].steps[0].release_after = 6;
+  CHECK(ValidateProgram(p[0], 3).message().find("free after step 6") != std::string::npos);
+  // Two devices that each wait for the other first can never run.
+  std::vector<DeviceProgram> stuck(2);
+  for (int d = 0; d < 2; ++d) stuck[d].device = d, stuck[d].AddBuffer(0, Box::Full({4}), "x");
+  stuck[0].steps = {Transfer(StepKind::kRecv, 1, 1, 0), Transfer(StepKind::kSend, 1, 2, 0)};
+  stuck[1].steps = {Transfer(StepKind::kRecv, 0, 2, 0), Transfer(StepKind::kSend, 0, 1, 0)};
+  REQUIRE(ValidatePrograms(stuck).ok());
+  const Status st = SetMessageWindows(&stuck);
+  CHECK(st.code() == StatusCode::kInternal);
+  CHECK(st.message().find("would wait forever") != std::string::npos);
+}
+
 #include "partition/compile/program_codec.h"
 
 TEST_CASE("device programs survive serialisation, and corrupted bytes are refused") {
