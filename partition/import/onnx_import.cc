@@ -236,6 +236,10 @@ class OnnxModelImporter {
   bool IsConst(const std::string& name) const;
   // A constant whose values the shapes-only reader left out (dims only).
   bool IsShapeOnly(const std::string& name) const { return dropped_.count(name) != 0; }
+  // A weight matrix as float32, read straight from its initializer (not
+  // through Const()'s doubles: a classifier's weights would be held three
+  // times while importing, issue 11). REQUIRES: IsConst(name), values present.
+  Result<std::vector<float>> WeightFloats(const std::string& name);
   // Dims of a constant (with or without values). REQUIRES: IsConst(name).
   Shape ConstDims(const std::string& name) const;
   // Folds a node with a shape-only constant input into shape-only outputs
@@ -692,6 +696,18 @@ Result<const ConstTensor*> OnnxModelImporter::Const(const std::string& name) {
   if (!read.ok()) return read.status().WithContext(origin_ + ": ");
   auto [pos, inserted] = const_cache_.emplace(name, std::move(read).value());
   return &pos->second;
+}
+
+Result<std::vector<float>> OnnxModelImporter::WeightFloats(const std::string& name) {
+  if (auto it = const_cache_.find(name); it != const_cache_.end()) {  // a folded constant
+    const ConstTensor& c = it->second;
+    return std::vector<float>(c.data.begin(), c.data.end());
+  }
+  auto it = initializer_index_.find(name);
+  if (it == initializer_index_.end()) return Status::Internal(origin_ + ": '" + name + "' is not a constant");
+  auto values = onnx_import::ReadFloats(model_.graph().initializer(it->second));
+  if (!values.ok()) return values.status().WithContext(origin_ + ": ");
+  return values;
 }
 
 Shape OnnxModelImporter::ConstDims(const std::string& name) const {
@@ -1194,11 +1210,11 @@ Status OnnxModelImporter::TranslateGemm(const onnx::NodeProto& node, const std::
   TensorData w;
   w.shape = {n_out, k};
   if (!IsShapeOnly(node.input(1))) {
-    TS_ASSIGN_OR_RETURN(const ConstTensor* b, Const(node.input(1)));
+    TS_ASSIGN_OR_RETURN(std::vector<float> b, WeightFloats(node.input(1)));
     w.values.resize(static_cast<size_t>(n_out * k));
     for (int64_t o = 0; o < n_out; ++o)
       for (int64_t i = 0; i < k; ++i)
-        w.values[o * k + i] = static_cast<float>(alpha * (trans_b ? b->data[o * k + i] : b->data[i * n_out + o]));
+        w.values[o * k + i] = static_cast<float>(alpha * (trans_b ? b[o * k + i] : b[i * n_out + o]));
   }
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
   if (trans_a) {
@@ -1287,10 +1303,10 @@ Status OnnxModelImporter::TranslateMatMul(const onnx::NodeProto& node, const std
   TensorData w;
   w.shape = {n_out, k};
   if (!IsShapeOnly(node.input(1))) {
-    TS_ASSIGN_OR_RETURN(const ConstTensor* b, Const(node.input(1)));
+    TS_ASSIGN_OR_RETURN(std::vector<float> b, WeightFloats(node.input(1)));
     w.values.resize(static_cast<size_t>(n_out * k));
     for (int64_t o = 0; o < n_out; ++o)
-      for (int64_t i = 0; i < k; ++i) w.values[o * k + i] = static_cast<float>(b->data[i * n_out + o]);
+      for (int64_t i = 0; i < k; ++i) w.values[o * k + i] = b[i * n_out + o];
   }
   const int w_id = graph_.AddConstant(name + "/W", std::move(w));
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
@@ -1916,8 +1932,13 @@ Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStrea
     }
   }
   TS_RETURN_IF_ERROR(BuildGraph());
-  // The Graph holds its own copy of every weight now; free the protobuf's.
-  model_.Clear();
+  // The Graph holds its own copy of every weight now; free the protobuf's
+  // (Clear() would keep every cleared string's capacity: `tessera run`
+  // held the model file's weights twice more through the folds below).
+  {
+    onnx::ModelProto released;
+    model_.Swap(&released);
+  }
   const_cache_.clear();
   std::vector<std::pair<std::string, std::string>> folded;
   // Exporters' spelled-out GELU and LayerNorm become one node each (before
