@@ -121,7 +121,7 @@ struct ServedCluster {
   // (DeviceMemory::total_bytes - baseline_bytes), that baseline, and the
   // device's ram: (INT64_MAX = none given). A rejoin keeps the old plan
   // beside the new one only where both fit (Gateway::Rejoin).
-  std::vector<int64_t> plan_bytes, baseline_bytes, ram_bytes;
+  std::vector<int64_t> plan_bytes{}, baseline_bytes{}, ram_bytes{};
 };
 
 // Failover: re-plans for the workers that still answer and deploys the new

@@ -153,47 +153,50 @@ std::shared_ptr<WorkerService::Loaded> WorkerService::Find(const std::string& pl
   return nullptr;
 }
 
+std::vector<std::shared_ptr<WorkerService::Loaded>> WorkerService::TakeAllBut(const std::string& keep_plan_id,
+                                                                              const Loaded* except) {
+  std::vector<std::shared_ptr<Loaded>> taken;
+  for (std::shared_ptr<Loaded>* slot : {&loaded_, &kept_}) {
+    if (!*slot || slot->get() == except) continue;
+    if (!keep_plan_id.empty() && (*slot)->header.plan_id() == keep_plan_id) continue;
+    taken.push_back(std::exchange(*slot, nullptr));
+  }
+  return taken;
+}
+
+void WorkerService::Retire(const std::vector<std::shared_ptr<Loaded>>& programs) {
+  // Requests still running them wait for messages that will not come (their
+  // peers run another program): woken now. Their memory goes with the last
+  // request (destruction stops their exchange streams, outside mu_, so
+  // Health and Status keep answering meanwhile).
+  for (const auto& program : programs) program->inbox->Close();
+}
+
 void WorkerService::Adopt(std::shared_ptr<Loaded> next, const std::string& keep_plan_id) {
   std::vector<std::shared_ptr<Loaded>> released;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::shared_ptr<Loaded> keep;
-    for (std::shared_ptr<Loaded>* slot : {&loaded_, &kept_}) {
-      if (!*slot || *slot == next) continue;
-      // The MCU holds one program: a bridge keeps nothing beside it.
-      if (!bridge_ && !keep && !keep_plan_id.empty() && (*slot)->header.plan_id() == keep_plan_id &&
-          keep_plan_id != next->header.plan_id())
-        keep = *slot;
-      else
-        released.push_back(*slot);
-    }
+    // The MCU holds one program: a bridge keeps nothing beside it.
+    const bool keep = !bridge_ && keep_plan_id != next->header.plan_id();
+    released = TakeAllBut(keep ? keep_plan_id : std::string(), next.get());
+    std::shared_ptr<Loaded> kept = loaded_ && loaded_ != next ? loaded_ : kept_ != next ? kept_ : nullptr;
     loaded_ = std::move(next);
-    kept_ = std::move(keep);
+    kept_ = std::move(kept);
   }
-  // Released outside the lock: destruction stops the program's exchange
-  // streams (PeerSender), which may take a moment, and Health and Status
-  // must keep answering meanwhile. Requests still running it wait for
-  // messages that will not come (its peers run another program): woken now.
-  for (const auto& program : released) program->inbox->Close();
+  Retire(released);
 }
 
 void WorkerService::Release(const std::string& keep_plan_id, const std::string& next_plan_id) {
   std::vector<std::shared_ptr<Loaded>> released;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (std::shared_ptr<Loaded>* slot : {&loaded_, &kept_}) {
-      if (!*slot || (!keep_plan_id.empty() && (*slot)->header.plan_id() == keep_plan_id)) continue;
-      released.push_back(std::exchange(*slot, nullptr));
-    }
+    released = TakeAllBut(keep_plan_id, nullptr);
     if (!loaded_) loaded_ = std::exchange(kept_, nullptr);  // a kept plan still serves
   }
-  for (const auto& program : released) {
+  for (const auto& program : released)
     spdlog::warn("worker {}: plan {} released before loading plan {} (one plan's memory at a time)", options_.name,
                  program->header.plan_id(), next_plan_id);
-    // Requests still running it fail now instead of waiting for messages
-    // from peers that load the new plan; its memory goes with the last one.
-    program->inbox->Close();
-  }
+  Retire(released);
 }
 
 std::string WorkerService::Describe() const {

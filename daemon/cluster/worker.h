@@ -104,6 +104,11 @@ class WorkerService final : public proto::Worker::Service {
   // current or the kept one, another plan than next's) stays loaded beside
   // it; any other is released (its requests still waiting are woken).
   void Adopt(std::shared_ptr<Loaded> next, const std::string& keep_plan_id);
+  // Takes every held program but keep_plan_id's (none when empty) and
+  // `except` out of loaded_/kept_. REQUIRES: mu_ held.
+  std::vector<std::shared_ptr<Loaded>> TakeAllBut(const std::string& keep_plan_id, const Loaded* except);
+  // Wakes the requests still running released programs (their inboxes close).
+  static void Retire(const std::vector<std::shared_ptr<Loaded>>& programs);
   Status RunRequest(Loaded& loaded, const proto::RunRequest& request, proto::RunReply* reply);
   // Bridge mode: one request relayed between the peers and the MCU.
   Status RelayToMcu(Loaded& loaded, const proto::RunRequest& request,

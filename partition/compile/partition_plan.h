@@ -41,7 +41,7 @@ struct PartitionPlan {
   // raw bytes), every conv on packed im2col/pointwise weights at their raw
   // size. Chosen by the planner for a device that does not fit its RAM
   // otherwise (daemon/cluster/plan_fit.h); slower on those layers.
-  std::set<int> compact_weights;
+  std::set<int> compact_weights{};
 };
 
 // Every layer WHOLE on `device`: the trivial plan (a one-device run).
