@@ -127,7 +127,7 @@ TEST_CASE("placement: latency on heterogeneous devices with flash limits", "[pla
   CHECK(auto_pick->solver.name == "bnb");
 }
 
-TEST_CASE("placement: exhaustive, B&B and DP agree; bisection is never better", "[planner][placement]") {
+TEST_CASE("placement: exhaustive, B&B and DP agree and bisection is never better", "[planner][placement]") {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 30; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 6);

@@ -24,7 +24,7 @@ fs::path WriteTokenFile(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("gateway tokens: one per line, comments and blanks ignored; an empty or unreadable file is refused",
+TEST_CASE("gateway tokens: one per line, comments and blanks ignored, an empty or unreadable file is refused",
           "[gateway][tokens]") {
   const fs::path good = WriteTokenFile("tokens-good", "# ops\n\n  alpha \r\nbeta\n");
   auto tokens = GatewayTokens::Load(good.string());

@@ -109,9 +109,10 @@ std::shared_ptr<grpc::Channel> Channel(const std::string& address, const Transpo
 
 }  // namespace
 
-TEST_CASE("worker: frames injected for guessed future request ids never change an answer; wrong senders are "
-          "counted (issue 14)",
-          "[cluster][identity]") {
+TEST_CASE(
+    "worker: frames injected for guessed future request ids never change an answer and wrong senders are "
+    "counted (issue 14)",
+    "[cluster][identity]") {
   TwoWorkerClusterOptions o;
   o.input_shape = {1, 3, 160, 160};
   TwoWorkerCluster c("peer-identity-plain", o);

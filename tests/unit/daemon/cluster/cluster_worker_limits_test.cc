@@ -172,7 +172,7 @@ Graph DenseChain(int layers, int64_t n) {
 
 }  // namespace
 
-TEST_CASE("worker: LoadProgram streams the program to --data-dir; its peak grows by about the program, not twice",
+TEST_CASE("worker: LoadProgram streams the program to --data-dir and its peak grows by about the program, not twice",
           "[cluster][limits][memory]") {
   // Issue 11 item 2: deploy streams a program chunk by chunk to --data-dir
   // and the worker decodes it once. Bound checked: VmHWM after the load ≤

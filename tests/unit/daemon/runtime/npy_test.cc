@@ -34,7 +34,7 @@ TEST_CASE("bad npy input gives an error naming the file, never a crash") {
   CHECK(ReadNpy("/nonexistent/x.npy").status().IsNotFound());
 }
 
-TEST_CASE("seeded inputs are reproducible and in [-1, 1)") {
+TEST_CASE("seeded inputs are reproducible and lie from -1 up to 1 (excluded)") {
   auto a = SeededInput({1000}, 42), b = SeededInput({1000}, 42), c = SeededInput({1000}, 43);
   CHECK(a.values == b.values);
   CHECK(a.values != c.values);

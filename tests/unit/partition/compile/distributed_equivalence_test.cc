@@ -473,7 +473,7 @@ int LayerOf(const Graph& g, const std::string& op, int nth = 0) {
 
 }  // namespace
 
-TEST_CASE("an SE gate's multiply runs inside an FFMT stack; every tile reads the whole gate") {
+TEST_CASE("an SE gate's multiply runs inside an FFMT stack and every tile reads the whole gate") {
   const Graph g = SqueezeExcite();
   const int mul = LayerOf(g, "Mul");
   REQUIRE(CheckTileable(g, mul).ok());

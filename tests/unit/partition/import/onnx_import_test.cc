@@ -392,7 +392,7 @@ TEST_CASE("onnx: standalone Clip, Pad and Resize take their inputs as attributes
   for (const Node& n : g->nodes) CHECK(n.inputs.size() == 1);
 }
 
-TEST_CASE("onnx: Softmax before opset 13 coerces to 2-D; from 13 it is one axis", "[onnx]") {
+TEST_CASE("onnx: Softmax before opset 13 coerces to 2-D, from 13 it is one axis", "[onnx]") {
   for (int64_t opset : {11, 13}) {
     OnnxModelBuilder b(opset);
     b.Input("x", {2, 3, 4});
@@ -674,7 +674,7 @@ OnnxModelBuilder SmallCnn() {
 
 }  // namespace
 
-TEST_CASE("onnx shapes only: large float weights keep their shapes and lose their values; the graph is the same",
+TEST_CASE("onnx shapes only: large float weights keep their shapes and lose their values and the graph is the same",
           "[onnx]") {
   const OnnxModelBuilder b = SmallCnn();
   auto full = Import(b);
