@@ -171,9 +171,10 @@ class ConvKernel final : public Kernel {
   // Packed (im2col, pointwise) and Winograd-transformed weights replace the
   // graph's: Eval reads them only on the unpacked and depthwise paths.
   bool ReadsConstantInEval(int input) const override { return input != 1 || !repacks_weights_; }
-  // Winograd: U = G g Gᵀ is built whole (wino_u_) before it is packed.
+  // Winograd: U = G g Gᵀ is built four of its 16 planes at a time (one row
+  // of the 4x4 tile), each packed before the next four are built.
   size_t PrepareTransientBytes() const override {
-    return strategy_ == kWinograd ? static_cast<size_t>(16 * o_ * c_) * sizeof(float) : 0;
+    return strategy_ == kWinograd ? static_cast<size_t>(4 * o_ * c_) * sizeof(float) : 0;
   }
   size_t OwnedWeightBytes() const override {
     size_t n = shapes_only_owned_bytes_;
@@ -206,26 +207,39 @@ class ConvKernel final : public Kernel {
   // i.e. 16 GEMMs M_ξ[O, tiles] = U_ξ[O, C] · V_ξ[C, tiles], one per position
   // ξ of the 4x4 transformed tile — 2.25x fewer multiplies than im2col.
   // U = G g Gᵀ is computed once here from the constant weights.
+  // Built one row i of the 4x4 tile at a time (planes 4i..4i+3), each
+  // packed before the next: a quarter of U is held at once while loading
+  // (issue 11: the whole U of YOLOv2's 1024x1024 3x3 conv was 64 MiB on top
+  // of its raw and packed forms). Same arithmetic as building U whole.
   void PrepareWinograd(const float* weights) {
-    wino_u_.assign(static_cast<size_t>(16 * o_ * c_), 0.f);
-    for (int64_t o = 0; o < o_; ++o)
-      for (int64_t c = 0; c < c_; ++c) {
-        const float* g = weights + (o * c_ + c) * 9;
-        float t[4][3];  // G g
-        for (int j = 0; j < 3; ++j) {
-          t[0][j] = g[j];
-          t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-          t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
-          t[3][j] = g[6 + j];
-        }
-        for (int i = 0; i < 4; ++i) {
-          const float u[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
-                              t[i][2]};
-          for (int j = 0; j < 4; ++j) wino_u_[((i * 4 + j) * o_ + o) * c_ + c] = u[j];
-        }
-      }
+    wino_u_.assign(static_cast<size_t>(4 * o_ * c_), 0.f);
     wino_packed_.resize(16);
-    for (int xi = 0; xi < 16; ++xi) wino_packed_[xi].Pack(wino_u_.data() + xi * o_ * c_, o_, c_, c_);
+    for (int i = 0; i < 4; ++i) {
+      for (int64_t o = 0; o < o_; ++o)
+        for (int64_t c = 0; c < c_; ++c) {
+          const float* g = weights + (o * c_ + c) * 9;
+          float t[3];  // row i of G g
+          for (int j = 0; j < 3; ++j) {
+            switch (i) {
+              case 0:
+                t[j] = g[j];
+                break;
+              case 1:
+                t[j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+                break;
+              case 2:
+                t[j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+                break;
+              default:
+                t[j] = g[6 + j];
+                break;
+            }
+          }
+          const float u[4] = {t[0], 0.5f * (t[0] + t[1] + t[2]), 0.5f * (t[0] - t[1] + t[2]), t[2]};
+          for (int j = 0; j < 4; ++j) wino_u_[(j * o_ + o) * c_ + c] = u[j];
+        }
+      for (int j = 0; j < 4; ++j) wino_packed_[i * 4 + j].Pack(wino_u_.data() + j * o_ * c_, o_, c_, c_);
+    }
     wino_u_.clear();
     wino_u_.shrink_to_fit();
   }
