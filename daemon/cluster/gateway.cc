@@ -491,10 +491,13 @@ Status Gateway::Rejoin(const std::shared_ptr<const Serving>& seen, const std::ve
   // until the old one retires: only where that fits their ram: (issue 11,
   // the promise is what runs). Elsewhere the swap drains instead.
   std::vector<std::string> tight;
-  for (size_t d = 0; d < next.workers.size() && d < next.plan_bytes.size(); ++d)
-    for (size_t o = 0; o < seen->cluster.workers.size() && o < seen->cluster.plan_bytes.size(); ++o) {
+  // Both at the gateway's requests in flight: the old plan keeps serving
+  // while the new one loads and takes over.
+  const int k = options_.max_in_flight;
+  for (size_t d = 0; d < next.workers.size() && d < next.weight_bytes.size(); ++d)
+    for (size_t o = 0; o < seen->cluster.workers.size() && o < seen->cluster.weight_bytes.size(); ++o) {
       if (seen->cluster.workers[o].name != next.workers[d].name || next.ram_bytes[d] == kUnlimitedBytes) continue;
-      const int64_t both = next.baseline_bytes[d] + next.plan_bytes[d] + seen->cluster.plan_bytes[o];
+      const int64_t both = next.baseline_bytes[d] + next.HeldBytes(d, k) + seen->cluster.HeldBytes(o, k);
       if (both > next.ram_bytes[d])
         tight.push_back(next.workers[d].name + " (both " + FormatBytes(static_cast<double>(both)) + ", ram " +
                         FormatBytes(static_cast<double>(next.ram_bytes[d])) + ")");

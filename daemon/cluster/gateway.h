@@ -116,12 +116,17 @@ struct ServedCluster {
   // The figure the plan's objective minimises, as the planner predicted it
   // (planner/plan.h ObjectiveCost); < 0 = unknown (a plan file).
   double predicted_cost = -1;
-  // Per plan device, when planned or sized here (else empty): the memory
-  // its worker holds for this plan besides the daemon's baseline
-  // (DeviceMemory::total_bytes - baseline_bytes), that baseline, and the
+  // Per plan device, when planned or sized here (else empty): what its
+  // worker holds for this plan (DeviceMemory: weights as stored, each
+  // request's arena + I/O, weights while loading; all 0 for an MCU, which
+  // holds its program in its own RAM), the daemon's baseline, and the
   // device's ram: (INT64_MAX = none given). A rejoin keeps the old plan
-  // beside the new one only where both fit (Gateway::Rejoin).
-  std::vector<int64_t> plan_bytes{}, baseline_bytes{}, ram_bytes{};
+  // beside the new one only where both fit at the gateway's requests in
+  // flight (Gateway::Rejoin, HeldBytes).
+  std::vector<int64_t> weight_bytes{}, request_bytes{}, load_peak_bytes{}, baseline_bytes{}, ram_bytes{};
+  // What device d's worker holds for this plan besides its baseline with
+  // `in_flight` requests running (DeviceMemory::total_bytes - baseline).
+  int64_t HeldBytes(size_t d, int in_flight) const;
 };
 
 // Failover: re-plans for the workers that still answer and deploys the new

@@ -207,14 +207,22 @@ Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const
   return program;
 }
 
+int64_t ServedCluster::HeldBytes(size_t d, int in_flight) const {
+  if (d >= weight_bytes.size()) return 0;
+  return std::max(weight_bytes[d] + std::max(in_flight, 1) * request_bytes[d], load_peak_bytes[d]);
+}
+
 ServedCluster ServedClusterOf(const ServedPlan& plan) {
   ServedCluster c{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs), plan.predicted_cost};
   if (plan.memory.size() == plan.workers.size() && plan.ram_bytes.size() == plan.workers.size())
     for (size_t d = 0; d < plan.workers.size(); ++d) {
       // An MCU (not sized here: in_flight 0) holds one program in its own RAM.
-      c.plan_bytes.push_back(
-          plan.memory[d].in_flight == 0 ? 0 : plan.memory[d].total_bytes() - plan.memory[d].baseline_bytes);
-      c.baseline_bytes.push_back(plan.memory[d].baseline_bytes);
+      const DeviceMemory& m = plan.memory[d];
+      const bool mcu = m.in_flight == 0;
+      c.weight_bytes.push_back(mcu ? 0 : m.weight_bytes);
+      c.request_bytes.push_back(mcu ? 0 : m.arena_bytes + m.io_bytes);
+      c.load_peak_bytes.push_back(mcu ? 0 : m.load_peak_bytes);
+      c.baseline_bytes.push_back(m.baseline_bytes);
       c.ram_bytes.push_back(plan.ram_bytes[d]);
     }
   return c;
