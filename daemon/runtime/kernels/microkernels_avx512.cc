@@ -22,6 +22,11 @@ inline __mmask16 TailMask(int64_t n) {
 constexpr int kLogisticLanes = 16;
 typedef float LVec __attribute__((vector_size(64)));
 typedef int32_t LIVec __attribute__((vector_size(64)));
+// 14-bit estimate, one Newton step r·(2 − d·r): error ~2⁻²⁷ plus rounding.
+__attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) {
+  const __m512 dv = (__m512)d, r = _mm512_rcp14_ps(dv);
+  return (LVec)_mm512_mul_ps(r, _mm512_fnmadd_ps(dv, r, _mm512_set1_ps(2.f)));
+}
 #include "daemon/runtime/kernels/microkernels_logistic.inc"
 
 inline __m512 HardSigmoid(__m512 x, const Epilogue& e) {
@@ -30,7 +35,8 @@ inline __m512 HardSigmoid(__m512 x, const Epilogue& e) {
 }
 
 // The epilogue (microkernels.h) on one vector of results.
-inline __m512 Finish(__m512 x, const Epilogue& e) {
+// Always inlined: a call from GemmTile would spill its 24 live accumulators.
+__attribute__((always_inline)) inline __m512 Finish(__m512 x, const Epilogue& e) {
   switch (e.kind) {
     case Epilogue::kNone:
       return x;

@@ -26,10 +26,12 @@ inline Vec Clamp(Vec x, Vec lo, Vec hi) {
 constexpr int kLogisticLanes = 4;
 typedef float LVec __attribute__((vector_size(16)));
 typedef int32_t LIVec __attribute__((vector_size(16)));
+__attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) { return Splat(1.f) / d; }
 #include "daemon/runtime/kernels/microkernels_logistic.inc"
 
 // The epilogue (microkernels.h) on one vector of results.
-inline Vec Finish(Vec x, const Epilogue& e) {
+// Always inlined: a call from GemmTile would spill its live accumulators.
+__attribute__((always_inline)) inline Vec Finish(Vec x, const Epilogue& e) {
   switch (e.kind) {
     case Epilogue::kNone:
       return x;

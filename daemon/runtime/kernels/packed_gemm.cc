@@ -69,7 +69,10 @@ void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, f
   // darknet's) are rare in conv models: applied to the stored rows.
   const bool post_activation = !EpilogueFor(act, &base.epilogue);
   const auto gemm_panel = a.kernels().gemm_panel;
-  ParallelFor(panels, (threads > 1 && panels > 1) ? threads : 1, [&](int64_t p) {
+  // A parallel region costs microseconds: products smaller than that (an
+  // SE block's 1x1 convs on a 1x1 map) stay on one thread.
+  const bool parallel = threads > 1 && panels > 1 && m * n * k >= (1 << 17);
+  ParallelFor(panels, parallel ? threads : 1, [&](int64_t p) {
     GemmPanelArgs g = base;
     g.a = a.Panel(p);
     g.rows = static_cast<int>(std::min<int64_t>(PackedMatrix::kRows, m - p * PackedMatrix::kRows));
