@@ -173,32 +173,49 @@ void GemmPanel(const GemmPanelArgs& g) {
 
 // Explicit vectors: left to itself GCC vectorises the short tap loop
 // (a 9-way gather reduction) instead of the loop over positions.
+// Four vectors of positions per step: each accumulator is a chain of T
+// dependent FMAs, and four chains keep the FMA unit busy where two left it
+// waiting on FMA latency. The last < 64 positions are one masked step.
+template <int T, bool kMasked>
+__attribute__((always_inline)) inline void TapsStep(const DepthwiseTapArgs& d, const __m512* kv, const int64_t* off,
+                                                    int64_t q, const __mmask16* m) {
+  __m512 a[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) a[v] = _mm512_set1_ps(d.bias);
+  const float* p = d.poly + q;
+#pragma GCC unroll 25
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const float* src = p + v * kLanes + off[t];
+      a[v] = _mm512_fmadd_ps(kv[t], kMasked ? _mm512_maskz_loadu_ps(m[v], src) : _mm512_loadu_ps(src), a[v]);
+    }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    float* dst = d.out + q + v * kLanes;
+    if (kMasked)
+      _mm512_mask_storeu_ps(dst, m[v], Finish(a[v], d.epilogue));
+    else
+      _mm512_storeu_ps(dst, Finish(a[v], d.epilogue));
+  }
+}
+
 template <int T>
 void Taps(const DepthwiseTapArgs& d) {
   __m512 kv[T];
   for (int t = 0; t < T; ++t) kv[t] = _mm512_set1_ps(d.kernel[t]);
   int64_t off[T];
   for (int t = 0; t < T; ++t) off[t] = d.offsets[t];
-  const __m512 vb = _mm512_set1_ps(d.bias);
-  const float* poly = d.poly;
-  float* out = d.out;
+  constexpr int64_t kStep = 4 * kLanes;
   int64_t q = 0;
-  for (; q + 32 <= d.count; q += 32) {
-    __m512 a0 = vb, a1 = vb;
-#pragma GCC unroll 25
-    for (int t = 0; t < T; ++t) {
-      a0 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + off[t]), a0);
-      a1 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + 16 + off[t]), a1);
+  for (; q + kStep <= d.count; q += kStep) TapsStep<T, false>(d, kv, off, q, nullptr);
+  if (q < d.count) {
+    __mmask16 m[4];
+    for (int v = 0; v < 4; ++v) {
+      const int64_t left = d.count - q - v * kLanes;
+      m[v] = left > 0 ? TailMask(left) : static_cast<__mmask16>(0);
     }
-    _mm512_storeu_ps(out + q, Finish(a0, d.epilogue));
-    _mm512_storeu_ps(out + q + 16, Finish(a1, d.epilogue));
-  }
-  for (; q < d.count; q += 16) {
-    const __mmask16 m = TailMask(d.count - q);
-    __m512 a0 = vb;
-#pragma GCC unroll 25
-    for (int t = 0; t < T; ++t) a0 = _mm512_fmadd_ps(kv[t], _mm512_maskz_loadu_ps(m, poly + q + off[t]), a0);
-    _mm512_mask_storeu_ps(out + q, m, Finish(a0, d.epilogue));
+    TapsStep<T, true>(d, kv, off, q, m);
   }
 }
 

@@ -127,7 +127,7 @@ TEST_CASE("every ISA's depthwise taps equal the reference loop", "[kernels][isa]
   for (Isa isa : SupportedIsas()) {
     const Microkernels& mk = MicrokernelsFor(isa);
     for (int taps : {1, 4, 9, 25})
-      for (int64_t count : {1, 5, 8, 15, 16, 17, 31, 32, 33, 100})
+      for (int64_t count : {1, 5, 8, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 130})
         for (const Epilogue& epilogue : AllEpilogues()) {
           INFO("ISA " << IsaName(isa) << " taps " << taps << " count " << count << " epilogue "
                       << static_cast<int>(epilogue.kind));
