@@ -491,8 +491,7 @@ class ConvKernel final : public Kernel {
         const int64_t first = pl_ % 2;  // phase of input column 0
         float* even = phase[first] + pl_ / 2;                 // input columns 0, 2, 4, ...
         float* odd = phase[1 - first] + (pl_ + 1) / 2;        // input columns 1, 3, 5, ...
-        for (int64_t c = 0; 2 * c < w_; ++c) even[c] = src[2 * c];
-        for (int64_t c = 0; 2 * c + 1 < w_; ++c) odd[c] = src[2 * c + 1];
+        microkernels_->deinterleave(src, w_, even, odd);
       } else {
         for (int64_t c = 0; c < w_; ++c) {
           const int64_t pc = c + pl_;

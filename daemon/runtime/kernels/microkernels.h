@@ -82,6 +82,10 @@ struct Microkernels {
   void (*gemm_panel)(const GemmPanelArgs&);
   void (*depthwise_taps)(const DepthwiseTapArgs&);
   void (*dot_rows)(const DotRowsArgs&);
+  // even[i] = src[2i] and odd[i] = src[2i + 1] for the i with those indices
+  // < n: one input row of a stride-2 depthwise conv split into its two
+  // column phases (conv.cc). Writes nothing past them.
+  void (*deinterleave)(const float* src, int64_t n, float* even, float* odd);
   // x[i] = 1 / (1 + e^−x[i]), or x[i] times that (SiLU) when times_input;
   // relative error < 1e-6 (microkernels_logistic.inc).
   void (*logistic)(float* x, int64_t n, bool times_input);

@@ -275,10 +275,28 @@ void DotRows(const DotRowsArgs& d) {
   }
 }
 
+// 32 inputs per step: two loads, one two-source permute per phase.
+void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
+  const __m512i even_lanes = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_lanes = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  int64_t i = 0;  // outputs per phase so far; inputs so far 2i
+  for (; 2 * i + 2 * kLanes <= n; i += kLanes) {
+    const __m512 a = _mm512_loadu_ps(src + 2 * i), b = _mm512_loadu_ps(src + 2 * i + kLanes);
+    _mm512_storeu_ps(even + i, _mm512_permutex2var_ps(a, even_lanes, b));
+    _mm512_storeu_ps(odd + i, _mm512_permutex2var_ps(a, odd_lanes, b));
+  }
+  const int64_t left = n - 2 * i;  // < 32
+  if (left <= 0) return;
+  const __m512 a = _mm512_maskz_loadu_ps(TailMask(left), src + 2 * i);
+  const __m512 b = left > kLanes ? _mm512_maskz_loadu_ps(TailMask(left - kLanes), src + 2 * i + kLanes) : a;
+  _mm512_mask_storeu_ps(even + i, TailMask((left + 1) / 2), _mm512_permutex2var_ps(a, even_lanes, b));
+  _mm512_mask_storeu_ps(odd + i, TailMask(left / 2), _mm512_permutex2var_ps(a, odd_lanes, b));
+}
+
 }  // namespace
 
 const Microkernels& Avx512Microkernels() {
-  static const Microkernels k{Isa::kAvx512, &GemmPanel, &DepthwiseTaps, &DotRows, &Logistic};
+  static const Microkernels k{Isa::kAvx512, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
   return k;
 }
 

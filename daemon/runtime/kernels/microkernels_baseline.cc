@@ -124,10 +124,15 @@ void DotRows(const DotRowsArgs& d) {
   }
 }
 
+void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
+  for (int64_t i = 0; 2 * i < n; ++i) even[i] = src[2 * i];
+  for (int64_t i = 0; 2 * i + 1 < n; ++i) odd[i] = src[2 * i + 1];
+}
+
 }  // namespace
 
 const Microkernels& BaselineMicrokernels() {
-  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps, &DotRows, &Logistic};
+  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
   return k;
 }
 

@@ -186,6 +186,23 @@ TEST_CASE("every ISA's dot rows equal the reference matrix-vector product", "[ke
   }
 }
 
+TEST_CASE("every ISA's deinterleave splits even and odd positions and writes nothing past them", "[kernels][isa]") {
+  std::mt19937 rng(14);
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    for (int64_t n = 0; n <= 70; ++n) {
+      INFO("ISA " << IsaName(isa) << " n " << n);
+      std::vector<float> src = Random(static_cast<size_t>(n), rng);
+      std::vector<float> even(40, 7.f), odd(40, 7.f);
+      mk.deinterleave(src.data(), n, even.data(), odd.data());
+      for (int64_t i = 0; i < 40; ++i) {
+        REQUIRE(even[i] == (2 * i < n ? src[2 * i] : 7.f));
+        REQUIRE(odd[i] == (2 * i + 1 < n ? src[2 * i + 1] : 7.f));
+      }
+    }
+  }
+}
+
 // Sigmoid and SiLU (microkernels_logistic.inc) against double-precision
 // formulas: relative error <= 1e-6 (Taylor exp to r^6 is < 2e-7), on every
 // length up to three vectors of 16 (tails) and on extreme inputs.
