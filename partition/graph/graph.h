@@ -25,6 +25,7 @@
 //    (METHODS §1: "bias/BN/activation folded into the producer"):
 //      attr "activation" = "relu" | "leaky_relu" (alpha) | "clip" (min, max)
 //                        | "sigmoid" | "silu" (x·sigmoid(x)) | "hard_sigmoid" (alpha, beta) | "tanh"
+//                        | "hard_swish" (x·hard_sigmoid(x); alpha, beta default 1/6, 1/2)
 //                        | "elu" (alpha) | "selu" (alpha, beta = gamma)
 //                        | "darknet_ramp" | "darknet_plse" | "darknet_loggy"
 //                        | "darknet_stair" | "darknet_lhtan"

@@ -39,12 +39,12 @@ const std::map<std::string, OpTraits>& Table() {
       {"Clip", {kPointwise, kPerChannel, false, "clip"}},
       {"Sigmoid", {kPointwise, kPerChannel, false, "sigmoid"}},
       {"HardSigmoid", {kPointwise, kPerChannel, false, "hard_sigmoid"}},
+      {"HardSwish", {kPointwise, kPerChannel, false, "hard_swish"}},
       {"Tanh", {kPointwise, kPerChannel, false, "tanh"}},
       {"Elu", {kPointwise, kPerChannel, false, "elu"}},
       // Other element-wise unary ops.
       {"Erf", {kPointwise, kPerChannel}},
       {"Gelu", {kPointwise, kPerChannel}},
-      {"HardSwish", {kPointwise, kPerChannel}},
       {"Softplus", {kPointwise, kPerChannel}},
       {"Abs", {kPointwise, kPerChannel}},
       {"Neg", {kPointwise, kPerChannel}},
@@ -126,6 +126,7 @@ const std::vector<Activation>& Activations() {
       {"Clip", "min", std::numeric_limits<float>::lowest(), "max", std::numeric_limits<float>::max()},
       {"Sigmoid", nullptr, 0, nullptr, 0},
       {"HardSigmoid", "alpha", 0.2, "beta", 0.5},
+      {"HardSwish", nullptr, 0, nullptr, 0},  // alpha 1/6, beta 1/2: FusedActivation's defaults
       {"Tanh", nullptr, 0, nullptr, 0},
       {"Elu", "alpha", 1.0, nullptr, 0},
   };

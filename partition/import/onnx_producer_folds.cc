@@ -123,10 +123,12 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
   };
   // SiLU as exported (x · Sigmoid(x), EfficientNet and friends): P -> v ->
   // {Sigmoid -> s, Mul(v, s)} becomes P with activation "silu", writing the
-  // Mul's output; v and s are no longer materialised.
-  auto fold_silu = [&](size_t n) {
+  // Mul's output; v and s are no longer materialised. Hard swish as
+  // exported (x · HardSigmoid(x), MobileNetV3) likewise becomes "hard_swish"
+  // with the HardSigmoid's alpha and beta.
+  auto fold_swish = [&](size_t n) {
     const Node& c = g.nodes[n];
-    if (c.op != "Sigmoid" || c.inputs.size() != 1 || c.outputs.size() != 1) return false;
+    if ((c.op != "Sigmoid" && c.op != "HardSigmoid") || c.inputs.size() != 1 || c.outputs.size() != 1) return false;
     const int v = c.inputs[0], s = c.outputs[0];
     if (v < 0 || is_output[v] || is_output[s] || consumers[v].size() != 2 || consumers[s].size() != 1) return false;
     const int mi = consumers[s][0];
@@ -140,7 +142,13 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
     if (pi < 0 || removed[pi] || g.values[m.outputs[0]].shape != g.values[v].shape) return false;
     Node& p = g.nodes[pi];
     if (!IsFoldTarget(p) || p.outputs[0] != v) return false;
-    p.attrs.Set("activation", std::string("silu"));
+    if (c.op == "Sigmoid") {
+      p.attrs.Set("activation", std::string("silu"));
+    } else {
+      p.attrs.Set("activation", std::string("hard_swish"));
+      p.attrs.Set("act_alpha", c.attrs.Float("alpha", 0.2));
+      p.attrs.Set("act_beta", c.attrs.Float("beta", 0.5));
+    }
     if (folded_into != nullptr) {
       folded_into->emplace_back(c.name, p.name);
       folded_into->emplace_back(m.name, p.name);
@@ -154,7 +162,7 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
     return true;
   };
   for (size_t n = 0; n < g.nodes.size(); ++n) {
-    if (removed[n] || fold_silu(n)) continue;
+    if (removed[n] || fold_swish(n)) continue;
     const Node& c = g.nodes[n];
     if (!foldable(c) || c.outputs.size() != 1) continue;
     const auto act_inputs = g.ActivationInputs(c);

@@ -109,9 +109,7 @@ class ConvKernel final : public Kernel {
     auto act = FusedActivation::FromAttributes(a);
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
     act_ = *act;
-    act_clamped_ = act_.kind == FusedActivation::kRelu || act_.kind == FusedActivation::kClip;
-    clamp_lo_ = act_.kind == FusedActivation::kRelu ? 0.f : act_.kind == FusedActivation::kClip ? act_.alpha : -INFINITY;
-    clamp_hi_ = act_.kind == FusedActivation::kClip ? act_.beta : INFINITY;
+    act_in_epilogue_ = EpilogueFor(act_, &epilogue_);
 
     prepared_threads_ = std::max(1, ctx.threads);
     microkernels_ = &MicrokernelsFor(ActiveIsa());
@@ -477,6 +475,11 @@ class ConvKernel final : public Kernel {
     // One spare row: the junk columns of the last output row read past the end.
     dw_sub_size_ = ((sub_h + 1) * dw_sub_w_ + 15) / 16 * 16;
     dw_flat_size_ = (oh_ * dw_sub_w_ + 15) / 16 * 16;
+    dw_row_offsets_.resize(h_);
+    for (int64_t r = 0; r < h_; ++r) {
+      const int64_t pr = r + pt_;
+      dw_row_offsets_[r] = (pr % sh_) * sw_ * dw_sub_size_ + (pr / sh_) * dw_sub_w_;
+    }
     dw_tap_offsets_.clear();
     for (int64_t i = 0; i < kh_; ++i)
       for (int64_t j = 0; j < kw_; ++j) {
@@ -487,13 +490,14 @@ class ConvKernel final : public Kernel {
 
   int64_t DepthwiseScratchFloats() const { return sh_ * sw_ * dw_sub_size_ + dw_flat_size_; }
 
-  // Scatters input plane x into the polyphase sub-planes (zero elsewhere).
-  void PolyphasePlane(const float* x, float* poly) const {
-    std::memset(poly, 0, sizeof(float) * sh_ * sw_ * dw_sub_size_);
+  // Scatters input plane x into the polyphase sub-planes. Every plane lands
+  // on the same positions, so the zeros elsewhere need writing (`clear`)
+  // only before the first plane a scratch area receives.
+  void PolyphasePlane(const float* x, float* poly, bool clear) const {
+    if (clear) std::memset(poly, 0, sizeof(float) * sh_ * sw_ * dw_sub_size_);
     for (int64_t r = 0; r < h_; ++r) {
-      const int64_t pr = r + pt_;
       const float* src = x + r * w_;
-      float* row = poly + (pr % sh_) * sw_ * dw_sub_size_ + (pr / sh_) * dw_sub_w_;
+      float* row = poly + dw_row_offsets_[r];
       if (sw_ == 1) {
         std::memcpy(row + pl_, src, sizeof(float) * w_);
       } else if (sw_ == 2) {  // de-interleave: padded column pc goes to phase pc % 2, position pc / 2
@@ -501,8 +505,7 @@ class ConvKernel final : public Kernel {
         const int64_t first = pl_ % 2;  // phase of input column 0
         float* even = phase[first] + pl_ / 2;                 // input columns 0, 2, 4, ...
         float* odd = phase[1 - first] + (pl_ + 1) / 2;        // input columns 1, 3, 5, ...
-        for (int64_t c = 0; 2 * c < w_; ++c) even[c] = src[2 * c];
-        for (int64_t c = 0; 2 * c + 1 < w_; ++c) odd[c] = src[2 * c + 1];
+        microkernels_->deinterleave(src, w_, even, odd);
       } else {
         for (int64_t c = 0; c < w_; ++c) {
           const int64_t pc = c + pl_;
@@ -521,28 +524,35 @@ class ConvKernel final : public Kernel {
     const int64_t planes = n_ * o_;
     const int64_t per_thread = DepthwiseScratchFloats();
     const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
-    ParallelFor(planes, threads, [&](int64_t p) {
-      const int64_t n = p / o_, o = p % o_;
-      float* poly = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * per_thread;
+    // One contiguous run of planes per worker, each with its own scratch.
+    const int workers = static_cast<int>(std::min<int64_t>(threads, planes));
+    ParallelFor(workers, workers, [&](int64_t worker) {
+      float* poly = ctx.scratch + worker * per_thread;
       float* flat = poly + sh_ * sw_ * dw_sub_size_;
-      // With a channel multiplier the same input plane serves consecutive outputs.
-      if (multiplier == 1 || o % multiplier == 0 || p == 0 || omp_get_num_threads() > 1)
-        PolyphasePlane(x + (n * c_ + o / multiplier) * h_ * w_, poly);
-      const float* kernel = wt + o * kh_ * kw_;
-      const float b = bias ? bias[o] : 0.f;
-      float* yp = y + p * oh_ * ow_;
-      if (ow_ >= 32) {  // long rows: straight into the output, row by row
-        for (int64_t r = 0; r < oh_; ++r) DepthwiseTapsDispatch(poly + r * dw_sub_w_, kernel, b, ow_, yp + r * ow_);
-      } else {  // short rows: the whole plane as one flat loop, then the valid columns
-        DepthwiseTapsDispatch(poly, kernel, b, oh_ * dw_sub_w_, flat);
-        for (int64_t r = 0; r < oh_; ++r) std::memcpy(yp + r * ow_, flat + r * dw_sub_w_, sizeof(float) * ow_);
+      const int64_t begin = planes * worker / workers, end = planes * (worker + 1) / workers;
+      int64_t loaded = -1;  // input plane now in poly
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t n = p / o_, o = p % o_;
+        // With a channel multiplier the same input plane serves consecutive outputs.
+        const int64_t in_plane = n * c_ + o / multiplier;
+        if (in_plane != loaded) PolyphasePlane(x + in_plane * h_ * w_, poly, loaded < 0);
+        loaded = in_plane;
+        const float* kernel = wt + o * kh_ * kw_;
+        const float b = bias ? bias[o] : 0.f;
+        float* yp = y + p * oh_ * ow_;
+        if (ow_ >= 32) {  // long rows: straight into the output, row by row
+          for (int64_t r = 0; r < oh_; ++r) DepthwiseTapsDispatch(poly + r * dw_sub_w_, kernel, b, ow_, yp + r * ow_);
+        } else {  // short rows: the whole plane as one flat loop, then the valid columns
+          DepthwiseTapsDispatch(poly, kernel, b, oh_ * dw_sub_w_, flat);
+          for (int64_t r = 0; r < oh_; ++r) std::memcpy(yp + r * ow_, flat + r * dw_sub_w_, sizeof(float) * ow_);
+        }
+        if (!act_in_epilogue_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
       }
-      if (!act_clamped_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
     });
   }
 
-  // out[q] = bias + Σ_t kernel[t] · poly[q + offset[t]], relu/clip in
-  // registers: the CPU's microkernel (microkernels.h).
+  // out[q] = bias + Σ_t kernel[t] · poly[q + offset[t]], the activation in
+  // registers where the epilogue has it: the CPU's microkernel (microkernels.h).
   void DepthwiseTapsDispatch(const float* poly, const float* kernel, float bias, int64_t count, float* out) const {
     DepthwiseTapArgs d;
     d.poly = poly;
@@ -550,9 +560,7 @@ class ConvKernel final : public Kernel {
     d.kernel = kernel;
     d.taps = static_cast<int>(dw_tap_offsets_.size());
     d.bias = bias;
-    d.clamp = act_clamped_;
-    d.lo = clamp_lo_;
-    d.hi = clamp_hi_;
+    d.epilogue = epilogue_;
     d.count = count;
     d.out = out;
     microkernels_->depthwise_taps(d);
@@ -574,13 +582,14 @@ class ConvKernel final : public Kernel {
   int64_t wino_min_channels_ = 96;  // tests lower it through attr "winograd_min_channels"
   bool has_bias_ = false;
   FusedActivation act_;
-  bool act_clamped_ = false;  // relu/clip: applied as min/max where the output is produced
-  float clamp_lo_ = -INFINITY, clamp_hi_ = INFINITY;
+  bool act_in_epilogue_ = true;  // act_ is applied by the depthwise microkernel (epilogue_)
+  Epilogue epilogue_;
   std::vector<int64_t> col_lo_, col_hi_;
   // Depthwise polyphase layout: sub-plane width and size, flat output size,
   // and each tap's offset from the output position (kh·kw entries).
   int64_t dw_sub_w_ = 0, dw_sub_size_ = 0, dw_flat_size_ = 0;
   std::vector<int64_t> dw_tap_offsets_;
+  std::vector<int64_t> dw_row_offsets_;  // where input row r starts in the polyphase scratch
   const Microkernels* microkernels_ = &BaselineMicrokernels();
 };
 

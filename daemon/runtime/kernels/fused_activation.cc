@@ -46,6 +46,10 @@ Result<FusedActivation> FusedActivation::FromAttributes(const Attributes& attrs)
     act.kind = kHardSigmoid;
     act.alpha = static_cast<float>(attrs.Float("act_alpha", 0.2));
     act.beta = static_cast<float>(attrs.Float("act_beta", 0.5));
+  } else if (name == "hard_swish") {
+    act.kind = kHardSwish;
+    act.alpha = static_cast<float>(attrs.Float("act_alpha", 1.0 / 6.0));
+    act.beta = static_cast<float>(attrs.Float("act_beta", 0.5));
   } else if (name == "tanh") {
     act.kind = kTanh;
   } else if (name == "elu") {
@@ -68,7 +72,7 @@ Result<FusedActivation> FusedActivation::FromAttributes(const Attributes& attrs)
   } else {
     return Status::NotSupported(
         "fused activation '" + name +
-        "' is not supported (relu, leaky_relu, clip, sigmoid, silu, hard_sigmoid, tanh, elu, selu, "
+        "' is not supported (relu, leaky_relu, clip, sigmoid, silu, hard_sigmoid, hard_swish, tanh, elu, selu, "
         "darknet_ramp, darknet_plse, darknet_loggy, darknet_stair, darknet_lhtan)");
   }
   return act;
@@ -92,6 +96,9 @@ void FusedActivation::Apply(float* data, size_t n) const {
       return;
     case kHardSigmoid:
       x = (alpha * x + beta).max(0.f).min(1.f);
+      return;
+    case kHardSwish:
+      x = x * (alpha * x + beta).max(0.f).min(1.f);
       return;
     case kSigmoid:
       logistic(data, static_cast<int64_t>(n), false);

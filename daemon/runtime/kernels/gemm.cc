@@ -2,10 +2,14 @@
 // then the fused activation. Importers fold ONNX alpha/beta/transA/transB
 // away; if a graph still carries them they keep their ONNX meaning (transB
 // absent means the canonical [out, in] layout).
+#include <algorithm>
+
 #include <Eigen/Core>
 
 #include "daemon/runtime/kernels/kernel_factories.h"
+#include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/node_checks.h"
+#include "daemon/runtime/kernels/parallel_for.h"
 
 namespace tessera {
 namespace {
@@ -57,13 +61,32 @@ class GemmKernel final : public Kernel {
     auto act = FusedActivation::FromAttributes(a);
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
     act_ = *act;
+    dot_rows_ = MicrokernelsFor(ActiveIsa()).dot_rows;
     return Status::OK();
   }
 
   void Eval(const EvalContext& ctx) const override {
     Eigen::Map<const RowMajorMatrix> x(ctx.inputs[0], rows_, in_);
     Eigen::Map<RowMajorMatrix> y(ctx.outputs[0], rows_, out_);
-    if (w_transposed_) {
+    if (w_transposed_ && rows_ <= kMaxDotRows) {
+      // A classifier on a batch of one: each weight row is used once per
+      // input row, so the CPU's dot-product microkernel reads it in place
+      // (Eigen's GEMV runs at the build's baseline ISA).
+      constexpr int64_t kChunk = 64;  // output rows per work item
+      const int64_t chunks = (out_ + kChunk - 1) / kChunk;
+      const bool parallel = ctx.threads > 1 && out_ * in_ >= (1 << 16);
+      for (int64_t r = 0; r < rows_; ++r)
+        ParallelFor(chunks, parallel ? ctx.threads : 1, [&](int64_t c) {
+          DotRowsArgs d;
+          d.a = ctx.inputs[1] + c * kChunk * in_;
+          d.lda = in_;
+          d.x = ctx.inputs[0] + r * in_;
+          d.k = in_;
+          d.m = std::min(kChunk, out_ - c * kChunk);
+          d.y = ctx.outputs[0] + r * out_ + c * kChunk;
+          dot_rows_(d);
+        });
+    } else if (w_transposed_) {
       Eigen::Map<const RowMajorMatrix> w(ctx.inputs[1], out_, in_);
       y.noalias() = x * w.transpose();
     } else {
@@ -97,11 +120,13 @@ class GemmKernel final : public Kernel {
 
  private:
   enum BiasForm { kNoBias, kScalarBias, kRowBias, kColumnBias, kFullBias };
+  static constexpr int64_t kMaxDotRows = 4;  // input rows up to which Eval uses dot_rows_
   int64_t rows_ = 0, in_ = 0, out_ = 0;
   bool w_transposed_ = true;
   float alpha_ = 1.f, beta_ = 1.f;
   BiasForm bias_ = kNoBias;
   FusedActivation act_;
+  void (*dot_rows_)(const DotRowsArgs&) = nullptr;
 };
 
 }  // namespace

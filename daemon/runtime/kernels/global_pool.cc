@@ -31,7 +31,9 @@ class GlobalPoolKernel final : public Kernel {
   void Eval(const EvalContext& ctx) const override {
     const float* x = ctx.inputs[0];
     float* y = ctx.outputs[0];
-    ParallelFor(planes_, ctx.threads, [&](int64_t p) {
+    // Small maps (an SE block's 7x7 or 14x14) are not worth a parallel region.
+    const bool parallel = planes_ * plane_size_ >= 16384;
+    ParallelFor(planes_, parallel ? ctx.threads : 1, [&](int64_t p) {
       const float* xp = x + p * plane_size_;
       // Eigen's reductions are vectorised with per-lane partial sums, which
       // also keeps the float sum of a large plane (112x112) accurate.

@@ -87,6 +87,7 @@ struct FusedActivation {
     kSigmoid,
     kSilu,  // x · sigmoid(x) (ONNX Sigmoid + Mul on the same value, folded at import)
     kHardSigmoid,
+    kHardSwish,  // x · hard_sigmoid(x) (ONNX HardSwish, or HardSigmoid + Mul on the same value, folded at import)
     kTanh,
     kElu,
     kSelu,

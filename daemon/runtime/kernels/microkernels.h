@@ -23,9 +23,23 @@ namespace tessera {
 // rows [8p, 8p + 8) k-major, A_panel[i][r] = A[8p + r][i], zero-padded.
 inline constexpr int64_t kPanelRows = 8;
 
-// C[rows × n] = A_panel[rows × k] · B[k × n] (+ bias[r]), then, if clamp,
-// min(max(·, lo), hi) — relu and clip applied to the accumulators before the
-// single store. B has row stride ldb, C row stride ldc.
+// What a microkernel applies to each result, in registers, after the bias
+// and before its single store: the producer's fused activation (kernel.h)
+// when it is one of these, so no second pass over the output is needed.
+//   kClamp        min(max(x, lo), hi)                 (relu, clip)
+//   kSigmoid      1 / (1 + e^−x)                      (microkernels_logistic.inc)
+//   kSilu         x / (1 + e^−x)
+//   kHardSigmoid  min(max(alpha·x + beta, 0), 1)
+//   kHardSwish    x · min(max(alpha·x + beta, 0), 1)
+struct Epilogue {
+  enum Kind { kNone, kClamp, kSigmoid, kSilu, kHardSigmoid, kHardSwish } kind = kNone;
+  float lo = 0.f, hi = 0.f;
+  float alpha = 0.f, beta = 0.f;
+};
+
+// C[rows × n] = A_panel[rows × k] · B[k × n] (+ bias[r]), then the epilogue
+// applied to the accumulators before the single store. B has row stride
+// ldb, C row stride ldc.
 struct GemmPanelArgs {
   const float* a = nullptr;  // one panel, k × kPanelRows floats
   const float* b = nullptr;
@@ -35,12 +49,11 @@ struct GemmPanelArgs {
   int64_t ldc = 0;
   int rows = 0;                  // 1..kPanelRows valid rows of this panel
   const float* bias = nullptr;   // `rows` values, or nullptr
-  bool clamp = false;
-  float lo = 0.f, hi = 0.f;
+  Epilogue epilogue;
 };
 
 // out[q] = bias + Σ_t kernel[t] · poly[q + offsets[t]] for q in [0, count),
-// then, if clamp, min(max(·, lo), hi). The depthwise conv's polyphase tap
+// then the epilogue. The depthwise conv's polyphase tap
 // loop (conv.cc); poly is readable at every q + offsets[t].
 struct DepthwiseTapArgs {
   const float* poly = nullptr;
@@ -48,16 +61,31 @@ struct DepthwiseTapArgs {
   const float* kernel = nullptr;
   int taps = 0;
   float bias = 0.f;
-  bool clamp = false;
-  float lo = 0.f, hi = 0.f;
+  Epilogue epilogue;
   int64_t count = 0;
   float* out = nullptr;
+};
+
+// y[r] = Σ_i a[r·lda + i] · x[i] for r in [0, m): a fully connected layer's
+// weight rows against one input row, the weights read in place (each is
+// used once per row of input, so packing them would cost more than it saves).
+struct DotRowsArgs {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* x = nullptr;
+  int64_t k = 0, m = 0;
+  float* y = nullptr;
 };
 
 struct Microkernels {
   Isa isa;
   void (*gemm_panel)(const GemmPanelArgs&);
   void (*depthwise_taps)(const DepthwiseTapArgs&);
+  void (*dot_rows)(const DotRowsArgs&);
+  // even[i] = src[2i] and odd[i] = src[2i + 1] for the i with those indices
+  // < n: one input row of a stride-2 depthwise conv split into its two
+  // column phases (conv.cc). Writes nothing past them.
+  void (*deinterleave)(const float* src, int64_t n, float* even, float* odd);
   // x[i] = 1 / (1 + e^−x[i]), or x[i] times that (SiLU) when times_input;
   // relative error < 1e-6 (microkernels_logistic.inc).
   void (*logistic)(float* x, int64_t n, bool times_input);

@@ -14,16 +14,58 @@ namespace {
 constexpr int kLanes = 8;
 constexpr int kHalfRows = 4;
 
-// Lane i is loaded/stored when i < n (n >= 8: all lanes).
+// Lane i is loaded/stored when i < n (n >= 8: all lanes; n <= 0: none).
 inline __m256i TailMask(int64_t n) {
   const int k = n >= kLanes ? kLanes : static_cast<int>(n);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// rows [r0, r0 + 4) of the panel (those < g.rows stored), NV vectors of
-// columns, the last one masked by `last`.
-template <int NV, bool kMasked>
-inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, float* __restrict c, __m256i last) {
+constexpr int kLogisticLanes = 8;
+typedef float LVec __attribute__((vector_size(32)));
+typedef int32_t LIVec __attribute__((vector_size(32)));
+// 12-bit estimate, one Newton step r·(2 − d·r): error ~1.4e-7 plus rounding.
+__attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) {
+  const __m256 dv = (__m256)d, r = _mm256_rcp_ps(dv);
+  return (LVec)_mm256_mul_ps(r, _mm256_fnmadd_ps(dv, r, _mm256_set1_ps(2.f)));
+}
+#include "daemon/runtime/kernels/microkernels_logistic.inc"
+
+inline __m256 HardSigmoid(__m256 x, const Epilogue& e) {
+  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(e.alpha), _mm256_set1_ps(e.beta));
+  return _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), _mm256_set1_ps(1.f));
+}
+
+// The epilogue (microkernels.h) on one vector of results.
+// Always inlined: a call from GemmTile would spill its live accumulators.
+__attribute__((always_inline)) inline __m256 Finish(__m256 x, const Epilogue& e) {
+  switch (e.kind) {
+    case Epilogue::kNone:
+      return x;
+    case Epilogue::kClamp:
+      return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(e.lo)), _mm256_set1_ps(e.hi));
+    case Epilogue::kSigmoid:
+      return (__m256)LogisticLanes((LVec)x, false);
+    case Epilogue::kSilu:
+      return (__m256)LogisticLanes((LVec)x, true);
+    case Epilogue::kHardSigmoid:
+      return HardSigmoid(x, e);
+    case Epilogue::kHardSwish:
+      return _mm256_mul_ps(x, HardSigmoid(x, e));
+  }
+  return x;
+}
+
+inline float Sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// rows [r0, r0 + 4) of the panel (those < g.rows stored), NV whole vectors
+// of columns (a narrower tail goes to GemmColumns).
+template <int NV>
+inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, float* __restrict c) {
   __m256 acc[kHalfRows][NV];
 #pragma GCC unroll 4
   for (int r = 0; r < kHalfRows; ++r)
@@ -33,8 +75,7 @@ inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, 
   for (int64_t i = 0; i < g.k; ++i) {
     __m256 bv[NV];
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v)
-      bv[v] = (kMasked && v == NV - 1) ? _mm256_maskload_ps(b + v * kLanes, last) : _mm256_loadu_ps(b + v * kLanes);
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + v * kLanes);
 #pragma GCC unroll 4
     for (int r = 0; r < kHalfRows; ++r) {
       const __m256 av = _mm256_broadcast_ss(ap + r);
@@ -44,7 +85,6 @@ inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, 
     ap += kPanelRows;
     b += g.ldb;
   }
-  const __m256 vlo = _mm256_set1_ps(g.lo), vhi = _mm256_set1_ps(g.hi);
 #pragma GCC unroll 4
   for (int r = 0; r < kHalfRows; ++r) {
     if (r0 + r >= g.rows) break;
@@ -52,28 +92,100 @@ inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, 
     float* cr = c + (r0 + r) * g.ldc;
 #pragma GCC unroll 3
     for (int v = 0; v < NV; ++v) {
-      __m256 x = _mm256_add_ps(acc[r][v], bias_v);
-      if (g.clamp) x = _mm256_min_ps(_mm256_max_ps(x, vlo), vhi);
-      if (kMasked && v == NV - 1)
-        _mm256_maskstore_ps(cr + v * kLanes, last, x);
-      else
-        _mm256_storeu_ps(cr + v * kLanes, x);
+      _mm256_storeu_ps(cr + v * kLanes, Finish(_mm256_add_ps(acc[r][v], bias_v), g.epilogue));
     }
+  }
+}
+
+// Columns [col, col + J) of one panel with the panel's 8 rows as the vector:
+// acc[j] = Σ_i A_panel[i][0..8) · B[i][col + j]. For the column tail past
+// the last whole vector (a 7x7 or 1x1 plane), where GemmTile would spend
+// two half-panels of FMAs per step of k on a few lanes; here it is J FMAs.
+// Same products summed in the same order as GemmTile.
+template <int J>
+void GemmColumns(const GemmPanelArgs& g, int64_t col) {
+  __m256 acc[J];
+#pragma GCC unroll 8
+  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
+  const float* __restrict ap = g.a;
+  const float* __restrict b = g.b + col;
+  for (int64_t i = 0; i < g.k; ++i) {
+    const __m256 av = _mm256_loadu_ps(ap);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + j), acc[j]);
+    ap += kPanelRows;
+    b += g.ldb;
+  }
+  alignas(32) float t[J][kPanelRows];
+  float bias[kPanelRows] = {};
+  for (int r = 0; r < g.rows && g.bias; ++r) bias[r] = g.bias[r];
+  const __m256 bias_v = _mm256_loadu_ps(bias);
+#pragma GCC unroll 8
+  for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], Finish(_mm256_add_ps(acc[j], bias_v), g.epilogue));
+  for (int r = 0; r < g.rows; ++r) {
+    float* cr = g.c + r * g.ldc + col;
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) cr[j] = t[j][r];
+  }
+}
+
+void GemmColumnsAny(const GemmPanelArgs& g, int64_t col, int64_t count) {
+  switch (count) {
+    case 1:
+      return GemmColumns<1>(g, col);
+    case 2:
+      return GemmColumns<2>(g, col);
+    case 3:
+      return GemmColumns<3>(g, col);
+    case 4:
+      return GemmColumns<4>(g, col);
+    case 5:
+      return GemmColumns<5>(g, col);
+    case 6:
+      return GemmColumns<6>(g, col);
+    case 7:
+      return GemmColumns<7>(g, col);
   }
 }
 
 void GemmPanel(const GemmPanelArgs& g) {
   constexpr int64_t kTile = 3 * kLanes;
   const int64_t full = g.n / kTile, rest = g.n - full * kTile;
-  const int vectors = static_cast<int>((rest + kLanes - 1) / kLanes);
-  const __m256i last = TailMask(rest - (vectors - 1) * kLanes);
-  const __m256i all = TailMask(kLanes);
+  const int vectors = static_cast<int>(rest / kLanes);  // whole vectors past the full tiles
+  const int64_t narrow = rest % kLanes;                 // columns left for GemmColumns
   for (int r0 = 0; r0 < g.rows; r0 += kHalfRows) {
-    for (int64_t t = 0; t < full; ++t) GemmTile<3, false>(g, r0, g.b + t * kTile, g.c + t * kTile, all);
+    for (int64_t t = 0; t < full; ++t) GemmTile<3>(g, r0, g.b + t * kTile, g.c + t * kTile);
     const int64_t col = full * kTile;
-    if (vectors == 1) GemmTile<1, true>(g, r0, g.b + col, g.c + col, last);
-    if (vectors == 2) GemmTile<2, true>(g, r0, g.b + col, g.c + col, last);
-    if (vectors == 3) GemmTile<3, true>(g, r0, g.b + col, g.c + col, last);
+    if (vectors == 1) GemmTile<1>(g, r0, g.b + col, g.c + col);
+    if (vectors == 2) GemmTile<2>(g, r0, g.b + col, g.c + col);
+  }
+  if (narrow > 0) GemmColumnsAny(g, full * kTile + vectors * kLanes, narrow);
+}
+
+// Four vectors of positions per step: each accumulator is a chain of T
+// dependent FMAs, and four chains hide more of the FMA latency than two.
+// The last < 32 positions are one masked step.
+template <int T, bool kMasked>
+__attribute__((always_inline)) inline void TapsStep(const DepthwiseTapArgs& d, const __m256* kv, const int64_t* off,
+                                                    int64_t q, const __m256i* m) {
+  __m256 a[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) a[v] = _mm256_set1_ps(d.bias);
+  const float* p = d.poly + q;
+#pragma GCC unroll 25
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const float* src = p + v * kLanes + off[t];
+      a[v] = _mm256_fmadd_ps(kv[t], kMasked ? _mm256_maskload_ps(src, m[v]) : _mm256_loadu_ps(src), a[v]);
+    }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    float* dst = d.out + q + v * kLanes;
+    if (kMasked)
+      _mm256_maskstore_ps(dst, m[v], Finish(a[v], d.epilogue));
+    else
+      _mm256_storeu_ps(dst, Finish(a[v], d.epilogue));
   }
 }
 
@@ -83,44 +195,23 @@ void Taps(const DepthwiseTapArgs& d) {
   for (int t = 0; t < T; ++t) kv[t] = _mm256_set1_ps(d.kernel[t]);
   int64_t off[T];
   for (int t = 0; t < T; ++t) off[t] = d.offsets[t];
-  const __m256 vb = _mm256_set1_ps(d.bias);
-  const __m256 vlo = _mm256_set1_ps(d.lo), vhi = _mm256_set1_ps(d.hi);
-  const float* poly = d.poly;
-  float* out = d.out;
+  constexpr int64_t kStep = 4 * kLanes;
   int64_t q = 0;
-  for (; q + 16 <= d.count; q += 16) {
-    __m256 a0 = vb, a1 = vb;
-#pragma GCC unroll 25
-    for (int t = 0; t < T; ++t) {
-      a0 = _mm256_fmadd_ps(kv[t], _mm256_loadu_ps(poly + q + off[t]), a0);
-      a1 = _mm256_fmadd_ps(kv[t], _mm256_loadu_ps(poly + q + 8 + off[t]), a1);
-    }
-    if (d.clamp) {
-      a0 = _mm256_min_ps(_mm256_max_ps(a0, vlo), vhi);
-      a1 = _mm256_min_ps(_mm256_max_ps(a1, vlo), vhi);
-    }
-    _mm256_storeu_ps(out + q, a0);
-    _mm256_storeu_ps(out + q + 8, a1);
-  }
-  for (; q < d.count; q += 8) {
-    const __m256i m = TailMask(d.count - q);
-    __m256 a0 = vb;
-#pragma GCC unroll 25
-    for (int t = 0; t < T; ++t) a0 = _mm256_fmadd_ps(kv[t], _mm256_maskload_ps(poly + q + off[t], m), a0);
-    if (d.clamp) a0 = _mm256_min_ps(_mm256_max_ps(a0, vlo), vhi);
-    _mm256_maskstore_ps(out + q, m, a0);
+  for (; q + kStep <= d.count; q += kStep) TapsStep<T, false>(d, kv, off, q, nullptr);
+  if (q < d.count) {
+    __m256i m[4];
+    for (int v = 0; v < 4; ++v) m[v] = TailMask(d.count - q - v * kLanes);  // none past the end
+    TapsStep<T, true>(d, kv, off, q, m);
   }
 }
 
 void TapsAny(const DepthwiseTapArgs& d) {
-  const __m256 vlo = _mm256_set1_ps(d.lo), vhi = _mm256_set1_ps(d.hi);
   for (int64_t q = 0; q < d.count; q += 8) {
     const __m256i m = TailMask(d.count - q);
     __m256 acc = _mm256_set1_ps(d.bias);
     for (int t = 0; t < d.taps; ++t)
       acc = _mm256_fmadd_ps(_mm256_set1_ps(d.kernel[t]), _mm256_maskload_ps(d.poly + q + d.offsets[t], m), acc);
-    if (d.clamp) acc = _mm256_min_ps(_mm256_max_ps(acc, vlo), vhi);
-    _mm256_maskstore_ps(d.out + q, m, acc);
+    _mm256_maskstore_ps(d.out + q, m, Finish(acc, d.epilogue));
   }
 }
 
@@ -130,15 +221,67 @@ void DepthwiseTaps(const DepthwiseTapArgs& d) {
   TapsAny(d);
 }
 
-constexpr int kLogisticLanes = 8;
-typedef float LVec __attribute__((vector_size(32)));
-typedef int32_t LIVec __attribute__((vector_size(32)));
-#include "daemon/runtime/kernels/microkernels_logistic.inc"
+// Four weight rows at a time share each load of x; one accumulator vector
+// per row, summed across lanes at the end.
+void DotRows(const DotRowsArgs& d) {
+  const int64_t k = d.k, full = k / kLanes * kLanes;
+  const __m256i tail = TailMask(k - full);
+  int64_t r = 0;
+  for (; r + 4 <= d.m; r += 4) {
+    const float* a0 = d.a + r * d.lda;
+    const float *a1 = a0 + d.lda, *a2 = a1 + d.lda, *a3 = a2 + d.lda;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t i = 0; i < full; i += kLanes) {
+      const __m256 xv = _mm256_loadu_ps(d.x + i);
+      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + i), xv, s0);
+      s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + i), xv, s1);
+      s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + i), xv, s2);
+      s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + i), xv, s3);
+    }
+    if (full < k) {
+      const __m256 xv = _mm256_maskload_ps(d.x + full, tail);
+      s0 = _mm256_fmadd_ps(_mm256_maskload_ps(a0 + full, tail), xv, s0);
+      s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a1 + full, tail), xv, s1);
+      s2 = _mm256_fmadd_ps(_mm256_maskload_ps(a2 + full, tail), xv, s2);
+      s3 = _mm256_fmadd_ps(_mm256_maskload_ps(a3 + full, tail), xv, s3);
+    }
+    d.y[r] = Sum(s0);
+    d.y[r + 1] = Sum(s1);
+    d.y[r + 2] = Sum(s2);
+    d.y[r + 3] = Sum(s3);
+  }
+  for (; r < d.m; ++r) {
+    const float* a0 = d.a + r * d.lda;
+    __m256 s0 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i += kLanes) {
+      const __m256i m = TailMask(k - i);
+      s0 = _mm256_fmadd_ps(_mm256_maskload_ps(a0 + i, m), _mm256_maskload_ps(d.x + i, m), s0);
+    }
+    d.y[r] = Sum(s0);
+  }
+}
+
+// 16 inputs per step: two loads; per phase one in-lane shuffle picks the
+// phase from both, one cross-lane permute puts its halves in order.
+void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
+  int64_t i = 0;  // outputs per phase so far; inputs so far 2i
+  for (; 2 * i + 2 * kLanes <= n; i += kLanes) {
+    const __m256 a = _mm256_loadu_ps(src + 2 * i), b = _mm256_loadu_ps(src + 2 * i + kLanes);
+    // shuffle: [a0 a2 b0 b2 | a4 a6 b4 b6]; 64-bit lanes (0, 2, 1, 3) -> a0 a2 a4 a6 b0 b2 b4 b6
+    const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+    _mm256_storeu_ps(even + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+    _mm256_storeu_ps(odd + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+  }
+  for (; 2 * i < n; ++i) {
+    even[i] = src[2 * i];
+    if (2 * i + 1 < n) odd[i] = src[2 * i + 1];
+  }
+}
 
 }  // namespace
 
 const Microkernels& Avx2Microkernels() {
-  static const Microkernels k{Isa::kAvx2, &GemmPanel, &DepthwiseTaps, &Logistic};
+  static const Microkernels k{Isa::kAvx2, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
   return k;
 }
 

@@ -19,9 +19,44 @@ inline __mmask16 TailMask(int64_t n) {
   return n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
+constexpr int kLogisticLanes = 16;
+typedef float LVec __attribute__((vector_size(64)));
+typedef int32_t LIVec __attribute__((vector_size(64)));
+// 14-bit estimate, one Newton step r·(2 − d·r): error ~2⁻²⁷ plus rounding.
+__attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) {
+  const __m512 dv = (__m512)d, r = _mm512_rcp14_ps(dv);
+  return (LVec)_mm512_mul_ps(r, _mm512_fnmadd_ps(dv, r, _mm512_set1_ps(2.f)));
+}
+#include "daemon/runtime/kernels/microkernels_logistic.inc"
+
+inline __m512 HardSigmoid(__m512 x, const Epilogue& e) {
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(e.alpha), _mm512_set1_ps(e.beta));
+  return _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), _mm512_set1_ps(1.f));
+}
+
+// The epilogue (microkernels.h) on one vector of results.
+// Always inlined: a call from GemmTile would spill its 24 live accumulators.
+__attribute__((always_inline)) inline __m512 Finish(__m512 x, const Epilogue& e) {
+  switch (e.kind) {
+    case Epilogue::kNone:
+      return x;
+    case Epilogue::kClamp:
+      return _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(e.lo)), _mm512_set1_ps(e.hi));
+    case Epilogue::kSigmoid:
+      return (__m512)LogisticLanes((LVec)x, false);
+    case Epilogue::kSilu:
+      return (__m512)LogisticLanes((LVec)x, true);
+    case Epilogue::kHardSigmoid:
+      return HardSigmoid(x, e);
+    case Epilogue::kHardSwish:
+      return _mm512_mul_ps(x, HardSigmoid(x, e));
+  }
+  return x;
+}
+
 // acc[r][v] = Σ_k A[r][k] · B[k][v·16 .. v·16+16) for one panel of kRows rows
 // and NV vectors of columns (the last one masked to `last` lanes), then
-// bias, clamp, and a store of the first `rows` rows: 8 × 3 accumulators.
+// bias, the epilogue, and a store of the first `rows` rows: 8 × 3 accumulators.
 template <int NV>
 inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* __restrict c, __mmask16 last) {
   __m512 acc[kRows][NV];
@@ -44,7 +79,6 @@ inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* _
     ap += kRows;
     b += g.ldb;
   }
-  const __m512 vlo = _mm512_set1_ps(g.lo), vhi = _mm512_set1_ps(g.hi);
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     if (r >= g.rows) break;
@@ -52,13 +86,68 @@ inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* _
     float* cr = c + r * g.ldc;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      __m512 x = _mm512_add_ps(acc[r][v], bias_v);
-      if (g.clamp) x = _mm512_min_ps(_mm512_max_ps(x, vlo), vhi);
+      const __m512 x = Finish(_mm512_add_ps(acc[r][v], bias_v), g.epilogue);
       if (v == NV - 1)
         _mm512_mask_storeu_ps(cr + v * kLanes, last, x);
       else
         _mm512_storeu_ps(cr + v * kLanes, x);
     }
+  }
+}
+
+// Columns [col, col + J) of one panel with the panel's 8 rows as the vector:
+// acc[j] = Σ_i A_panel[i][0..8) · B[i][col + j]. For a column tail narrower
+// than half a vector (a 7x7 or 1x1 plane, 14·14 = 4·48 + 4), where GemmTile
+// would spend 8 full-width FMAs per step of k on a few lanes; here it is J
+// 8-lane FMAs. Same products summed in the same order as GemmTile.
+template <int J>
+void GemmColumns(const GemmPanelArgs& g, int64_t col) {
+  __m256 acc[J];
+#pragma GCC unroll 8
+  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
+  const float* __restrict ap = g.a;
+  const float* __restrict b = g.b + col;
+  for (int64_t i = 0; i < g.k; ++i) {
+    const __m256 av = _mm256_loadu_ps(ap);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + j), acc[j]);
+    ap += kRows;
+    b += g.ldb;
+  }
+  // Bias and epilogue two columns per vector, then the valid rows out.
+  alignas(64) float t[J + 1][kRows];
+  float bias[2 * kRows] = {};
+  for (int r = 0; r < g.rows && g.bias; ++r) bias[r] = bias[kRows + r] = g.bias[r];
+  const __m512 bias_v = _mm512_loadu_ps(bias);
+#pragma GCC unroll 8
+  for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], acc[j]);
+#pragma GCC unroll 4
+  for (int j = 0; j < J; j += 2) _mm512_store_ps(t[j], Finish(_mm512_add_ps(_mm512_load_ps(t[j]), bias_v), g.epilogue));
+  for (int r = 0; r < g.rows; ++r) {
+    float* cr = g.c + r * g.ldc + col;
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) cr[j] = t[j][r];
+  }
+}
+
+void GemmColumnsAny(const GemmPanelArgs& g, int64_t col, int64_t count) {
+  switch (count) {
+    case 1:
+      return GemmColumns<1>(g, col);
+    case 2:
+      return GemmColumns<2>(g, col);
+    case 3:
+      return GemmColumns<3>(g, col);
+    case 4:
+      return GemmColumns<4>(g, col);
+    case 5:
+      return GemmColumns<5>(g, col);
+    case 6:
+      return GemmColumns<6>(g, col);
+    case 7:
+      return GemmColumns<7>(g, col);
+    case 8:
+      return GemmColumns<8>(g, col);
   }
 }
 
@@ -68,60 +157,75 @@ void GemmPanel(const GemmPanelArgs& g) {
   for (int64_t t = 0; t < full; ++t)
     GemmTile<3>(g, g.b + t * kTile, g.c + t * kTile, static_cast<__mmask16>(0xFFFF));
   if (rest == 0) return;
-  const int64_t col = full * kTile;
-  const int vectors = static_cast<int>((rest + kLanes - 1) / kLanes);
-  const __mmask16 last = TailMask(rest - (vectors - 1) * kLanes);
-  if (vectors == 1) GemmTile<1>(g, g.b + col, g.c + col, last);
-  if (vectors == 2) GemmTile<2>(g, g.b + col, g.c + col, last);
-  if (vectors == 3) GemmTile<3>(g, g.b + col, g.c + col, last);
+  int64_t col = full * kTile;
+  // Whole vectors, and a last part vector unless it is narrow enough for GemmColumns.
+  const int64_t narrow = rest % kLanes <= kLanes / 2 ? rest % kLanes : 0;
+  const int vectors = static_cast<int>((rest - narrow + kLanes - 1) / kLanes);
+  if (vectors > 0) {
+    const __mmask16 last = TailMask(rest - narrow - (vectors - 1) * kLanes);
+    if (vectors == 1) GemmTile<1>(g, g.b + col, g.c + col, last);
+    if (vectors == 2) GemmTile<2>(g, g.b + col, g.c + col, last);
+    if (vectors == 3) GemmTile<3>(g, g.b + col, g.c + col, last);
+    col += rest - narrow;
+  }
+  if (narrow > 0) GemmColumnsAny(g, col, narrow);
 }
 
 // Explicit vectors: left to itself GCC vectorises the short tap loop
 // (a 9-way gather reduction) instead of the loop over positions.
+// Four vectors of positions per step: each accumulator is a chain of T
+// dependent FMAs, and four chains keep the FMA unit busy where two left it
+// waiting on FMA latency. The last < 64 positions are one masked step.
+template <int T, bool kMasked>
+__attribute__((always_inline)) inline void TapsStep(const DepthwiseTapArgs& d, const __m512* kv, const int64_t* off,
+                                                    int64_t q, const __mmask16* m) {
+  __m512 a[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) a[v] = _mm512_set1_ps(d.bias);
+  const float* p = d.poly + q;
+#pragma GCC unroll 25
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const float* src = p + v * kLanes + off[t];
+      a[v] = _mm512_fmadd_ps(kv[t], kMasked ? _mm512_maskz_loadu_ps(m[v], src) : _mm512_loadu_ps(src), a[v]);
+    }
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    float* dst = d.out + q + v * kLanes;
+    if (kMasked)
+      _mm512_mask_storeu_ps(dst, m[v], Finish(a[v], d.epilogue));
+    else
+      _mm512_storeu_ps(dst, Finish(a[v], d.epilogue));
+  }
+}
+
 template <int T>
 void Taps(const DepthwiseTapArgs& d) {
   __m512 kv[T];
   for (int t = 0; t < T; ++t) kv[t] = _mm512_set1_ps(d.kernel[t]);
   int64_t off[T];
   for (int t = 0; t < T; ++t) off[t] = d.offsets[t];
-  const __m512 vb = _mm512_set1_ps(d.bias);
-  const __m512 vlo = _mm512_set1_ps(d.lo), vhi = _mm512_set1_ps(d.hi);
-  const float* poly = d.poly;
-  float* out = d.out;
+  constexpr int64_t kStep = 4 * kLanes;
   int64_t q = 0;
-  for (; q + 32 <= d.count; q += 32) {
-    __m512 a0 = vb, a1 = vb;
-#pragma GCC unroll 25
-    for (int t = 0; t < T; ++t) {
-      a0 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + off[t]), a0);
-      a1 = _mm512_fmadd_ps(kv[t], _mm512_loadu_ps(poly + q + 16 + off[t]), a1);
+  for (; q + kStep <= d.count; q += kStep) TapsStep<T, false>(d, kv, off, q, nullptr);
+  if (q < d.count) {
+    __mmask16 m[4];
+    for (int v = 0; v < 4; ++v) {
+      const int64_t left = d.count - q - v * kLanes;
+      m[v] = left > 0 ? TailMask(left) : static_cast<__mmask16>(0);
     }
-    if (d.clamp) {
-      a0 = _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi);
-      a1 = _mm512_min_ps(_mm512_max_ps(a1, vlo), vhi);
-    }
-    _mm512_storeu_ps(out + q, a0);
-    _mm512_storeu_ps(out + q + 16, a1);
-  }
-  for (; q < d.count; q += 16) {
-    const __mmask16 m = TailMask(d.count - q);
-    __m512 a0 = vb;
-#pragma GCC unroll 25
-    for (int t = 0; t < T; ++t) a0 = _mm512_fmadd_ps(kv[t], _mm512_maskz_loadu_ps(m, poly + q + off[t]), a0);
-    if (d.clamp) a0 = _mm512_min_ps(_mm512_max_ps(a0, vlo), vhi);
-    _mm512_mask_storeu_ps(out + q, m, a0);
+    TapsStep<T, true>(d, kv, off, q, m);
   }
 }
 
 void TapsAny(const DepthwiseTapArgs& d) {
-  const __m512 vlo = _mm512_set1_ps(d.lo), vhi = _mm512_set1_ps(d.hi);
   for (int64_t q = 0; q < d.count; q += 16) {
     const __mmask16 m = TailMask(d.count - q);
     __m512 acc = _mm512_set1_ps(d.bias);
     for (int t = 0; t < d.taps; ++t)
       acc = _mm512_fmadd_ps(_mm512_set1_ps(d.kernel[t]), _mm512_maskz_loadu_ps(m, d.poly + q + d.offsets[t]), acc);
-    if (d.clamp) acc = _mm512_min_ps(_mm512_max_ps(acc, vlo), vhi);
-    _mm512_mask_storeu_ps(d.out + q, m, acc);
+    _mm512_mask_storeu_ps(d.out + q, m, Finish(acc, d.epilogue));
   }
 }
 
@@ -131,15 +235,68 @@ void DepthwiseTaps(const DepthwiseTapArgs& d) {
   TapsAny(d);
 }
 
-constexpr int kLogisticLanes = 16;
-typedef float LVec __attribute__((vector_size(64)));
-typedef int32_t LIVec __attribute__((vector_size(64)));
-#include "daemon/runtime/kernels/microkernels_logistic.inc"
+// Four weight rows at a time share each load of x; one accumulator vector
+// per row, summed across lanes at the end.
+void DotRows(const DotRowsArgs& d) {
+  const int64_t k = d.k, full = k / kLanes * kLanes;
+  const __mmask16 tail = TailMask(k - full);
+  int64_t r = 0;
+  for (; r + 4 <= d.m; r += 4) {
+    const float* a0 = d.a + r * d.lda;
+    const float *a1 = a0 + d.lda, *a2 = a1 + d.lda, *a3 = a2 + d.lda;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t i = 0; i < full; i += kLanes) {
+      const __m512 xv = _mm512_loadu_ps(d.x + i);
+      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a0 + i), xv, s0);
+      s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a1 + i), xv, s1);
+      s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a2 + i), xv, s2);
+      s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a3 + i), xv, s3);
+    }
+    if (full < k) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, d.x + full);
+      s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, a0 + full), xv, s0);
+      s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, a1 + full), xv, s1);
+      s2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, a2 + full), xv, s2);
+      s3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, a3 + full), xv, s3);
+    }
+    d.y[r] = _mm512_reduce_add_ps(s0);
+    d.y[r + 1] = _mm512_reduce_add_ps(s1);
+    d.y[r + 2] = _mm512_reduce_add_ps(s2);
+    d.y[r + 3] = _mm512_reduce_add_ps(s3);
+  }
+  for (; r < d.m; ++r) {
+    const float* a0 = d.a + r * d.lda;
+    __m512 s0 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += kLanes) {
+      const __mmask16 m = TailMask(k - i);
+      s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a0 + i), _mm512_maskz_loadu_ps(m, d.x + i), s0);
+    }
+    d.y[r] = _mm512_reduce_add_ps(s0);
+  }
+}
+
+// 32 inputs per step: two loads, one two-source permute per phase.
+void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
+  const __m512i even_lanes = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_lanes = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  int64_t i = 0;  // outputs per phase so far; inputs so far 2i
+  for (; 2 * i + 2 * kLanes <= n; i += kLanes) {
+    const __m512 a = _mm512_loadu_ps(src + 2 * i), b = _mm512_loadu_ps(src + 2 * i + kLanes);
+    _mm512_storeu_ps(even + i, _mm512_permutex2var_ps(a, even_lanes, b));
+    _mm512_storeu_ps(odd + i, _mm512_permutex2var_ps(a, odd_lanes, b));
+  }
+  const int64_t left = n - 2 * i;  // < 32
+  if (left <= 0) return;
+  const __m512 a = _mm512_maskz_loadu_ps(TailMask(left), src + 2 * i);
+  const __m512 b = left > kLanes ? _mm512_maskz_loadu_ps(TailMask(left - kLanes), src + 2 * i + kLanes) : a;
+  _mm512_mask_storeu_ps(even + i, TailMask((left + 1) / 2), _mm512_permutex2var_ps(a, even_lanes, b));
+  _mm512_mask_storeu_ps(odd + i, TailMask(left / 2), _mm512_permutex2var_ps(a, odd_lanes, b));
+}
 
 }  // namespace
 
 const Microkernels& Avx512Microkernels() {
-  static const Microkernels k{Isa::kAvx512, &GemmPanel, &DepthwiseTaps, &Logistic};
+  static const Microkernels k{Isa::kAvx512, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
   return k;
 }
 

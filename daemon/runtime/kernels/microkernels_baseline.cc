@@ -22,10 +22,33 @@ inline Vec Clamp(Vec x, Vec lo, Vec hi) {
   x = x < lo ? lo : x;
   return x > hi ? hi : x;
 }
-inline float ClampScalar(float x, float lo, float hi) {
-  x = x < lo ? lo : x;
-  return x > hi ? hi : x;
+
+constexpr int kLogisticLanes = 4;
+typedef float LVec __attribute__((vector_size(16)));
+typedef int32_t LIVec __attribute__((vector_size(16)));
+__attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) { return Splat(1.f) / d; }
+#include "daemon/runtime/kernels/microkernels_logistic.inc"
+
+// The epilogue (microkernels.h) on one vector of results.
+// Always inlined: a call from GemmTile would spill its live accumulators.
+__attribute__((always_inline)) inline Vec Finish(Vec x, const Epilogue& e) {
+  switch (e.kind) {
+    case Epilogue::kNone:
+      return x;
+    case Epilogue::kClamp:
+      return Clamp(x, Splat(e.lo), Splat(e.hi));
+    case Epilogue::kSigmoid:
+      return LogisticLanes(x, false);
+    case Epilogue::kSilu:
+      return LogisticLanes(x, true);
+    case Epilogue::kHardSigmoid:
+      return Clamp(x * Splat(e.alpha) + Splat(e.beta), Splat(0.f), Splat(1.f));
+    case Epilogue::kHardSwish:
+      return x * Clamp(x * Splat(e.alpha) + Splat(e.beta), Splat(0.f), Splat(1.f));
+  }
+  return x;
 }
+inline float FinishScalar(float x, const Epilogue& e) { return e.kind == Epilogue::kNone ? x : Finish(Splat(x), e)[0]; }
 
 // Rows [r0, r0 + 4) × 12 columns starting at b / c.
 inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, float* __restrict c) {
@@ -41,14 +64,11 @@ inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, 
     ap += kPanelRows;
     b += g.ldb;
   }
-  const Vec vlo = Splat(g.lo), vhi = Splat(g.hi);
   for (int r = 0; r < kHalfRows && r0 + r < g.rows; ++r) {
     const Vec bias_v = Splat(g.bias ? g.bias[r0 + r] : 0.f);
     float* cr = c + (r0 + r) * g.ldc;
     for (int v = 0; v < kVectors; ++v) {
-      Vec x = acc[r][v] + bias_v;
-      if (g.clamp) x = Clamp(x, vlo, vhi);
-      Store(cr + v * kLanes, x);
+      Store(cr + v * kLanes, Finish(acc[r][v] + bias_v, g.epilogue));
     }
   }
 }
@@ -65,9 +85,7 @@ void GemmColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
       ap += kPanelRows;
     }
     for (int r = 0; r < g.rows; ++r) {
-      float x = acc[r] + (g.bias ? g.bias[r] : 0.f);
-      if (g.clamp) x = ClampScalar(x, g.lo, g.hi);
-      g.c[r * g.ldc + j] = x;
+      g.c[r * g.ldc + j] = FinishScalar(acc[r] + (g.bias ? g.bias[r] : 0.f), g.epilogue);
     }
   }
 }
@@ -81,30 +99,40 @@ void GemmPanel(const GemmPanelArgs& g) {
 }
 
 void DepthwiseTaps(const DepthwiseTapArgs& d) {
-  const Vec vlo = Splat(d.lo), vhi = Splat(d.hi);
   int64_t q = 0;
   for (; q + kLanes <= d.count; q += kLanes) {
     Vec acc = Splat(d.bias);
     for (int t = 0; t < d.taps; ++t) acc += Splat(d.kernel[t]) * Load(d.poly + q + d.offsets[t]);
-    if (d.clamp) acc = Clamp(acc, vlo, vhi);
-    Store(d.out + q, acc);
+    Store(d.out + q, Finish(acc, d.epilogue));
   }
   for (; q < d.count; ++q) {
     float acc = d.bias;
     for (int t = 0; t < d.taps; ++t) acc += d.kernel[t] * d.poly[q + d.offsets[t]];
-    d.out[q] = d.clamp ? ClampScalar(acc, d.lo, d.hi) : acc;
+    d.out[q] = FinishScalar(acc, d.epilogue);
   }
 }
 
-constexpr int kLogisticLanes = 4;
-typedef float LVec __attribute__((vector_size(16)));
-typedef int32_t LIVec __attribute__((vector_size(16)));
-#include "daemon/runtime/kernels/microkernels_logistic.inc"
+void DotRows(const DotRowsArgs& d) {
+  const int64_t full = d.k / kLanes * kLanes;
+  for (int64_t r = 0; r < d.m; ++r) {
+    const float* a = d.a + r * d.lda;
+    Vec s = Splat(0.f);
+    for (int64_t i = 0; i < full; i += kLanes) s += Load(a + i) * Load(d.x + i);
+    float sum = (s[0] + s[1]) + (s[2] + s[3]);
+    for (int64_t i = full; i < d.k; ++i) sum += a[i] * d.x[i];
+    d.y[r] = sum;
+  }
+}
+
+void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
+  for (int64_t i = 0; 2 * i < n; ++i) even[i] = src[2 * i];
+  for (int64_t i = 0; 2 * i + 1 < n; ++i) odd[i] = src[2 * i + 1];
+}
 
 }  // namespace
 
 const Microkernels& BaselineMicrokernels() {
-  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps, &Logistic};
+  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
   return k;
 }
 

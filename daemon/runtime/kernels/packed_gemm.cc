@@ -24,6 +24,37 @@ void PackedMatrix::Pack(const float* a, int64_t m, int64_t k, int64_t lda) {
     }
 }
 
+bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue) {
+  Epilogue e;
+  switch (act.kind) {
+    case FusedActivation::kNone:
+      break;
+    case FusedActivation::kRelu:
+      e.kind = Epilogue::kClamp, e.lo = 0.f, e.hi = INFINITY;
+      break;
+    case FusedActivation::kClip:
+      e.kind = Epilogue::kClamp, e.lo = act.alpha, e.hi = act.beta;
+      break;
+    case FusedActivation::kSigmoid:
+      e.kind = Epilogue::kSigmoid;
+      break;
+    case FusedActivation::kSilu:
+      e.kind = Epilogue::kSilu;
+      break;
+    case FusedActivation::kHardSigmoid:
+      e.kind = Epilogue::kHardSigmoid, e.alpha = act.alpha, e.beta = act.beta;
+      break;
+    case FusedActivation::kHardSwish:
+      e.kind = Epilogue::kHardSwish, e.alpha = act.alpha, e.beta = act.beta;
+      break;
+    default:
+      *epilogue = Epilogue{};
+      return false;
+  }
+  *epilogue = e;
+  return true;
+}
+
 void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
                 const float* bias, const FusedActivation& act, int threads) {
   const int64_t m = a.rows(), k = a.depth();
@@ -34,16 +65,14 @@ void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, f
   base.k = k;
   base.n = n;
   base.ldc = ldc;
-  // relu and clip run on the accumulators; other activations are
-  // transcendental and rare in conv models: applied to the stored rows.
-  if (act.kind == FusedActivation::kRelu) {
-    base.clamp = true, base.lo = 0.f, base.hi = INFINITY;
-  } else if (act.kind == FusedActivation::kClip) {
-    base.clamp = true, base.lo = act.alpha, base.hi = act.beta;
-  }
-  const bool post_activation = act.kind != FusedActivation::kNone && !base.clamp;
+  // The activations of CNNs run on the accumulators; the rest (tanh, elu,
+  // darknet's) are rare in conv models: applied to the stored rows.
+  const bool post_activation = !EpilogueFor(act, &base.epilogue);
   const auto gemm_panel = a.kernels().gemm_panel;
-  ParallelFor(panels, (threads > 1 && panels > 1) ? threads : 1, [&](int64_t p) {
+  // A parallel region costs microseconds: products smaller than that (an
+  // SE block's 1x1 convs on a 1x1 map) stay on one thread.
+  const bool parallel = threads > 1 && panels > 1 && m * n * k >= (1 << 17);
+  ParallelFor(panels, parallel ? threads : 1, [&](int64_t p) {
     GemmPanelArgs g = base;
     g.a = a.Panel(p);
     g.rows = static_cast<int>(std::min<int64_t>(PackedMatrix::kRows, m - p * PackedMatrix::kRows));

@@ -46,6 +46,11 @@ class PackedMatrix {
   const Microkernels* kernels_ = &BaselineMicrokernels();
 };
 
+// The microkernel epilogue (microkernels.h) that applies `act` in registers.
+// False when `act` has none (tanh, elu, ...): the epilogue is then kNone and
+// the caller applies `act` to the stored output.
+bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue);
+
 // C = A·B + bias, then `act`. B: k×n, row stride ldb; C: m×n, row stride ldc.
 // bias may be nullptr. threads > 1 splits the row panels over OpenMP threads
 // (pass 1 inside an enclosing parallel region).

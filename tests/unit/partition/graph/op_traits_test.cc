@@ -108,7 +108,8 @@ TEST_CASE("op traits: per-channel layers, depthwise and grouped convs, granules"
 
 TEST_CASE("op traits: every fusable activation folds and runs in the kernels") {
   int fusable = 0;
-  for (const char* op : {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Erf", "Mul"}) {
+  for (const char* op :
+       {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Erf", "Mul"}) {
     Node act{"act", op, {0}, {1}, {}};
     act.attrs.Set("alpha", 0.3);
     act.attrs.Set("beta", 0.4);
@@ -125,5 +126,5 @@ TEST_CASE("op traits: every fusable activation folds and runs in the kernels") {
     for (const char* p : {"act_alpha", "act_beta"})
       if (producer.attrs.Has(p)) CHECK(producer.attrs.Float(p) != 0.0);
   }
-  CHECK(fusable == 7);
+  CHECK(fusable == 8);
 }

@@ -12,11 +12,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -229,6 +230,38 @@ TEST_CASE("onnx: Sigmoid + Mul of the same value fold into Conv as silu", "[onnx
         CHECK(got[o * 4 + i] == Approx(want).epsilon(1e-6).margin(1e-30));
       }
   }
+}
+
+// Hard swish as PyTorch exports it (MobileNetV3): Conv -> c ->
+// {HardSigmoid(alpha 1/6) -> s, Mul(c, s)} becomes one Conv with activation
+// "hard_swish" carrying the HardSigmoid's alpha and beta.
+TEST_CASE("onnx: HardSigmoid + Mul of the same value fold into Conv as hard swish", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 2, 2});
+  b.Floats("w", {2, 1, 1, 1}, {3.f, -2.f});
+  b.Floats("b", {2}, {0.5f, -0.25f});
+  b.Node("Conv", {"x", "w", "b"}, {"c"}, "conv");
+  auto* hs = b.Node("HardSigmoid", {"c"}, {"s"}, "hsig");
+  SetFloat(hs, "alpha", 1.f / 6.f);
+  b.Node("Mul", {"s", "c"}, {"y"}, "mul");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"Conv"});
+  CHECK(g->nodes[0].attrs.String("activation") == "hard_swish");
+  CHECK(g->nodes[0].attrs.Float("act_alpha") == Approx(1.0 / 6.0));
+  CHECK(g->nodes[0].attrs.Float("act_beta") == Approx(0.5));
+  CHECK(g->Validate().ok());
+  const std::vector<float> x = {-3.f, -1.f, 0.25f, 4.f};
+  const std::vector<float> got = Run(*g, {TensorData{{1, 1, 2, 2}, x}});
+  REQUIRE(got.size() == 8);
+  for (int o = 0; o < 2; ++o)
+    for (int i = 0; i < 4; ++i) {
+      const double c = (o == 0 ? 3.0 : -2.0) * x[i] + (o == 0 ? 0.5 : -0.25);
+      const double want = c * std::clamp(c / 6.0 + 0.5, 0.0, 1.0);
+      INFO("channel " << o << " x " << x[i]);
+      CHECK(got[o * 4 + i] == Approx(want).epsilon(1e-6).margin(1e-6));
+    }
 }
 
 TEST_CASE("onnx: a Sigmoid whose input has a third reader is not folded as silu", "[onnx]") {

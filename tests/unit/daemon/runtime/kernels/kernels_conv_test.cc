@@ -35,6 +35,9 @@ double ReferenceActivation(const std::string& act, double v) {
   if (act == "clip") return std::min(std::max(v, 0.0), 6.0);
   if (act == "sigmoid") return 1.0 / (1.0 + std::exp(-v));
   if (act == "tanh") return std::tanh(v);
+  if (act == "silu") return v / (1.0 + std::exp(-v));
+  if (act == "hard_sigmoid") return std::clamp(0.2 * v + 0.5, 0.0, 1.0);
+  if (act == "hard_swish") return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0);
   return v;
 }
 
@@ -166,6 +169,19 @@ TEST_CASE("convolution gives the same result with two threads", "[kernels][conv]
   std::mt19937 rng(15);
   for (int kind = 0; kind < 4; ++kind)
     for (int i = 0; i < 5; ++i) CheckConv(RandomCase(rng, kind), rng, 2);
+}
+
+// SiLU, hard sigmoid and hard swish run in the microkernels' epilogues
+// (microkernels.h): every strategy, serial and threaded, odd planes.
+TEST_CASE("convolutions with a fused silu, hard sigmoid or hard swish match the reference", "[kernels][conv]") {
+  std::mt19937 rng(17);
+  for (const char* act : {"silu", "hard_sigmoid", "hard_swish"})
+    for (int kind = 0; kind < 4; ++kind)
+      for (int i = 0; i < 6; ++i) {
+        ConvCase k = RandomCase(rng, kind);
+        k.activation = act;
+        CheckConv(k, rng, 1 + i % 2);
+      }
 }
 
 TEST_CASE("typical CNN layer shapes match the reference", "[kernels][conv]") {

@@ -32,6 +32,30 @@ TEST_CASE("gemm computes x times W transposed plus bias", "[kernels][gemm]") {
   }
 }
 
+// A classifier head on a batch of one or two: the dot-rows microkernel over
+// chunks of output rows, split over threads when there are enough.
+TEST_CASE("gemm with many outputs and few input rows matches the reference, serial and threaded", "[kernels][gemm]") {
+  std::mt19937 rng(23);
+  for (int threads : {1, 2})
+    for (int64_t n : {1, 2}) {
+      const int64_t in = 257, out = 301;
+      auto x = RandomValues(n * in, rng), w = RandomValues(out * in, rng), b = RandomValues(out, rng);
+      Attributes a;
+      a.Set("activation", std::string("relu"));
+      auto run =
+          RunNode("Gemm", a, {Activation({n, in}, x), Weights({out, in}, w), Weights({out}, b)}, {{n, out}}, threads);
+      REQUIRE(run.status.ok());
+      std::vector<double> ref(n * out);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          double s = b[o];
+          for (int64_t k = 0; k < in; ++k) s += double(x[r * in + k]) * w[o * in + k];
+          ref[r * out + o] = std::max(s, 0.0);
+        }
+      ExpectClose(run.outputs[0], ref, 1e-5, 2e-5);
+    }
+}
+
 TEST_CASE("gemm honours explicit ONNX transB=0, alpha and beta", "[kernels][gemm]") {
   std::mt19937 rng(22);
   const int64_t n = 3, in = 5, out = 4;

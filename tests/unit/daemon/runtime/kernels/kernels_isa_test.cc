@@ -37,6 +37,35 @@ void CheckClose(const std::vector<float>& got, const std::vector<float>& want) {
   }
 }
 
+// Every epilogue kind (microkernels.h), each with the parameters a model uses.
+std::vector<Epilogue> AllEpilogues() {
+  std::vector<Epilogue> all(6);
+  all[1].kind = Epilogue::kClamp, all[1].lo = -0.5f, all[1].hi = 0.75f;
+  all[2].kind = Epilogue::kSigmoid;
+  all[3].kind = Epilogue::kSilu;
+  all[4].kind = Epilogue::kHardSigmoid, all[4].alpha = 0.2f, all[4].beta = 0.5f;
+  all[5].kind = Epilogue::kHardSwish, all[5].alpha = 1.f / 6.f, all[5].beta = 0.5f;
+  return all;
+}
+
+double ApplyEpilogue(double x, const Epilogue& e) {
+  switch (e.kind) {
+    case Epilogue::kNone:
+      return x;
+    case Epilogue::kClamp:
+      return std::min<double>(std::max<double>(x, e.lo), e.hi);
+    case Epilogue::kSigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
+    case Epilogue::kSilu:
+      return x / (1.0 + std::exp(-x));
+    case Epilogue::kHardSigmoid:
+      return std::clamp(e.alpha * x + e.beta, 0.0, 1.0);
+    case Epilogue::kHardSwish:
+      return x * std::clamp(e.alpha * x + e.beta, 0.0, 1.0);
+  }
+  return x;
+}
+
 TEST_CASE("isa names parse back and the detected level is supported", "[kernels][isa]") {
   for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
     auto parsed = ParseIsa(IsaName(isa));
@@ -59,8 +88,9 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
     for (int64_t rows : {1, 3, 4, 5, 8})
       for (int64_t k : {1, 7, 64})
         for (int64_t n : {1, 7, 8, 12, 15, 16, 23, 24, 31, 47, 48, 49, 63, 75})
-          for (bool clamp : {false, true}) {
-            INFO("ISA " << IsaName(isa) << " rows " << rows << " k " << k << " n " << n << " clamp " << clamp);
+          for (const Epilogue& epilogue : AllEpilogues()) {
+            INFO("ISA " << IsaName(isa) << " rows " << rows << " k " << k << " n " << n << " epilogue "
+                        << static_cast<int>(epilogue.kind));
             const int64_t ldb = n + 3, ldc = n + 5;
             std::vector<float> a = Random(static_cast<size_t>(rows * k), rng);
             std::vector<float> b = Random(static_cast<size_t>(k * ldb), rng);
@@ -79,17 +109,13 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
             g.ldc = ldc;
             g.rows = static_cast<int>(rows);
             g.bias = bias.data();
-            g.clamp = clamp;
-            g.lo = -0.5f;
-            g.hi = 0.75f;
+            g.epilogue = epilogue;
             mk.gemm_panel(g);
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t j = 0; j < n; ++j) {
                 double acc = bias[r];
                 for (int64_t i = 0; i < k; ++i) acc += double(a[r * k + i]) * b[i * ldb + j];
-                float v = static_cast<float>(acc);
-                if (clamp) v = std::min(std::max(v, g.lo), g.hi);
-                want[r * ldc + j] = v;
+                want[r * ldc + j] = static_cast<float>(ApplyEpilogue(acc, epilogue));
               }
             CheckClose(c, want);
           }
@@ -101,9 +127,10 @@ TEST_CASE("every ISA's depthwise taps equal the reference loop", "[kernels][isa]
   for (Isa isa : SupportedIsas()) {
     const Microkernels& mk = MicrokernelsFor(isa);
     for (int taps : {1, 4, 9, 25})
-      for (int64_t count : {1, 5, 8, 15, 16, 17, 31, 32, 33, 100})
-        for (bool clamp : {false, true}) {
-          INFO("ISA " << IsaName(isa) << " taps " << taps << " count " << count << " clamp " << clamp);
+      for (int64_t count : {1, 5, 8, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 130})
+        for (const Epilogue& epilogue : AllEpilogues()) {
+          INFO("ISA " << IsaName(isa) << " taps " << taps << " count " << count << " epilogue "
+                      << static_cast<int>(epilogue.kind));
           std::vector<int64_t> offsets(static_cast<size_t>(taps));
           for (int t = 0; t < taps; ++t) offsets[t] = (t % 5) + 11 * (t / 5);
           const int64_t span = count + offsets.back() + 1;
@@ -116,20 +143,63 @@ TEST_CASE("every ISA's depthwise taps equal the reference loop", "[kernels][isa]
           d.kernel = kernel.data();
           d.taps = taps;
           d.bias = 0.25f;
-          d.clamp = clamp;
-          d.lo = 0.f;
-          d.hi = 1.f;
+          d.epilogue = epilogue;
           d.count = count;
           d.out = out.data();
           mk.depthwise_taps(d);
           for (int64_t q = 0; q < count; ++q) {
             double acc = d.bias;
             for (int t = 0; t < taps; ++t) acc += double(kernel[t]) * poly[q + offsets[t]];
-            float v = static_cast<float>(acc);
-            want[q] = clamp ? std::min(std::max(v, d.lo), d.hi) : v;
+            want[q] = static_cast<float>(ApplyEpilogue(acc, epilogue));
           }
           CheckClose(out, want);
         }
+  }
+}
+
+TEST_CASE("every ISA's dot rows equal the reference matrix-vector product", "[kernels][isa]") {
+  std::mt19937 rng(13);
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    for (int64_t m : {1, 3, 4, 5, 9})
+      for (int64_t k : {1, 7, 8, 15, 16, 17, 33, 100}) {
+        INFO("ISA " << IsaName(isa) << " m " << m << " k " << k);
+        const int64_t lda = k + 3;
+        std::vector<float> a = Random(static_cast<size_t>(m * lda), rng);
+        std::vector<float> x = Random(static_cast<size_t>(k), rng);
+        std::vector<float> y(static_cast<size_t>(m + 2), 7.f), want = y;
+        DotRowsArgs d;
+        d.a = a.data();
+        d.lda = lda;
+        d.x = x.data();
+        d.k = k;
+        d.m = m;
+        d.y = y.data();
+        mk.dot_rows(d);
+        for (int64_t r = 0; r < m; ++r) {
+          double acc = 0;
+          for (int64_t i = 0; i < k; ++i) acc += double(a[r * lda + i]) * x[i];
+          want[r] = static_cast<float>(acc);
+        }
+        CheckClose(y, want);
+      }
+  }
+}
+
+TEST_CASE("every ISA's deinterleave splits even and odd positions and writes nothing past them", "[kernels][isa]") {
+  std::mt19937 rng(14);
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    for (int64_t n = 0; n <= 70; ++n) {
+      INFO("ISA " << IsaName(isa) << " n " << n);
+      std::vector<float> src = Random(static_cast<size_t>(n), rng);
+      std::vector<float> even(40, 7.f), odd(40, 7.f);
+      mk.deinterleave(src.data(), n, even.data(), odd.data());
+      for (int64_t i = 0; i < 40; ++i) {
+        REQUIRE(even[i] == (2 * i < n ? src[2 * i] : 7.f));
+        REQUIRE(odd[i] == (2 * i + 1 < n ? src[2 * i + 1] : 7.f));
+      }
+    }
   }
 }
 
