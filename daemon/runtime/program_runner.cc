@@ -310,6 +310,10 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   char* base = reinterpret_cast<char*>(arena_);
   // Whatever way Run returns, no link writes into this arena afterwards (the
   // runner goes back to the pool and serves another request).
+  // The link to `peer`; null when the caller gave none (checked at its Send/Recv step).
+  auto link_to = [&peers](int peer) -> Link* {
+    return peer >= 0 && peer < static_cast<int>(peers.size()) ? peers[peer] : nullptr;
+  };
   struct DetachOnReturn {
     const std::vector<Link*>& links;
     ~DetachOnReturn() {
@@ -320,8 +324,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   auto wait_sent = [&](size_t after) {
     for (int snd : layout_->wait_sent_after[after]) {
       const ProgramStep& s = p.steps[snd];
-      if (s.peer >= 0 && s.peer < static_cast<int>(peers.size()) && peers[s.peer])
-        TS_RETURN_IF_ERROR(peers[s.peer]->WaitSent(s.message).WithContext(me));
+      if (Link* link = link_to(s.peer)) TS_RETURN_IF_ERROR(link->WaitSent(s.message).WithContext(me));
     }
     return Status::OK();
   };
@@ -330,12 +333,12 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
     for (int b : layout_->zero_at[i]) std::memset(Buffer(b), 0, Bytes(p.buffers[b].box.volume()));
     for (int r : layout_->expect_at[i]) {
       const ProgramStep& recv = p.steps[r];
-      if (recv.peer >= 0 && recv.peer < static_cast<int>(peers.size()) && peers[recv.peer])
-        peers[recv.peer]->Expect(recv.message, base + layout_->step_offset[r], Bytes(recv.dst_box.volume()));
+      if (Link* link = link_to(recv.peer))
+        link->Expect(recv.message, base + layout_->step_offset[r], Bytes(recv.dst_box.volume()));
     }
     switch (s.kind) {
       case StepKind::kSend: {
-        Link* link = s.peer < static_cast<int>(peers.size()) ? peers[s.peer] : nullptr;
+        Link* link = link_to(s.peer);
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
         // The link reads the message from the arena until wait_sent (ProgramStep::release_after).
         char* from = base + layout_->step_offset[i];
@@ -345,7 +348,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         break;
       }
       case StepKind::kRecv: {
-        Link* link = s.peer < static_cast<int>(peers.size()) ? peers[s.peer] : nullptr;
+        Link* link = link_to(s.peer);
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
         // Into its place in the arena (the link checks its size against the program's).
         char* landed = base + layout_->step_offset[i];

@@ -264,24 +264,21 @@ void ExchangeInbox::Expect(int from, int64_t message, char* dst, int64_t bytes) 
 
 Status ExchangeInbox::TakeInto(int from, int64_t message, char* dst, int64_t bytes, std::chrono::milliseconds timeout) {
   const auto key = std::make_pair(from, message);
+  auto wrong_size = [&](int64_t got) {
+    return Status::DataLoss("message " + std::to_string(message & 0xffffffff) + " from device " + std::to_string(from) +
+                            " has " + std::to_string(got) + " bytes, the program expects " + std::to_string(bytes));
+  };
   std::unique_lock<std::mutex> lock(mu_);
   TS_RETURN_IF_ERROR(WaitFor(lock, key, timeout));
   if (auto sink = sinks_.find(key); sink != sinks_.end()) {
     const Sink k = sink->second;
     sinks_.erase(sink);
-    if (k.dst == dst && k.total == bytes) return Status::OK();
-    if (k.total != bytes)
-      return Status::DataLoss("message " + std::to_string(message & 0xffffffff) + " from device " +
-                              std::to_string(from) + " has " + std::to_string(k.total) +
-                              " bytes, the program expects " + std::to_string(bytes));
-    std::memmove(dst, k.dst, static_cast<size_t>(bytes));
+    if (k.total != bytes) return wrong_size(k.total);
+    if (k.dst != dst) std::memmove(dst, k.dst, static_cast<size_t>(bytes));
     return Status::OK();
   }
   auto it = complete_.find(key);
-  if (static_cast<int64_t>(it->second.size()) != bytes)
-    return Status::DataLoss("message " + std::to_string(message & 0xffffffff) + " from device " + std::to_string(from) +
-                            " has " + std::to_string(it->second.size()) + " bytes, the program expects " +
-                            std::to_string(bytes));
+  if (static_cast<int64_t>(it->second.size()) != bytes) return wrong_size(static_cast<int64_t>(it->second.size()));
   std::memcpy(dst, it->second.data(), static_cast<size_t>(bytes));
   complete_.erase(it);
   return Status::OK();
