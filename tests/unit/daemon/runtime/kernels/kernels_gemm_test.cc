@@ -11,6 +11,19 @@ using testing::RandomValues;
 using testing::RunNode;
 using testing::Weights;
 
+// y[r][o] = b[o] + sum_k x[r][k] * w[o][k] in double, then relu if asked: the dense layer's reference.
+std::vector<double> ReferenceDense(const std::vector<float>& x, const std::vector<float>& w,
+                                   const std::vector<float>& b, int64_t n, int64_t in, int64_t out, bool relu) {
+  std::vector<double> ref(n * out);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b[o];
+      for (int64_t k = 0; k < in; ++k) s += double(x[r * in + k]) * w[o * in + k];
+      ref[r * out + o] = relu ? std::max(s, 0.0) : s;
+    }
+  return ref;
+}
+
 TEST_CASE("gemm computes x times W transposed plus bias", "[kernels][gemm]") {
   std::mt19937 rng(21);
   for (int trial = 0; trial < 20; ++trial) {
@@ -21,14 +34,7 @@ TEST_CASE("gemm computes x times W transposed plus bias", "[kernels][gemm]") {
     if (relu) a.Set("activation", std::string("relu"));
     auto run = RunNode("Gemm", a, {Activation({n, in}, x), Weights({out, in}, w), Weights({out}, b)}, {{n, out}});
     REQUIRE(run.status.ok());
-    std::vector<double> ref(n * out);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t o = 0; o < out; ++o) {
-        double s = b[o];
-        for (int64_t k = 0; k < in; ++k) s += double(x[r * in + k]) * w[o * in + k];
-        ref[r * out + o] = relu ? std::max(s, 0.0) : s;
-      }
-    ExpectClose(run.outputs[0], ref, 1e-5, 2e-5);
+    ExpectClose(run.outputs[0], ReferenceDense(x, w, b, n, in, out, relu), 1e-5, 2e-5);
   }
 }
 
@@ -45,14 +51,7 @@ TEST_CASE("gemm with many outputs and few input rows matches the reference, seri
       auto run =
           RunNode("Gemm", a, {Activation({n, in}, x), Weights({out, in}, w), Weights({out}, b)}, {{n, out}}, threads);
       REQUIRE(run.status.ok());
-      std::vector<double> ref(n * out);
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t o = 0; o < out; ++o) {
-          double s = b[o];
-          for (int64_t k = 0; k < in; ++k) s += double(x[r * in + k]) * w[o * in + k];
-          ref[r * out + o] = std::max(s, 0.0);
-        }
-      ExpectClose(run.outputs[0], ref, 1e-5, 2e-5);
+      ExpectClose(run.outputs[0], ReferenceDense(x, w, b, n, in, out, /*relu=*/true), 1e-5, 2e-5);
     }
 }
 
