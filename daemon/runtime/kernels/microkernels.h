@@ -27,12 +27,13 @@ inline constexpr int64_t kPanelRows = 8;
 // and before its single store: the producer's fused activation (kernel.h)
 // when it is one of these, so no second pass over the output is needed.
 //   kClamp        min(max(x, lo), hi)                 (relu, clip)
+//   kLeaky        x < 0 ? alpha·x : x                 (leaky relu, darknet's leaky)
 //   kSigmoid      1 / (1 + e^−x)                      (microkernels_logistic.inc)
 //   kSilu         x / (1 + e^−x)
 //   kHardSigmoid  min(max(alpha·x + beta, 0), 1)
 //   kHardSwish    x · min(max(alpha·x + beta, 0), 1)
 struct Epilogue {
-  enum Kind { kNone, kClamp, kSigmoid, kSilu, kHardSigmoid, kHardSwish } kind = kNone;
+  enum Kind { kNone, kClamp, kLeaky, kSigmoid, kSilu, kHardSigmoid, kHardSwish } kind = kNone;
   float lo = 0.f, hi = 0.f;
   float alpha = 0.f, beta = 0.f;
 };

@@ -43,6 +43,9 @@ __attribute__((always_inline)) inline __m256 Finish(__m256 x, const Epilogue& e)
       return x;
     case Epilogue::kClamp:
       return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(e.lo)), _mm256_set1_ps(e.hi));
+    case Epilogue::kLeaky:
+      return _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(e.alpha)),
+                              _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
     case Epilogue::kSigmoid:
       return (__m256)LogisticLanes((LVec)x, false);
     case Epilogue::kSilu:

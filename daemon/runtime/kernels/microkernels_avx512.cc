@@ -42,6 +42,8 @@ __attribute__((always_inline)) inline __m512 Finish(__m512 x, const Epilogue& e)
       return x;
     case Epilogue::kClamp:
       return _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(e.lo)), _mm512_set1_ps(e.hi));
+    case Epilogue::kLeaky:
+      return _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x, _mm512_set1_ps(e.alpha));
     case Epilogue::kSigmoid:
       return (__m512)LogisticLanes((LVec)x, false);
     case Epilogue::kSilu:

@@ -37,6 +37,8 @@ __attribute__((always_inline)) inline Vec Finish(Vec x, const Epilogue& e) {
       return x;
     case Epilogue::kClamp:
       return Clamp(x, Splat(e.lo), Splat(e.hi));
+    case Epilogue::kLeaky:
+      return x < Splat(0.f) ? x * Splat(e.alpha) : x;
     case Epilogue::kSigmoid:
       return LogisticLanes(x, false);
     case Epilogue::kSilu:

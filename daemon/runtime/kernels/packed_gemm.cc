@@ -35,6 +35,9 @@ bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue) {
     case FusedActivation::kClip:
       e.kind = Epilogue::kClamp, e.lo = act.alpha, e.hi = act.beta;
       break;
+    case FusedActivation::kLeakyRelu:
+      e.kind = Epilogue::kLeaky, e.alpha = act.alpha;
+      break;
     case FusedActivation::kSigmoid:
       e.kind = Epilogue::kSigmoid;
       break;

@@ -39,12 +39,13 @@ void CheckClose(const std::vector<float>& got, const std::vector<float>& want) {
 
 // Every epilogue kind (microkernels.h), each with the parameters a model uses.
 std::vector<Epilogue> AllEpilogues() {
-  std::vector<Epilogue> all(6);
+  std::vector<Epilogue> all(7);
   all[1].kind = Epilogue::kClamp, all[1].lo = -0.5f, all[1].hi = 0.75f;
   all[2].kind = Epilogue::kSigmoid;
   all[3].kind = Epilogue::kSilu;
   all[4].kind = Epilogue::kHardSigmoid, all[4].alpha = 0.2f, all[4].beta = 0.5f;
   all[5].kind = Epilogue::kHardSwish, all[5].alpha = 1.f / 6.f, all[5].beta = 0.5f;
+  all[6].kind = Epilogue::kLeaky, all[6].alpha = 0.1f;  // darknet's leaky
   return all;
 }
 
@@ -54,6 +55,8 @@ double ApplyEpilogue(double x, const Epilogue& e) {
       return x;
     case Epilogue::kClamp:
       return std::min<double>(std::max<double>(x, e.lo), e.hi);
+    case Epilogue::kLeaky:
+      return x < 0 ? e.alpha * x : x;
     case Epilogue::kSigmoid:
       return 1.0 / (1.0 + std::exp(-x));
     case Epilogue::kSilu:
