@@ -23,8 +23,9 @@ namespace tessera {
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 28;
 // Dimensions of a tensor (model values are at most 4-D, .npy inputs too).
 inline constexpr int kMaxTensorRank = 8;
-// Size of a model file we read (ONNX itself cannot exceed 2 GiB protobuf).
-inline constexpr int64_t kMaxModelBytes = int64_t{2} << 30;
+// Size of a model we read, from a file or from memory: protobuf's largest
+// message (2 GiB - 1), which an ONNX model cannot exceed.
+inline constexpr int64_t kMaxModelBytes = (int64_t{2} << 30) - 1;
 
 // ---- requests ---------------------------------------------------------------
 

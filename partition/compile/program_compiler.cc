@@ -6,6 +6,7 @@
 
 #include "partition/graph/metrics.h"
 #include "partition/graph/op_traits.h"
+#include "partition/graph/resize_map.h"
 
 namespace tessera {
 
@@ -621,6 +622,7 @@ class Compiler {
       std::map<int, TileRegion> need;
       struct LayerView {
         std::vector<TileRegion> in;  // per activation input, the region it reads
+        TileRegion out;              // the region of its output this tile computes
         int64_t pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
         bool used = false;
       };
@@ -633,6 +635,7 @@ class Compiler {
         LayerView& lv = view[n - start];
         lv.used = true;
         const TileRegion out = it->second;
+        lv.out = out;
         TS_ASSIGN_OR_RETURN(const TileRule rule, TileRuleOf(g_, n));
         const auto acts = g_.ActivationInputs(node);
         for (size_t k = 0; k < acts.size(); ++k) {
@@ -703,6 +706,10 @@ class Compiler {
         } else if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
           clone.attrs.Set("pads", std::vector<int64_t>{lv.pad_begin[0], lv.pad_begin[1], lv.pad_end[0], lv.pad_end[1]});
           clone.attrs.Set("ceil_mode", static_cast<int64_t>(0));
+        } else if (node.op == "Resize") {
+          SetResizeTile(node, lv.in.at(0), lv.out, &clone);
+        } else if (node.op == "ConvTranspose") {
+          SetTransposedTile(node, lv.in.at(0), lv.out, &clone);
         }
         sb.AddNode(clone);
       }
@@ -717,6 +724,37 @@ class Compiler {
     place_[y] = Placement{pieces, {}, false};
     halo_ += tiled_macs - whole_macs;
     return Status::OK();
+  }
+
+  // Tells a Resize that computes `out` from `in` where they sit in the whole
+  // map (resize_map.h, tile_* attributes), so it transforms coordinates as
+  // the untiled Resize does.
+  void SetResizeTile(const Node& node, const TileRegion& in, const TileRegion& out, Node* clone) const {
+    const Shape& xs = g_.values[g_.ActivationInputs(node).at(0)].shape;
+    const Shape& ys = g_.values[node.outputs[0]].shape;
+    clone->attrs.Set(kResizeTileOutputOrigin, std::vector<int64_t>{out.rows.begin, out.cols.begin});
+    clone->attrs.Set(kResizeTileInputOrigin, std::vector<int64_t>{in.rows.begin, in.cols.begin});
+    clone->attrs.Set(kResizeTileFullInput, std::vector<int64_t>{xs[2], xs[3]});
+    clone->attrs.Set(kResizeTileFullOutput, std::vector<int64_t>{ys[2], ys[3]});
+  }
+
+  // Pads that make a ConvTranspose on input rows [i0, i1) produce exactly
+  // output rows [o0, o1) (halo.h): input i0 lands at o0 − (p + o0 − i0·s)
+  // locally, so the leading pad is p + o0 − i0·s; the trailing pad makes the
+  // kernel's output size (graph.h formula, output_padding 0) o1 − o0.
+  void SetTransposedTile(const Node& node, const TileRegion& in, const TileRegion& out, Node* clone) const {
+    const auto s = node.attrs.Ints("strides", {1, 1});
+    const auto d = node.attrs.Ints("dilations", {1, 1});
+    const auto p = node.attrs.Ints("pads", {0, 0, 0, 0});
+    const Shape& ws = g_.values[node.inputs.at(1)].shape;
+    const Range1D in_r[2] = {in.rows, in.cols}, out_r[2] = {out.rows, out.cols};
+    std::vector<int64_t> pads(4);
+    for (int a = 0; a < 2; ++a) {
+      pads[a] = p[a] + out_r[a].begin - in_r[a].begin * s[a];
+      pads[2 + a] = s[a] * (in_r[a].size() - 1) + (ws[2 + a] - 1) * d[a] + 1 - pads[a] - out_r[a].size();
+    }
+    clone->attrs.Set("pads", pads);
+    clone->attrs.Set("output_padding", std::vector<int64_t>{0, 0});
   }
 
   const Graph& g_;

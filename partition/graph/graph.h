@@ -20,7 +20,12 @@
 //             X.shape[axis:]); attrs axis (non-negative), epsilon; normalises
 //             each row of dims [axis, rank). Optional outputs 1, 2 = ONNX's
 //             Mean and InvStdDev. Also what PyTorch's exported LayerNorm
-//             subgraph is fused into (onnx_pattern_fusion.h).
+//             subgraph is fused into (onnx_pattern_fusion.h). Not ONNX: attr
+//             span (default rank − axis) normalises dims [axis, axis + span)
+//             only, at every index of the later dims (no Mean/InvStdDev);
+//             axis 1, span 1 on NCHW = a LayerNorm over the channels at each
+//             position, which PyTorch's permute -> LayerNorm -> permute is
+//             fused into (FuseChannelLayerNorm) and which FFMT tiles.
 //  * A producer may carry a fused activation applied to its output
 //    (METHODS §1: "bias/BN/activation folded into the producer"):
 //      attr "activation" = "relu" | "leaky_relu" (alpha) | "clip" (min, max)
@@ -47,7 +52,9 @@
 //    as attrs), Sigmoid, HardSigmoid, Add, Mul, Max, Concat, Reshape,
 //    Transpose, Softmax, Pad(pads attr), Resize(attrs mode "nearest" or
 //    "linear" (bilinear over the last two dims), "scales",
-//    coordinate_transformation_mode, nearest_mode), BatchNormalization (only
+//    coordinate_transformation_mode, nearest_mode; an FFMT tile's Resize also
+//    carries tile_output_origin, tile_input_origin, tile_full_input,
+//    tile_full_output, resize_map.h), BatchNormalization (only
 //    where it could not be folded), MatMul (two non-constant inputs), Erf,
 //    Gelu (y = x·½·(1 + erf(x/√2)); attr approximate "none" | "tanh" as ONNX
 //    opset 20; PyTorch's exported erf subgraph is fused into it at import,

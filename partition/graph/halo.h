@@ -13,12 +13,29 @@
 // clipped range, and produces exactly o1 − o0 outputs. Interior tiles see no
 // padding — their "padding" is real data from the neighbour, the halo, which
 // is recomputed by both tiles (the MAC overhead the planner counts).
+//
+// A ConvTranspose (kernel k, stride s, dilation d, leading padding p) maps
+// the other way: input i adds into outputs i·s − p + j·d, j < k. Outputs
+// [o0, o1) gather from the inputs i with o0 ≤ i·s − p + j·d < o1 for some j:
+// per j, i ∈ [⌈(o0 + p − j·d)/s⌉, ⌊(o1 − 1 + p − j·d)/s⌋]; the region is the
+// hull of those ranges within the input (exact: its first and last rows
+// contribute). A tile runs the ConvTranspose on that region with leading
+// padding p + o0 − i0·s (may be negative) and drops what falls outside it.
+// When no input reaches the tile (output_padding rows, stride gaps) the region
+// is one input row whose contributions all fall outside: the tile is bias.
+//
+// A Resize is the other per-axis map: outputs [o0, o1) read the input rows
+// its coordinate transform sends them to (resize_map.h), a range that never
+// leaves the input, so a Resize tile sees no padding; it is told its place in
+// the whole map instead (resize_map.h, tile_* attributes). InputRangeOf is
+// the one output-range → input-range function both kinds go through.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "partition/graph/graph.h"
+#include "partition/graph/resize_map.h"
 #include "util/status.h"
 
 namespace tessera {
@@ -35,8 +52,17 @@ struct TileRegion {
   bool operator==(const TileRegion&) const = default;
 };
 
+// How a layer's output positions map to the input positions they read.
+enum class SpatialMap {
+  kWindow,      // kernel, stride, dilation, padding (conv, pool, pad, element-wise)
+  kResize,      // ONNX Resize's coordinate transform (`resize`)
+  kTransposed,  // ConvTranspose: input i scatters to outputs i·s − p + k·d
+};
+
 // The spatial footprint of one layer, per axis (0 = rows/H, 1 = cols/W).
 struct SpatialWindow {
+  SpatialMap map = SpatialMap::kWindow;
+  ResizeAxis resize[2];  // map == kResize: the whole map's H and W axes
   int64_t kernel[2] = {1, 1};
   int64_t stride[2] = {1, 1};
   int64_t dilation[2] = {1, 1};
@@ -56,10 +82,23 @@ struct TileLayerRegion {
 };
 
 // The window of a node that may sit in a fused stack: Conv, MaxPool,
-// AveragePool, and 1×1 element-wise ops (activations, BatchNormalization,
-// Add/Mul with one activation input). NotSupported, naming the node, for
+// AveragePool, Resize (NCHW, nearest or linear over H and W only),
+// ConvTranspose (2-D, explicit pads), and 1×1
+// element-wise ops (activations, BatchNormalization, Add/Mul with one
+// activation input). NotSupported, naming the node, for
 // anything else (softmax, concat, reshape, dense ...).
 Result<SpatialWindow> SpatialWindowOf(const Graph& graph, const Node& node);
+
+// The input range that outputs `out` of axis `axis` read, before clipping to
+// the input: [o0·s − p, (o1−1)·s + (k−1)·d + 1 − p) for a window, the range
+// of resize_map.h for a Resize, the contributing inputs for a ConvTranspose
+// (the last two always inside the input).
+// REQUIRES: out is non-empty and inside the layer's output.
+Range1D InputRangeOf(const SpatialWindow& w, int axis, Range1D out);
+
+// The most input indices that any `out_len` consecutive outputs along `axis`
+// read, at most the whole input (the planner's size of a tile's input).
+int64_t MaxInputSpan(const SpatialWindow& w, int axis, int64_t out_len);
 
 // Walks `output_tile` of the stack's last layer back through `stack`
 // (first layer first). Result[i] is layer i's region. InvalidArgument when

@@ -10,8 +10,8 @@ namespace {
 // The table. Ops the kernels implement under their ONNX names take ONNX
 // semantics (graph.h). Absent, so run whole: darknet-only ops that mix rows
 // or channels (Reorg, Region incl. tree softmax, Detection, DarknetCrop,
-// DarknetShortcut), LayerNormalization (normalises across channels in NCHW),
-// ConvTranspose (its tile halo and channel splits are not compiled yet),
+// DarknetShortcut), LayerNormalization (normalises dims [axis, rank); with
+// graph.h's span 1 at axis 1 of NCHW it is per position: IsChannelLayerNorm),
 // Softmax, Reshape/Transpose/Slice (Reshape of a 1x1 map is per-channel: a
 // node rule below).
 const std::map<std::string, OpTraits>& Table() {
@@ -30,9 +30,15 @@ const std::map<std::string, OpTraits>& Table() {
       {"GlobalAveragePool", {kNone, kPerChannel}},
       {"GlobalMaxPool", {kNone, kPerChannel}},
       // Constant-mode Pad is a window of size 1 whose padding border tiles
-      // see (TileRuleOf); Resize reads rows by a scale, not a window.
+      // see (TileRuleOf). Resize maps output rows to input rows by its
+      // coordinate transform: not a sliding window, but the same kind of
+      // output-range -> input-range map (halo.h, SpatialMap::kResize).
       {"Pad", {kWindow, kPerChannel}},
-      {"Resize", {kNone, kPerChannel}},
+      {"Resize", {kWindow, kPerChannel}},
+      // ConvTranspose scatters each input row into a window of output rows:
+      // tiled by the inverse map (halo.h, SpatialMap::kTransposed). Its
+      // weights are not split (no FDT scheme compiles it): channels mixed.
+      {"ConvTranspose", {kWindow, kMixed}},
       // Activations the importer folds into a Conv/Gemm producer.
       {"Relu", {kPointwise, kPerChannel, false, "relu"}},
       {"LeakyRelu", {kPointwise, kPerChannel, false, "leaky_relu"}},
@@ -142,6 +148,16 @@ const OpTraits& TraitsOf(const std::string& op) {
   return it == table.end() ? kUnknown : it->second;
 }
 
+// A LayerNormalization over the channels at each position (graph.h: axis 1,
+// span 1, 4-D): spatially point-wise, channels mixed.
+bool IsChannelLayerNorm(const Graph& g, const Node& node) {
+  if (node.op != "LayerNormalization" || node.outputs.size() != 1 || node.inputs.empty()) return false;
+  const Shape& x = g.values[node.inputs[0]].shape;
+  return x.size() == 4 && node.attrs.Int("axis", -1) == 1 && node.attrs.Int("span", 3) == 1;
+}
+
+constexpr OpTraits kChannelLayerNorm{SpatialRule::kPointwise, ChannelRule::kMixed};
+
 Result<TileRule> TileRuleOf(const Graph& g, int n) {
   const Node& node = g.nodes.at(n);
   const auto acts = g.ActivationInputs(node);
@@ -151,7 +167,7 @@ Result<TileRule> TileRuleOf(const Graph& g, int n) {
   if (node.outputs.size() != 1 || g.values[node.outputs[0]].shape.size() != 4 || acts.empty())
     return Status::InvalidArgument(Label(g, n) + " does not produce one 4-D feature map and cannot be tiled");
   const Shape& ys = g.values[node.outputs[0]].shape;
-  const OpTraits& t = TraitsOf(node.op);
+  const OpTraits& t = IsChannelLayerNorm(g, node) ? kChannelLayerNorm : TraitsOf(node.op);
   TileRule rule;
   if (t.spatial == SpatialRule::kWindow) {
     if (acts.size() != 1)
@@ -187,9 +203,10 @@ Result<TileRule> TileRuleOf(const Graph& g, int n) {
       return Status::InvalidArgument(Label(g, n) + " only broadcasts its inputs and cannot be tiled");
     return rule;
   }
-  return Status::InvalidArgument(Label(g, n) +
-                                 " has no spatial locality and cannot be inside an FFMT stack (only conv, pool, "
-                                 "constant pad, element-wise and channel concat can)");
+  return Status::InvalidArgument(
+      Label(g, n) +
+      " has no spatial locality and cannot be inside an FFMT stack (only conv, transposed conv, "
+      "pool, constant pad, resize, element-wise and channel concat can)");
 }
 
 Status CheckTileable(const Graph& graph, int n) { return TileRuleOf(graph, n).status(); }

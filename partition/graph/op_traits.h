@@ -25,8 +25,10 @@ namespace tessera {
 enum class SpatialRule {
   kNone,       // rows of the output read every input row (or no feature map):
                // cannot sit inside a fused tile stack
-  kWindow,     // a sliding window (Conv, MaxPool, AveragePool, constant Pad):
-               // a tile reads its output region grown by the halo of §2
+  kWindow,     // a sliding window (Conv, MaxPool, AveragePool, constant Pad)
+               // or another per-axis output-range -> input-range map (Resize,
+               // ConvTranspose; halo.h SpatialMap): a tile reads the input
+               // region its output region maps to, the halo of §2
   kPointwise,  // output (y, x) reads input (y, x) of every input of the
                // output's size, and all of an input broadcast over space
 };
@@ -71,6 +73,9 @@ struct TileRule {
 Result<TileRule> TileRuleOf(const Graph& graph, int n);
 // TileRuleOf(graph, n).status().
 Status CheckTileable(const Graph& graph, int n);
+// A 4-D LayerNormalization over the channels at each position (graph.h:
+// axis 1, span 1): spatially point-wise, so it may sit inside a stack.
+bool IsChannelLayerNorm(const Graph& graph, const Node& node);
 
 // ---- Channel slices (METHODS §4) ----------------------------------------------
 

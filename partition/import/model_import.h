@@ -47,6 +47,10 @@ struct ImportOptions {
 // (by name) reads; shapes are kept.
 void KeepValuesOnlyFor(const std::set<std::string>& nodes, Graph* graph);
 
+// InvalidArgument naming `origin` when a model of `bytes` is over
+// kMaxModelBytes (util/limits.h), for files and buffers alike.
+Status CheckModelSize(uint64_t bytes, const std::string& origin);
+
 // Reads an .onnx file. Errors name the file, the node and the op type.
 Result<Graph> ImportOnnx(const std::string& path, const ImportOptions& options);
 // Same from bytes already in memory (`origin` names them in errors).

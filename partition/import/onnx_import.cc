@@ -1944,9 +1944,12 @@ Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStrea
   // Exporters' spelled-out GELU and LayerNorm become one node each (before
   // the producer folds, which must not take a pattern's first op apart).
   const int gelus = FuseGelu(&graph_, &folded), layer_norms = FuseLayerNorm(&graph_, &folded);
-  if (gelus + layer_norms > 0) {
+  if (gelus + layer_norms > 0) graph_.RemoveDeadNodes();  // the channel fusion counts readers
+  const int channel_norms = FuseChannelLayerNorm(&graph_, &folded);
+  if (gelus + layer_norms + channel_norms > 0) {
     graph_.RemoveDeadNodes();
-    spdlog::debug("{}: fused {} GELU and {} LayerNorm subgraphs", origin_, gelus, layer_norms);
+    spdlog::debug("{}: fused {} GELU, {} LayerNorm and {} channel LayerNorm subgraphs", origin_, gelus, layer_norms,
+                  channel_norms);
   }
   TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_, &folded));
   for (const auto& [consumer, producer] : folded) {
@@ -2007,6 +2010,8 @@ Result<Graph> RunImporter(const StreamOpener& open, const std::string& origin, c
 }  // namespace
 
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const ImportOptions& options) {
+  // Checked before the int cast below (protobuf's streams take int sizes).
+  TS_RETURN_IF_ERROR(CheckModelSize(bytes.size(), origin));
   StreamOpener open = [&]() -> Result<std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>> {
     return std::unique_ptr<google::protobuf::io::ZeroCopyInputStream>(
         std::make_unique<google::protobuf::io::ArrayInputStream>(bytes.data(), static_cast<int>(bytes.size())));

@@ -226,7 +226,42 @@ bool TryFuseLayerNorm(GraphView& view, Node& sub, Absorbed* absorbed) {
   return true;
 }
 
+bool TryFuseChannelLayerNorm(GraphView& view, Node& back, Absorbed* absorbed) {
+  const Graph& g = view.graph();
+  if (back.inputs.size() != 1 || back.attrs.Ints("perm") != std::vector<int64_t>{0, 3, 1, 2}) return false;
+  Node* ln = view.ProducerIs(back.inputs[0], "LayerNormalization");
+  if (ln == nullptr || ln->outputs.size() != 1 || view.SoleReader(ln->outputs[0]) != &back) return false;
+  const int64_t axis = ln->attrs.Int("axis", -1);
+  if ((axis != 3 && axis != -1) || ln->attrs.Has("span") || ln->inputs.empty()) return false;
+  Node* front = view.ProducerIs(ln->inputs[0], "Transpose");
+  if (front == nullptr || front->inputs.size() != 1 || view.SoleReader(front->outputs[0]) != ln ||
+      front->attrs.Ints("perm") != std::vector<int64_t>{0, 2, 3, 1})
+    return false;
+  if (g.values[front->inputs[0]].shape.size() != 4) return false;
+  for (size_t k = 1; k < ln->inputs.size(); ++k)
+    if (ln->inputs[k] >= 0 && !g.IsConstant(ln->inputs[k])) return false;
+  RecordAbsorbed(view, {front, ln}, back, absorbed);
+  std::vector<int> inputs = ln->inputs;
+  inputs[0] = front->inputs[0];
+  const double epsilon = ln->attrs.Float("epsilon", 1e-5);
+  back.op = "LayerNormalization";
+  back.inputs = std::move(inputs);
+  back.attrs = Attributes();
+  back.attrs.Set("axis", int64_t{1});
+  back.attrs.Set("span", int64_t{1});
+  back.attrs.Set("epsilon", epsilon);
+  return true;
+}
+
 }  // namespace
+
+int FuseChannelLayerNorm(Graph* graph, Absorbed* absorbed) {
+  GraphView view(graph);
+  int fused = 0;
+  for (size_t i = 0; i < graph->nodes.size(); ++i)
+    if (graph->nodes[i].op == "Transpose" && TryFuseChannelLayerNorm(view, graph->nodes[i], absorbed)) ++fused;
+  return fused;
+}
 
 int FuseGelu(Graph* graph, Absorbed* absorbed) {
   GraphView view(graph);

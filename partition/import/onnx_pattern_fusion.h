@@ -36,4 +36,13 @@ int FuseGelu(Graph* graph, std::vector<std::pair<std::string, std::string>>* abs
 // Returns how many were fused.
 int FuseLayerNorm(Graph* graph, std::vector<std::pair<std::string, std::string>>* absorbed = nullptr);
 
+// A LayerNorm over the channels of an NCHW map as PyTorch spells it,
+//   Transpose(x, perm 0,2,3,1) -> LayerNormalization(axis 3, one output)
+//   -> Transpose(perm 0,3,1,2)
+// becomes LayerNormalization(x, scale, bias?) with axis 1, span 1 (graph.h):
+// the same values, without the two copies, and spatially point-wise so FFMT
+// can tile it. Run after FuseLayerNorm. Same in-place rewrite (the last
+// Transpose becomes the node). Returns how many were fused.
+int FuseChannelLayerNorm(Graph* graph, std::vector<std::pair<std::string, std::string>>* absorbed = nullptr);
+
 }  // namespace tessera

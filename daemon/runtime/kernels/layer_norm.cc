@@ -8,6 +8,11 @@
 // followed by ones).
 // The importer also fuses PyTorch's exported form (ReduceMean, Sub, Pow,
 // ReduceMean, Add, Sqrt, Div, Mul, Add over the last axis) into this op.
+// Attr "span" (graph.h; not ONNX) normalises only dims [axis, axis + span),
+// separately at every index of the dims after them: axis 1, span 1 on NCHW
+// is a LayerNorm over the channels at each position (what PyTorch's
+// permute -> LayerNorm -> permute computes), a spatially point-wise layer.
+// The Mean and InvStdDev outputs are not offered with a span.
 #include <algorithm>
 #include <cmath>
 
@@ -59,8 +64,16 @@ class LayerNormKernel final : public Kernel {
     const int64_t axis = NormalizeAxis(ctx.node.attrs.Int("axis", -1), x.size());
     if (axis < 0) return NodeInvalid(ctx, "axis out of range for input " + ShapeToString(x));
     epsilon_ = static_cast<float>(ctx.node.attrs.Float("epsilon", 1e-5));
-    const Shape row_shape(x.begin() + axis, x.end());
+    const int64_t rank = static_cast<int64_t>(x.size());
+    const int64_t span = ctx.node.attrs.Int("span", rank - axis);
+    if (span < 1 || axis + span > rank)
+      return NodeInvalid(ctx, "span " + std::to_string(span) + " does not fit from axis " + std::to_string(axis) +
+                                  " in " + ShapeToString(x));
+    if (span != rank - axis && outputs > 1)
+      return NodeNotSupported(ctx, "the Mean and InvStdDev outputs with a span (graph.h)");
+    const Shape row_shape(x.begin() + axis, x.begin() + axis + span);
     row_ = NumElements(row_shape);
+    inner_ = NumElements(Shape(x.begin() + axis + span, x.end()));
     rows_ = row_ == 0 ? 0 : NumElements(x) / row_;
     TS_ASSIGN_OR_RETURN(const TensorData* scale, RequireConstant(ctx, 1, "scale"));
     const TensorData* bias = HasInput(ctx, 2) ? ConstantOrNull(ctx, 2) : nullptr;
@@ -85,21 +98,26 @@ class LayerNormKernel final : public Kernel {
   bool ReadsConstantInEval(int) const override { return false; }
   size_t OwnedWeightBytes() const override { return 2 * static_cast<size_t>(row_) * sizeof(float); }
 
+  // Row r (index o of the dims before axis, k of the dims after the span)
+  // holds the row_ values o·row_·inner_ + i·inner_ + k; inner_ is 1 without
+  // a span, so a row is contiguous.
   void Eval(const EvalContext& ctx) const override {
     const int64_t threads = (ctx.threads > 1 && rows_ * row_ > (1 << 14)) ? ctx.threads : 1;
+    const int64_t step = inner_;
     ParallelFor(rows_, static_cast<int>(threads), [&](int64_t r) {
-      const float* in = ctx.inputs[0] + r * row_;
-      float* out = ctx.outputs[0] + r * row_;
+      const int64_t first = (r / step) * row_ * step + r % step;
+      const float* in = ctx.inputs[0] + first;
+      float* out = ctx.outputs[0] + first;
       double sum = 0;
-      for (int64_t i = 0; i < row_; ++i) sum += in[i];
+      for (int64_t i = 0; i < row_; ++i) sum += in[i * step];
       const float mean = static_cast<float>(sum / static_cast<double>(row_));
       double sq = 0;
       for (int64_t i = 0; i < row_; ++i) {
-        const float d = in[i] - mean;
+        const float d = in[i * step] - mean;
         sq += static_cast<double>(d) * d;
       }
       const float inv = 1.f / std::sqrt(static_cast<float>(sq / static_cast<double>(row_)) + epsilon_);
-      for (int64_t i = 0; i < row_; ++i) out[i] = (in[i] - mean) * inv * scale_[i] + bias_[i];
+      for (int64_t i = 0; i < row_; ++i) out[i * step] = (in[i * step] - mean) * inv * scale_[i] + bias_[i];
       if (ctx.outputs.size() > 1 && ctx.outputs[1] != nullptr) ctx.outputs[1][r] = mean;
       if (ctx.outputs.size() > 2 && ctx.outputs[2] != nullptr) ctx.outputs[2][r] = inv;
     });
@@ -107,7 +125,7 @@ class LayerNormKernel final : public Kernel {
 
  private:
   float epsilon_ = 1e-5f;
-  int64_t row_ = 0, rows_ = 0;
+  int64_t row_ = 0, rows_ = 0, inner_ = 1;
   std::vector<float> scale_, bias_;
 };
 

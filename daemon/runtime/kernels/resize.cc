@@ -2,17 +2,17 @@
 // "linear". The graph's output shape is authoritative; per-dimension scales
 // come from attr "scales", else a constant scales input, else output/input.
 // Every coordinate_transformation_mode except tf_crop_and_resize is
-// supported; the source coordinate of each output coordinate is tabulated
-// per dimension in Prepare.
-//  * nearest: every nearest_mode; float arithmetic, as onnxruntime does, so
-//    ties round the same way; evaluated as an IndexGather.
+// supported. The coordinate maths (which input indices an output index
+// reads) is partition/graph/resize_map.h, shared with the FFMT halo code;
+// Prepare tabulates it per dimension.
+//  * nearest: evaluated as an IndexGather.
 //  * linear: 2-D (bi)linear over the last two dims (every other dim must keep
-//    its size, as in NCHW images). For source coordinate s (ONNX's
-//    x_original, computed in double with length_resized = length·scale as
-//    the ONNX reference does), i0 = floor(s), t = s − i0, and
-//    y = (1 − t)·x[clamp(i0)] + t·x[clamp(i0 + 1)] per dim, indices clamped
-//    to [0, length − 1] (the reference's edge padding). So an output row
-//    reads input rows floor(s) and floor(s) + 1 (clamped): the op's window.
+//    its size, as in NCHW images): y = (1 − t)·x[lo] + t·x[hi] per dim.
+//  * An FFMT tile (METHODS §2) carries the tile_* attributes of
+//    resize_map.h: its output index j is the whole map's index
+//    tile_output_origin + j, transformed with the whole map's sizes and
+//    scales, and its input holds the whole input from tile_input_origin on.
+//    So a tile computes bit for bit what the untiled run computes there.
 #include <algorithm>
 #include <cmath>
 
@@ -20,9 +20,16 @@
 #include "daemon/runtime/kernels/kernel_factories.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/parallel_for.h"
+#include "partition/graph/resize_map.h"
 
 namespace tessera {
 namespace {
+
+// Where the kernel's input and output sit in the whole map, per dimension
+// (identity unless the node is an FFMT tile).
+struct TilePlacement {
+  std::vector<int64_t> out_origin, in_origin, full_in, full_out;
+};
 
 class ResizeKernel final : public Kernel {
  public:
@@ -32,8 +39,9 @@ class ResizeKernel final : public Kernel {
     const Shape& out = ctx.output_shapes[0];
     const auto& a = ctx.node.attrs;
     const std::string mode = a.String("mode", "nearest");
-    if (mode != "nearest" && mode != "linear")
-      return NodeNotSupported(ctx, "mode '" + mode + "' (nearest and linear only)");
+    const std::string transform = a.String("coordinate_transformation_mode", "half_pixel");
+    const std::string rounding = a.String("nearest_mode", "round_prefer_floor");
+    if (Status s = CheckResizeModes(mode, transform, rounding); !s.ok()) return NodeNotSupported(ctx, s.message());
     if (mode == "linear" && a.Int("antialias", 0) != 0)
       return NodeNotSupported(ctx, "antialias=1 (linear without antialiasing only)");
     if (out.size() != in.size())
@@ -49,62 +57,22 @@ class ResizeKernel final : public Kernel {
     if (!scales.empty() && scales.size() != in.size())
       return NodeInvalid(ctx, "scales has " + std::to_string(scales.size()) + " values for rank " +
                                   std::to_string(in.size()));
-    const std::string transform = a.String("coordinate_transformation_mode", "half_pixel");
-    const std::string rounding = a.String("nearest_mode", "round_prefer_floor");
-    if (transform != "half_pixel" && transform != "pytorch_half_pixel" && transform != "align_corners" &&
-        transform != "asymmetric" && transform != "tf_half_pixel_for_nn" && transform != "half_pixel_symmetric")
-      return NodeNotSupported(ctx, "coordinate_transformation_mode '" + transform + "'");
-    if (rounding != "round_prefer_floor" && rounding != "round_prefer_ceil" && rounding != "floor" &&
-        rounding != "ceil")
-      return NodeNotSupported(ctx, "nearest_mode '" + rounding + "'");
-    if (mode == "linear") return PrepareLinear(ctx, scales, transform);
+    TS_ASSIGN_OR_RETURN(const TilePlacement place, Placement(ctx));
+    linear_ = mode == "linear";
+    std::vector<ResizeAxis> axes(in.size());
+    for (size_t d = 0; d < in.size(); ++d) {
+      auto axis = MakeResizeAxis(linear_, transform, rounding, scales, d, place.full_in[d], place.full_out[d]);
+      if (!axis.ok()) return NodeInvalid(ctx, axis.status().message());
+      axes[d] = *std::move(axis);
+    }
+    if (linear_) return PrepareLinear(ctx, axes, place);
     std::vector<std::vector<int64_t>> maps(in.size());
     for (size_t d = 0; d < in.size(); ++d) {
-      const int64_t n_in = in[d], n_out = out[d];
-      if (n_out > 0 && n_in == 0) return NodeInvalid(ctx, "cannot resize an empty dimension");
-      const float scale = scales.empty() ? static_cast<float>(n_out) / static_cast<float>(n_in)
-                                         : static_cast<float>(scales[d]);
-      if (!(scale > 0.f)) return NodeInvalid(ctx, "scales must be positive");
-      // With explicit scales ONNX sizes the output floor(in * scale); allow a
-      // rounding slack because scales often are out/in stored as float.
-      if (!scales.empty() && std::fabs(static_cast<double>(n_out) - static_cast<double>(n_in) * scales[d]) >= 1.0)
-        return NodeInvalid(ctx, "output dimension " + std::to_string(d) + " (" + std::to_string(n_out) +
-                                    ") does not match floor(" + std::to_string(n_in) + " * scale " +
-                                    std::to_string(scales[d]) + ")");
-      maps[d].resize(n_out);
-      for (int64_t o = 0; o < n_out; ++o) {
-        const float x = static_cast<float>(o);
-        float src = 0.f;
-        if (transform == "half_pixel") {
-          src = (x + 0.5f) / scale - 0.5f;
-        } else if (transform == "pytorch_half_pixel") {
-          src = n_out > 1 ? (x + 0.5f) / scale - 0.5f : 0.f;
-        } else if (transform == "align_corners") {
-          src = n_out == 1 ? 0.f : x * static_cast<float>(n_in - 1) / static_cast<float>(n_out - 1);
-        } else if (transform == "asymmetric") {
-          src = x / scale;
-        } else if (transform == "tf_half_pixel_for_nn") {
-          src = (x + 0.5f) / scale;
-        } else {  // half_pixel_symmetric (opset 19)
-          const float adjustment = static_cast<float>(n_out) / (scale * static_cast<float>(n_in));
-          const float center = static_cast<float>(n_in) / 2.f;
-          src = center * (1.f - adjustment) + (x + 0.5f) / scale - 0.5f;
-        }
-        int64_t i;
-        if (rounding == "floor") {
-          i = static_cast<int64_t>(std::floor(src));
-        } else if (rounding == "ceil") {
-          i = static_cast<int64_t>(std::ceil(src));
-        } else {
-          const float base = std::floor(src);
-          const bool tie = src - base == 0.5f;
-          if (tie) {
-            i = static_cast<int64_t>(rounding == "round_prefer_floor" ? base : base + 1.f);
-          } else {
-            i = static_cast<int64_t>(std::round(src));
-          }
-        }
-        maps[d][o] = std::clamp<int64_t>(i, 0, n_in - 1);
+      maps[d].resize(out[d]);
+      for (int64_t o = 0; o < out[d]; ++o) {
+        const int64_t i = NearestSource(axes[d], place.out_origin[d] + o) - place.in_origin[d];
+        if (i < 0 || i >= in[d]) return OutsideTile(ctx, d);
+        maps[d][o] = i;
       }
     }
     gather_.Init(in, std::move(maps), 0.f);
@@ -120,66 +88,73 @@ class ResizeKernel final : public Kernel {
   }
 
  private:
-  // One dimension's linear taps: output o reads lo[o] and hi[o] with weight
-  // t[o] on hi.
+  // One dimension's linear taps in the kernel's own input: output o reads
+  // lo[o] and hi[o] with weight t[o] on hi.
   struct LinearTaps {
     std::vector<int64_t> lo, hi;
     std::vector<float> t;
   };
 
-  // ONNX x_original for output coordinate x (linear mode; see the top).
-  static double SourceCoordinate(const std::string& transform, double x, double scale, int64_t n_in, int64_t n_out) {
-    const double resized = static_cast<double>(n_in) * scale;
-    if (transform == "half_pixel") return (x + 0.5) / scale - 0.5;
-    if (transform == "pytorch_half_pixel") return n_out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-    if (transform == "align_corners") return resized <= 1.0 ? 0.0 : x * static_cast<double>(n_in - 1) / (resized - 1.0);
-    if (transform == "asymmetric") return x / scale;
-    if (transform == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
-    // half_pixel_symmetric (opset 19)
-    const double adjustment = static_cast<double>(n_out) / resized;
-    const double center = static_cast<double>(n_in) / 2.0;
-    return center * (1.0 - adjustment) + (x + 0.5) / scale - 0.5;
+  static Status OutsideTile(const KernelContext& ctx, size_t d) {
+    return NodeInvalid(ctx, "the tile's input does not hold every index its outputs read along dim " +
+                                std::to_string(d) + " (tile_input_origin / tile sizes are wrong)");
   }
 
-  static LinearTaps Taps(const std::string& transform, double scale, int64_t n_in, int64_t n_out) {
-    LinearTaps taps;
-    taps.lo.resize(n_out);
-    taps.hi.resize(n_out);
-    taps.t.resize(n_out);
-    for (int64_t o = 0; o < n_out; ++o) {
-      const double s = SourceCoordinate(transform, static_cast<double>(o), scale, n_in, n_out);
-      const double base = std::floor(s);
-      const int64_t i0 = static_cast<int64_t>(base);
-      taps.lo[o] = std::clamp<int64_t>(i0, 0, n_in - 1);
-      taps.hi[o] = std::clamp<int64_t>(i0 + 1, 0, n_in - 1);
-      taps.t[o] = static_cast<float>(s - base);
+  // The tile_* attributes (resize_map.h) as per-dimension vectors; the
+  // identity placement when the node has none.
+  static Result<TilePlacement> Placement(const KernelContext& ctx) {
+    const Shape& in = ctx.input_shapes[0];
+    const Shape& out = ctx.output_shapes[0];
+    const size_t rank = in.size();
+    TilePlacement p{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 0), in, out};
+    const auto& a = ctx.node.attrs;
+    const char* names[] = {kResizeTileOutputOrigin, kResizeTileInputOrigin, kResizeTileFullInput,
+                           kResizeTileFullOutput};
+    std::vector<int64_t>* fields[] = {&p.out_origin, &p.in_origin, &p.full_in, &p.full_out};
+    int present = 0;
+    for (const char* n : names) present += a.Has(n) ? 1 : 0;
+    if (present == 0) return p;
+    if (present != 4 || rank < 2)
+      return NodeInvalid(ctx, "an FFMT tile needs all four tile_* attributes and rank >= 2");
+    for (int f = 0; f < 4; ++f) {
+      const auto v = a.Ints(names[f]);
+      if (v.size() != 2) return NodeInvalid(ctx, std::string(names[f]) + " must have 2 values [rows, cols]");
+      (*fields[f])[rank - 2] = v[0];
+      (*fields[f])[rank - 1] = v[1];
     }
-    return taps;
+    for (size_t d = rank - 2; d < rank; ++d)
+      if (p.out_origin[d] < 0 || p.out_origin[d] + out[d] > p.full_out[d] || p.in_origin[d] < 0 ||
+          p.in_origin[d] + in[d] > p.full_in[d])
+        return NodeInvalid(ctx, "tile along dim " + std::to_string(d) + " lies outside the whole map (" +
+                                    std::to_string(p.full_in[d]) + " in, " + std::to_string(p.full_out[d]) + " out)");
+    return p;
   }
 
-  Status PrepareLinear(const KernelContext& ctx, const std::vector<double>& scales, const std::string& transform) {
+  Status PrepareLinear(const KernelContext& ctx, const std::vector<ResizeAxis>& axes, const TilePlacement& place) {
     const Shape& in = ctx.input_shapes[0];
     const Shape& out = ctx.output_shapes[0];
     const size_t rank = in.size();
     if (rank < 2) return NodeNotSupported(ctx, "linear mode needs rank >= 2 (resizes the last two dims)");
     for (size_t d = 0; d + 2 < rank; ++d)
-      if (in[d] != out[d] || (!scales.empty() && scales[d] != 1.0))
+      if (in[d] != out[d] || axes[d].scale != 1.0)
         return NodeNotSupported(ctx, "linear mode resizes only the last two dims (dim " + std::to_string(d) +
                                          " changes); e.g. NCHW bilinear");
     for (size_t d = rank - 2; d < rank; ++d) {
-      if (in[d] == 0 || out[d] == 0) return NodeInvalid(ctx, "cannot resize an empty dimension");
-      const double scale = scales.empty() ? static_cast<double>(out[d]) / static_cast<double>(in[d]) : scales[d];
-      if (!(scale > 0.0)) return NodeInvalid(ctx, "scales must be positive");
-      if (!scales.empty() && std::fabs(static_cast<double>(out[d]) - static_cast<double>(in[d]) * scale) >= 1.0)
-        return NodeInvalid(ctx, "output dimension " + std::to_string(d) + " (" + std::to_string(out[d]) +
-                                    ") does not match floor(" + std::to_string(in[d]) + " * scale " +
-                                    std::to_string(scale) + ")");
-      (d == rank - 2 ? rows_ : cols_) = Taps(transform, scale, in[d], out[d]);
+      LinearTaps& taps = d == rank - 2 ? rows_ : cols_;
+      taps.lo.resize(out[d]);
+      taps.hi.resize(out[d]);
+      taps.t.resize(out[d]);
+      for (int64_t o = 0; o < out[d]; ++o) {
+        const LinearTap tap = LinearSource(axes[d], place.out_origin[d] + o);
+        taps.lo[o] = tap.lo - place.in_origin[d];
+        taps.hi[o] = tap.hi - place.in_origin[d];
+        taps.t[o] = tap.t;
+        if (taps.lo[o] < 0 || taps.hi[o] >= in[d]) return OutsideTile(ctx, d);
+      }
     }
     planes_ = 1;
     for (size_t d = 0; d + 2 < rank; ++d) planes_ *= in[d];
     in_h_ = in[rank - 2], in_w_ = in[rank - 1], out_h_ = out[rank - 2], out_w_ = out[rank - 1];
-    linear_ = true;
     return Status::OK();
   }
 

@@ -70,6 +70,35 @@ TEST_CASE("op traits: tile rules for windows, point-wise ops, broadcast gates an
   CHECK(CheckTileable(g, 4).message().find("layer 5") != std::string::npos);
 }
 
+TEST_CASE("op traits: a Resize of H and W tiles by its coordinate map, with its scales from an input") {
+  Builder b;
+  int x = b.Input({1, 4, 6, 6});
+  Attributes linear;
+  linear.Set("mode", std::string("linear"));
+  linear.Set("coordinate_transformation_mode", std::string("align_corners"));
+  b.Node1("Resize", {x}, {1, 4, 11, 9}, linear);  // sizes form
+  // Opset-11 inputs (X, roi, scales): the scales come from the constant.
+  const int roi = b.g.AddConstant("roi", TensorData{{0}, {}});
+  const int scales = b.g.AddConstant("scales", TensorData{{4}, {1, 1, 2, 0.5}});
+  b.Node1("Resize", {x, roi, scales}, {1, 4, 12, 3});
+  b.Node1("Resize", {x}, {1, 8, 12, 12});  // resizes channels
+  const Graph& g = b.g;
+  CHECK(TraitsOf("Resize").spatial == SpatialRule::kWindow);
+  auto r = TileRuleOf(g, 0);
+  REQUIRE(r.ok());
+  CHECK(r->window);
+  CHECK(r->w.map == SpatialMap::kResize);
+  CHECK(r->w.resize[0].linear);
+  CHECK(r->w.resize[1].out_size == 9);
+  CHECK(r->w.macs_per_output == 3 * 4);
+  auto s = TileRuleOf(g, 1);
+  REQUIRE(s.ok());
+  CHECK(s->w.resize[0].scale == 2.0);
+  CHECK(s->w.resize[1].scale == 0.5);
+  CHECK(s->w.macs_per_output == 0);  // nearest copies
+  CHECK(CheckTileable(g, 2).message().find("channel") != std::string::npos);
+}
+
 TEST_CASE("op traits: per-channel layers, depthwise and grouped convs, granules") {
   Builder b;
   int x = b.Input({1, 8, 6, 6});
@@ -127,4 +156,53 @@ TEST_CASE("op traits: every fusable activation folds and runs in the kernels") {
       if (producer.attrs.Has(p)) CHECK(producer.attrs.Float(p) != 0.0);
   }
   CHECK(fusable == 8);
+}
+
+TEST_CASE("op traits: a ConvTranspose tiles by its inverse window and keeps its channels whole") {
+  Builder b;
+  int x = b.Input({1, 4, 5, 5});
+  Attributes a;
+  a.Set("strides", std::vector<int64_t>{2, 3});
+  a.Set("pads", std::vector<int64_t>{1, 0, 1, 0});
+  a.Set("dilations", std::vector<int64_t>{1, 2});
+  a.Set("group", int64_t{2});
+  // (C, M/g, kH, kW) = (4, 3, 3, 2): output 2·4 + 3 − 2 = 9 rows, 3·4 + 2 + 1 = 15 cols.
+  b.Node1("ConvTranspose", {x, b.Const({4, 3, 3, 2})}, {1, 6, 9, 15}, a);
+  auto r = TileRuleOf(b.g, 0);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(r->window);
+  CHECK(r->w.map == SpatialMap::kTransposed);
+  CHECK(r->w.kernel[1] == 2);
+  CHECK(r->w.stride[1] == 3);
+  CHECK(r->w.dilation[1] == 2);
+  CHECK(r->w.pad_begin[0] == 1);
+  CHECK(TraitsOf("ConvTranspose").channels == ChannelRule::kMixed);
+  CHECK_FALSE(IsWeightSplitLayer(b.g, b.g.nodes[0]));
+  CHECK_FALSE(CheckPerChannel(b.g, b.g.nodes[0]).ok());
+}
+
+TEST_CASE("op traits: a LayerNormalization tiles only over the channels at each position (span 1)") {
+  // graph.h: LayerNormalization normalises dims [axis, rank). On an NCHW map
+  // axis 1 means C·H·W together (each output reads the whole map), and
+  // PyTorch's channel LayerNorm arrives as Transpose -> LN(axis 3 of NHWC)
+  // -> Transpose, whose spatial dims are not 2 and 3: neither is a
+  // point-wise layer of an FFMT stack.
+  Builder b;
+  int x = b.Input({1, 8, 6, 6});
+  Attributes a;
+  a.Set("axis", int64_t{1});
+  b.Node1("LayerNormalization", {x, b.Const({8, 6, 6})}, {1, 8, 6, 6}, a);
+  CHECK(TraitsOf("LayerNormalization").spatial == SpatialRule::kNone);
+  CHECK_FALSE(CheckTileable(b.g, 0).ok());
+  // graph.h's span 1 at axis 1: the channels at each position, point-wise.
+  Attributes channel = a;
+  channel.Set("span", int64_t{1});
+  b.Node1("LayerNormalization", {x, b.Const({8})}, {1, 8, 6, 6}, channel);
+  CHECK(IsChannelLayerNorm(b.g, b.g.nodes[1]));
+  auto r = TileRuleOf(b.g, 1);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->window);
+  CHECK(r->whole_input == std::vector<bool>{false});
+  CHECK_FALSE(CheckPerChannel(b.g, b.g.nodes[1]).ok());  // mixes channels
 }

@@ -11,6 +11,7 @@
 #endif
 
 #include <catch2/catch.hpp>
+#include "util/limits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -602,6 +603,26 @@ TEST_CASE("onnx: garbage, truncated and empty files are clear errors", "[onnx]")
   CHECK_THAT(empty.status().message(), Catch::Contains("empty.onnx"));
 }
 
+// Issue 14 item 7: the model size limit (protobuf's 2 GiB - 1) holds for
+// files and for buffers (ImportOnnxBytes checks it before protobuf's int
+// sizes could wrap). A sparse file one byte over is refused before it is read.
+TEST_CASE("onnx: a model over 2 GiB - 1 bytes is refused, from a file or a buffer", "[onnx]") {
+  CHECK(CheckModelSize(static_cast<uint64_t>(kMaxModelBytes), "edge.onnx").ok());
+  const Status over = CheckModelSize(static_cast<uint64_t>(kMaxModelBytes) + 1, "big.onnx");
+  REQUIRE(over.IsInvalidArgument());
+  CHECK_THAT(over.message(), Catch::Contains("big.onnx: the model is 2147483648 bytes; at most 2147483647"));
+  const std::string path = (std::filesystem::temp_directory_path() / "tessera_sparse_model_test.onnx").string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.seekp(kMaxModelBytes);
+    f.put('\0');  // size kMaxModelBytes + 1, sparse: no disk space
+  }
+  auto g = ImportModel(path, {});
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.status().message(), Catch::Contains("the model is 2147483648 bytes"));
+}
+
 TEST_CASE("onnx: corrupted bytes never crash the importer", "[onnx]") {
   OnnxModelBuilder b(13);
   b.Input("x", {1, 2, 4, 4});
@@ -911,6 +932,43 @@ TEST_CASE("onnx: PyTorch's LayerNorm subgraph fuses into LayerNormalization and 
       CHECK(std::fabs(y[row * 4 + i] - want) <= 1e-5);
     }
   }
+}
+
+TEST_CASE("onnx: permute -> LayerNorm -> permute fuses into a channel LayerNormalization with the same values",
+          "[onnx]") {
+  const float gamma[3] = {0.5f, 1.f, 1.5f}, beta[3] = {0.1f, -0.2f, 0.3f};
+  auto model = [&](std::vector<int64_t> back_perm) {
+    OnnxModelBuilder b(17);
+    b.Input("x", {1, 3, 4, 5});
+    b.Floats("gamma", {3}, {gamma[0], gamma[1], gamma[2]});
+    b.Floats("beta", {3}, {beta[0], beta[1], beta[2]});
+    SetInts(b.Node("Transpose", {"x"}, {"t"}), "perm", {0, 2, 3, 1});
+    SetInt(b.Node("LayerNormalization", {"t", "gamma", "beta"}, {"l"}), "axis", -1);
+    SetInts(b.Node("Transpose", {"l"}, {"y"}), "perm", back_perm);
+    b.Output("y");
+    return b;
+  };
+  auto g = Import(model({0, 3, 1, 2}));
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"LayerNormalization"});
+  CHECK(g->nodes[0].attrs.Int("axis") == 1);
+  CHECK(g->nodes[0].attrs.Int("span") == 1);
+  TensorData x{{1, 3, 4, 5}, SeededValues(60, 17)};
+  const std::vector<float> y = Run(*g, {x});
+  for (size_t p = 0; p < 20; ++p) {  // each position normalises its 3 channels
+    double mean = 0, var = 0;
+    for (size_t c = 0; c < 3; ++c) mean += x.values[c * 20 + p] / 3.0;
+    for (size_t c = 0; c < 3; ++c) var += std::pow(x.values[c * 20 + p] - mean, 2) / 3.0;
+    for (size_t c = 0; c < 3; ++c) {
+      const double want = (x.values[c * 20 + p] - mean) / std::sqrt(var + 1e-5) * gamma[c] + beta[c];
+      CHECK(std::fabs(y[c * 20 + p] - want) <= 1e-5);
+    }
+  }
+  // Another permutation back is not the pattern: the three ops stay.
+  auto other = Import(model({0, 3, 2, 1}));
+  REQUIRE(other.ok());
+  CHECK(Ops(*other) == std::vector<std::string>{"Transpose", "LayerNormalization", "Transpose"});
 }
 
 TEST_CASE("onnx: Split with the opset-11 split attribute becomes one Slice per output", "[onnx]") {
