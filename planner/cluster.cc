@@ -152,11 +152,16 @@ struct Preset {
   std::string file;
 };
 
-const std::vector<std::string> kPresetKeys = {"name",   "kind",           "ram",        "flash",
-                                              "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind"};
-const std::vector<std::string> kDeviceKeys = {
-    "name",   "kind",           "preset",     "address",           "serial", "baud", "via", "ram", "flash",
-    "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind"};
+// The memory/speed/kind fields a preset and a device entry both take
+// (ApplyDeviceFields); each adds its own keys.
+std::vector<std::string> WithDeviceFields(std::vector<std::string> keys) {
+  for (const char* k :
+       {"kind", "ram", "flash", "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind", "net_macs_per_byte"})
+    keys.emplace_back(k);
+  return keys;
+}
+const std::vector<std::string> kPresetKeys = WithDeviceFields({"name"});
+const std::vector<std::string> kDeviceKeys = WithDeviceFields({"name", "preset", "address", "serial", "baud", "via"});
 
 std::map<std::string, Preset> LoadPresets(const std::vector<std::string>& dirs) {
   std::map<std::string, Preset> presets;
@@ -223,6 +228,16 @@ void ApplyDeviceFields(const YAML::Node& node, Device* d, ClusterErrors* errors,
     if (const auto v = node[key]) positive_value(v, key, out);
   };
   positive("cycles_per_mac", &d->cycles_per_mac);
+  if (const auto v = node["net_macs_per_byte"]) {  // 0 is allowed: the network stack costs nothing
+    char* end = nullptr;
+    const std::string text = v.IsScalar() ? v.Scalar() : std::string();
+    const double x = std::strtod(text.c_str(), &end);
+    if (!v.IsScalar() || end == text.c_str() || *end != '\0' || !(x >= 0) || !std::isfinite(x))
+      errors->Add(v, "device " + where + ": net_macs_per_byte '" + text +
+                         "' is not a number >= 0 (the CPU one byte sent or received costs, in MACs of this device)");
+    else
+      d->net_macs_per_byte = x;
+  }
   // A bad macs_per_s is reported here; NaN keeps RequireSpeedAndMemory from
   // adding a second line ("has no speed") about the same mistake.
   if (node["macs_per_s"]) {

@@ -68,6 +68,11 @@ struct Device {
   // Measured rate per OpKind (macs_per_s_by_kind); 0 = not given, the kind
   // runs at macs_per_s. Index 0 (kOther) is always 0.
   std::array<double, kOpKinds> kind_macs_per_s{};
+  // The CPU this device's network stack (kernel TCP, gRPC, copies) spends on
+  // each byte it sends or receives, in MACs of its own compute: a byte costs
+  // net_macs_per_byte / macs_per_s seconds of the device's time on top of the
+  // wire time. 0 (the default) = free. Measured by bench/cluster-emulated.
+  double net_macs_per_byte = 0;
 
   // The rate layers of `kind` run at on this device.
   double MacsPerSecond(OpKind kind) const {
@@ -86,10 +91,14 @@ struct Device {
   double ComputeSeconds(int64_t macs, OpKind kind = OpKind::kOther) const {
     return static_cast<double>(macs) / MacsPerSecond(kind);
   }
+  // The device time its network stack spends on `bytes` sent or received.
+  double NetworkCpuSeconds(double bytes) const {
+    return net_macs_per_byte > 0 && macs_per_s > 0 ? bytes * net_macs_per_byte / macs_per_s : 0.0;
+  }
   // Same memory and speed (every kind); links are the cluster's.
   bool SameCapacity(const Device& o) const {
     return ram_bytes == o.ram_bytes && flash_bytes == o.flash_bytes && macs_per_s == o.macs_per_s &&
-           kind_macs_per_s == o.kind_macs_per_s;
+           kind_macs_per_s == o.kind_macs_per_s && net_macs_per_byte == o.net_macs_per_byte;
   }
 };
 

@@ -30,17 +30,16 @@ bool SpatiallyTileable(const Graph& graph, const LayerFigures& f) {
 }
 
 // Input rows an FFMT tile of `out_rows` output rows reads (the halo of §2):
-// (rows−1)·stride + (kernel−1)·dilation + 1 for a window, the same rows for a
-// point-wise layer, at most the whole input.
+// (rows−1)·stride + (kernel−1)·dilation + 1 for a window, the most rows any
+// `out_rows` output rows of a Resize read (halo.h, MaxInputSpan), the same
+// rows for a point-wise layer, at most the whole input.
 int64_t InputRowsForTile(const Graph& graph, const LayerFigures& f, int64_t out_rows) {
   if (f.input_shapes.empty() || f.input_shapes[0].size() != 4) return out_rows;
   const int64_t h_in = f.input_shapes[0][2];
   const int64_t h_out = f.output_shape[2];
   auto rule = TileRuleOf(graph, f.node);
   if (rule.ok() && rule->window) {
-    const SpatialWindow& w = rule->w;
-    const int64_t rows = (out_rows - 1) * w.stride[0] + (w.kernel[0] - 1) * w.dilation[0] + 1;
-    return std::min(h_in, std::max<int64_t>(rows, 1));
+    return std::min(h_in, MaxInputSpan(rule->w, 0, out_rows));
   }
   if (h_out > 0 && h_in != h_out) return std::min(h_in, (out_rows * h_in + h_out - 1) / h_out);
   return std::min(h_in, out_rows);
@@ -409,8 +408,12 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     const double buf = M * shares.in_share[i] + K * shares.out_share[i];
     t->buffer_of_layer[l][i] = static_cast<int64_t>(std::ceil(buf)) * kFloatBytes;
     t->macs[i] += static_cast<double>(f.R) * shares.share[i];
-    // Time from the layer's time-MACs: its MACs, or its measured time when profiled.
-    const double seconds = f.TimeMacs() * shares.share[i] / c.devices[i].MacsPerSecond(f.RateKind());
+    // Time from the layer's time-MACs: its MACs, or its measured time when
+    // profiled; plus the CPU its network stack spends on the layer's bytes
+    // (Device::net_macs_per_byte; 0 unless the cluster file declares it).
+    const double bytes = (shares.traffic.sent[i] + shares.traffic.received[i]) * kFloatBytes;
+    const double seconds = f.TimeMacs() * shares.share[i] / c.devices[i].MacsPerSecond(f.RateKind()) +
+                           c.devices[i].NetworkCpuSeconds(bytes);
     t->compute_s[i] += seconds;
     slowest = std::max(slowest, seconds);
   }
@@ -772,6 +775,11 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
       if (plan.cluster.devices[i].kind_macs_per_s[k] > 0)
         by_kind[OpKindName(static_cast<OpKind>(k))] = plan.cluster.devices[i].kind_macs_per_s[k];
     if (!by_kind.empty()) per_device.back()["macs_per_s_by_kind"] = by_kind;
+    if (plan.cluster.devices[i].net_macs_per_byte > 0) {  // compute_s includes the network stack's CPU
+      const double bytes = static_cast<double>(d.sent_bytes + d.received_bytes);
+      per_device.back()["net_macs_per_byte"] = plan.cluster.devices[i].net_macs_per_byte;
+      per_device.back()["network_cpu_s"] = plan.cluster.devices[i].NetworkCpuSeconds(bytes);
+    }
     if (d.promised_bytes > 0)
       per_device.back()["worker_ram"] = {{"promised_bytes", d.promised_bytes},
                                          {"weight_bytes", d.promised_weight_bytes},
@@ -871,6 +879,13 @@ std::string FormatPlanTable(const Plan& plan) {
                 plan.throughput_per_s);
   out += line;
   if (!plan.time_model.empty()) out += "compute times from " + plan.time_model + "\n";
+  for (const Device& d : plan.cluster.devices)
+    if (d.net_macs_per_byte > 0) {
+      out +=
+          "compute s includes the network stack's CPU on each device's sent + received bytes (net_macs_per_byte "
+          "in the cluster file)\n";
+      break;
+    }
   if (!plan.choice.empty()) out += "chosen: " + plan.choice + "\n";
   if (plan.bottleneck_device >= 0) {
     const DeviceLoad& b = plan.loads[plan.bottleneck_device];

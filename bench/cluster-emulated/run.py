@@ -51,6 +51,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import emulation  # noqa: E402
 
 PY = "/usr/bin/python3"
+# network_cost's two ends: the receiver counts bytes until EOF, the sender
+# writes `total` bytes; each prints its own CPU seconds around the transfer.
+NET_RECEIVER = """
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], 7071)); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept(); buf = bytearray(1 << 18); n = 0; t0 = time.process_time()
+while True:
+    k = c.recv_into(buf)
+    if not k: break
+    n += k
+t = time.process_time() - t0; c.sendall(b"k"); c.close(); print(n, t)
+"""
+NET_SENDER = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], 7071), timeout=60); total = int(sys.argv[2]); chunk = bytes(1 << 18)
+t0 = time.process_time(); left = total
+while left > 0:
+    c.sendall(chunk[:min(left, len(chunk))]); left -= min(left, len(chunk))
+c.shutdown(socket.SHUT_WR); c.recv(1); print(time.process_time() - t0)
+"""
+
 MODELS = {
     # name: (model file, input shape)
     "yolov2": ("/usr/share/darknet/cfg/yolov2.cfg", "1x3x608x608"),
@@ -124,6 +146,7 @@ class Bench:
         self.host_rate = {}  # model name -> this machine's single-thread MAC/s
         self.fraction = {}  # model name -> a device's share of one CPU
         self.macs = {}
+        self.net_cost = {}  # (model name, cable rate) -> net_macs_per_byte
         self.failures = []
 
     # ---- lifetime -------------------------------------------------------
@@ -244,14 +267,65 @@ class Bench:
             self.fraction[name] = min(1.0, fraction * self.args.device_macs / rate)
         return rate
 
-    def cluster_file(self, n, addresses, rate, delay_ms, ram):
+    def network_cost(self, name, rate):
+        """The CPU a device's network stack spends per byte it sends or
+        receives, in MACs of the device (the cluster file's
+        net_macs_per_byte): a sender and a receiver in two device namespaces
+        and cgroups (the model's quota), one shaped cable each, move
+        ~0.5 s of the cable's bytes over TCP; each measures its own CPU
+        seconds (user + system) around the transfer. Under a quota the host's
+        network stack is slowed like its compute, but unlike its compute it
+        is not a Pi's x16: this is why the emulated devices pay far more per
+        byte than a Pi does (README "cluster-emulated")."""
+        key = (name, rate)
+        if self.args.mac_only or self.args.no_net_cost:
+            return 0.0
+        if key in self.net_cost:
+            return self.net_cost[key]
+        fraction, period = self.quota(name)
+        total = max(2 << 20, int(emulation.tc_rate(rate) / 8 * 0.5))
+        self.net.start()
+        try:
+            (ns1, _), (ns2, addr2) = [self.net.add_host(i, rate, self.args.delay_ms) for i in (1, 2)]
+            groups = []
+            for i in (1, 2):
+                groups.append("%s-net%d" % (emulation.PREFIX, i))
+                self.cgroups.create(groups[-1], fraction, period, None)
+            recv = subprocess.Popen(["ip", "netns", "exec", ns2, sys.executable, "-c", NET_RECEIVER, addr2],
+                                    stdout=subprocess.PIPE, text=True,
+                                    preexec_fn=lambda: self.cgroups.join(groups[1], os.getpid()))
+            ready = recv.stdout.readline()
+            send = subprocess.run(["ip", "netns", "exec", ns1, sys.executable, "-c", NET_SENDER, addr2, str(total)],
+                                  capture_output=True, text=True, timeout=120,
+                                  preexec_fn=lambda: self.cgroups.join(groups[0], os.getpid()))
+            out, _ = recv.communicate(timeout=60)
+            for g in groups:
+                self.cgroups.remove(g)
+            if not ready.startswith("ready") or send.returncode != 0 or recv.returncode != 0:
+                raise RuntimeError("network cost measurement failed: %s %s" % (send.stderr.strip(), out.strip()))
+            received, recv_cpu = out.split()
+            if int(received) != total:
+                raise RuntimeError("network cost: %s of %d bytes arrived" % (received, total))
+            per_byte = (float(send.stdout.split()[0]) + float(recv_cpu)) / (2.0 * total)
+        finally:
+            self.net.close()
+        # Seconds of device time per byte = per_byte / fraction; in MACs of
+        # a device declared at device_macs MAC/s:
+        cost = per_byte / fraction * self.args.device_macs
+        log("network cost: %s cable, %s quota (%.2f%% of a CPU): %.3g CPU-ns per byte sent or received = "
+            "%.3g MACs of the device (net_macs_per_byte)" % (rate, name, 100 * fraction, per_byte * 1e9, cost))
+        self.net_cost[key] = cost
+        return cost
+
+    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0):
         path = os.path.join(self.dir, "cluster-%d.yaml" % n)
         with open(path, "w") as f:
             f.write("devices:\n")
             for i in range(n):
-                f.write("  - { name: pi%d, kind: linux, address: %s:7070, ram: %dKiB, flash: 32GiB, macs_per_s: %g }\n" %
+                f.write("  - { name: pi%d, kind: linux, address: %s:7070, ram: %dKiB, flash: 32GiB, macs_per_s: %g, "
+                        "net_macs_per_byte: %g }\n" %
                         (i + 1, addresses[i] if addresses else "10.78.0.%d" % (11 + i), ram // 1024,
-                         self.args.device_macs))
+                         self.args.device_macs, net_macs_per_byte))
             f.write("links:\n  default: { bandwidth: %s, latency: %gms }\n" % (emulation.yaml_rate(rate), delay_ms))
         return path
 
@@ -361,10 +435,11 @@ class Bench:
         """Workers + gateway for one (model, N, bandwidth, objective); returns the measurements."""
         x, ref = self.input_and_reference(name)
         reference = load_npy(ref)
+        net_cost = self.network_cost(name, rate) if n > 1 else 0.0
         workers = self.start_cluster(name, n, rate, ram)
         point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective}
         try:
-            cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram)
+            cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram, net_cost)
             # As many requests at once as clients send (one arena each on
             # every worker): the promise is asked for that many.
             in_flight = max(1, concurrency)
@@ -624,6 +699,8 @@ def main():
                          "the throughput objective and one device)")
     ap.add_argument("--mac-only", action="store_true",
                     help="plan with MAC counts alone (no measured per-layer times, tessera plan --layer-profile)")
+    ap.add_argument("--no-net-cost", action="store_true",
+                    help="declare no network-stack CPU per byte (net_macs_per_byte 0) instead of measuring it")
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max |a-b| / max |ref| against tessera run")
     ap.add_argument("--deadline-s", type=float, default=600)
     ap.add_argument("--deploy-timeout", type=int, default=600)
@@ -686,6 +763,23 @@ def main():
     return 1 if bench.failures else 0
 
 
+def check_latency(bench, objective, p):
+    """The printed latency is a promise (issue 15 item 3). The model has
+    compute (layer profile), the cables, and the network stack's CPU per byte
+    (network_cost); it lacks the per-request CPU of the workers' gRPC
+    transport under a quota (threads, wake-ups: README "cluster-emulated"),
+    measured at 1.2-1.65x here and 2.3x on one CI run (a worker's CPU per
+    request at 1.4x the other plan's on the same machine). Promise: 0.5-3.0x
+    until that CPU is in the model (issue 15)."""
+    ratio = p.get("latency_s", math.nan) / p.get("predicted_latency_s", math.nan)
+    log("%s %s plan: latency %.3f s measured, %.3f s predicted: ratio %.2f (promise 0.5-3.0)" % (
+        "PASS" if 0.5 <= ratio <= 3.0 else "FAIL", objective, p.get("latency_s", math.nan),
+        p.get("predicted_latency_s", math.nan), ratio))
+    if not 0.5 <= ratio <= 3.0:
+        bench.fail("%s plan: latency %.3f s is %.2fx the predicted %.3f s" % (
+            objective, p.get("latency_s", math.nan), ratio, p.get("predicted_latency_s", math.nan)))
+
+
 def smoke(bench, args):
     """Two devices, yolov2-tiny at 160², 100 Mbit/s: every answer equal, workers in their cgroups, shaped links."""
     name = "yolov2-tiny-160"
@@ -699,12 +793,14 @@ def smoke(bench, args):
         bench.fail("the CPU quota gives %.3g MAC/s, target %.3g" % (rate, args.device_macs))
     points = []
     for objective in ("memory", "latency"):
-        p = bench.serve_point(name, 2, "100mbit", objective, parse_bytes("512MiB"), 2, 1)
+        p = bench.serve_point(name, 2, "100mbit", objective, parse_bytes("512MiB"), 3, 1)
         log(format_point(p))
         if "refused" in p:
             bench.fail("smoke plan refused: " + p["refused"])
         elif objective == "memory" and p.get("link_bytes_per_request", 0) <= 0:
             bench.fail("the memory plan on 2 devices sent nothing between them")
+        else:
+            check_latency(bench, objective, p)
         points.append(p)
     # A stream (issue 18): the throughput objective's pipeline on the same two
     # devices, two clients, every answer checked; requests per second against
@@ -723,6 +819,7 @@ def smoke(bench, args):
         if not 0.5 <= ratio <= 1.5:
             bench.fail("throughput %.2f req/s is %.2fx the predicted %.2f" % (
                 p.get("throughput_per_s", math.nan), ratio, p.get("predicted_throughput_per_s", math.nan)))
+        check_latency(bench, "throughput", p)
         points.append(p)
     return {"smoke": points, "device_macs_measured": rate}
 

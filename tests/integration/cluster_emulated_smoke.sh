@@ -5,7 +5,9 @@
 # rate, memory limit): the quota must yield the device rate within 0.5-2x,
 # memory and latency plans must answer like `tessera run` (max |a-b| <=
 # 1e-4 max |ref|), every worker must sit in its cgroup, the memory plan must
-# move bytes between the devices, and nothing may be OOM-killed. Needs root
+# move bytes between the devices, nothing may be OOM-killed, and the printed
+# latency (0.5-3.0x) and 1/period (0.5-1.5x) must hold against the measured
+# ones (bench/cluster-emulated/run.py check_latency, smoke). Needs root
 # (CI runs as root). Args: path to tessera, build dir.
 set -u
 T=${1:?tessera binary}

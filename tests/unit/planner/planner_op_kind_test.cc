@@ -271,3 +271,58 @@ TEST_CASE("layer profile: a profile of another model or a broken file is refused
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message().find("cannot read layer profile /nonexistent/profile.json") != std::string::npos);
 }
+
+// Issue 15 item 3: a device's network stack spends CPU on every byte it sends
+// or receives (net_macs_per_byte, in MACs of the device). The planner adds
+// bytes x cost / macs_per_s to that device's time, so a plan that moves bytes
+// predicts a longer latency and period by exactly that much.
+TEST_CASE("plan: net_macs_per_byte prices each device's sent and received bytes", "[planner][op_kind]") {
+  CHECK(OneDevice("macs_per_s: 2e9").devices[0].net_macs_per_byte == 0);
+  CHECK(OneDevice("macs_per_s: 2e9, net_macs_per_byte: 0").devices[0].NetworkCpuSeconds(1e6) == 0);
+  CHECK(OneDevice("macs_per_s: 2e9, net_macs_per_byte: 50").devices[0].NetworkCpuSeconds(4e6) == Approx(0.1));
+  CHECK(ErrorOf("macs_per_s: 2e9, net_macs_per_byte: -1").find("net_macs_per_byte '-1' is not a number >= 0") !=
+        std::string::npos);
+  CHECK(ErrorOf("macs_per_s: 2e9, net_macs_per_byte: lots").find("net_macs_per_byte 'lots'") != std::string::npos);
+
+  const Model& m = Tiny();
+  auto two = [](const std::string& extra) {
+    auto c = ParseCluster(
+        "devices:\n"
+        "  - { name: a, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9" +
+            extra +
+            " }\n"
+            "  - { name: b, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9" +
+            extra +
+            " }\n"
+            "links:\n  default: { bandwidth: 100Mbit/s }\n",
+        "two.yaml", {});
+    REQUIRE(c.ok());
+    return *c;
+  };
+  for (Objective objective : {Objective::kMemory, Objective::kThroughput}) {
+    INFO(ObjectiveName(objective));
+    PlanOptions options;
+    options.objective = objective;
+    auto free = BuildPlan(m.graph, m.layers, two(""), options);
+    auto priced = BuildPlan(m.graph, m.layers, two(", net_macs_per_byte: 100"), options);
+    REQUIRE(free.ok());
+    REQUIRE(priced.ok());
+    REQUIRE(free->layers.size() == priced->layers.size());
+    for (size_t l = 0; l < free->layers.size(); ++l) REQUIRE(free->layers[l].devices == priced->layers[l].devices);
+    double moved = 0;
+    for (int i = 0; i < 2; ++i) {
+      const DeviceLoad& a = free->loads[i];
+      const DeviceLoad& b = priced->loads[i];
+      const double bytes = static_cast<double>(b.sent_bytes + b.received_bytes);
+      moved += bytes;
+      CHECK(b.compute_s == Approx(a.compute_s + bytes * 100 / 1e9).epsilon(1e-9));
+      CHECK(PlanToJson(*priced)["device_summary"][i]["network_cpu_s"].get<double>() ==
+            Approx(bytes * 100 / 1e9).epsilon(1e-9));
+    }
+    REQUIRE(moved > 0);  // the plan splits the model: bytes cross the cable
+    CHECK(priced->latency_s > free->latency_s);
+    CHECK(priced->throughput_per_s < free->throughput_per_s);
+    CHECK_FALSE(PlanToJson(*free)["device_summary"][0].contains("network_cpu_s"));
+    CHECK(FormatPlanTable(*priced).find("network stack's CPU") != std::string::npos);
+  }
+}
