@@ -740,14 +740,19 @@ Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& reques
       auto ctx = std::make_shared<grpc::ClientContext>();
       ctx->set_deadline(DeadlineFromUnixMillis(deadline_ms));
       peer_contexts.push_back(ctx);
-      peers_done.emplace_back(d, std::async(std::launch::async, [s, peer_request, inbox, peer_name, ctx] {
-                                proto::RunReply r;
-                                grpc::Status gs = s->Run(ctx.get(), peer_request, &r);
-                                if (!gs.ok())
-                                  inbox->AbortRequest(static_cast<uint32_t>(peer_request.request_id()),
-                                                      FromGrpcStatus(gs, peer_name));
-                                return gs;
-                              }));
+      // gRPC's callback API: no thread of ours waits on the peer's Run (a
+      // thread per peer per request cost the source a thread start each).
+      // The callback runs on a gRPC thread; everything it touches is owned
+      // by it or outlives the futures waited on below.
+      auto done = std::make_shared<std::promise<grpc::Status>>();
+      auto call =
+          std::make_shared<std::pair<proto::RunRequest, proto::RunReply>>(std::move(peer_request), proto::RunReply{});
+      peers_done.emplace_back(d, done->get_future());
+      s->async()->Run(ctx.get(), &call->first, &call->second, [done, call, inbox, peer_name, ctx](grpc::Status gs) {
+        if (!gs.ok())
+          inbox->AbortRequest(static_cast<uint32_t>(call->first.request_id()), FromGrpcStatus(gs, peer_name));
+        done->set_value(gs);
+      });
     }
   }
 
