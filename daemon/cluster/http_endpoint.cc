@@ -4,11 +4,14 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
-#include <atomic>
 #include <condition_variable>
-#include <list>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "daemon/cluster/http_request.h"
 #include "daemon/cluster/oip_http.h"
@@ -23,28 +26,92 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 using Clock = std::chrono::steady_clock;
+using HttpResponse = http::response<http::string_body>;
 
-// One connection and the thread serving it. `deadline` (steady clock, ns
-// since epoch; 0 = none) is when the watchdog shuts the socket down: set
-// while the connection waits for a request or a body, cleared while the
-// gateway works on the request.
-struct HttpConnection {
-  std::shared_ptr<tcp::socket> socket;
-  std::thread thread;
-  std::atomic<int64_t> deadline{0};
-  std::atomic<bool> done{false};
+namespace {
+
+// Runs the calls that block for an inference (Gateway::Infer) off the I/O
+// threads. It starts a thread when a call finds none free, up to
+// `max_threads`, and keeps it; a call that would need more is refused, so
+// the pool never queues work of its own. Thread-safe.
+class BlockingCallPool {
+ public:
+  explicit BlockingCallPool(int max_threads) : max_threads_(max_threads) {}
+  BlockingCallPool(const BlockingCallPool&) = delete;
+  BlockingCallPool& operator=(const BlockingCallPool&) = delete;
+  // Drops calls not started yet and waits for the running ones.
+  ~BlockingCallPool();
+
+  // True when `call` will run now on a thread of the pool; false when all
+  // `max_threads` are taken (or the pool is stopping).
+  bool TryPost(std::function<void()> call);
+
+ private:
+  void Run();
+
+  const int max_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> calls_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;         // GUARDED_BY(mu_)
+  int taken_ = 0;                            // GUARDED_BY(mu_): calls queued or running
+  bool stopping_ = false;                    // GUARDED_BY(mu_)
 };
+
+BlockingCallPool::~BlockingCallPool() {
+  std::deque<std::function<void()>> dropped;
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    dropped.swap(calls_);
+    threads.swap(threads_);
+  }
+  cv_.notify_all();
+  dropped.clear();  // outside the lock: a call owns a connection, whose end takes other locks
+  for (auto& t : threads) t.join();
+}
+
+bool BlockingCallPool::TryPost(std::function<void()> call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || taken_ >= max_threads_) return false;
+  ++taken_;
+  calls_.push_back(std::move(call));
+  if (static_cast<int>(threads_.size()) < taken_) threads_.emplace_back([this] { Run(); });
+  cv_.notify_one();
+  return true;
+}
+
+void BlockingCallPool::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !calls_.empty(); });
+    if (stopping_) return;
+    std::function<void()> call = std::move(calls_.front());
+    calls_.pop_front();
+    lock.unlock();
+    call();
+    call = nullptr;  // released before the lock is taken again
+    lock.lock();
+    --taken_;
+  }
+}
+
+}  // namespace
 
 struct HttpEndpoint::State {
   Gateway* gateway = nullptr;
   HttpEndpointOptions options;
-  asio::io_context io;
+  // Destroyed explicitly in ~HttpEndpoint, before the rest of the state:
+  // destroying it ends the connections it still holds, which count
+  // themselves out under `mu`.
+  std::unique_ptr<asio::io_context> io;
   std::unique_ptr<tcp::acceptor> acceptor;
-  std::thread accept_thread, watchdog_thread;
+  std::unique_ptr<asio::steady_timer> accept_backoff;  // between failed accepts
+  std::vector<std::thread> io_threads;
+  std::unique_ptr<BlockingCallPool> handlers;
   std::mutex mu;
-  std::condition_variable watchdog_cv;
-  std::list<std::unique_ptr<HttpConnection>> connections;  // GUARDED_BY(mu)
-  bool stopping = false;                                   // GUARDED_BY(mu)
+  int connections = 0;  // GUARDED_BY(mu): open connections being served
   // The listener's trouble, for /healthz and /metrics.
   int64_t refused_over_limit = 0;     // GUARDED_BY(mu): connections answered 503
   int64_t closed_idle = 0;            // GUARDED_BY(mu): closed by the idle/body timeout
@@ -55,13 +122,14 @@ struct HttpEndpoint::State {
 
 namespace {
 
-int64_t NanosFromNow(std::chrono::milliseconds d) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>((Clock::now() + d).time_since_epoch()).count();
-}
-
 // Within this long after the listener last failed to accept or refused a
 // connection over the limit, /healthz reports it.
 constexpr auto kListenerTroubleWindow = std::chrono::seconds(5);
+// After a failed accept (out of descriptors: EMFILE/ENFILE) the listener
+// waits this long before it tries again; the pending connection stays queued.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+// A connection over the limit gets this long to take its 503.
+constexpr auto kRefusalWriteTimeout = std::chrono::seconds(2);
 
 // "" when the listener is fine, else what is wrong with it.
 std::string ListenerTrouble(HttpEndpoint::State& s) {
@@ -79,7 +147,7 @@ std::string ListenerTrouble(HttpEndpoint::State& s) {
 std::string ListenerMetrics(HttpEndpoint::State& s) {
   std::lock_guard<std::mutex> lock(s.mu);
   std::string out;
-  out += "# TYPE tessera_http_connections gauge\ntessera_http_connections " + std::to_string(s.connections.size()) + "\n";
+  out += "# TYPE tessera_http_connections gauge\ntessera_http_connections " + std::to_string(s.connections) + "\n";
   out += "# TYPE tessera_http_connections_refused_total counter\ntessera_http_connections_refused_total " +
          std::to_string(s.refused_over_limit) + "\n";
   out += "# TYPE tessera_http_connections_timed_out_total counter\ntessera_http_connections_timed_out_total " +
@@ -89,8 +157,8 @@ std::string ListenerMetrics(HttpEndpoint::State& s) {
   return out;
 }
 
-http::response<http::string_body> JsonError(int code, const std::string& message, const char* status_name) {
-  http::response<http::string_body> res{static_cast<http::status>(code), 11};
+HttpResponse JsonError(int code, const std::string& message, const char* status_name) {
+  HttpResponse res{static_cast<http::status>(code), 11};
   res.set(http::field::content_type, "application/json");
   res.body() = nlohmann::json{{"error", message}, {"code", status_name}}.dump() + "\n";
   res.keep_alive(false);
@@ -117,8 +185,10 @@ int HttpCode(StatusCode code) {
 
 namespace {
 
-http::response<http::string_body> Handle(HttpEndpoint::State& s, const http::request<http::string_body>& req) {
-  http::response<http::string_body> res;
+// The answer to one complete request. Blocks for an inference on POST
+// /v1/infer and the v2 infer route; every other route answers at once.
+HttpResponse Handle(HttpEndpoint::State& s, const HttpRequest& req) {
+  HttpResponse res;
   res.version(req.version());
   res.keep_alive(req.keep_alive());
   auto reply = [&](int code, const std::string& type, std::string body) {
@@ -172,7 +242,7 @@ constexpr uint64_t kUnauthorizedBodyDrainBytes = 64 << 10;
 
 // OK when the request may proceed: no tokens, an open probe endpoint, or
 // an `Authorization: Bearer` header with one of the gateway's tokens.
-Status Authorize(HttpEndpoint::State& s, const http::request_parser<http::string_body>::value_type& req) {
+Status Authorize(HttpEndpoint::State& s, const HttpRequest& req) {
   const GatewayOptions& o = s.gateway->options();
   if (!o.tokens) return Status::OK();
   const std::string_view target(req.target().data(), req.target().size());
@@ -184,148 +254,203 @@ Status Authorize(HttpEndpoint::State& s, const http::request_parser<http::string
 }
 
 // 401 with the Bearer challenge; nothing of the request is echoed.
-http::response<http::string_body> Unauthorized(const Status& why) {
+HttpResponse Unauthorized(const Status& why) {
   auto res = JsonError(401, why.message(), StatusCodeName(why.code()));
   res.set(http::field::www_authenticate, kBearerChallenge);
   return res;
 }
 
-void Serve(HttpEndpoint::State& s, HttpConnection& c) {
-  tcp::socket& socket = *c.socket;
-  const auto too_large = [&] {
-    return JsonError(413, "the body exceeds " + std::to_string(s.options.max_body_bytes) +
-                              " bytes (the gateway's --max-body-bytes)", "ResourceExhausted");
-  };
-  beast::error_code ec;
-  beast::flat_buffer buffer;
-  for (;;) {
-    http::request_parser<http::string_body> parser;
-    ConfigureRequestParser(s.options.max_body_bytes, &parser);
-    // The header (or, between requests, the next one) within the idle timeout.
-    c.deadline = NanosFromNow(s.options.idle_timeout);
-    http::read_header(socket, buffer, parser, ec);
-    if (ec == http::error::body_limit ||
-        (!ec && parser.content_length() && *parser.content_length() > static_cast<uint64_t>(s.options.max_body_bytes))) {
-      // Refused before the body is read; the connection closes after the answer.
-      c.deadline = NanosFromNow(s.options.body_timeout);
-      auto res = too_large();
-      http::write(socket, res, ec);
-      break;
-    }
-    if (ec) break;
-    c.deadline = NanosFromNow(s.options.body_timeout);
-    // Tokens (--token-file) are checked on the header alone: a client
-    // without one costs no body read (beyond a small one, so that its
-    // answer is not lost to a reset) and no parse.
-    const bool expects_continue = beast::iequals(parser.get()[http::field::expect], "100-continue");
-    if (Status allowed = Authorize(s, parser.get()); !allowed.ok()) {
-      const auto length = parser.content_length();
-      if (!expects_continue && length && *length <= kUnauthorizedBodyDrainBytes) http::read(socket, buffer, parser, ec);
-      auto res = Unauthorized(allowed);
-      http::write(socket, res, ec);
-      break;
-    }
-    // A client that asks first (curl does above 1 MB) gets its go-ahead
-    // now instead of waiting a second for it.
-    if (expects_continue) {
-      http::response<http::empty_body> go_ahead{http::status::continue_, 11};
-      http::write(socket, go_ahead, ec);
-      if (ec) break;
-    }
-    http::read(socket, buffer, parser, ec);
-    if (ec == http::error::body_limit) {  // a chunked body that grew past the limit
-      auto res = too_large();
-      http::write(socket, res, ec);
-      break;
-    }
-    if (ec) break;
-    c.deadline = 0;  // the gateway's own deadline bounds the work
-    auto res = Handle(s, parser.get());
-    c.deadline = NanosFromNow(s.options.body_timeout);  // a client that never reads its answer
-    http::write(socket, res, ec);
-    if (ec || !res.keep_alive()) break;
-  }
-  // Closed under the lock the watchdog holds, so it never shuts down a
-  // descriptor number this socket gave back (and another connection reused).
+HttpResponse TooLarge(const HttpEndpoint::State& s) {
+  return JsonError(
+      413, "the body exceeds " + std::to_string(s.options.max_body_bytes) + " bytes (the gateway's --max-body-bytes)",
+      "ResourceExhausted");
+}
+
+void CountTimeout(HttpEndpoint::State& s) {
   std::lock_guard<std::mutex> lock(s.mu);
-  c.deadline = 0;
-  socket.shutdown(tcp::socket::shutdown_both, ec);
-  socket.close(ec);
-  c.done = true;
+  ++s.closed_idle;
 }
 
-// Joins the threads of finished connections. REQUIRES: s.mu held.
-void ReapFinished(HttpEndpoint::State& s) {
-  for (auto it = s.connections.begin(); it != s.connections.end();) {
-    if ((*it)->done) {
-      if ((*it)->thread.joinable()) (*it)->thread.join();
-      it = s.connections.erase(it);
-    } else {
-      ++it;
-    }
+// One connection, driven by completion handlers on its own strand: read a
+// header (within idle_timeout), check the token, read the body (within
+// body_timeout), answer, and on keep-alive start over. Owned by the pending
+// operation or the handler-pool call that will continue it; counts itself
+// in State::connections from construction to destruction.
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+ public:
+  // REQUIRES: the caller counted this connection in s.connections.
+  HttpConnection(HttpEndpoint::State& s, tcp::socket socket) : s_(s), stream_(std::move(socket)) {}
+  ~HttpConnection() {
+    std::lock_guard<std::mutex> lock(s_.mu);
+    --s_.connections;
   }
+  void Start() { ReadHeader(); }
+
+ private:
+  void ReadHeader();
+  void OnHeader(beast::error_code ec);
+  void ReadBody();
+  void OnBody(beast::error_code ec);
+  void Dispatch();
+  void Send(HttpResponse res);
+  void OnSent(beast::error_code ec);
+  void Close();
+
+  HttpEndpoint::State& s_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<HttpRequestParser> parser_;
+  http::response<http::empty_body> go_ahead_{http::status::continue_, 11};
+  HttpResponse response_;  // the answer being written
+};
+
+void HttpConnection::ReadHeader() {
+  parser_.emplace();
+  ConfigureRequestParser(s_.options.max_body_bytes, &*parser_);
+  // The header (or, between requests, the next one) within the idle timeout.
+  stream_.expires_after(s_.options.idle_timeout);
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
 }
 
-void AcceptLoop(HttpEndpoint::State& s) {
-  for (;;) {
-    auto socket = std::make_shared<tcp::socket>(s.io);
-    beast::error_code aec;
-    s.acceptor->accept(*socket, aec);
-    std::unique_lock<std::mutex> lock(s.mu);
-    if (s.stopping) break;
-    if (aec) {
-      // Out of descriptors (EMFILE/ENFILE) or the like: the pending
-      // connection stays queued; try again shortly instead of spinning.
+void HttpConnection::OnHeader(beast::error_code ec) {
+  if (ec == beast::error::timeout) CountTimeout(s_);
+  boost::optional<std::uint64_t> length;
+  if (!ec) length = parser_->content_length();
+  if (ec == http::error::body_limit || (length && *length > static_cast<uint64_t>(s_.options.max_body_bytes)))
+    return Send(TooLarge(s_));  // refused before the body is read; closes after the answer
+  if (ec) return Close();
+  stream_.expires_after(s_.options.body_timeout);
+  // Tokens (--token-file) are checked on the header alone: a client
+  // without one costs no body read (beyond a small one, so that its
+  // answer is not lost to a reset) and no parse.
+  const bool expects_continue = beast::iequals(parser_->get()[http::field::expect], "100-continue");
+  if (Status allowed = Authorize(s_, parser_->get()); !allowed.ok()) {
+    if (expects_continue || !length || *length > kUnauthorizedBodyDrainBytes) return Send(Unauthorized(allowed));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this(), allowed](beast::error_code, size_t) {
+      self->Send(Unauthorized(allowed));
+    });
+    return;
+  }
+  if (!expects_continue) return ReadBody();
+  // A client that asks first (curl does above 1 MB) gets its go-ahead
+  // now instead of waiting a second for it.
+  http::async_write(stream_, go_ahead_, [self = shared_from_this()](beast::error_code wec, size_t) {
+    if (wec) return self->Close();
+    self->ReadBody();
+  });
+}
+
+void HttpConnection::ReadBody() {
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+}
+
+void HttpConnection::OnBody(beast::error_code ec) {
+  if (ec == http::error::body_limit) return Send(TooLarge(s_));  // a chunked body that grew past the limit
+  if (ec == beast::error::timeout) CountTimeout(s_);
+  if (ec) return Close();
+  Dispatch();
+}
+
+// Requests that may run an inference go to the handler pool (the I/O
+// threads never block); the others are answered here.
+void HttpConnection::Dispatch() {
+  auto request = std::make_shared<HttpRequest>(parser_->release());
+  if (request->method() != http::verb::post) return Send(Handle(s_, *request));
+  stream_.expires_never();  // the gateway's own deadline bounds the work
+  auto run = [self = shared_from_this(), request] {
+    HttpResponse res = Handle(self->s_, *request);
+    asio::post(self->stream_.get_executor(), [self, res = std::move(res)]() mutable { self->Send(std::move(res)); });
+  };
+  if (s_.handlers->TryPost(std::move(run))) return;
+  // Every handler thread already holds a request inside the gateway, so the
+  // gateway's queue (max_in_flight + queue_capacity) is full too.
+  Send(JsonError(429, "the gateway queue is full (every one of its HTTP handler threads is busy); retry later",
+                 "ResourceExhausted"));
+}
+
+void HttpConnection::Send(HttpResponse res) {
+  response_ = std::move(res);
+  stream_.expires_after(s_.options.body_timeout);  // a client that never reads its answer
+  http::async_write(stream_, response_,
+                    [self = shared_from_this()](beast::error_code ec, size_t) { self->OnSent(ec); });
+}
+
+void HttpConnection::OnSent(beast::error_code ec) {
+  if (ec == beast::error::timeout) CountTimeout(s_);
+  if (ec || !response_.keep_alive()) return Close();
+  ReadHeader();
+}
+
+void HttpConnection::Close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+// Answers a connection over max_connections 503 and closes it.
+void Refuse(HttpEndpoint::State& s, tcp::socket socket) {
+  struct Refusal {
+    beast::tcp_stream stream;
+    HttpResponse response;
+  };
+  auto r =
+      std::make_shared<Refusal>(Refusal{beast::tcp_stream(std::move(socket)),
+                                        JsonError(503,
+                                                  "the gateway serves " + std::to_string(s.options.max_connections) +
+                                                      " HTTP connections at once; try again later",
+                                                  "Unavailable")});
+  r->stream.expires_after(kRefusalWriteTimeout);
+  http::async_write(r->stream, r->response, [r](beast::error_code, size_t) {
+    beast::error_code ec;
+    r->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    r->stream.close();
+  });
+}
+
+void Accept(HttpEndpoint::State& s);
+
+void OnAccept(HttpEndpoint::State& s, beast::error_code aec, tcp::socket socket) {
+  if (aec == asio::error::operation_aborted) return;  // the endpoint is stopping
+  if (aec) {
+    // Out of descriptors (EMFILE/ENFILE) or the like: the pending
+    // connection stays queued; try again shortly instead of spinning.
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
       ++s.accept_errors;
       s.last_accept_error = aec.message();
       s.last_accept_error_at = Clock::now();
-      spdlog::warn("gateway HTTP: accept failed: {}", aec.message());
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
     }
-    ReapFinished(s);
-    if (static_cast<int>(s.connections.size()) >= s.options.max_connections) {
+    spdlog::warn("gateway HTTP: accept failed: {}", aec.message());
+    s.accept_backoff->expires_after(kAcceptBackoff);
+    s.accept_backoff->async_wait([&s](beast::error_code ec) {
+      if (!ec) Accept(s);
+    });
+    return;
+  }
+  bool admitted = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.connections < s.options.max_connections) {
+      ++s.connections;
+      admitted = true;
+    } else {
       ++s.refused_over_limit;
       s.last_refused_at = Clock::now();
-      lock.unlock();
-      // A fresh socket's send buffer takes this small answer without blocking.
-      auto res = JsonError(503,
-                           "the gateway serves " + std::to_string(s.options.max_connections) +
-                               " HTTP connections at once; try again later",
-                           "Unavailable");
-      beast::error_code wec;
-      http::write(*socket, res, wec);
-      socket->shutdown(tcp::socket::shutdown_both, wec);
-      socket->close(wec);
-      continue;
     }
-    auto c = std::make_unique<HttpConnection>();
-    c->socket = socket;
-    HttpConnection* raw = c.get();
-    c->thread = std::thread([&s, raw] { Serve(s, *raw); });
-    s.connections.push_back(std::move(c));
   }
+  if (admitted)
+    std::make_shared<HttpConnection>(s, std::move(socket))->Start();
+  else
+    Refuse(s, std::move(socket));
+  Accept(s);
 }
 
-// Shuts down the sockets of connections past their deadline (their
-// blocked read or write then fails and the thread ends) and reaps threads.
-void WatchdogLoop(HttpEndpoint::State& s) {
-  std::unique_lock<std::mutex> lock(s.mu);
-  while (!s.stopping) {
-    s.watchdog_cv.wait_for(lock, std::chrono::milliseconds(100));
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-    for (auto& c : s.connections) {
-      const int64_t deadline = c->deadline;
-      if (deadline != 0 && deadline < now && !c->done) {
-        c->deadline = 0;
-        ++s.closed_idle;
-        beast::error_code ec;
-        c->socket->shutdown(tcp::socket::shutdown_both, ec);
-      }
-    }
-    ReapFinished(s);
-  }
+// One accept outstanding at a time; each connection gets a strand of its own.
+void Accept(HttpEndpoint::State& s) {
+  s.acceptor->async_accept(asio::make_strand(*s.io),
+                           [&s](beast::error_code ec, tcp::socket socket) { OnAccept(s, ec, std::move(socket)); });
 }
 
 }  // namespace
@@ -339,31 +464,46 @@ Status CheckHttpListenAddress(const std::string& listen, bool allow_remote) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(Gateway* gateway, const HttpEndpointOptions& options) {
-  const std::string& listen = options.listen;
+namespace {
+
+// Opens s.acceptor on `listen`. REQUIRES: `listen` holds a ':'.
+Status Listen(HttpEndpoint::State& s, const std::string& listen) {
   const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) return Status::InvalidArgument("--http wants host:port, got '" + listen + "'");
-  TS_RETURN_IF_ERROR(CheckHttpListenAddress(listen, options.allow_remote));
-  std::unique_ptr<HttpEndpoint> e(new HttpEndpoint());
-  e->state_ = std::make_unique<State>();
-  State& s = *e->state_;
-  s.gateway = gateway;
-  s.options = options;
   beast::error_code ec;
   std::string host = listen.substr(0, colon);
   if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   const auto address = asio::ip::make_address(host, ec);
   if (ec) return Status::InvalidArgument("--http: bad address '" + listen + "': " + ec.message());
   const int port = std::atoi(listen.substr(colon + 1).c_str());
-  s.acceptor = std::make_unique<tcp::acceptor>(s.io);
+  s.acceptor = std::make_unique<tcp::acceptor>(*s.io);
   tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
   s.acceptor->open(endpoint.protocol(), ec);
   if (!ec) s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) s.acceptor->bind(endpoint, ec);
   if (!ec) s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::Unavailable("cannot listen for HTTP on " + listen + ": " + ec.message());
-  s.accept_thread = std::thread([&s] { AcceptLoop(s); });
-  s.watchdog_thread = std::thread([&s] { WatchdogLoop(s); });
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(Gateway* gateway, const HttpEndpointOptions& options) {
+  if (options.listen.rfind(':') == std::string::npos)
+    return Status::InvalidArgument("--http wants host:port, got '" + options.listen + "'");
+  TS_RETURN_IF_ERROR(CheckHttpListenAddress(options.listen, options.allow_remote));
+  std::unique_ptr<HttpEndpoint> e(new HttpEndpoint());
+  e->state_ = std::make_unique<State>();
+  State& s = *e->state_;
+  s.gateway = gateway;
+  s.options = options;
+  s.io = std::make_unique<asio::io_context>(std::max(1, options.io_threads));
+  TS_RETURN_IF_ERROR(Listen(s, options.listen));
+  s.accept_backoff = std::make_unique<asio::steady_timer>(*s.io);
+  const GatewayOptions& g = gateway->options();
+  s.handlers = std::make_unique<BlockingCallPool>(
+      options.handler_threads > 0 ? options.handler_threads : std::max(1, g.max_in_flight + g.queue_capacity));
+  Accept(s);
+  for (int i = 0; i < std::max(1, options.io_threads); ++i) s.io_threads.emplace_back([&s] { s.io->run(); });
   return e;
 }
 
@@ -375,29 +515,17 @@ std::string HttpEndpoint::address() const {
 HttpEndpoint::~HttpEndpoint() {
   if (!state_) return;
   State& s = *state_;
-  beast::error_code ec;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.stopping = true;
-  }
-  s.watchdog_cv.notify_all();
-  if (s.watchdog_thread.joinable()) s.watchdog_thread.join();
-  // Wake the blocked accept() with a connection of our own.
-  tcp::socket waker(s.io);
-  waker.connect(s.acceptor->local_endpoint(), ec);
-  if (s.accept_thread.joinable()) s.accept_thread.join();
-  waker.close(ec);
-  std::list<std::unique_ptr<HttpConnection>> connections;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.acceptor->close(ec);
-    for (auto& c : s.connections)
-      if (!c->done) c->socket->shutdown(tcp::socket::shutdown_both, ec);
-    connections.swap(s.connections);
-  }
-  // Joined without the lock: a connection ending takes it to close its socket.
-  for (auto& c : connections)
-    if (c->thread.joinable()) c->thread.join();
+  if (!s.io) return;
+  // No handler runs after this; connections mid-request are dropped.
+  s.io->stop();
+  for (auto& t : s.io_threads) t.join();
+  // Waits for inferences under way (the gateway's deadline bounds them);
+  // their answers are posted to the stopped io_context and never written.
+  s.handlers.reset();
+  s.accept_backoff.reset();
+  s.acceptor.reset();
+  // Destroys the pending operations and with them the connections they own.
+  s.io.reset();
 }
 
 }  // namespace tessera

@@ -1,13 +1,27 @@
-// The gateway's HTTP endpoint (Boost.Beast, synchronous, one thread per
-// connection): POST /v1/infer (JSON array or .npy body), GET /healthz,
-// GET /metrics (Prometheus text), and the Open Inference Protocol v2 under
-// /v2 (oip_http.h).
+// The gateway's HTTP endpoint: POST /v1/infer (JSON array or .npy body),
+// GET /healthz, GET /metrics (Prometheus text), and the Open Inference
+// Protocol v2 under /v2 (oip_http.h).
+//
+// Asynchronous Boost.Beast server: one io_context run by `io_threads`
+// threads accepts, reads and writes for every connection (each on a strand
+// of its own), so threads do not grow with connections. Requests that may
+// run an inference (POST) are handed to a pool of at most `handler_threads`
+// threads, which call the blocking Gateway::Infer and post the answer back
+// to the connection for an async write; the other routes are answered on
+// the I/O threads (they only read the gateway's state). The pool's default
+// size, max_in_flight + queue_capacity of the gateway, lets every request
+// the gateway would queue wait in its queue, so its 429 "queue is full"
+// comes as before; a POST that finds every handler thread busy is answered
+// the same 429.
 //
 // Bounded (issue 14): at most `max_connections` connections are served at
 // once (more are answered 503 and closed), a connection that sends no
-// complete request header within `idle_timeout` is closed, a body over
-// `max_body_bytes` is answered 413 before it is read, and a failing
-// listener (out of descriptors) is reported by /healthz while it lasts.
+// complete request header within `idle_timeout` (a new one or the next on
+// keep-alive) is closed, a body must arrive within `body_timeout`, a body
+// over `max_body_bytes` is answered 413 before it is read, and a failing
+// listener (out of descriptors: EMFILE/ENFILE) retries every 100 ms, is
+// counted in /metrics and reported by /healthz while it lasts, and serves
+// again once descriptors free up.
 #pragma once
 
 #include <chrono>
@@ -28,6 +42,11 @@ struct HttpEndpointOptions {
   std::chrono::milliseconds idle_timeout{kHttpIdleTimeoutMs};
   // Time to receive a body once its header arrived.
   std::chrono::milliseconds body_timeout{60000};
+  // Threads running the io_context (accept, read, write; never blocked).
+  int io_threads = 2;
+  // Most threads calling the gateway for POST requests at once (started on
+  // demand, kept); 0 = the gateway's max_in_flight + queue_capacity.
+  int handler_threads = 0;
 };
 
 // FailedPrecondition when `listen` is not a loopback address and
