@@ -10,7 +10,8 @@
 # cached in BUILD_DIR/oracle. The default run takes two modern edge models
 # (squeeze-and-excitation + hard-swish; channel split + shuffle);
 # tests/integration/large/plan_property_zoo.sh runs the whole zoo by setting
-# PLAN_PROPERTY_MODELS.
+# PLAN_PROPERTY_MODELS. Darknet cfgs (PLAN_PROPERTY_DARKNET, CFG:SHAPE; default
+# yolov2-tiny at 160²) get the same plan loop.
 set -u
 tessera=${1:?usage: plan_property.sh TESSERA BUILD_DIR}
 build=${2:?usage: plan_property.sh TESSERA BUILD_DIR}
@@ -18,6 +19,11 @@ build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck disable=SC2206 # a space- or newline-separated list
 models=(${PLAN_PROPERTY_MODELS:-mobilenet_v3_small shufflenet_v2_x0_5})
+# Darknet cfgs Debian ships, as CFG:SHAPE (their single-device reference is
+# libdarknet itself: darknet_oracle_test).
+# shellcheck disable=SC2206
+darknet=(${PLAN_PROPERTY_DARKNET:-yolov2-tiny.cfg:1x3x160x160})
+cfgdir=${DARKNET_CFG_DIR:-/usr/share/darknet/cfg}
 tol=1e-5
 
 source "$repo/tests/oracle/ensure_models.sh"
@@ -35,6 +41,29 @@ print(('PASS' if ok else 'FAIL') + ' max_rel_diff=%.3g bytes=%d' % (j['max_rel_d
   if [[ $v == PASS* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 
+# Every objective x N: plan, then `tessera run --plan` against the unsplit run.
+every_plan() {  # label, model, extra args for plan and run
+  local m=$1 model=$2 objective n plan label json
+  shift 2
+  for objective in memory communication latency throughput; do
+    for n in 2 3 4 6; do
+      plan=$build/oracle/$m.$objective.$n.pb
+      label="$m $objective N=$n"
+      if ! "$tessera" plan "$model" "$@" --devices $n --objective $objective --out "$plan" >/dev/null 2>"$plan.log"; then
+        echo "FAIL $label: the planner gave up: $(tail -1 "$plan.log")"
+        failed=$((failed + 1))
+        continue
+      fi
+      if ! json=$("$tessera" run "$model" "$@" --plan "$plan" --json 2>&1); then
+        echo "FAIL $label: the plan does not run: ${json##*$'\n'}"
+        failed=$((failed + 1))
+        continue
+      fi
+      verdict "$label" "$json"
+    done
+  done
+}
+
 for m in "${models[@]}"; do
   model=$out/$m.onnx
   # The single-device reference against PyTorch first: a plan equal to a wrong run proves nothing.
@@ -47,23 +76,12 @@ for m in "${models[@]}"; do
     failed=$((failed + 1))
     continue
   fi
-  for objective in memory communication latency throughput; do
-    for n in 2 3 4 6; do
-      plan=$build/oracle/$m.$objective.$n.pb
-      label="$m $objective N=$n"
-      if ! "$tessera" plan "$model" --devices $n --objective $objective --out "$plan" >/dev/null 2>"$plan.log"; then
-        echo "FAIL $label: the planner gave up: $(tail -1 "$plan.log")"
-        failed=$((failed + 1))
-        continue
-      fi
-      if ! json=$("$tessera" run "$model" --plan "$plan" --json 2>&1); then
-        echo "FAIL $label: the plan does not run: ${json##*$'\n'}"
-        failed=$((failed + 1))
-        continue
-      fi
-      verdict "$label" "$json"
-    done
-  done
+  every_plan "$m" "$model"
+done
+for entry in "${darknet[@]}"; do
+  cfg=${entry%%:*} shape=${entry#*:}
+  [[ -f $cfgdir/$cfg ]] || { echo "FAIL $cfg: missing dependency: $cfgdir/$cfg (Debian package darknet)"; failed=$((failed + 1)); continue; }
+  every_plan "${cfg%.cfg}-$shape" "$cfgdir/$cfg" --input-shape "$shape"
 done
 echo "$passed passed, $failed failed"
 [[ $failed == 0 && $passed -gt 0 ]]
