@@ -17,6 +17,7 @@ void RegisterGatewayCommand(CLI::App& app);  // cli_gateway.cc
 void RegisterDeployCommand(CLI::App& app);   // cli_deploy.cc
 void RegisterInferCommand(CLI::App& app);    // cli_infer.cc
 void RegisterCertsCommand(CLI::App& app);    // cli_certs.cc
-void RegisterCalibrateCommand(CLI::App& app);  // cli_calibrate.cc
+void RegisterCalibrateCommand(CLI::App& app);       // cli_calibrate.cc
+void RegisterOptimizeMemoryCommand(CLI::App& app);  // cli_optimize_memory.cc
 
 }  // namespace tessera

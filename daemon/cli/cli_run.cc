@@ -19,6 +19,7 @@
 #include "partition/compile/program_compiler.h"
 #include "planner/arena_milp.h"
 #include "planner/plan_file.h"
+#include "util/quantity.h"
 
 namespace tessera {
 
@@ -107,6 +108,9 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
     for (const auto& l : j["links"])
       std::printf("  link %-12s -> %-12s %12lld bytes\n", l["from"].get<std::string>().c_str(),
                   l["to"].get<std::string>().c_str(), static_cast<long long>(l["bytes"].get<int64_t>()));
+    for (size_t d = 0; d < run->device_memory_bytes.size(); ++d)
+      std::printf("  device %-12s arena %12zu bytes (%s)\n", loaded->device_names.at(d).c_str(),
+                  run->device_memory_bytes[d], FormatBytes(static_cast<double>(run->device_memory_bytes[d])).c_str());
     std::printf("total %lld bytes between devices; halo recompute %lld MACs\n",
                 static_cast<long long>(run->total_bytes), static_cast<long long>(compiled->halo_mac_overhead));
     std::printf("against the unsplit run: max abs diff %.3g, max rel diff %.3g\n", max_abs, max_rel);

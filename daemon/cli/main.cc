@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   tessera::RegisterInferCommand(app);
   tessera::RegisterCertsCommand(app);
   tessera::RegisterCalibrateCommand(app);
+  tessera::RegisterOptimizeMemoryCommand(app);
 
   // A verb that fails throws CLI::RuntimeError(exit_code) after printing its
   // one-line error; app.exit() returns that code without printing more.

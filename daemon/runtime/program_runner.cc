@@ -30,6 +30,8 @@ struct PreparedProgram::Layout {
   std::vector<std::vector<int>> wait_sent_after;    // per step (and the end): Sends whose memory is reused after it
   std::vector<std::vector<int>> expect_at;          // per step: Recv steps whose message may arrive from there on
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
+  std::vector<size_t> step_bytes;                   // per step: its own request (executor arena, staging), 0 if none
+  std::vector<BufferRequest> buffer_requests;       // per buffer: its bytes and lifetime in the arena
   size_t arena_bytes = 0;
   size_t weight_bytes = 0;
   size_t load_peak_bytes = 0;
@@ -204,6 +206,10 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     if (s.kind == StepKind::kSend) to = release_at[i];
     requests.push_back({bytes, from, to});
   }
+  layout->buffer_requests.assign(requests.begin(), requests.begin() + program.buffers.size());
+  layout->step_bytes.assign(program.steps.size(), 0);
+  for (size_t i = 0; i < program.steps.size(); ++i)
+    if (step_request[i] >= 0) layout->step_bytes[i] = requests[step_request[i]].size;
   const BestOfGreedyLayout arena_layout(kAlign);
   const ArenaPlan plan = arena_layout.Plan(requests);
   TS_RETURN_IF_ERROR(CheckNoOverlap(requests, plan).WithContext("device " + std::to_string(program.device)));
@@ -240,6 +246,8 @@ Result<std::unique_ptr<ProgramRunner>> PreparedProgram::NewRunner() const {
 size_t PreparedProgram::memory_bytes() const { return layout_->arena_bytes; }
 size_t PreparedProgram::weight_bytes() const { return layout_->weight_bytes; }
 size_t PreparedProgram::load_peak_bytes() const { return layout_->load_peak_bytes; }
+const std::vector<size_t>& PreparedProgram::step_bytes() const { return layout_->step_bytes; }
+const std::vector<BufferRequest>& PreparedProgram::buffer_requests() const { return layout_->buffer_requests; }
 bool PreparedProgram::ReadsConstant(int subgraph, int value) const {
   // An executor's weight accounting knows which constants its kernels read.
   return layout_->prepared.at(subgraph)->ReadsConstant(value);

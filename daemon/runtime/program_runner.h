@@ -61,6 +61,13 @@ class PreparedProgram {
   // (every raw weight + one tensor) and preparing with release (raw weights
   // not yet repacked + repacked forms so far + a kernel's transient).
   size_t load_peak_bytes() const;
+  // Per step, the arena bytes of the step alone: a Compute/Merge step's
+  // executor arena (its intermediates and kernel scratch), a Copy's staging,
+  // a Recv/Send's message when not in its buffer; 0 otherwise. With the
+  // buffers' lifetimes this is the live memory per step (memory_flow.h).
+  const std::vector<size_t>& step_bytes() const;
+  // Per buffer, its bytes and the steps it is alive over in the arena.
+  const std::vector<BufferRequest>& buffer_requests() const;
   // Whether some kernel still reads constant `value` of subgraph `subgraph`.
   bool ReadsConstant(int subgraph, int value) const;
 

@@ -1,0 +1,90 @@
+// The one-device memory flow of METHODS §6 ("Critical buffers", "Path
+// discovery"), FFMT paths: cut stretches of a model into spatial tiles that
+// one device computes one after the other, so that the large feature maps
+// inside a stretch never exist whole, and keep the cuts that shrink the
+// device arena most within a budget of recomputed (halo) MACs.
+//
+// The transformation is a one-device PartitionPlan: its FFMT layers are the
+// chosen paths, each with its grid. The program compiler turns it into the
+// tiled program (tile subgraphs reading their input region with halos,
+// writing their output tile), and every candidate is judged by the arena the
+// runner itself would allocate for that program (SizeDeviceProgram: same
+// kernels, same liveness, same layout), so the printed arena is what
+// `tessera run MODEL --plan FILE` holds.
+//
+//   round:  program of the current plan
+//           -> live bytes per step (buffers + the step's intermediates)
+//           -> critical values: the largest feature maps alive at the peak
+//           -> candidates: every stretch [i, j] of tileable layers that
+//              holds a critical value inside it (produced and consumed in
+//              it), merged with the paths it overlaps, × grids n×1 and n×n
+//              (n = 2…5)
+//           -> keep the candidate with the smallest arena (ties: fewer MACs)
+//              if it shrinks the arena and the MAC budget allows it
+//   until no candidate improves. The descent runs under the MAC budget and
+//   under each smaller step of a fixed ladder (0, 1, 2, 5, 10, 25, 50,
+//   100 %); the smallest arena wins (greedy is not monotone in the budget).
+//
+// Not here yet (issue 17 item 3): channel paths (SPLIT / FDTO / PART / FDTI /
+// CONCAT within one device).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/runtime/device_memory.h"
+#include "partition/compile/partition_plan.h"
+#include "partition/graph/graph.h"
+#include "util/status.h"
+
+namespace tessera {
+
+struct MemoryFlowOptions {
+  // Recomputed halo MACs allowed, as a fraction of the model's MACs
+  // (< 0: no limit, memory first).
+  double max_mac_overhead = 0.10;
+  int max_path_layers = 12;  // layers in one path
+  int reach = 3;             // layers a candidate may start before / end after a critical value's use
+  int critical_values = 3;   // largest values at the peak tried per round
+  int max_grid = 5;          // grids n×1 and n×n, n = 2…max_grid
+  int max_rounds = 32;
+  DeviceMemoryOptions memory;  // the runner's threads (per-thread scratch)
+  // Called after each descent (one per budget of the ladder) with a one-line
+  // summary: progress on long models. Rounds are logged at debug level.
+  std::function<void(const std::string&)> progress;
+};
+
+// One chosen stretch of layers computed as tiles.
+struct MemoryPath {
+  int first = 0, last = 0;  // 0-based node indices, inclusive
+  int64_t grid_rows = 1, grid_cols = 1;
+  int64_t arena_bytes = 0;  // the arena once this path was added (or last grown)
+  std::string critical;     // the value whose size picked it
+};
+
+struct MemoryFlowResult {
+  PartitionPlan plan;  // one device; FFMT on the paths, WHOLE elsewhere
+  int64_t arena_before_bytes = 0;
+  int64_t arena_after_bytes = 0;
+  int64_t model_macs = 0;
+  int64_t halo_macs = 0;  // recomputed by the tiles of `plan`
+  double mac_overhead() const { return model_macs > 0 ? static_cast<double>(halo_macs) / model_macs : 0.0; }
+  std::vector<MemoryPath> paths;  // in graph order
+  int rounds = 0;
+  int64_t candidates = 0;  // programs compiled and sized
+  double seconds = 0;
+};
+
+// The device arena of `plan`'s program for device 0, and its halo MACs.
+struct SizedPlan {
+  int64_t arena_bytes = 0;
+  int64_t halo_macs = 0;
+};
+Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options);
+
+// REQUIRES: `graph` canonical and validated; weights may be shapes only.
+Result<MemoryFlowResult> OptimizeMemory(const Graph& graph, const MemoryFlowOptions& options);
+
+}  // namespace tessera

@@ -1,0 +1,159 @@
+// The one-device memory flow (issue 17 item 3, METHODS §6; daemon/runtime/
+// memory_flow.h): the paths it cuts into tiles must shrink the arena it
+// prints, the printed arena must be what the runner allocates for the
+// transformed program, the answers must equal the unsplit run, and the MAC
+// budget must hold.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/memory_flow.h"
+#include "daemon/runtime/program_runner.h"
+#include "daemon/runtime/seeded_input.h"
+#include "partition/compile/program_compiler.h"
+#include "partition/import/model_import.h"
+
+namespace tessera {
+namespace {
+
+// A darknet cfg written for the test, imported with seeded weights.
+Graph FromCfg(const std::string& name, const std::string& text) {
+  const std::string path = "/tmp/tessera_memory_flow_" + std::to_string(getpid()) + "_" + name + ".cfg";
+  {
+    std::ofstream f(path);
+    f << text;
+  }
+  auto g = ImportModel(path, ImportOptions());
+  std::remove(path.c_str());
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  return std::move(*g);
+}
+
+// darknet cfg sections.
+std::string Net(int h, int w, int c) {
+  return "[net]\nheight=" + std::to_string(h) + "\nwidth=" + std::to_string(w) + "\nchannels=" + std::to_string(c) +
+         "\n\n";
+}
+std::string Conv(int filters, int size, int pad, const std::string& act, int groups = 1) {
+  return "[convolutional]\nfilters=" + std::to_string(filters) + "\ngroups=" + std::to_string(groups) +
+         "\nsize=" + std::to_string(size) + "\nstride=1\npad=" + std::to_string(pad) + "\nactivation=" + act + "\n\n";
+}
+const std::string kMaxPool = "[maxpool]\nsize=2\nstride=2\n\n";
+
+// A stem that blows a small input up into wide maps and pools them down:
+// the arena's peak is the 32-channel 64x64 maps (512 KiB each), which no
+// schedule avoids and tiling does.
+const std::string kStem = Net(64, 64, 3) + Conv(32, 3, 1, "leaky") + Conv(32, 3, 1, "leaky") + kMaxPool +
+                          Conv(16, 3, 1, "leaky") + kMaxPool + Conv(8, 1, 0, "linear");
+
+// Keyword-spotting-style: 32x8x1 input, conv -> depthwise -> pointwise ->
+// pool -> dense.
+const std::string kKws = Net(32, 8, 1) + Conv(32, 3, 1, "relu") + Conv(32, 3, 1, "relu", 32) + Conv(32, 1, 0, "relu") +
+                         "[avgpool]\n\n[connected]\noutput=12\nactivation=linear\n";
+
+// Runs the flow's plan in process and the graph on one Executor: answers
+// equal within `tol` of max |ref|, and the runner's arena is the printed one.
+void CheckRunsInPrintedArena(const Graph& g, const MemoryFlowResult& r, double tol) {
+  auto compiled = CompilePlan(g, r.plan);
+  REQUIRE(compiled.ok());
+  REQUIRE(compiled->programs.size() == 1);
+  std::vector<TensorData> inputs;
+  for (int v : g.inputs) inputs.push_back(SeededInput(g.values[v].shape, 7));
+  RunnerOptions ro;
+  auto run = RunProgramsInProcess(g, compiled->programs, inputs, ro);
+  INFO(run.status().ToString());
+  REQUIRE(run.ok());
+  CHECK(static_cast<int64_t>(run->device_memory_bytes.at(0)) == r.arena_after_bytes);
+  auto ex = Executor::Create(g, ExecutorOptions());
+  REQUIRE(ex.ok());
+  std::vector<TensorData> want;
+  REQUIRE((*ex)->Run(inputs, &want).ok());
+  REQUIRE(want.size() == run->outputs.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    const auto& a = want[k].values;
+    const auto& b = run->outputs[k].values;
+    REQUIRE(a.size() == b.size());
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      diff = std::max(diff, std::abs(double(a[i]) - b[i])), ref = std::max(ref, std::abs(double(a[i])));
+    INFO("output " << k << ": max |a-b| " << diff << " of max |ref| " << ref);
+    CHECK(diff <= tol * ref);
+  }
+}
+
+TEST_CASE("optimize-memory tiles the wide stem: smaller arena, same answers, the printed arena is the run's") {
+  const Graph g = FromCfg("stem", kStem);
+  MemoryFlowOptions o;
+  o.max_mac_overhead = -1;  // memory first
+  auto r = OptimizeMemory(g, o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  // Untiled, conv1's and conv2's 512 KiB outputs are alive together: > 1 MiB.
+  CHECK(r->arena_before_bytes > (1 << 20));
+  // Tiled, no 32x64x64 map exists whole: measured 503 KiB (a tile's conv
+  // scratch is most of it), a third of the untiled arena.
+  CHECK(r->arena_after_bytes * 2 < r->arena_before_bytes);
+  REQUIRE(!r->paths.empty());
+  CHECK(r->paths.front().first == 0);
+  // The first size is the untiled one-device program's, the last the chosen plan's.
+  auto whole = SizeOneDevicePlan(g, SingleDevicePlan(g.nodes.size()), DeviceMemoryOptions());
+  REQUIRE(whole.ok());
+  CHECK(whole->arena_bytes == r->arena_before_bytes);
+  auto chosen = SizeOneDevicePlan(g, r->plan, DeviceMemoryOptions());
+  REQUIRE(chosen.ok());
+  CHECK(chosen->arena_bytes == r->arena_after_bytes);
+  CHECK(chosen->halo_macs == r->halo_macs);
+  CHECK(r->halo_macs > 0);  // 3x3 convs recompute their halos
+  // Tiles sum in the same order as the whole convs: measured bit-identical.
+  CheckRunsInPrintedArena(g, *r, 1e-5);
+}
+
+TEST_CASE("optimize-memory keeps to the MAC budget") {
+  const Graph g = FromCfg("stem_budget", kStem);
+  MemoryFlowOptions unlimited;
+  unlimited.max_mac_overhead = -1;
+  auto free_run = OptimizeMemory(g, unlimited);
+  REQUIRE(free_run.ok());
+  for (double budget : {0.0, 0.02, 0.10}) {
+    MemoryFlowOptions o;
+    o.max_mac_overhead = budget;
+    auto r = OptimizeMemory(g, o);
+    REQUIRE(r.ok());
+    INFO("budget " << budget << ": overhead " << r->mac_overhead());
+    CHECK(r->mac_overhead() <= budget);
+    CHECK(r->arena_after_bytes <= r->arena_before_bytes);
+    // A budget can only cost memory against no budget.
+    CHECK(r->arena_after_bytes >= free_run->arena_after_bytes);
+    CheckRunsInPrintedArena(g, *r, 1e-5);
+  }
+}
+
+TEST_CASE("optimize-memory on a keyword-spotting-style CNN shrinks its arena and answers the same") {
+  const Graph g = FromCfg("kws", kKws);
+  MemoryFlowOptions o;
+  o.max_mac_overhead = -1;
+  auto r = OptimizeMemory(g, o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  // conv (32x32x8 = 32 KiB) and depthwise outputs are alive together untiled.
+  CHECK(r->arena_after_bytes < r->arena_before_bytes);
+  CheckRunsInPrintedArena(g, *r, 1e-5);
+}
+
+TEST_CASE("optimize-memory leaves a model with nothing to tile as it is") {
+  // Dense layers only: nothing tileable, no candidate, the plan is the whole model.
+  const Graph g = FromCfg("dense", Net(1, 1, 64) + "[connected]\noutput=32\nactivation=relu\n\n" +
+                                       "[connected]\noutput=8\nactivation=linear\n");
+  auto r = OptimizeMemory(g, MemoryFlowOptions());
+  REQUIRE(r.ok());
+  CHECK(r->paths.empty());
+  CHECK(r->arena_after_bytes == r->arena_before_bytes);
+  CHECK(r->halo_macs == 0);
+}
+
+}  // namespace
+}  // namespace tessera
