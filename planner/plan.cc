@@ -693,7 +693,11 @@ PartitionPlan ToPartitionPlan(const Plan& plan) {
     else if (a.scheme == "part") la.scheme = LayerScheme::kPart;
     else la.scheme = LayerScheme::kWhole;
     la.devices = a.devices;
-    if (la.scheme == LayerScheme::kFfmt) {
+    if (la.scheme == LayerScheme::kFfmt && a.devices.size() == 1 && a.split.empty() && a.grid.size() == 2) {
+      // One device's tiles in turn (DeviceLoad::tiled_paths): its own grid.
+      la.grid_rows = a.grid[0];
+      la.grid_cols = a.grid[1];
+    } else if (la.scheme == LayerScheme::kFfmt) {
       la.grid_rows = static_cast<int64_t>(a.devices.size());
       la.grid_cols = 1;
       for (int64_t r : a.split) la.row_weights.push_back(static_cast<double>(r));
@@ -789,6 +793,8 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                                          {"baseline_bytes", d.baseline_bytes},
                                          {"in_flight", d.in_flight},
                                          {"compact_weights", d.compact_weights},
+                                         {"tiled_paths", d.tiled_paths},
+                                         {"tiled_halo_macs", d.tiled_halo_macs},
                                          {"ram_bytes", plan.cluster.devices[i].ram_bytes == kUnlimitedBytes
                                                            ? json(nullptr)
                                                            : json(plan.cluster.devices[i].ram_bytes)}};
@@ -865,6 +871,15 @@ std::string FormatPlanTable(const Plan& plan) {
     if (plan.loads[i].compact_weights) compact += (compact.empty() ? "" : ", ") + plan.cluster.devices[i].name;
   if (!compact.empty())
     out += "compact weights (no Winograd: raw-size conv weights, slower 3x3 convs) to fit RAM on: " + compact + "\n";
+  for (int i = 0; i < plan.cluster.size(); ++i)
+    if (plan.loads[i].tiled_paths > 0) {
+      std::snprintf(line, sizeof line,
+                    "%s computes %d stretch(es) of its layers as tiles in turn to fit its RAM (METHODS §6 memory "
+                    "flow; layers marked ffmt on it alone): %lld MACs recomputed\n",
+                    plan.cluster.devices[i].name.c_str(), plan.loads[i].tiled_paths,
+                    static_cast<long long>(plan.loads[i].tiled_halo_macs));
+      out += line;
+    }
   out += "\n";
   std::snprintf(line, sizeof line,
                 "switch layer %d; footprint single device %s, per device (METHODS §3) %s, this plan's largest %s\n",

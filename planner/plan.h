@@ -62,6 +62,12 @@ struct DeviceLoad {
   // The device's convs keep raw-size weights (no Winograd) to fit its RAM
   // (PartitionPlan::compact_weights; chosen by PlanWithinMemory).
   bool compact_weights = false;
+  // Stretches of its WHOLE layers the device computes as tiles, one after
+  // the other, to fit its RAM (the one-device memory flow of METHODS §6,
+  // chosen by PlanWithinMemory; the layers' scheme is ffmt on this device
+  // alone, with their grid), and the MACs its tiles recompute.
+  int tiled_paths = 0;
+  int64_t tiled_halo_macs = 0;
   int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
   int in_flight = 0;
 };

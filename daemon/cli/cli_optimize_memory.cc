@@ -1,7 +1,9 @@
 // `tessera optimize-memory MODEL [--max-mac-overhead 10%] [--out plan.pb]
 // [--json]`: the smallest device arena for one device (issue 17 item 3,
 // METHODS §6 "Critical buffers" / "Path discovery"; daemon/runtime/memory_flow.h).
-// Prints the arena before and after, the recomputed MACs, and the paths cut
+// Prints the arena and the weights as stored before and after (it minimises
+// their sum: every tile keeps its own copy of its stack's weights), the
+// recomputed MACs, and the paths cut
 // into tiles; --out writes them as a one-device plan, which
 // `tessera run MODEL --plan plan.pb` executes in exactly the printed arena.
 #include <CLI/CLI.hpp>
@@ -100,6 +102,8 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
     j["model"] = o.model.model_path;
     j["arena_before_bytes"] = r->arena_before_bytes;
     j["arena_after_bytes"] = r->arena_after_bytes;
+    j["weight_before_bytes"] = r->weight_before_bytes;
+    j["weight_after_bytes"] = r->weight_after_bytes;
     j["model_macs"] = r->model_macs;
     j["halo_macs"] = r->halo_macs;
     j["mac_overhead"] = r->mac_overhead();
@@ -130,6 +134,13 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
               FormatBytes(before).c_str());
   std::printf("  arena after:  %lld bytes (%s) = %.3fx\n", static_cast<long long>(r->arena_after_bytes),
               FormatBytes(after).c_str(), before > 0 ? after / before : 1.0);
+  std::printf("  weights as the kernels store them: %s -> %s (each tile keeps its own copy of its stack's weights)\n",
+              FormatBytes(static_cast<double>(r->weight_before_bytes)).c_str(),
+              FormatBytes(static_cast<double>(r->weight_after_bytes)).c_str());
+  std::printf("  arena + weights: %s -> %s = %.3fx (what is chosen for)\n",
+              FormatBytes(static_cast<double>(r->need_before())).c_str(),
+              FormatBytes(static_cast<double>(r->need_after())).c_str(),
+              r->need_before() > 0 ? static_cast<double>(r->need_after()) / r->need_before() : 1.0);
   std::printf("  MAC overhead: %.2f %% (%lld halo MACs of %lld)\n", 100.0 * r->mac_overhead(),
               static_cast<long long>(r->halo_macs), static_cast<long long>(r->model_macs));
   if (r->paths.empty()) std::printf("  no tiled path shrinks the arena within the MAC budget\n");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "daemon/runtime/memory_flow.h"
 #include "partition/compile/program_compiler.h"
 #include "util/quantity.h"
 
@@ -64,6 +65,32 @@ void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
   }
 }
 
+// Runs the one-device memory flow for device `d` of `plan` and writes the
+// paths it keeps into the plan's layers (scheme ffmt on `d` alone, its grid)
+// and the device's load. Nothing changes when no path shrinks the arena.
+Status TileDeviceLayers(const Graph& graph, int d, const FitOptions& fit, Plan* plan) {
+  MemoryFlowOptions mo;
+  mo.max_mac_overhead = fit.max_mac_overhead;
+  mo.memory = fit.memory;
+  mo.memory.in_flight = 1;
+  TS_ASSIGN_OR_RETURN(MemoryFlowResult r, OptimizeDeviceMemory(graph, ToPartitionPlan(*plan), d, mo));
+  if (r.paths.empty()) return Status::OK();
+  for (const MemoryPath& p : r.paths)
+    for (int k = p.first; k <= p.last; ++k) {
+      PlannedLayer& l = plan->layers[k];
+      l.scheme = "ffmt";
+      l.devices = {d};
+      l.split.clear();
+      l.split_axis = "rows";
+      l.grid = {p.grid_rows, p.grid_cols};
+    }
+  plan->loads[d].tiled_paths = static_cast<int>(r.paths.size());
+  plan->loads[d].tiled_halo_macs = r.halo_macs;
+  spdlog::info("device {}: {} stretch(es) of its layers as tiles: arena {} -> {} bytes, {} MACs recomputed",
+               plan->cluster.devices[d].name, r.paths.size(), r.arena_before_bytes, r.arena_after_bytes, r.halo_macs);
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::vector<DeviceMemory>> CheckProgramsFit(const std::vector<DeviceProgram>& programs,
@@ -91,6 +118,9 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
   // 0.44x of their Winograd weight bytes saved) before the planner is asked
   // to put less on it: rounds that only add such devices are not re-plans.
   std::set<int> compact;
+  // Devices whose WHOLE layers go through the one-device memory flow (tried
+  // after compact weights, before a re-plan moves work elsewhere).
+  std::set<int> tiled;
   for (int attempt = 0; attempt <= fit.max_replans;) {
     auto plan = BuildPlan(graph, layers, planning, options);
     if (!plan.ok()) {
@@ -102,6 +132,7 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
       return plan.status();
     }
     for (int d : compact) plan->loads[d].compact_weights = true;
+    for (int d : tiled) TS_RETURN_IF_ERROR(TileDeviceLayers(graph, d, fit, &*plan));
     TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, ToPartitionPlan(*plan)));
     std::vector<Overrun> overruns;
     TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
@@ -121,6 +152,14 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
         spdlog::info("device {} over its RAM: trying compact weights (no Winograd) on it", devices[o.device]->name);
       }
     if (newly_compact) continue;
+    bool newly_tiled = false;
+    for (const Overrun& o : overruns)
+      if (tiled.insert(o.device).second) {
+        newly_tiled = true;
+        spdlog::info("device {} over its RAM: trying its layers as tiles in turn (memory flow, METHODS §6)",
+                     devices[o.device]->name);
+      }
+    if (newly_tiled) continue;
     ++attempt;
     if (attempt <= fit.max_replans) spdlog::info("re-planning ({}/{}): {}", attempt, fit.max_replans, last_overrun);
     for (const Overrun& o : overruns) {

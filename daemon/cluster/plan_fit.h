@@ -12,7 +12,11 @@
 // and checked against the device's `ram:`. A device over its RAM gets its
 // planning capacities (buffers and weights) scaled down by how much it is
 // over, and the planner runs again, up to FitOptions::max_replans times;
-// when no plan fits, the answer is ResourceExhausted naming the device, its
+// Before the planner is asked to put less on a device, the device tries
+// compact weights (no Winograd), then the one-device memory flow over the
+// layers it runs whole (METHODS §6: stretches computed as tiles in turn,
+// DeviceLoad::tiled_paths), since neither moves work to other devices.
+// When no plan fits, the answer is ResourceExhausted naming the device, its
 // need (with its parts) and its limit. MCU devices keep the planner's model
 // (their programs run on the MCU runtime, not on a worker's kernels).
 #pragma once
@@ -33,6 +37,10 @@ namespace tessera {
 struct FitOptions {
   DeviceMemoryOptions memory;  // the workers' --threads, requests in flight
   int max_replans = 6;
+  // A device over its RAM may compute stretches of its WHOLE layers as tiles
+  // in turn (daemon/runtime/memory_flow.h) recomputing at most this share of
+  // those layers' MACs; < 0: no limit; 0 still allows halo-free cuts.
+  double max_mac_overhead = 0.10;
 };
 
 // BuildPlan, then size and re-plan as above. On success every Linux device's

@@ -17,10 +17,11 @@
 
 namespace tessera {
 
-Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options) {
+Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options,
+                                    int device) {
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, plan));
-  TS_ASSIGN_OR_RETURN(DeviceMemory m, SizeDeviceProgram(compiled.programs.at(0), options));
-  return SizedPlan{m.arena_bytes, compiled.halo_mac_overhead};
+  TS_ASSIGN_OR_RETURN(DeviceMemory m, SizeDeviceProgram(compiled.programs.at(device), options));
+  return SizedPlan{m.arena_bytes, m.weight_bytes, compiled.halo_mac_overhead};
 }
 
 namespace {
@@ -29,11 +30,12 @@ int64_t ValueBytes(const Graph& g, int v) {
   return NumElements(g.values[v].shape) * static_cast<int64_t>(sizeof(float));
 }
 
-PartitionPlan PlanOf(size_t layers, const std::vector<MemoryPath>& paths) {
-  PartitionPlan plan = SingleDevicePlan(layers);
+// `base` with the paths' layers as FFMT stacks on `device` alone.
+PartitionPlan PlanOf(const PartitionPlan& base, int device, const std::vector<MemoryPath>& paths) {
+  PartitionPlan plan = base;
   for (const MemoryPath& p : paths)
     for (int k = p.first; k <= p.last; ++k)
-      plan.layers[k] = LayerAssignment{LayerScheme::kFfmt, {0}, {}, p.grid_rows, p.grid_cols, {}, {}};
+      plan.layers[k] = LayerAssignment{LayerScheme::kFfmt, {device}, {}, p.grid_rows, p.grid_cols, {}, {}};
   return plan;
 }
 
@@ -102,17 +104,28 @@ namespace {
 
 // One greedy descent under `budget` (a share of the model's MACs, < 0: none).
 // `seen` caches sized plans across descents.
-Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const MemoryFlowOptions& options, double budget,
+Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& base, int device,
+                                    const MemoryFlowOptions& options, double budget,
                                     std::map<std::string, SizedPlan>& seen) {
   const auto t0 = std::chrono::steady_clock::now();
   const int n = static_cast<int>(graph.nodes.size());
+  if (base.layers.size() != graph.nodes.size() || device < 0 || device >= base.num_devices)
+    return Status::InvalidArgument("memory flow: the plan does not match the model, or has no device " +
+                                   std::to_string(device));
   MemoryFlowResult result;
-  result.model_macs = ComputeTotals(ComputeLayerFigures(graph)).macs;
+  // Only layers the device runs whole may join a path; the budget is a share of their MACs.
+  std::vector<bool> tileable(n);
+  const auto figures = ComputeLayerFigures(graph);
+  for (int k = 0; k < n; ++k) {
+    const LayerAssignment& a = base.layers[k];
+    // A layer on this device alone (WHOLE, or a one-device FFMT / FDT: the
+    // planner's memory objective on one device) is the device's to cut.
+    const bool mine = a.devices.size() == 1 && a.devices[0] == device;
+    tileable[k] = mine && CheckTileable(graph, k).ok();
+    if (mine) result.model_macs += figures[k].R;
+  }
   const int64_t mac_budget =
       budget < 0 ? INT64_MAX : static_cast<int64_t>(budget * static_cast<double>(result.model_macs));
-
-  std::vector<bool> tileable(n);
-  for (int k = 0; k < n; ++k) tileable[k] = CheckTileable(graph, k).ok();
   std::vector<int> producer(graph.values.size(), -1);
   for (int k = 0; k < n; ++k)
     for (int v : graph.nodes[k].outputs) producer[v] = k;
@@ -120,16 +133,17 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const MemoryFlowOptions&
   const std::set<int> graph_outputs(graph.outputs.begin(), graph.outputs.end());
 
   std::vector<MemoryPath> paths;
-  TS_ASSIGN_OR_RETURN(SizedPlan current, SizeOneDevicePlan(graph, PlanOf(n, paths), options.memory));
+  TS_ASSIGN_OR_RETURN(SizedPlan current, SizeOneDevicePlan(graph, PlanOf(base, device, paths), options.memory, device));
   result.arena_before_bytes = current.arena_bytes;
+  result.weight_before_bytes = current.weight_bytes;
 
   for (int round = 1; round <= options.max_rounds; ++round) {
-    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, PlanOf(n, paths)));
+    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, PlanOf(base, device, paths)));
     RunnerOptions ro;
     ro.threads = options.memory.threads;
     ro.shapes_only = true;
-    TS_ASSIGN_OR_RETURN(auto prepared, PreparedProgram::Prepare(compiled.programs.at(0), ro));
-    const std::vector<int> critical = CriticalValues(graph, compiled.programs.at(0), *prepared, paths);
+    TS_ASSIGN_OR_RETURN(auto prepared, PreparedProgram::Prepare(compiled.programs.at(device), ro));
+    const std::vector<int> critical = CriticalValues(graph, compiled.programs.at(device), *prepared, paths);
     if (spdlog::should_log(spdlog::level::debug))
       for (size_t k = 0; k < critical.size() && k < 6; ++k)
         spdlog::debug("optimize-memory: round {}: critical value '{}' ({} bytes)", round,
@@ -195,7 +209,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const MemoryFlowOptions&
                        "x" + std::to_string(q.grid_cols) + ";";
               auto found = seen.find(key);
               if (found == seen.end()) {
-                auto sized = SizeOneDevicePlan(graph, PlanOf(n, trial), options.memory);
+                auto sized = SizeOneDevicePlan(graph, PlanOf(base, device, trial), options.memory, device);
                 ++result.candidates;
                 if (!sized.ok()) {  // the compiler refused this cut: not a candidate
                   spdlog::debug("optimize-memory: {} refused: {}", Describe(graph, added), sized.status().ToString());
@@ -205,15 +219,15 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const MemoryFlowOptions&
               }
               const SizedPlan& s = found->second;
               if (s.halo_macs > mac_budget) continue;
-              if (!best || s.arena_bytes < best->size.arena_bytes ||
-                  (s.arena_bytes == best->size.arena_bytes && s.halo_macs < best->size.halo_macs))
+              if (!best || s.need() < best->size.need() ||
+                  (s.need() == best->size.need() && s.halo_macs < best->size.halo_macs))
                 best = Best{trial, s, graph.values[v].name, rows, cols, added.first, added.last};
             }
         }
     }
     // A round must pay: at least 64 bytes and 0.5 % of the arena.
-    const int64_t needed = std::max<int64_t>(64, current.arena_bytes / 200);
-    if (!best || best->size.arena_bytes > current.arena_bytes - needed) break;
+    const int64_t needed = std::max<int64_t>(64, current.need() / 200);
+    if (!best || best->size.need() > current.need() - needed) break;
     for (MemoryPath& q : best->paths)
       if (q.first == best->first && q.last == best->last) q.arena_bytes = best->size.arena_bytes;
     paths = best->paths;
@@ -221,20 +235,22 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const MemoryFlowOptions&
     if (spdlog::should_log(spdlog::level::debug)) {
       char line[512];
       const MemoryPath chosen{best->first, best->last, best->rows, best->cols, 0, ""};
-      std::snprintf(line, sizeof line,
-                    "round %d: %s for '%s': arena %lld -> %lld bytes, halo %+.2f %% MACs (%lld programs sized, %.1f s)",
-                    round, Describe(graph, chosen).c_str(), best->critical.c_str(),
-                    static_cast<long long>(current.arena_bytes), static_cast<long long>(best->size.arena_bytes),
-                    result.model_macs ? 100.0 * best->size.halo_macs / result.model_macs : 0.0,
-                    static_cast<long long>(result.candidates),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::snprintf(
+          line, sizeof line,
+          "round %d: %s for '%s': arena + weights %lld -> %lld bytes, halo %+.2f %% MACs (%lld programs sized, %.1f s)",
+          round, Describe(graph, chosen).c_str(), best->critical.c_str(), static_cast<long long>(current.need()),
+          static_cast<long long>(best->size.need()),
+          result.model_macs ? 100.0 * best->size.halo_macs / result.model_macs : 0.0,
+          static_cast<long long>(result.candidates),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       spdlog::debug("optimize-memory: {}", line);
     }
     current = best->size;
   }
   result.paths = paths;
-  result.plan = PlanOf(n, paths);
+  result.plan = PlanOf(base, device, paths);
   result.arena_after_bytes = current.arena_bytes;
+  result.weight_after_bytes = current.weight_bytes;
   result.halo_macs = current.halo_macs;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
@@ -243,6 +259,11 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const MemoryFlowOptions&
 }  // namespace
 
 Result<MemoryFlowResult> OptimizeMemory(const Graph& graph, const MemoryFlowOptions& options) {
+  return OptimizeDeviceMemory(graph, SingleDevicePlan(graph.nodes.size()), 0, options);
+}
+
+Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const PartitionPlan& base, int device,
+                                              const MemoryFlowOptions& options) {
   // Greedy is not monotone in the budget: an early cut that is best alone
   // (one long path with a large halo) can block two cheaper cuts that end
   // lower (measured: a 3x3 stem, 503 KiB with no limit, 401 KiB within 10 %).
@@ -259,18 +280,20 @@ Result<MemoryFlowResult> OptimizeMemory(const Graph& graph, const MemoryFlowOpti
   int64_t candidates = 0;
   int rounds = 0;
   for (double b : budgets) {
-    TS_ASSIGN_OR_RETURN(MemoryFlowResult r, GreedyFlow(graph, options, b, seen));
+    TS_ASSIGN_OR_RETURN(MemoryFlowResult r, GreedyFlow(graph, base, device, options, b, seen));
     candidates += r.candidates;
     rounds += r.rounds;
     if (options.progress) {
       char line[256];
-      std::snprintf(line, sizeof line, "within %s MACs: arena %lld bytes, %zu path(s), %.2f %% MACs recomputed",
+      std::snprintf(line, sizeof line,
+                    "within %s MACs: arena %lld + weights %lld bytes, %zu path(s), %.2f %% MACs recomputed",
                     b < 0 ? "unlimited" : (std::to_string(static_cast<int>(std::lround(b * 100))) + " %").c_str(),
-                    static_cast<long long>(r.arena_after_bytes), r.paths.size(), 100.0 * r.mac_overhead());
+                    static_cast<long long>(r.arena_after_bytes), static_cast<long long>(r.weight_after_bytes),
+                    r.paths.size(), 100.0 * r.mac_overhead());
       options.progress(line);
     }
-    if (!best || r.arena_after_bytes < best->arena_after_bytes ||
-        (r.arena_after_bytes == best->arena_after_bytes && r.halo_macs < best->halo_macs))
+    if (!best || r.need_after() < best->need_after() ||
+        (r.need_after() == best->need_after() && r.halo_macs < best->halo_macs))
       best = std::move(r);
   }
   best->candidates = candidates;

@@ -19,7 +19,8 @@
 //              holds a critical value inside it (produced and consumed in
 //              it), merged with the paths it overlaps, × grids n×1 and n×n
 //              (n = 2…5)
-//           -> keep the candidate with the smallest arena (ties: fewer MACs)
+//           -> keep the candidate with the smallest arena + weights as
+//              stored (tiles copy their stack's weights; ties: fewer MACs)
 //              if it shrinks the arena and the MAC budget allows it
 //   until no candidate improves. The descent runs under the MAC budget and
 //   under each smaller step of a fixed ladder (0, 1, 2, 5, 10, 25, 50,
@@ -65,11 +66,18 @@ struct MemoryPath {
 };
 
 struct MemoryFlowResult {
-  PartitionPlan plan;  // one device; FFMT on the paths, WHOLE elsewhere
+  PartitionPlan plan;  // the base plan with the paths as FFMT stacks on the device
   int64_t arena_before_bytes = 0;
   int64_t arena_after_bytes = 0;
-  int64_t model_macs = 0;
-  int64_t halo_macs = 0;  // recomputed by the tiles of `plan`
+  // Weights as the kernels store them. Each tile is its own subgraph with
+  // its own copy of the stack's weights (the runner packs per subgraph), so
+  // a path costs (tiles - 1) x its weights: the flow minimises arena +
+  // weights, the device's need for one request beyond the worker baseline.
+  int64_t weight_before_bytes = 0, weight_after_bytes = 0;
+  int64_t need_before() const { return arena_before_bytes + weight_before_bytes; }
+  int64_t need_after() const { return arena_after_bytes + weight_after_bytes; }
+  int64_t model_macs = 0;  // MACs of the layers the device runs alone (one device: the model's); the budget's base
+  int64_t halo_macs = 0;   // recomputed by the tiles of `plan`
   double mac_overhead() const { return model_macs > 0 ? static_cast<double>(halo_macs) / model_macs : 0.0; }
   std::vector<MemoryPath> paths;  // in graph order
   int rounds = 0;
@@ -77,14 +85,25 @@ struct MemoryFlowResult {
   double seconds = 0;
 };
 
-// The device arena of `plan`'s program for device 0, and its halo MACs.
+// The device arena of `plan`'s program for `device`, and the plan's halo MACs.
 struct SizedPlan {
   int64_t arena_bytes = 0;
+  int64_t weight_bytes = 0;  // as the kernels store them: every tile's subgraph holds its own copy
   int64_t halo_macs = 0;
+  int64_t need() const { return arena_bytes + weight_bytes; }
 };
-Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options);
+Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options,
+                                    int device = 0);
 
+// The whole model on one device (SingleDevicePlan).
 // REQUIRES: `graph` canonical and validated; weights may be shapes only.
 Result<MemoryFlowResult> OptimizeMemory(const Graph& graph, const MemoryFlowOptions& options);
+
+// The same flow for one device of a multi-device plan (the planner fitting a
+// device's RAM, daemon/cluster/plan_fit.h): only stretches of layers `base`
+// runs WHOLE on `device` become paths (FFMT stacks on that device alone);
+// the arena judged is that device's.
+Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const PartitionPlan& base, int device,
+                                              const MemoryFlowOptions& options);
 
 }  // namespace tessera

@@ -5,9 +5,15 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "daemon/cluster/plan_fit.h"
+#include "daemon/runtime/executor.h"
+#include "daemon/runtime/memory_flow.h"
+#include "daemon/runtime/program_runner.h"
+#include "daemon/runtime/seeded_input.h"
 #include "partition/compile/program_compiler.h"
 #include "partition/import/model_import.h"
 #include "planner/plan_file.h"
@@ -147,6 +153,83 @@ TEST_CASE("a plan fits every device's ram, or is refused naming the device that 
     REQUIRE_FALSE(plan.ok());
     CHECK(plan.status().code() == StatusCode::kResourceExhausted);
     CHECK(plan.status().message().find("device dev2 needs") != std::string::npos);
+  }
+}
+
+TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memory flow) before work moves",
+          "[planner][memory]") {
+  // Issue 17 item 4. 5x5 convs (no Winograd: compact weights save nothing)
+  // on wide maps: one device's arena is mostly two 32x96x96 maps. With ram
+  // halfway between its need untiled and tiled, the plan must fit on the
+  // device by tiling, promise what the tiled program sizes to, keep it in
+  // the plan file, and answer like the unsplit model.
+  const std::string cfg = "/tmp/tessera_plan_fit_flow_" + std::to_string(::getpid()) + ".cfg";
+  {
+    std::ofstream f(cfg);
+    f << "[net]\nheight=96\nwidth=96\nchannels=3\n\n";
+    for (int filters : {32, 32})
+      f << "[convolutional]\nfilters=" << filters << "\nsize=5\nstride=1\npad=1\nactivation=leaky\n\n";
+    f << "[maxpool]\nsize=2\nstride=2\n\n[convolutional]\nfilters=8\nsize=1\nstride=1\npad=0\nactivation=linear\n";
+  }
+  ImportOptions io;
+  auto g = ImportModel(cfg, io);
+  std::filesystem::remove(cfg);
+  REQUIRE(g.ok());
+  const auto layers = ComputeLayerFigures(*g);
+  auto free_plan = PlanWithinMemory(*g, layers, WithRam(1, {1ll << 32}), {}, {});
+  REQUIRE(free_plan.ok());
+  CHECK(free_plan->loads[0].tiled_paths == 0);  // nothing to fit
+  const DeviceLoad& untiled = free_plan->loads[0];
+  MemoryFlowOptions mo;
+  auto flow = OptimizeMemory(*g, mo);
+  REQUIRE(flow.ok());
+  REQUIRE(flow->arena_after_bytes * 2 < flow->arena_before_bytes);
+  const int64_t ram = untiled.promised_bytes - (untiled.promised_arena_bytes - flow->arena_after_bytes) / 2;
+
+  auto plan = PlanWithinMemory(*g, layers, WithRam(1, {ram}), {}, {});
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  const DeviceLoad& l = plan->loads[0];
+  CHECK(l.tiled_paths >= 1);
+  CHECK(l.promised_bytes <= ram);
+  // The planner's one-device plan (FFMT / FDTO on one device) is not
+  // SingleDevicePlan, so its arena differs a little from optimize-memory's.
+  CHECK(l.promised_arena_bytes < untiled.promised_arena_bytes);
+  CHECK(l.tiled_halo_macs <= 0.10 * static_cast<double>(layers[0].R + layers[1].R + layers[2].R + layers[3].R));
+  CHECK(FormatPlanTable(*plan).find("as tiles in turn") != std::string::npos);
+  CHECK(PlanToJson(*plan)["device_summary"][0]["worker_ram"]["tiled_paths"] == l.tiled_paths);
+  // The compiled plan sizes to the promise and answers like the model.
+  const PartitionPlan pp = ToPartitionPlan(*plan);
+  auto compiled = CompilePlan(*g, pp);
+  REQUIRE(compiled.ok());
+  auto m = SizeDeviceProgram(compiled->programs[0], {});
+  REQUIRE(m.ok());
+  CHECK(m->total_bytes() == l.promised_bytes);
+  std::vector<TensorData> inputs = {SeededInput(g->values[g->inputs[0]].shape, 3)};
+  auto run = RunProgramsInProcess(*g, compiled->programs, inputs, RunnerOptions());
+  REQUIRE(run.ok());
+  auto ex = Executor::Create(*g, ExecutorOptions());
+  REQUIRE(ex.ok());
+  std::vector<TensorData> want;
+  REQUIRE((*ex)->Run(inputs, &want).ok());
+  REQUIRE(want[0].values.size() == run->outputs[0].values.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want[0].values.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(want[0].values[i] - run->outputs[0].values[i])));
+    ref = std::max(ref, static_cast<double>(std::abs(want[0].values[i])));
+  }
+  CHECK(diff <= 1e-5 * ref);  // measured 0: tiles sum in the whole conv's order
+  // A plan file keeps the tiles (grid on one device), and compiles the same.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tessera-tiled-" + std::to_string(::getpid()) + ".pb")).string();
+  REQUIRE(WritePlanProto(*plan, path).ok());
+  auto loaded = ReadPlanFile(path, *g);
+  std::filesystem::remove(path);
+  REQUIRE(loaded.ok());
+  for (size_t k = 0; k < pp.layers.size(); ++k) {
+    CHECK(loaded->plan.layers[k].scheme == pp.layers[k].scheme);
+    CHECK(loaded->plan.layers[k].grid_rows == pp.layers[k].grid_rows);
+    CHECK(loaded->plan.layers[k].grid_cols == pp.layers[k].grid_cols);
   }
 }
 

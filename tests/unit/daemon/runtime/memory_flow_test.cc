@@ -94,9 +94,12 @@ TEST_CASE("optimize-memory tiles the wide stem: smaller arena, same answers, the
   REQUIRE(r.ok());
   // Untiled, conv1's and conv2's 512 KiB outputs are alive together: > 1 MiB.
   CHECK(r->arena_before_bytes > (1 << 20));
-  // Tiled, no 32x64x64 map exists whole: measured 503 KiB (a tile's conv
-  // scratch is most of it), a third of the untiled arena.
-  CHECK(r->arena_after_bytes * 2 < r->arena_before_bytes);
+  // Tiled, no 32x64x64 map exists whole. Each tile copies its stack's
+  // weights (the runner packs per subgraph), so the flow weighs that against
+  // the arena: measured 1.46 MiB -> 818 KiB arena, weights 58 -> 177 KiB.
+  CHECK(r->arena_after_bytes * 3 < r->arena_before_bytes * 2);
+  CHECK(r->need_after() < r->need_before());
+  CHECK(r->weight_after_bytes >= r->weight_before_bytes);
   REQUIRE(!r->paths.empty());
   CHECK(r->paths.front().first == 0);
   // The first size is the untiled one-device program's, the last the chosen plan's.
@@ -106,6 +109,7 @@ TEST_CASE("optimize-memory tiles the wide stem: smaller arena, same answers, the
   auto chosen = SizeOneDevicePlan(g, r->plan, DeviceMemoryOptions());
   REQUIRE(chosen.ok());
   CHECK(chosen->arena_bytes == r->arena_after_bytes);
+  CHECK(chosen->weight_bytes == r->weight_after_bytes);
   CHECK(chosen->halo_macs == r->halo_macs);
   CHECK(r->halo_macs > 0);  // 3x3 convs recompute their halos
   // Tiles sum in the same order as the whole convs: measured bit-identical.
@@ -125,22 +129,24 @@ TEST_CASE("optimize-memory keeps to the MAC budget") {
     REQUIRE(r.ok());
     INFO("budget " << budget << ": overhead " << r->mac_overhead());
     CHECK(r->mac_overhead() <= budget);
-    CHECK(r->arena_after_bytes <= r->arena_before_bytes);
+    CHECK(r->need_after() <= r->need_before());
     // A budget can only cost memory against no budget.
-    CHECK(r->arena_after_bytes >= free_run->arena_after_bytes);
+    CHECK(r->need_after() >= free_run->need_after());
     CheckRunsInPrintedArena(g, *r, 1e-5);
   }
 }
 
-TEST_CASE("optimize-memory on a keyword-spotting-style CNN shrinks its arena and answers the same") {
+TEST_CASE("optimize-memory on a keyword-spotting-style CNN never needs more and answers the same") {
   const Graph g = FromCfg("kws", kKws);
   MemoryFlowOptions o;
   o.max_mac_overhead = -1;
   auto r = OptimizeMemory(g, o);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
-  // conv (32x32x8 = 32 KiB) and depthwise outputs are alive together untiled.
-  CHECK(r->arena_after_bytes < r->arena_before_bytes);
+  // conv (32x32x8 = 32 KiB) and depthwise outputs are alive together
+  // untiled; tiles would shrink the arena, but their copies of the weights
+  // cost more than that here (measured: no path kept, 66.6 KiB arena).
+  CHECK(r->need_after() <= r->need_before());
   CheckRunsInPrintedArena(g, *r, 1e-5);
 }
 
