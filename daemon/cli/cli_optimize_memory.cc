@@ -48,12 +48,8 @@ Result<double> ParseOverhead(const std::string& text) {
 // The plan file `tessera run --plan` reads (planner/plan_file.h): one device.
 Status WriteOneDevicePlan(const Graph& graph, const MemoryFlowResult& r, const std::string& path) {
   proto::Plan p;
-  std::string key;
-  for (const MemoryPath& q : r.paths)
-    key += std::to_string(q.first) + ":" + std::to_string(q.last) + ":" + std::to_string(q.grid_rows) + "x" +
-           std::to_string(q.grid_cols) + ";";
   char id[32];
-  std::snprintf(id, sizeof id, "optmem-%016zx", std::hash<std::string>()(graph.name + "|" + key));
+  std::snprintf(id, sizeof id, "optmem-%016zx", std::hash<std::string>()(graph.name + "|" + PathsKey(r.paths)));
   p.set_id(id);
   p.set_model_name(graph.name);
   p.set_model_layers(static_cast<int64_t>(graph.nodes.size()));

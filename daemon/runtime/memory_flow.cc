@@ -17,6 +17,14 @@
 
 namespace tessera {
 
+std::string PathsKey(const std::vector<MemoryPath>& paths) {
+  std::string key;
+  for (const MemoryPath& q : paths)
+    key += std::to_string(q.first) + ":" + std::to_string(q.last) + ":" + std::to_string(q.grid_rows) + "x" +
+           std::to_string(q.grid_cols) + ";";
+  return key;
+}
+
 Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options,
                                     int device) {
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, plan));
@@ -203,10 +211,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
               trial.push_back(added);
               std::sort(trial.begin(), trial.end(),
                         [](const MemoryPath& x, const MemoryPath& y) { return x.first < y.first; });
-              std::string key;
-              for (const MemoryPath& q : trial)
-                key += std::to_string(q.first) + ":" + std::to_string(q.last) + ":" + std::to_string(q.grid_rows) +
-                       "x" + std::to_string(q.grid_cols) + ";";
+              const std::string key = PathsKey(trial);
               auto found = seen.find(key);
               if (found == seen.end()) {
                 auto sized = SizeOneDevicePlan(graph, PlanOf(base, device, trial), options.memory, device);

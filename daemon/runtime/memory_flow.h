@@ -85,6 +85,10 @@ struct MemoryFlowResult {
   double seconds = 0;
 };
 
+// "first:last:RxC;" per path, in order: the identity of a set of paths (the
+// flow's cache of sized plans, the id of a written plan).
+std::string PathsKey(const std::vector<MemoryPath>& paths);
+
 // The device arena of `plan`'s program for `device`, and the plan's halo MACs.
 struct SizedPlan {
   int64_t arena_bytes = 0;
