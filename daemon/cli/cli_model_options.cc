@@ -1,9 +1,11 @@
 #include "daemon/cli/cli_model_options.h"
 
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
-#include <spdlog/spdlog.h>
 
 #include "util/limits.h"
 
@@ -68,6 +70,18 @@ int ReportError(const std::string& verb, const Status& status) {
   std::cerr << "tessera " << verb << ": error: " << status.message() << " [" << StatusCodeName(status.code())
             << "]\n";
   return 1;
+}
+
+Result<double> ParseMacOverhead(const std::string& text) {
+  if (text == "none" || text == "inf") return -1.0;
+  std::string t = text;
+  const bool percent = !t.empty() && t.back() == '%';
+  if (percent) t.pop_back();
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(v) || v < 0)
+    return Status::InvalidArgument("--max-mac-overhead '" + text + "': give a share such as 10% or 0.1, or none");
+  return percent ? v / 100.0 : v;
 }
 
 }  // namespace tessera

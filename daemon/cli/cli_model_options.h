@@ -36,4 +36,8 @@ Result<Graph> LoadModel(const ModelOptions& options, bool shapes_only = false);
 // Prints "tessera <verb>: error: <message>" to stderr and returns the exit code 1.
 int ReportError(const std::string& verb, const Status& status);
 
+// --max-mac-overhead of the memory flow: "10%", "0.1", "none" (no limit) ->
+// the fraction; < 0 means none. InvalidArgument naming the text otherwise.
+Result<double> ParseMacOverhead(const std::string& text);
+
 }  // namespace tessera

@@ -32,19 +32,6 @@ struct OptimizeMemoryOptions {
   bool quiet = false;
 };
 
-// "10%", "0.1", "none" (no limit) -> fraction; < 0 means none.
-Result<double> ParseOverhead(const std::string& text) {
-  if (text == "none" || text == "inf") return -1.0;
-  std::string t = text;
-  const bool percent = !t.empty() && t.back() == '%';
-  if (percent) t.pop_back();
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(v) || v < 0)
-    return Status::InvalidArgument("--max-mac-overhead '" + text + "': give a share such as 10% or 0.1, or none");
-  return percent ? v / 100.0 : v;
-}
-
 // The plan file `tessera run --plan` reads (planner/plan_file.h): one device.
 Status WriteOneDevicePlan(const Graph& graph, const MemoryFlowResult& r, const std::string& path) {
   proto::Plan p;
@@ -78,7 +65,7 @@ Status WriteOneDevicePlan(const Graph& graph, const MemoryFlowResult& r, const s
 }
 
 int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
-  auto overhead = ParseOverhead(o.max_mac_overhead);
+  auto overhead = ParseMacOverhead(o.max_mac_overhead);
   if (!overhead.ok()) return ReportError("optimize-memory", overhead.status());
   // Shapes only: every candidate is sized, none is run (device_memory.h).
   auto graph = LoadModel(o.model, /*shapes_only=*/true);
@@ -100,6 +87,10 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
     j["arena_after_bytes"] = r->arena_after_bytes;
     j["weight_before_bytes"] = r->weight_before_bytes;
     j["weight_after_bytes"] = r->weight_after_bytes;
+    j["load_peak_before_bytes"] = r->load_peak_before_bytes;
+    j["load_peak_after_bytes"] = r->load_peak_after_bytes;
+    j["need_before_bytes"] = r->need_before();
+    j["need_after_bytes"] = r->need_after();
     j["model_macs"] = r->model_macs;
     j["halo_macs"] = r->halo_macs;
     j["mac_overhead"] = r->mac_overhead();
@@ -130,13 +121,17 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
               FormatBytes(before).c_str());
   std::printf("  arena after:  %lld bytes (%s) = %.3fx\n", static_cast<long long>(r->arena_after_bytes),
               FormatBytes(after).c_str(), before > 0 ? after / before : 1.0);
-  std::printf("  weights as the kernels store them: %s -> %s (each tile keeps its own copy of its stack's weights)\n",
+  std::printf("  weights as the kernels store them: %s -> %s (each weight and packed form once for all tiles)\n",
               FormatBytes(static_cast<double>(r->weight_before_bytes)).c_str(),
               FormatBytes(static_cast<double>(r->weight_after_bytes)).c_str());
   std::printf("  arena + weights: %s -> %s = %.3fx (what is chosen for)\n",
               FormatBytes(static_cast<double>(r->need_before())).c_str(),
               FormatBytes(static_cast<double>(r->need_after())).c_str(),
               r->need_before() > 0 ? static_cast<double>(r->need_after()) / r->need_before() : 1.0);
+  std::printf("  weights held while the program loads (raw + packed so far): %s -> %s%s\n",
+              FormatBytes(static_cast<double>(r->load_peak_before_bytes)).c_str(),
+              FormatBytes(static_cast<double>(r->load_peak_after_bytes)).c_str(),
+              r->load_peak_after_bytes > r->need_after() ? " (more than arena + weights: loading sets the peak)" : "");
   std::printf("  MAC overhead: %.2f %% (%lld halo MACs of %lld)\n", 100.0 * r->mac_overhead(),
               static_cast<long long>(r->halo_macs), static_cast<long long>(r->model_macs));
   if (r->paths.empty()) std::printf("  no tiled path shrinks the arena within the MAC budget\n");

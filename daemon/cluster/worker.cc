@@ -350,9 +350,14 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   if (header.release_current()) Release(header.keep_plan_id(), header.plan_id());
   std::string plan_id;
   const std::string origin = "program for device " + std::to_string(header.device());
+  // A constant the program holds more than once (the tiles of an FFMT stack)
+  // is decoded once and read by the runner from there; an MCU bridge
+  // translates every subgraph with its own weights instead.
+  const bool share_constants = bridge_ == nullptr;
   if (persist) {  // parsed back from disk: the bytes are freed first
     std::vector<std::string>().swap(program_chunks);
-    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgramFile((dir / "program.pb.tmp").string(), origin, &plan_id));
+    TS_ASSIGN_OR_RETURN(loaded->program,
+                        ParseProgramFile((dir / "program.pb.tmp").string(), origin, &plan_id, share_constants));
   } else {
     std::string program_bytes;
     if (program_chunks.size() == 1) {
@@ -361,7 +366,7 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
       program_bytes.reserve(static_cast<size_t>(program_size));  // bytes that arrived, not a claim
       for (std::string& c : program_chunks) program_bytes += c, std::string().swap(c);
     }
-    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), origin, &plan_id));
+    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgram(std::move(program_bytes), origin, &plan_id, share_constants));
   }
   if (plan_id != header.plan_id())
     return Status::InvalidArgument("the program is for plan " + plan_id + " but the load request says plan " +

@@ -15,6 +15,19 @@ namespace {
 constexpr size_t kAlign = 64;
 constexpr size_t kNoOffset = SIZE_MAX;
 size_t ValueBytes(const Value& v) { return static_cast<size_t>(NumElements(v.shape)) * sizeof(float); }
+
+// Constant `v`'s data: options.constant_data's when it lives elsewhere.
+const TensorData* ConstantFor(const Graph& graph, const ExecutorOptions& options, int v) {
+  if (options.constant_data != nullptr) {
+    auto it = options.constant_data->find(v);
+    if (it != options.constant_data->end()) return it->second;
+  }
+  return graph.ConstantData(v);
+}
+// Whether constant `v` is the graph's own (counted and released here).
+bool OwnConstant(const ExecutorOptions& options, int v) {
+  return options.constant_data == nullptr || options.constant_data->count(v) == 0;
+}
 }  // namespace
 
 // Everything Create computes once; shared (read-only) by an executor and its
@@ -75,17 +88,20 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
   size_t held = 0;
   for (const Node& node : graph.nodes)
     for (int v : node.inputs)
-      if (v >= 0 && graph.values[v].constant && readers_left[v]++ == 0) held += ValueBytes(graph.values[v]);
+      if (v >= 0 && graph.values[v].constant && readers_left[v]++ == 0 && OwnConstant(options, v))
+        held += ValueBytes(graph.values[v]);
   *load_peak = held;
+  WeightForms own_forms;
+  WeightForms* forms = options.weight_forms != nullptr ? options.weight_forms : &own_forms;
   for (const Node& node : graph.nodes) {
     KernelFactory factory = FindKernel(node.op);
     if (factory == nullptr)
       return Status::NotSupported("node '" + node.name + "': op " + node.op + " has no kernel in tessera");
     std::unique_ptr<Kernel> kernel = factory();
-    KernelContext ctx{graph, node, {}, {}, {}, options.threads, options.shapes_only};
+    KernelContext ctx{graph, node, {}, {}, {}, options.threads, options.shapes_only, forms};
     for (int v : node.inputs) {
       ctx.input_shapes.push_back(v >= 0 ? graph.values[v].shape : Shape{});
-      ctx.constant_inputs.push_back(v >= 0 ? graph.ConstantData(v) : nullptr);
+      ctx.constant_inputs.push_back(v >= 0 ? ConstantFor(graph, options, v) : nullptr);
     }
     for (int v : node.outputs) ctx.output_shapes.push_back(graph.values[v].shape);
     Status st = kernel->Prepare(ctx);
@@ -100,7 +116,8 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
       const int v = node.inputs[k];
       if (v < 0 || !graph.values[v].constant) continue;
       if (kernel->ReadsConstantInEval(static_cast<int>(k))) (*constant_read)[v] = true;
-      if (--readers_left[v] == 0 && !(*constant_read)[v]) {
+      if (--readers_left[v] == 0 && !(*constant_read)[v] && OwnConstant(options, v) &&
+          (options.keep_constants == nullptr || options.keep_constants->count(v) == 0)) {
         held -= ValueBytes(graph.values[v]);
         if (release == nullptr) continue;
         auto it = release->constants.find(v);
@@ -146,7 +163,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
     p->steps.push_back(std::move(step));
   }
   for (size_t v = 0; v < nv; ++v)
-    if (constant_read[v]) p->weight_bytes += ValueBytes(graph.values[v]);
+    if (constant_read[v] && OwnConstant(p->options, static_cast<int>(v)))
+      p->weight_bytes += ValueBytes(graph.values[v]);
   p->constant_read = constant_read;
 
   // 2. Lifetimes of activation buffers over the step order. Graph inputs are
@@ -240,7 +258,7 @@ void Executor::Bind(float* arena) {
       if (v < 0) {
         ctx.inputs.push_back(nullptr);
       } else if (graph.values[v].constant) {
-        ctx.inputs.push_back(graph.ConstantData(v)->values.data());
+        ctx.inputs.push_back(ConstantFor(graph, prepared_->options, v)->values.data());
       } else if (p.offsets[v] == kNoOffset) {  // external: patched by RunInPlace
         const bool is_input = p.input_index[v] >= 0;
         io_slots_.push_back({static_cast<int>(s), static_cast<int>(k),
@@ -296,7 +314,7 @@ void Executor::RunInPlace(const float* const* inputs, float* const* outputs) {
     const int v = g.outputs[i];
     const size_t bytes = ValueBytes(g.values[v]);
     if (g.values[v].constant)
-      std::memcpy(outputs[i], g.ConstantData(v)->values.data(), bytes);
+      std::memcpy(outputs[i], ConstantFor(g, prepared_->options, v)->values.data(), bytes);
     else if (p.input_index[v] >= 0)
       std::memcpy(outputs[i], inputs[p.input_index[v]], bytes);
   }
@@ -337,7 +355,7 @@ Status Executor::Run(const std::vector<TensorData>& inputs, std::vector<TensorDa
     TensorData& t = (*outputs)[i];
     if (!reuse) t.shape = g.values[v].shape;
     if (g.values[v].constant) {
-      t.values = g.ConstantData(v)->values;
+      t.values = ConstantFor(g, prepared_->options, v)->values;
     } else {
       const float* src = reinterpret_cast<const float*>(base + p.offsets[v]);
       t.values.assign(src, src + NumElements(t.shape));

@@ -26,9 +26,12 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "daemon/runtime/kernels/kernel.h"
+#include "daemon/runtime/kernels/weight_forms.h"
 #include "partition/graph/arena_layout.h"
 #include "partition/graph/graph.h"
 #include "util/status.h"
@@ -50,6 +53,20 @@ struct ExecutorOptions {
   // The arena layout (borrowed, must outlive Create); nullptr: the default
   // BestOfGreedyLayout, the one the planner's promise uses.
   const ArenaLayout* arena_layout = nullptr;
+  // Weight forms shared with other executors of the same device program
+  // (kernels/weight_forms.h; borrowed, used only during Create); nullptr:
+  // the executor shares forms between its own kernels only.
+  WeightForms* weight_forms = nullptr;
+  // Constants whose values live in another graph (value id -> that data;
+  // borrowed, must outlive the executor and its forks): a device program
+  // keeps each constant once (program_runner.cc). Kernels read these instead
+  // of the graph's own TensorData, which may have no values; the executor
+  // neither counts their bytes nor releases them.
+  const std::unordered_map<int, const TensorData*>* constant_data = nullptr;
+  // Constants CreateReleasingWeights must not free even when no kernel
+  // reads them in Eval, because other graphs read them (through their
+  // constant_data); the caller frees them once all have prepared.
+  const std::unordered_set<int>* keep_constants = nullptr;
 };
 
 class Executor {

@@ -29,7 +29,7 @@ Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& pla
                                     int device) {
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, plan));
   TS_ASSIGN_OR_RETURN(DeviceMemory m, SizeDeviceProgram(compiled.programs.at(device), options));
-  return SizedPlan{m.arena_bytes, m.weight_bytes, compiled.halo_mac_overhead};
+  return SizedPlan{m.arena_bytes, m.weight_bytes, m.load_peak_bytes, compiled.halo_mac_overhead};
 }
 
 namespace {
@@ -144,6 +144,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
   TS_ASSIGN_OR_RETURN(SizedPlan current, SizeOneDevicePlan(graph, PlanOf(base, device, paths), options.memory, device));
   result.arena_before_bytes = current.arena_bytes;
   result.weight_before_bytes = current.weight_bytes;
+  result.load_peak_before_bytes = current.load_peak_bytes;
 
   for (int round = 1; round <= options.max_rounds; ++round) {
     TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, PlanOf(base, device, paths)));
@@ -256,6 +257,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
   result.plan = PlanOf(base, device, paths);
   result.arena_after_bytes = current.arena_bytes;
   result.weight_after_bytes = current.weight_bytes;
+  result.load_peak_after_bytes = current.load_peak_bytes;
   result.halo_macs = current.halo_macs;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;

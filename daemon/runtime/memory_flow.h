@@ -20,7 +20,7 @@
 //              it), merged with the paths it overlaps, × grids n×1 and n×n
 //              (n = 2…5)
 //           -> keep the candidate with the smallest arena + weights as
-//              stored (tiles copy their stack's weights; ties: fewer MACs)
+//              stored (each weight once for all tiles; ties: fewer MACs)
 //              if it shrinks the arena and the MAC budget allows it
 //   until no candidate improves. The descent runs under the MAC budget and
 //   under each smaller step of a fixed ladder (0, 1, 2, 5, 10, 25, 50,
@@ -69,11 +69,16 @@ struct MemoryFlowResult {
   PartitionPlan plan;  // the base plan with the paths as FFMT stacks on the device
   int64_t arena_before_bytes = 0;
   int64_t arena_after_bytes = 0;
-  // Weights as the kernels store them. Each tile is its own subgraph with
-  // its own copy of the stack's weights (the runner packs per subgraph), so
-  // a path costs (tiles - 1) x its weights: the flow minimises arena +
-  // weights, the device's need for one request beyond the worker baseline.
+  // Weights as the kernels store them (each weight and each packed form once
+  // per program, kernels/weight_forms.h). The flow minimises arena +
+  // weights, the device's need beyond the worker baseline while it serves
+  // one request. Also reported: the weight bytes held at once while the
+  // program loads (PreparedProgram::load_peak_bytes: raw weights, then raw
+  // + packed as subgraphs prepare), which tiling leaves about as it is and
+  // which dominates a device's RAM where packing inflates weights
+  // (Winograd: 16/9); the planner's fit counts both (device_memory.h).
   int64_t weight_before_bytes = 0, weight_after_bytes = 0;
+  int64_t load_peak_before_bytes = 0, load_peak_after_bytes = 0;
   int64_t need_before() const { return arena_before_bytes + weight_before_bytes; }
   int64_t need_after() const { return arena_after_bytes + weight_after_bytes; }
   int64_t model_macs = 0;  // MACs of the layers the device runs alone (one device: the model's); the budget's base
@@ -92,7 +97,8 @@ std::string PathsKey(const std::vector<MemoryPath>& paths);
 // The device arena of `plan`'s program for `device`, and the plan's halo MACs.
 struct SizedPlan {
   int64_t arena_bytes = 0;
-  int64_t weight_bytes = 0;  // as the kernels store them: every tile's subgraph holds its own copy
+  int64_t weight_bytes = 0;     // as the kernels store them
+  int64_t load_peak_bytes = 0;  // weights held at once while loading
   int64_t halo_macs = 0;
   int64_t need() const { return arena_bytes + weight_bytes; }
 };

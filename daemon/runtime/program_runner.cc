@@ -5,7 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "partition/graph/arena_layout.h"
 #include "util/limits.h"
@@ -23,6 +27,9 @@ struct PreparedProgram::Layout {
   const DeviceProgram* program = nullptr;
   RunnerOptions options;
   std::vector<std::unique_ptr<Executor>> prepared;  // per subgraph; never run, only forked
+  // Per subgraph: its constants whose values another subgraph holds
+  // (ExecutorOptions::constant_data); sized once, its maps never move.
+  std::vector<std::unordered_map<int, const TensorData*>> constant_data;
   std::vector<size_t> buffer_offset;                // per buffer
   std::vector<size_t> step_offset;  // per step: its executor arena / Copy staging / where a Recv's message lands
   std::vector<bool> recv_direct;    // per Recv step: its message lands in its buffer itself
@@ -108,30 +115,96 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   eo.external_io = true;
   eo.allocate_arena = false;  // the device arena holds every step's executor memory
   eo.shapes_only = options.shapes_only;
+  // One set of packed weight forms for all the program's subgraphs: the tiles
+  // of an FFMT stack pack their shared weights once (kernels/weight_forms.h).
+  WeightForms forms;
+  eo.weight_forms = &forms;
+
+  // Each constant once (ConstantIdentity, graph.h). The first subgraph with
+  // a constant of an identity owns it; later ones read the owner's through
+  // ExecutorOptions::constant_data. The pairs come from the program
+  // (shared_constants: a worker decoded them without values) or are found
+  // here (a compiled program holds a copy per subgraph; with release, those
+  // copies are freed before anything prepares). An owner read by others is
+  // kept until every subgraph has prepared, then freed unless a kernel
+  // still reads it in Eval.
+  const size_t ns = program.subgraphs.size();
+  layout->constant_data.resize(ns);
+  std::vector<std::unordered_set<int>> keep(ns);
+  std::vector<std::tuple<int, int, int, int>> shares;  // (owner s, owner v, reader s, reader v)
+  {
+    std::map<std::string, std::pair<int, int>> owner;
+    for (size_t i = 0; i < ns; ++i) {
+      const Graph& g = program.subgraphs[i];
+      for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
+        if (!g.values[v].constant) continue;
+        std::pair<int, int> ref;
+        auto shared = program.shared_constants.find({static_cast<int>(i), v});
+        if (shared != program.shared_constants.end()) {
+          ref = shared->second;
+        } else {
+          auto [it, inserted] =
+              owner.emplace(ConstantIdentity(g, v, !options.shapes_only), std::pair<int, int>{static_cast<int>(i), v});
+          if (inserted) continue;
+          ref = it->second;
+          if (release != nullptr) std::vector<float>().swap(release->subgraphs[i].constants.at(v).values);
+        }
+        if (ref.first < 0 || ref.first >= static_cast<int>(i) ||
+            program.subgraphs[ref.first].ConstantData(ref.second) == nullptr)
+          return Status::Internal("device " + std::to_string(program.device) + ": constant '" + g.values[v].name +
+                                  "' of " + g.name + " refers to a constant no earlier subgraph has");
+        layout->constant_data[i][v] = program.subgraphs[ref.first].ConstantData(ref.second);
+        keep[ref.first].insert(ref.second);
+        shares.emplace_back(ref.first, ref.second, static_cast<int>(i), v);
+      }
+    }
+  }
+
   // Weight bytes while loading: decoding holds the message (every raw
-  // weight) plus one tensor; then subgraphs prepare in order, each releasing
-  // its raw weights as its kernels repack them (Executor::load_peak_bytes).
-  std::vector<size_t> raw(program.subgraphs.size(), 0);
+  // weight, each once) plus one tensor; then subgraphs prepare in order,
+  // each releasing its raw weights as its kernels repack them
+  // (Executor::load_peak_bytes), except those kept for later subgraphs.
+  std::vector<size_t> raw(ns, 0);
   size_t raw_total = 0, largest_tensor = 0;
-  for (size_t i = 0; i < program.subgraphs.size(); ++i)
+  for (size_t i = 0; i < ns; ++i)
     for (const auto& [v, data] : program.subgraphs[i].constants) {
+      if (layout->constant_data[i].count(v)) continue;
       const size_t bytes = Bytes(NumElements(data.shape));
       raw[i] += bytes;
       largest_tensor = std::max(largest_tensor, bytes);
     }
   for (size_t r : raw) raw_total += r;
   layout->load_peak_bytes = raw_total + largest_tensor;
-  size_t stored_before = 0, raw_after = raw_total;
-  for (size_t i = 0; i < program.subgraphs.size(); ++i) {
+  size_t stored_before = 0, raw_after = raw_total, kept_held = 0;
+  for (size_t i = 0; i < ns; ++i) {
     const Graph& g = program.subgraphs[i];
+    eo.constant_data = &layout->constant_data[i];
+    eo.keep_constants = &keep[i];
     auto ex = release ? Executor::CreateReleasingWeights(&release->subgraphs[i], eo) : Executor::Create(g, eo);
     if (!ex.ok()) return ex.status().WithContext("device " + std::to_string(program.device) + ", " + g.name);
     raw_after -= raw[i];
-    layout->load_peak_bytes = std::max(layout->load_peak_bytes, stored_before + (*ex)->load_peak_bytes() + raw_after);
+    layout->load_peak_bytes =
+        std::max(layout->load_peak_bytes, stored_before + kept_held + (*ex)->load_peak_bytes() + raw_after);
     stored_before += (*ex)->weight_bytes();
     layout->weight_bytes += (*ex)->weight_bytes();
+    for (int v : keep[i])
+      if (!(*ex)->ReadsConstant(v)) kept_held += Bytes(NumElements(g.values[v].shape));
     layout->prepared.push_back(std::move(*ex));
   }
+  // Owners read by other subgraphs: held while anything reads them in Eval
+  // (counted once, here, when only readers elsewhere do), freed otherwise.
+  std::set<std::pair<int, int>> read_elsewhere;
+  for (const auto& [os, ov, rs, rv] : shares)
+    if (layout->prepared[rs]->ReadsConstant(rv)) read_elsewhere.insert({os, ov});
+  for (size_t i = 0; i < ns; ++i)
+    for (int v : keep[i]) {
+      if (layout->prepared[i]->ReadsConstant(v)) continue;
+      if (read_elsewhere.count({static_cast<int>(i), v})) {
+        layout->weight_bytes += Bytes(NumElements(program.subgraphs[i].values[v].shape));
+      } else if (release != nullptr) {
+        std::vector<float>().swap(release->subgraphs[i].constants.at(v).values);
+      }
+    }
 
   // The device arena: buffers by liveness, plus each step's own memory.
   // A received message has its place from the first step during which it

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,12 @@ struct DeviceProgram {
   // Buffers holding the model's inputs (filled by the caller before running)
   // and outputs (read after), as (graph value, buffer) pairs.
   std::vector<std::pair<int, int>> model_inputs, model_outputs;
+  // Constants kept once: (subgraph, value) -> (earlier subgraph, value) of a
+  // constant with the same identity (ConstantIdentity, graph.h), whose
+  // values it reads; its own TensorData has the shape and no values. Set by
+  // ParseProgram with share_constants (a worker's load); compiled programs
+  // hold every constant in full and the runner finds their duplicates itself.
+  std::map<std::pair<int, int>, std::pair<int, int>> shared_constants;
 
   int AddBuffer(int value, const Box& box, const std::string& name);
   int64_t WeightValues() const;   // Σ constants over its subgraphs

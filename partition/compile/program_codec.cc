@@ -4,6 +4,8 @@
 #include <google/protobuf/wire_format_lite.h>
 
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include <algorithm>
 #include <cstring>
@@ -28,7 +30,14 @@ Box FromMsg(const proto::BoxMsg& m) {
   return b;
 }
 
-void ToMsg(const Graph& g, proto::GraphMsg* m) {
+// Constants of a program written so far, by identity (ConstantIdentity).
+using SeenConstants = std::map<std::string, std::pair<int, int>>;
+
+// `subgraph`, `seen`, `shared`: set when `g` is subgraph `subgraph` of a
+// program; a constant equal to one written before (or one the program
+// already shares) is written as a reference to it.
+void ToMsg(const Graph& g, proto::GraphMsg* m, int subgraph = -1, SeenConstants* seen = nullptr,
+           const std::map<std::pair<int, int>, std::pair<int, int>>* shared = nullptr) {
   m->set_name(g.name);
   for (size_t v = 0; v < g.values.size(); ++v) {
     auto* vm = m->add_values();
@@ -36,7 +45,22 @@ void ToMsg(const Graph& g, proto::GraphMsg* m) {
     for (int64_t d : g.values[v].shape) vm->add_shape(d);
     if (const TensorData* data = g.ConstantData(static_cast<int>(v))) {
       vm->set_constant(true);
-      vm->set_data(std::string(reinterpret_cast<const char*>(data->values.data()), data->values.size() * 4));
+      std::optional<std::pair<int, int>> same;
+      if (shared != nullptr) {
+        auto it = shared->find({subgraph, static_cast<int>(v)});
+        if (it != shared->end()) same = it->second;
+      }
+      if (!same && seen != nullptr && !data->values.empty()) {
+        auto [it, inserted] =
+            seen->emplace(ConstantIdentity(g, static_cast<int>(v)), std::pair<int, int>{subgraph, static_cast<int>(v)});
+        if (!inserted) same = it->second;
+      }
+      if (same) {
+        vm->mutable_same_as()->set_subgraph(same->first);
+        vm->mutable_same_as()->set_value(same->second);
+      } else {
+        vm->set_data(std::string(reinterpret_cast<const char*>(data->values.data()), data->values.size() * 4));
+      }
     }
   }
   for (const Node& n : g.nodes) {
@@ -67,8 +91,14 @@ void ToMsg(const Graph& g, proto::GraphMsg* m) {
 // Each constant's bytes are released from `m` as soon as they are copied
 // out (issue 11: a worker loading a program holds the message plus one
 // tensor, not the message plus every decoded weight).
-Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin) {
+// `program`: the subgraphs decoded so far, for constants written as a
+// reference to an earlier one (same_as): with `share`, the constant gets no
+// values and is recorded in program->shared_constants under `subgraph`;
+// otherwise it gets a copy of the values referred to.
+Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgram* program = nullptr,
+                      bool share = false) {
   Graph g;
+  const int subgraph = program != nullptr ? static_cast<int>(program->subgraphs.size()) : -1;
   g.name = m.name();
   const int nv = m.values_size();
   auto check_id = [&](int id, const std::string& what) -> Status {
@@ -86,7 +116,29 @@ Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin) {
       volume *= std::max<int64_t>(1, d);
       if (volume > (int64_t{1} << 31)) return Status::DataLoss(origin + ": value '" + vm.name() + "' is implausibly large");
     }
-    if (vm.constant()) {
+    if (vm.constant() && vm.has_same_as()) {
+      const int rs = vm.same_as().subgraph(), rv = vm.same_as().value();
+      const TensorData* ref = nullptr;
+      if (program != nullptr && rs >= 0 && rs < subgraph) {
+        const Graph& earlier = program->subgraphs[rs];
+        if (rv >= 0 && rv < static_cast<int>(earlier.values.size()) && earlier.values[rv].name == vm.name())
+          ref = earlier.ConstantData(rv);
+        if (program->shared_constants.count({rs, rv})) ref = nullptr;  // a reference to a reference
+      }
+      if (ref == nullptr || ref->shape != shape || ref->values.size() != static_cast<size_t>(NumElements(shape)))
+        return Status::DataLoss(origin + ": constant '" + vm.name() + "' refers to constant " + std::to_string(rv) +
+                                " of subgraph " + std::to_string(rs) +
+                                ", which is not an earlier constant of the same "
+                                "name and shape");
+      TensorData t;
+      t.shape = shape;
+      if (share) {
+        program->shared_constants[{subgraph, static_cast<int>(g.values.size())}] = {rs, rv};
+      } else {
+        t.values = ref->values;
+      }
+      g.AddConstant(vm.name(), std::move(t));
+    } else if (vm.constant()) {
       TensorData t;
       t.shape = shape;
       const size_t n = static_cast<size_t>(NumElements(shape));
@@ -204,12 +256,12 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
 namespace {
 
 // One subgraph as an entry of DeviceProgramMsg's repeated `subgraphs` field.
-void AppendSubgraph(const Graph& g, std::string* out) {
+void AppendSubgraph(const DeviceProgram& p, int subgraph, SeenConstants* seen, std::string* out) {
   using Wire = google::protobuf::internal::WireFormatLite;
   using google::protobuf::io::CodedOutputStream;
   const uint32_t tag = Wire::MakeTag(proto::DeviceProgramMsg::kSubgraphsFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
   proto::GraphMsg gm;
-  ToMsg(g, &gm);
+  ToMsg(p.subgraphs[subgraph], &gm, subgraph, seen, &p.shared_constants);
   uint8_t prefix[16];
   uint8_t* end = CodedOutputStream::WriteTagToArray(tag, prefix);
   end = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(gm.ByteSizeLong()), end);
@@ -234,7 +286,8 @@ size_t ReserveFor(const DeviceProgram& p) {
 std::string SerializeProgram(const DeviceProgram& p, const std::string& plan_id) {
   std::string out;
   out.reserve(ReserveFor(p));
-  for (const Graph& g : p.subgraphs) AppendSubgraph(g, &out);
+  SeenConstants seen;
+  for (size_t s = 0; s < p.subgraphs.size(); ++s) AppendSubgraph(p, static_cast<int>(s), &seen, &out);
   ProgramMsgWithoutSubgraphs(p, plan_id).AppendToString(&out);
   return out;
 }
@@ -247,9 +300,10 @@ std::string SerializeProgram(DeviceProgram&& p, const std::string& plan_id) {
   // it is not copied as it grows; reserved pages untouched stay unresident.
   std::string out;
   out.reserve(ReserveFor(p));
-  for (Graph& g : p.subgraphs) {
-    AppendSubgraph(g, &out);
-    g = Graph();
+  SeenConstants seen;
+  for (size_t s = 0; s < p.subgraphs.size(); ++s) {
+    AppendSubgraph(p, static_cast<int>(s), &seen, &out);
+    p.subgraphs[s] = Graph();
   }
   p.subgraphs.clear();
   ProgramMsgWithoutSubgraphs(p, plan_id).AppendToString(&out);
@@ -257,35 +311,39 @@ std::string SerializeProgram(DeviceProgram&& p, const std::string& plan_id) {
 }
 
 namespace {
-Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id);
+Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id,
+                                    bool share);
 }  // namespace
 
 Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& origin, std::string* plan_id) {
   proto::DeviceProgramMsg m;
   if (!m.ParseFromString(bytes)) return Status::DataLoss(origin + ": not a serialized device program");
-  return DecodeProgram(m, origin, plan_id);
+  return DecodeProgram(m, origin, plan_id, false);
 }
 
-Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origin, std::string* plan_id) {
+Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origin, std::string* plan_id,
+                                   bool share_constants) {
   proto::DeviceProgramMsg m;
   const bool parsed = m.ParseFromString(bytes);
   std::string().swap(bytes);
   if (!parsed) return Status::DataLoss(origin + ": not a serialized device program");
-  return DecodeProgram(m, origin, plan_id);
+  return DecodeProgram(m, origin, plan_id, share_constants);
 }
 
-Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id) {
+Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id,
+                                       bool share_constants) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError(origin + ": cannot read " + path);
   proto::DeviceProgramMsg m;
   if (!m.ParseFromIstream(&in)) return Status::DataLoss(origin + ": " + path + " is not a serialized device program");
-  return DecodeProgram(m, origin, plan_id);
+  return DecodeProgram(m, origin, plan_id, share_constants);
 }
 
 namespace {
 // Decodes `m` into a DeviceProgram, clearing each subgraph message once it
 // is decoded (its weights are then held once, in the result).
-Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id) {
+Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id,
+                                    bool share) {
   DeviceProgram p;
   p.device = m.device();
   if (plan_id) *plan_id = m.plan_id();
@@ -304,7 +362,7 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
     p.buffers.push_back({bm.name(), bm.value(), box});
   }
   for (auto& gm : *m.mutable_subgraphs()) {
-    TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin));
+    TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin, &p, share));
     p.subgraphs.push_back(std::move(g));
     proto::GraphMsg().Swap(&gm);  // frees its bytes (Clear() would keep every constant's capacity)
   }

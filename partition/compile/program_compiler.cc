@@ -85,6 +85,14 @@ class SubgraphBuilder {
   std::set<std::string> names_;
 };
 
+// The name of a slice of weight `name`: its range on `axis`, so that no two
+// different weights of one device program share a name and shape (the
+// runtime shares packed weight forms by name, shape and values;
+// daemon/runtime/kernels/weight_forms.h).
+std::string SliceName(const std::string& name, size_t axis, const Range1D& r) {
+  return name + "[" + std::to_string(axis) + ":" + std::to_string(r.begin) + "-" + std::to_string(r.end) + "]";
+}
+
 std::string LayerLabel(const Graph& g, int n) {
   return "layer " + std::to_string(n + 1) + " ('" + g.nodes[n].name + "', " + g.nodes[n].op + ")";
 }
@@ -357,9 +365,10 @@ class Compiler {
       if (groups > 1) need.dims[1] = {c.begin / og * cg, c.end / og * cg};
       TS_ASSIGN_OR_RETURN(int in_buf, Fetch(x, devices[i], need));
       SubgraphBuilder sb(g_, node.name + "/out" + std::to_string(c.begin) + "-" + std::to_string(c.end));
-      std::vector<int> ins = {sb.Input(x, need.shape()), sb.Constant(g_.values[node.inputs[1]].name,
+      std::vector<int> ins = {sb.Input(x, need.shape()), sb.Constant(SliceName(g_.values[node.inputs[1]].name, 0, c),
                                                                      SliceAxis(w, 0, c.begin, c.end))};
-      if (b) ins.push_back(sb.Constant(g_.values[node.inputs[2]].name, SliceAxis(*b, 0, c.begin, c.end)));
+      if (b)
+        ins.push_back(sb.Constant(SliceName(g_.values[node.inputs[2]].name, 0, c), SliceAxis(*b, 0, c.begin, c.end)));
       Box out_box = ChannelSlice(g_.values[y].shape, c.begin, c.end);
       int out = sb.Value(g_.values[y].name, out_box.shape());
       sb.Output(out);
@@ -408,9 +417,10 @@ class Compiler {
       const Box need = ChannelSlice(xs, c.begin, c.end);
       TS_ASSIGN_OR_RETURN(int in_buf, Fetch(x, devices[i], need));
       SubgraphBuilder sb(g_, node.name + "/in" + std::to_string(c.begin) + "-" + std::to_string(c.end));
-      std::vector<int> ins = {sb.Input(x, need.shape()),
-                              sb.Constant(g_.values[node.inputs[1]].name,
-                                          SliceAxis(w, 1, c.begin * per_channel, c.end * per_channel))};
+      std::vector<int> ins = {
+          sb.Input(x, need.shape()),
+          sb.Constant(SliceName(g_.values[node.inputs[1]].name, 1, {c.begin * per_channel, c.end * per_channel}),
+                      SliceAxis(w, 1, c.begin * per_channel, c.end * per_channel))};
       const Shape& ys = g_.values[y].shape;
       int out = sb.Value(g_.values[y].name + "/partial", ys);
       sb.Output(out);
@@ -540,7 +550,7 @@ class Compiler {
             if (a >= 0 && a < static_cast<int64_t>(s.size()) && s[a] == C) axis = a;
           }
           if (axis >= 0 && s.size() > static_cast<size_t>(axis) && s[axis] == C)
-            ins.push_back(sb.Constant(g_.values[v].name, SliceAxis(data, axis, c.begin, c.end)));
+            ins.push_back(sb.Constant(SliceName(g_.values[v].name, axis, c), SliceAxis(data, axis, c.begin, c.end)));
           else
             ins.push_back(sb.CopyConstant(v));
           continue;

@@ -3,6 +3,7 @@
 #include "util/limits.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -227,6 +228,47 @@ int64_t Graph::WeightCount() const {
   int64_t total = 0;
   for (int v : used) total += NumElements(values[v].shape);
   return total;
+}
+
+namespace {
+constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
+constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4Full;
+inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t Round(uint64_t acc, uint64_t word) { return Rotl(acc + word * kPrime2, 31) * kPrime1; }
+}  // namespace
+
+uint64_t DigestValues(const float* data, size_t n) {
+  // Four independent multiply-rotate lanes over 32-byte blocks (memory-bound
+  // speed), folded, then the tail and the length, then a final mix.
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(data);
+  size_t bytes = n * sizeof(float);
+  uint64_t lane[4] = {kPrime1 + kPrime2, kPrime2, 0, ~kPrime1};
+  for (; bytes >= 32; p += 32, bytes -= 32)
+    for (int i = 0; i < 4; ++i) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * i, 8);
+      lane[i] = Round(lane[i], w);
+    }
+  uint64_t h = Rotl(lane[0], 1) + Rotl(lane[1], 7) + Rotl(lane[2], 12) + Rotl(lane[3], 18);
+  for (; bytes >= 4; p += 4, bytes -= 4) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    h = Round(h, w);
+  }
+  h ^= static_cast<uint64_t>(n) * kPrime1;
+  h ^= h >> 33;
+  h *= kPrime2;
+  h ^= h >> 29;
+  return h;
+}
+
+std::string ConstantIdentity(const Graph& g, int value_id, bool with_digest) {
+  const Value& v = g.values.at(value_id);
+  std::string id = v.name + "|" + ShapeToString(v.shape);
+  const TensorData* data = g.ConstantData(value_id);
+  if (with_digest && data != nullptr && !data->values.empty())
+    id += "|" + std::to_string(DigestValues(data->values.data(), data->values.size()));
+  return id;
 }
 
 }  // namespace tessera

@@ -161,4 +161,16 @@ class Graph {
   int64_t WeightCount() const;
 };
 
+// 64-bit digest of n floats' bytes: tells constants of the same name and
+// shape apart (a content identity, not a cryptographic hash).
+uint64_t DigestValues(const float* data, size_t n);
+// The identity of constant `value_id` of `g`: "name|shape|digest" of its
+// values, "name|shape" when it has none (a shapes-only graph) or
+// `with_digest` is false (sizing, where values are never read). The constants
+// of one device program with the same identity hold the same values (the
+// compiler names every weight slice by its range), so the program keeps
+// them once: on the wire (program_codec.h) and in the runtime, raw and
+// packed (daemon/runtime/kernels/weight_forms.h).
+std::string ConstantIdentity(const Graph& g, int value_id, bool with_digest = true);
+
 }  // namespace tessera

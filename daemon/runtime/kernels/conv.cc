@@ -22,10 +22,11 @@
 #include <omp.h>
 
 #include "daemon/runtime/kernels/kernel_factories.h"
-#include "daemon/runtime/kernels/node_checks.h"
-#include "daemon/runtime/kernels/parallel_for.h"
 #include "daemon/runtime/kernels/microkernels.h"
+#include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/packed_gemm.h"
+#include "daemon/runtime/kernels/parallel_for.h"
+#include "daemon/runtime/kernels/weight_forms.h"
 
 namespace tessera {
 namespace {
@@ -130,29 +131,50 @@ class ConvKernel final : public Kernel {
       // transforms cost more than the multiplies it saves.
       strategy_ = kWinograd;
       WinogradGeometry();
-      if (!ctx.shapes_only) PrepareWinograd(ctx.constant_inputs[1]->values.data());
     } else {
       strategy_ = kIm2col;
       col_lo_.resize(kw_);
       col_hi_.resize(kw_);
       for (int64_t j = 0; j < kw_; ++j) ValidRange(j * dw_ - pl_, sw_, w_, ow_, &col_lo_[j], &col_hi_[j]);
     }
-    packed_.clear();
-    repacks_weights_ = strategy_ == kWinograd;
-    shapes_only_owned_bytes_ = 0;
-    if ((strategy_ == kIm2col || strategy_ == kPointwise) && ConstantOrNull(ctx, 1) != nullptr) {
-      // Constant weights: packed once for PackedGemm, one matrix per group.
-      const int64_t k = cg_ * kh_ * kw_;
-      repacks_weights_ = true;
-      if (ctx.shapes_only) {
-        shapes_only_owned_bytes_ = static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
-      } else {
-        const float* wt = ctx.constant_inputs[1]->values.data();
-        packed_.resize(group_);
-        for (int64_t g = 0; g < group_; ++g) packed_[g].Pack(wt + g * og_ * k, og_, k, k);
-      }
+    packed_.reset();
+    repacks_weights_ = false;
+    owned_bytes_ = 0;
+    made_form_ = false;
+    if (strategy_ == kDepthwise || ConstantOrNull(ctx, 1) == nullptr) return Status::OK();
+    // Constant weights: packed once for PackedGemm (one matrix per group), or
+    // Winograd-transformed and packed per position ξ; the form is shared
+    // with every kernel of the program that reads the same weight the same
+    // way (weight_forms.h), e.g. the other tiles of an FFMT stack.
+    repacks_weights_ = true;
+    const int64_t k = cg_ * kh_ * kw_;
+    const std::string form = strategy_ == kWinograd ? "conv-winograd"
+                                                    : "conv-gemm|g" + std::to_string(group_) + "|m" +
+                                                          std::to_string(og_) + "|k" + std::to_string(k);
+    const std::string key = ctx.weight_forms ? WeightForms::ConstantKey(ctx, 1) + "|" + form : std::string();
+    if (ctx.weight_forms != nullptr) {
+      if (ctx.shapes_only && ctx.weight_forms->Contains(key)) return Status::OK();
+      if (!ctx.shapes_only && (packed_ = ctx.weight_forms->Find<std::vector<PackedMatrix>>(key)) != nullptr)
+        return Status::OK();
     }
-    if (strategy_ == kWinograd && ctx.shapes_only) shapes_only_owned_bytes_ = 16 * PackedMatrix::BytesFor(o_, c_);
+    made_form_ = true;
+    if (ctx.shapes_only) {
+      owned_bytes_ = strategy_ == kWinograd ? 16 * PackedMatrix::BytesFor(o_, c_)
+                                            : static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
+      if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, std::make_shared<const int>(0));
+      return Status::OK();
+    }
+    const float* wt = ctx.constant_inputs[1]->values.data();
+    auto made = std::make_shared<std::vector<PackedMatrix>>();
+    if (strategy_ == kWinograd) {
+      PrepareWinograd(wt, made.get());
+    } else {
+      made->resize(group_);
+      for (int64_t g = 0; g < group_; ++g) (*made)[g].Pack(wt + g * og_ * k, og_, k, k);
+    }
+    for (const auto& m : *made) owned_bytes_ += m.bytes();
+    packed_ = made;
+    if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, packed_);
     return Status::OK();
   }
 
@@ -172,14 +194,10 @@ class ConvKernel final : public Kernel {
   // Winograd: U = G g Gᵀ is built four of its 16 planes at a time (one row
   // of the 4x4 tile), each packed before the next four are built.
   size_t PrepareTransientBytes() const override {
-    return strategy_ == kWinograd ? static_cast<size_t>(4 * o_ * c_) * sizeof(float) : 0;
+    return strategy_ == kWinograd && made_form_ ? static_cast<size_t>(4 * o_ * c_) * sizeof(float) : 0;
   }
-  size_t OwnedWeightBytes() const override {
-    size_t n = shapes_only_owned_bytes_;
-    for (const auto& m : packed_) n += m.bytes();
-    for (const auto& m : wino_packed_) n += m.bytes();
-    return n;
-  }
+  // Only the kernel that made a shared form counts it (weight_forms.h).
+  size_t OwnedWeightBytes() const override { return owned_bytes_; }
 
   void Eval(const EvalContext& ctx) const override {
     switch (strategy_) {
@@ -209,9 +227,9 @@ class ConvKernel final : public Kernel {
   // packed before the next: a quarter of U is held at once while loading
   // (issue 11: the whole U of YOLOv2's 1024x1024 3x3 conv was 64 MiB on top
   // of its raw and packed forms). Same arithmetic as building U whole.
-  void PrepareWinograd(const float* weights) {
-    wino_u_.assign(static_cast<size_t>(4 * o_ * c_), 0.f);
-    wino_packed_.resize(16);
+  void PrepareWinograd(const float* weights, std::vector<PackedMatrix>* wino_packed) {
+    std::vector<float> wino_u(static_cast<size_t>(4 * o_ * c_), 0.f);
+    wino_packed->resize(16);
     for (int i = 0; i < 4; ++i) {
       for (int64_t o = 0; o < o_; ++o)
         for (int64_t c = 0; c < c_; ++c) {
@@ -234,12 +252,10 @@ class ConvKernel final : public Kernel {
             }
           }
           const float u[4] = {t[0], 0.5f * (t[0] + t[1] + t[2]), 0.5f * (t[0] - t[1] + t[2]), t[2]};
-          for (int j = 0; j < 4; ++j) wino_u_[(j * o_ + o) * c_ + c] = u[j];
+          for (int j = 0; j < 4; ++j) wino_u[(j * o_ + o) * c_ + c] = u[j];
         }
-      for (int j = 0; j < 4; ++j) wino_packed_[i * 4 + j].Pack(wino_u_.data() + j * o_ * c_, o_, c_, c_);
+      for (int j = 0; j < 4; ++j) (*wino_packed)[i * 4 + j].Pack(wino_u.data() + j * o_ * c_, o_, c_, c_);
     }
-    wino_u_.clear();
-    wino_u_.shrink_to_fit();
   }
 
   // Tile counts and the chunk of tiles Eval transforms at once (ScratchBytes).
@@ -308,7 +324,7 @@ class ConvKernel final : public Kernel {
         });
         // 16 GEMMs; Eigen parallelises each with the executor's thread count.
         for (int xi = 0; xi < 16; ++xi)
-          PackedGemm(wino_packed_[xi], v + xi * c_ * wino_chunk_, wino_chunk_, count, m + xi * o_ * wino_chunk_,
+          PackedGemm((*packed_)[xi], v + xi * c_ * wino_chunk_, wino_chunk_, count, m + xi * o_ * wino_chunk_,
                      wino_chunk_, nullptr, FusedActivation{}, threads);
         // Output transform Y = Aᵀ M A + bias, vectorised across a tile row;
         // odd output edges are finished by WinogradEdge.
@@ -434,14 +450,14 @@ class ConvKernel final : public Kernel {
       const float* xg = x + (n * c_ + g * cg_) * h_ * w_;
       float* yg = y + (n * o_ + g * og_) * plane;
       const int gemm_threads = tile_parallel ? 1 : threads;
-      if (!packed_.empty()) {
+      if (packed_ != nullptr) {
         const float* gb = bias ? bias + g * og_ : nullptr;
         if (strategy_ == kPointwise) {
-          PackedGemm(packed_[g], xg + p0, plane, len, yg + p0, plane, gb, act_, gemm_threads);
+          PackedGemm((*packed_)[g], xg + p0, plane, len, yg + p0, plane, gb, act_, gemm_threads);
         } else {
           float* col = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * k * tile_;
           Im2colTile(xg, p0, len, col);
-          PackedGemm(packed_[g], col, len, len, yg + p0, plane, gb, act_, gemm_threads);
+          PackedGemm((*packed_)[g], col, len, len, yg + p0, plane, gb, act_, gemm_threads);
         }
         return;
       }
@@ -572,12 +588,13 @@ class ConvKernel final : public Kernel {
   int64_t oh_ = 0, ow_ = 0;
   int prepared_threads_ = 1;
   int64_t tile_ = 1;  // output columns per GEMM tile
-  // Winograd: transformed weights U[16][O][C], tile grid, tiles per chunk.
-  std::vector<float> wino_u_;
-  std::vector<PackedMatrix> wino_packed_;  // wino_u_ packed per position ξ
-  bool repacks_weights_ = false;           // Eval reads packed_/wino_packed_, not the graph's weight
-  size_t shapes_only_owned_bytes_ = 0;     // KernelContext::shapes_only: what packing would own
-  std::vector<PackedMatrix> packed_;       // im2col/pointwise weights per group (constant weights only)
+  // Winograd: tile grid, tiles per chunk.
+  bool repacks_weights_ = false;  // Eval reads packed_, not the graph's weight
+  // Constant weights only: im2col/pointwise, one PackedMatrix per group;
+  // Winograd, U = G g Gᵀ packed per position ξ (16). Possibly shared.
+  std::shared_ptr<const std::vector<PackedMatrix>> packed_;
+  bool made_form_ = false;  // this kernel made packed_ (or would have: shapes_only)
+  size_t owned_bytes_ = 0;  // packed_'s bytes when made_form_, else 0
   int64_t tiles_h_ = 0, tiles_w_ = 0, wino_chunk_ = 1;
   int64_t wino_min_channels_ = 96;  // tests lower it through attr "winograd_min_channels"
   bool has_bias_ = false;

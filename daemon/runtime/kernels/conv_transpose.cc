@@ -19,6 +19,7 @@
 #include "daemon/runtime/kernels/kernel_factories.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/packed_gemm.h"
+#include "daemon/runtime/kernels/weight_forms.h"
 
 namespace tessera {
 namespace {
@@ -77,16 +78,38 @@ class ConvTransposeKernel final : public Kernel {
     const int64_t rows = mg_ * kh_ * kw_;
     plane_ = h_ * w_;
     tile_ = std::clamp<int64_t>(kColTileFloats / std::max<int64_t>(rows, 1), 1, plane_);
-    packed_bytes_ = static_cast<size_t>(group_) * PackedMatrix::BytesFor(rows, cg_);
     TS_ASSIGN_OR_RETURN(const TensorData* weights, RequireConstant(ctx, 1, "weights"));
-    if (!ctx.shapes_only) PackWeights(weights->values.data());
+    // Wᵀ packed per group, shared with the kernels of the program that read
+    // the same weight (weight_forms.h: the tiles of an FFMT stack).
+    packed_.reset();
+    packed_bytes_ = 0;
+    const std::string key = ctx.weight_forms
+                                ? WeightForms::ConstantKey(ctx, 1) + "|conv-transpose|g" + std::to_string(group_)
+                                : std::string();
+    if (ctx.weight_forms != nullptr) {
+      if (ctx.shapes_only && ctx.weight_forms->Contains(key)) return Status::OK();
+      if (!ctx.shapes_only && (packed_ = ctx.weight_forms->Find<std::vector<PackedMatrix>>(key)) != nullptr)
+        return Status::OK();
+    }
+    packed_bytes_ = static_cast<size_t>(group_) * PackedMatrix::BytesFor(rows, cg_);
+    if (ctx.shapes_only) {
+      if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, std::make_shared<const int>(0));
+      return Status::OK();
+    }
+    auto made = std::make_shared<std::vector<PackedMatrix>>();
+    PackWeights(weights->values.data(), made.get());
+    packed_ = made;
+    if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, packed_);
     return Status::OK();
   }
 
   size_t ScratchBytes() const override { return static_cast<size_t>(mg_ * kh_ * kw_ * tile_) * sizeof(float); }
   bool ReadsConstantInEval(int input) const override { return input != 1 && input != 2; }
+  // The bias copy, and the packed weights when this kernel made them.
   size_t OwnedWeightBytes() const override { return packed_bytes_ + static_cast<size_t>(m_) * sizeof(float); }
-  size_t PrepareTransientBytes() const override { return static_cast<size_t>(mg_ * kh_ * kw_ * cg_) * sizeof(float); }
+  size_t PrepareTransientBytes() const override {
+    return packed_bytes_ ? static_cast<size_t>(mg_ * kh_ * kw_ * cg_) * sizeof(float) : 0;
+  }
 
   void Eval(const EvalContext& ctx) const override {
     const int64_t rows = mg_ * kh_ * kw_;
@@ -101,7 +124,7 @@ class ConvTransposeKernel final : public Kernel {
         float* yg = yb + g * mg_ * out_plane;
         for (int64_t p0 = 0; p0 < plane_; p0 += tile_) {
           const int64_t len = std::min(tile_, plane_ - p0);
-          PackedGemm(packed_[g], xg + p0, plane_, len, col, len, nullptr, none, ctx.threads);
+          PackedGemm((*packed_)[g], xg + p0, plane_, len, col, len, nullptr, none, ctx.threads);
           ScatterColumns(col, rows, p0, len, yg);
         }
       }
@@ -111,16 +134,16 @@ class ConvTransposeKernel final : public Kernel {
 
  private:
   // Packs Wᵀ per group: A_g[(m, kh, kw), c'] = W[g·C/g + c', m, kh, kw].
-  void PackWeights(const float* w) {
+  void PackWeights(const float* w, std::vector<PackedMatrix>* packed) const {
     const int64_t rows = mg_ * kh_ * kw_;
     std::vector<float> transposed(static_cast<size_t>(rows * cg_));
-    packed_.assign(static_cast<size_t>(group_), PackedMatrix());
+    packed->assign(static_cast<size_t>(group_), PackedMatrix());
     for (int64_t g = 0; g < group_; ++g) {
       for (int64_t c = 0; c < cg_; ++c) {
         const float* src = w + (g * cg_ + c) * rows;  // W[c] is [M/g, kH, kW] = `rows` values
         for (int64_t r = 0; r < rows; ++r) transposed[static_cast<size_t>(r * cg_ + c)] = src[r];
       }
-      packed_[g].Pack(transposed.data(), rows, cg_, cg_);
+      (*packed)[g].Pack(transposed.data(), rows, cg_, cg_);
     }
   }
 
@@ -143,8 +166,8 @@ class ConvTransposeKernel final : public Kernel {
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, m_ = 0, mg_ = 0, cg_ = 0, group_ = 1;
   int64_t kh_ = 1, kw_ = 1, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0, oh_ = 0, ow_ = 0;
   int64_t plane_ = 0, tile_ = 1;
-  size_t packed_bytes_ = 0;
-  std::vector<PackedMatrix> packed_;
+  size_t packed_bytes_ = 0;  // packed_'s bytes when this kernel made it, else 0
+  std::shared_ptr<const std::vector<PackedMatrix>> packed_;
   std::vector<float> bias_;
   FusedActivation act_;
 };

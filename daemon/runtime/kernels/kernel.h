@@ -20,6 +20,8 @@
 
 namespace tessera {
 
+class WeightForms;  // weight_forms.h
+
 // Everything Prepare may look at. Borrowed; valid only during Prepare.
 struct KernelContext {
   const Graph& graph;
@@ -35,6 +37,9 @@ struct KernelContext {
   // and repacks nothing; OwnedWeightBytes() and ScratchBytes() report what a
   // real Prepare would own and need. Eval is never called.
   bool shapes_only = false;
+  // Weight forms shared by the kernels of one device program (weight_forms.h);
+  // nullptr: the kernel keeps its own.
+  WeightForms* weight_forms = nullptr;
 };
 
 // Everything Eval gets. Pointers are borrowed from the executor's arena

@@ -9,10 +9,12 @@
 #include <cmath>
 #include <fstream>
 
+#include "daemon/runtime/device_memory.h"
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/memory_flow.h"
 #include "daemon/runtime/program_runner.h"
 #include "daemon/runtime/seeded_input.h"
+#include "partition/compile/program_codec.h"
 #include "partition/compile/program_compiler.h"
 #include "partition/import/model_import.h"
 
@@ -94,12 +96,11 @@ TEST_CASE("optimize-memory tiles the wide stem: smaller arena, same answers, the
   REQUIRE(r.ok());
   // Untiled, conv1's and conv2's 512 KiB outputs are alive together: > 1 MiB.
   CHECK(r->arena_before_bytes > (1 << 20));
-  // Tiled, no 32x64x64 map exists whole. Each tile copies its stack's
-  // weights (the runner packs per subgraph), so the flow weighs that against
-  // the arena: measured 1.46 MiB -> 818 KiB arena, weights 58 -> 177 KiB.
+  // Tiled, no 32x64x64 map exists whole, and the tiles keep each weight
+  // and packed form once (weight_forms.h): the weights as stored do not grow.
   CHECK(r->arena_after_bytes * 3 < r->arena_before_bytes * 2);
   CHECK(r->need_after() < r->need_before());
-  CHECK(r->weight_after_bytes >= r->weight_before_bytes);
+  CHECK(r->weight_after_bytes == r->weight_before_bytes);
   REQUIRE(!r->paths.empty());
   CHECK(r->paths.front().first == 0);
   // The first size is the untiled one-device program's, the last the chosen plan's.
@@ -159,6 +160,109 @@ TEST_CASE("optimize-memory leaves a model with nothing to tile as it is") {
   CHECK(r->paths.empty());
   CHECK(r->arena_after_bytes == r->arena_before_bytes);
   CHECK(r->halo_macs == 0);
+}
+
+// The tiles of an FFMT stack are subgraphs that each name the stack's
+// weights. The program must keep each weight once all the same: written once
+// on the wire, decoded once by a worker (share_constants), packed once by
+// the runner, and sized once by the planner's shapes-only sizing.
+TEST_CASE("the tiles of a stack keep each weight once: on the wire, decoded, packed and sized") {
+  // im2col 3x3 (packed), depthwise 3x3 (raw, read in Eval), pointwise (packed).
+  const Graph g = FromCfg("shared", Net(40, 40, 32) + Conv(64, 3, 1, "leaky") + Conv(64, 3, 1, "relu", 64) +
+                                        Conv(64, 1, 0, "linear") + kMaxPool);
+  PartitionPlan tiled_plan = SingleDevicePlan(g.nodes.size());
+  for (int k = 0; k < 3; ++k) tiled_plan.layers[k] = LayerAssignment{LayerScheme::kFfmt, {0}, {}, 2, 2, {}, {}};
+  auto whole = CompilePlan(g, SingleDevicePlan(g.nodes.size()));
+  auto tiled = CompilePlan(g, tiled_plan);
+  REQUIRE(whole.ok());
+  REQUIRE(tiled.ok());
+  const DeviceProgram& wp = whole->programs.at(0);
+  const DeviceProgram& tp = tiled->programs.at(0);
+  // The compiled tiles hold a copy each: 4x the stack's raw weights.
+  CHECK(tp.WeightValues() >= 4 * (wp.WeightValues() - 64 * 4));
+
+  // On the wire: each weight once, the rest is structure (a few KiB).
+  const std::string wire_whole = SerializeProgram(wp, "p"), wire_tiled = SerializeProgram(tp, "p");
+  const int64_t raw_bytes = wp.WeightValues() * 4;
+  INFO("wire: whole " << wire_whole.size() << " bytes, tiled " << wire_tiled.size() << ", raw weights " << raw_bytes);
+  CHECK(static_cast<int64_t>(wire_tiled.size()) < raw_bytes + 32 * 1024);
+  CHECK(static_cast<int64_t>(wire_tiled.size()) < static_cast<int64_t>(wire_whole.size()) + 32 * 1024);
+
+  // Decoded as before (every constant its own copy, equal values), or shared.
+  std::string id;
+  auto copied = ParseProgram(wire_tiled, "tiled", &id);
+  REQUIRE(copied.ok());
+  CHECK(copied->shared_constants.empty());
+  CHECK(copied->WeightValues() == tp.WeightValues());
+  for (size_t i = 0; i < tp.subgraphs.size(); ++i)
+    for (const auto& [v, data] : tp.subgraphs[i].constants)
+      CHECK(copied->subgraphs[i].constants.at(v).values == data.values);
+  auto shared = ParseProgram(std::string(wire_tiled), "tiled", &id, /*share_constants=*/true);
+  REQUIRE(shared.ok());
+  int64_t held = 0;
+  for (const Graph& sub : shared->subgraphs)
+    for (const auto& [v, data] : sub.constants) held += static_cast<int64_t>(data.values.size());
+  CHECK(held == wp.WeightValues());
+  CHECK(shared->shared_constants.size() >= 3 * 5);  // 3 later tiles x (3 weights + 2 biases) at least
+
+  // Packed once: the same weights as stored as the untiled program, whether
+  // the runner found the copies itself, read the shared decode, or sized
+  // shapes only; raw weights while loading are the untiled program's too.
+  RunnerOptions ro;
+  auto p_whole = PreparedProgram::Prepare(wp, ro);
+  auto p_tiled = PreparedProgram::Prepare(tp, ro);
+  DeviceProgram released = *shared;
+  auto p_shared = PreparedProgram::PrepareReleasingWeights(&released, ro);
+  REQUIRE(p_whole.ok());
+  REQUIRE(p_tiled.ok());
+  INFO(p_shared.status().ToString());
+  REQUIRE(p_shared.ok());
+  auto sized = SizeDeviceProgram(tp, DeviceMemoryOptions());
+  REQUIRE(sized.ok());
+  INFO("weights as stored: whole " << (*p_whole)->weight_bytes() << ", tiled " << (*p_tiled)->weight_bytes());
+  CHECK((*p_tiled)->weight_bytes() == (*p_whole)->weight_bytes());
+  CHECK((*p_shared)->weight_bytes() == (*p_whole)->weight_bytes());
+  CHECK(sized->weight_bytes == static_cast<int64_t>((*p_whole)->weight_bytes()));
+  CHECK((*p_shared)->load_peak_bytes() == (*p_tiled)->load_peak_bytes());
+  CHECK(sized->load_peak_bytes == static_cast<int64_t>((*p_tiled)->load_peak_bytes()));
+  // What the worker still holds after PrepareReleasingWeights: only the
+  // raw constants some kernel reads in Eval (depthwise weights, biases),
+  // each once.
+  int64_t kept = 0;
+  for (const Graph& sub : released.subgraphs)
+    for (const auto& [v, data] : sub.constants) kept += static_cast<int64_t>(data.values.size()) * 4;
+  int64_t read_whole = 0;
+  for (size_t i = 0; i < wp.subgraphs.size(); ++i)
+    for (const auto& [v, data] : wp.subgraphs[i].constants)
+      if ((*p_whole)->ReadsConstant(static_cast<int>(i), v)) read_whole += static_cast<int64_t>(data.values.size()) * 4;
+  CHECK(kept == read_whole);
+  CHECK(kept > 0);
+
+  // Same answers from the three (bit for bit: same kernels, same sums).
+  std::vector<TensorData> inputs;
+  for (int v : g.inputs) inputs.push_back(SeededInput(g.values[v].shape, 11));
+  auto a = RunProgramsInProcess(g, {tp}, inputs, ro);
+  auto b = RunProgramsInProcess(g, {*shared}, inputs, ro);
+  REQUIRE(a.ok());
+  INFO(b.status().ToString());
+  REQUIRE(b.ok());
+  REQUIRE(a->outputs.size() == b->outputs.size());
+  for (size_t k = 0; k < a->outputs.size(); ++k) CHECK(a->outputs[k].values == b->outputs[k].values);
+  auto runner = (*p_shared)->NewRunner();
+  REQUIRE(runner.ok());
+  std::vector<TensorData> c;
+  REQUIRE((*runner)->Run({nullptr}, inputs, &c).ok());
+  REQUIRE(c.size() == a->outputs.size());
+  for (size_t k = 0; k < c.size(); ++k) CHECK(c[k].values == a->outputs[k].values);
+
+  // A reference to a later subgraph's constant is a clear error, not a read
+  // of memory that is not there.
+  DeviceProgram forward = tp;
+  const auto& [first_shared, owner] = *shared->shared_constants.begin();
+  forward.shared_constants[{owner.first, owner.second}] = first_shared;
+  auto bad = ParseProgram(SerializeProgram(forward, "p"), "forward", &id, true);
+  REQUIRE(!bad.ok());
+  CHECK(bad.status().message().find("not an earlier constant") != std::string::npos);
 }
 
 }  // namespace
