@@ -795,6 +795,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                                          {"compact_weights", d.compact_weights},
                                          {"tiled_paths", d.tiled_paths},
                                          {"tiled_halo_macs", d.tiled_halo_macs},
+                                         {"tiled_halo_s", d.tiled_halo_s},
                                          {"ram_bytes", plan.cluster.devices[i].ram_bytes == kUnlimitedBytes
                                                            ? json(nullptr)
                                                            : json(plan.cluster.devices[i].ram_bytes)}};
@@ -875,9 +876,10 @@ std::string FormatPlanTable(const Plan& plan) {
     if (plan.loads[i].tiled_paths > 0) {
       std::snprintf(line, sizeof line,
                     "%s computes %d stretch(es) of its layers as tiles in turn to fit its RAM (METHODS §6 memory "
-                    "flow; layers marked ffmt on it alone): %lld MACs recomputed\n",
+                    "flow; layers marked ffmt on it alone): %lld MACs recomputed, +%.6f s in its time and the "
+                    "predicted latency\n",
                     plan.cluster.devices[i].name.c_str(), plan.loads[i].tiled_paths,
-                    static_cast<long long>(plan.loads[i].tiled_halo_macs));
+                    static_cast<long long>(plan.loads[i].tiled_halo_macs), plan.loads[i].tiled_halo_s);
       out += line;
     }
   out += "\n";

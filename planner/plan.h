@@ -68,6 +68,7 @@ struct DeviceLoad {
   // alone, with their grid), and the MACs its tiles recompute.
   int tiled_paths = 0;
   int64_t tiled_halo_macs = 0;
+  double tiled_halo_s = 0;  // their time at the device's rate, included in compute_s and the plan's latency
   int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
   int in_flight = 0;
 };

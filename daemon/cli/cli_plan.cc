@@ -28,6 +28,7 @@ struct PlanCommandOptions {
   bool with_weights = false;
   std::string out_path;
   std::string layer_profile;
+  std::string memory_flow = "10%";
   FitOptions fit;
 };
 
@@ -53,12 +54,23 @@ int RunPlan(const PlanCommandOptions& o) {
     if (!profiled.ok()) return ReportError("plan", profiled.status());
     time_model = DescribeLayerProfile(o.layer_profile, *profiled);
   }
+  FitOptions fit = o.fit;
+  if (o.memory_flow == "off") {
+    fit.memory_flow = false;
+  } else {
+    auto overhead = ParseMacOverhead(o.memory_flow);
+    if (!overhead.ok())
+      return ReportError("plan",
+                         Status::InvalidArgument("--memory-flow '" + o.memory_flow +
+                                                 "': give the recomputed MACs allowed (10%, 0.1, none) or off"));
+    fit.max_mac_overhead = *overhead;
+  }
   PlanOptions options;
   options.objective = *objective;
   options.solver = o.solver;
   // The per-device RAM is sized by the workers' own code and checked
   // against every device's ram: (daemon/cluster/plan_fit.h, issue 11).
-  auto plan = PlanWithinMemory(*graph, layers, cluster, options, o.fit);
+  auto plan = PlanWithinMemory(*graph, layers, cluster, options, fit);
   if (!plan.ok()) return ReportError("plan", plan.status().WithContext(o.model.model_path));
   plan->time_model = time_model;
   if (!o.out_path.empty()) {
@@ -90,6 +102,10 @@ void RegisterPlanCommand(CLI::App& app) {
                   "Requests each worker runs at once (each needs its own device arena)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--memory-flow", o->memory_flow,
+                  "A device over its ram: may compute stretches of its layers as tiles in turn, recomputing at most "
+                  "this share of their MACs (10%, 0.1, none), or off")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->add_flag("--with-weights", o->with_weights,
                 "Import the weights too (plan reads shapes only; the plan is the same, this checks it)");

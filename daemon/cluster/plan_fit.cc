@@ -68,7 +68,14 @@ void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
 // Runs the one-device memory flow for device `d` of `plan` and writes the
 // paths it keeps into the plan's layers (scheme ffmt on `d` alone, its grid)
 // and the device's load. Nothing changes when no path shrinks the arena.
-Status TileDeviceLayers(const Graph& graph, int d, const FitOptions& fit, Plan* plan) {
+//
+// Time: the recomputed (halo) MACs run at the device's rate for the tiled
+// layers (the MAC-weighted rate of their kinds, LayerFigures::TimeMacs), and
+// are added to the device's compute time and to the predicted latency (an
+// upper bound: the device may be off the critical path); a pipelined plan's
+// period is the longest stage again.
+Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& layers, int d, const FitOptions& fit,
+                        Plan* plan) {
   MemoryFlowOptions mo;
   mo.max_mac_overhead = fit.max_mac_overhead;
   mo.memory = fit.memory;
@@ -84,8 +91,30 @@ Status TileDeviceLayers(const Graph& graph, int d, const FitOptions& fit, Plan* 
       l.split_axis = "rows";
       l.grid = {p.grid_rows, p.grid_cols};
     }
-  plan->loads[d].tiled_paths = static_cast<int>(r.paths.size());
-  plan->loads[d].tiled_halo_macs = r.halo_macs;
+  DeviceLoad& load = plan->loads[d];
+  load.tiled_paths = static_cast<int>(r.paths.size());
+  load.tiled_halo_macs = r.halo_macs;
+  const Device& device = plan->cluster.devices[d];
+  double macs = 0, seconds = 0;
+  for (const MemoryPath& p : r.paths)
+    for (int k = p.first; k <= p.last && k < static_cast<int>(layers.size()); ++k) {
+      const double rate = device.MacsPerSecond(layers[k].kind);
+      if (rate <= 0 || layers[k].R <= 0) continue;
+      macs += static_cast<double>(layers[k].R);
+      seconds += layers[k].TimeMacs() / rate;
+    }
+  if (macs > 0 && r.halo_macs > 0) {
+    const double extra = static_cast<double>(r.halo_macs) * seconds / macs;
+    load.tiled_halo_s = extra;
+    load.compute_s += extra;
+    plan->latency_s += extra;
+    if (plan->period_s > 0) {
+      plan->period_s = std::max(plan->period_s, load.compute_s + load.send_s);
+      plan->throughput_per_s = 1.0 / plan->period_s;
+    } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
+      plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
+    }
+  }
   spdlog::info("device {}: {} stretch(es) of its layers as tiles: arena {} -> {} bytes, {} MACs recomputed",
                plan->cluster.devices[d].name, r.paths.size(), r.arena_before_bytes, r.arena_after_bytes, r.halo_macs);
   return Status::OK();
@@ -132,7 +161,7 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
       return plan.status();
     }
     for (int d : compact) plan->loads[d].compact_weights = true;
-    for (int d : tiled) TS_RETURN_IF_ERROR(TileDeviceLayers(graph, d, fit, &*plan));
+    for (int d : tiled) TS_RETURN_IF_ERROR(TileDeviceLayers(graph, layers, d, fit, &*plan));
     TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, ToPartitionPlan(*plan)));
     std::vector<Overrun> overruns;
     TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
@@ -154,7 +183,7 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
     if (newly_compact) continue;
     bool newly_tiled = false;
     for (const Overrun& o : overruns)
-      if (tiled.insert(o.device).second) {
+      if (fit.memory_flow && tiled.insert(o.device).second) {
         newly_tiled = true;
         spdlog::info("device {} over its RAM: trying its layers as tiles in turn (memory flow, METHODS §6)",
                      devices[o.device]->name);

@@ -41,6 +41,7 @@ struct FitOptions {
   // in turn (daemon/runtime/memory_flow.h) recomputing at most this share of
   // those layers' MACs; < 0: no limit; 0 still allows halo-free cuts.
   double max_mac_overhead = 0.10;
+  bool memory_flow = true;  // false: never tile (tessera plan --memory-flow off)
 };
 
 // BuildPlan, then size and re-plan as above. On success every Linux device's

@@ -196,7 +196,15 @@ TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memo
   // SingleDevicePlan, so its arena differs a little from optimize-memory's.
   CHECK(l.promised_arena_bytes < untiled.promised_arena_bytes);
   CHECK(l.tiled_halo_macs <= 0.10 * static_cast<double>(layers[0].R + layers[1].R + layers[2].R + layers[3].R));
+  // The recomputed MACs cost time at the device's rate: in its compute time
+  // and in the predicted latency (one device: the same plan otherwise).
+  REQUIRE(plan->cluster.devices[0].macs_per_s > 0);
+  CHECK(l.tiled_halo_s == Approx(static_cast<double>(l.tiled_halo_macs) / plan->cluster.devices[0].macs_per_s));
+  CHECK(l.tiled_halo_s > 0);
+  CHECK(plan->latency_s == Approx(free_plan->latency_s + l.tiled_halo_s));
+  CHECK(l.compute_s == Approx(untiled.compute_s + l.tiled_halo_s));
   CHECK(FormatPlanTable(*plan).find("as tiles in turn") != std::string::npos);
+  CHECK(PlanToJson(*plan)["device_summary"][0]["worker_ram"]["tiled_halo_s"] == Approx(l.tiled_halo_s));
   CHECK(PlanToJson(*plan)["device_summary"][0]["worker_ram"]["tiled_paths"] == l.tiled_paths);
   // The compiled plan sizes to the promise and answers like the model.
   const PartitionPlan pp = ToPartitionPlan(*plan);
