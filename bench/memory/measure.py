@@ -19,7 +19,7 @@ and the gateway's VmRSS after --warmup of them and at the end (issue 11:
 RSS must stay flat).
 
 Usage: measure.py TESSERA MODEL [--input-shape 1x3x608x608] [--devices 4]
-                  [--objective memory] [--requests 3] [--seed 1]
+                  [--objective memory] [--requests 3] [--seed 1] [--ram 56MiB]
                   [--soak 2000 --warmup 200]
 """
 import argparse
@@ -158,6 +158,7 @@ def main():
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--seed", default="1")
     ap.add_argument("--preset", default="RPi4-4GB", help="device preset of every worker in the cluster file")
+    ap.add_argument("--ram", default="", help="ram: of every worker in the cluster file (e.g. 56MiB)")
     ap.add_argument("--soak", type=int, default=0, help="requests over keep-alive HTTP after --requests")
     ap.add_argument("--warmup", type=int, default=200, help="soak requests before the first RSS reading")
     ap.add_argument("--keep", action="store_true")
@@ -196,7 +197,8 @@ def main():
             procs.append(p)
             wait_for(port_file, p, f"worker w{i}")
             addr = open(port_file).read().strip()
-            lines.append(f"  - {{ name: w{i}, kind: linux, address: {addr}, preset: {args.preset} }}")
+            ram = f", ram: {args.ram}" if args.ram else ""
+            lines.append(f"  - {{ name: w{i}, kind: linux, address: {addr}, preset: {args.preset}{ram} }}")
         lines += ["links:", "  default: { bandwidth: 1Gbit/s, latency: 0.2ms }"]
         cluster = os.path.join(d, "cluster.yaml")
         with open(cluster, "w") as f:
@@ -283,6 +285,8 @@ def main():
             st = proc_status(p.pid)
             devices.append({"name": name, "promised_bytes": promised[name]["promised_bytes"],
                             "promised_baseline_bytes": promised[name]["baseline_bytes"],
+                            "tiled_paths": promised[name].get("tiled_paths", 0),
+                            "compact_weights": promised[name].get("compact_weights", False),
                             "peak_rss_bytes": st["VmHWM"], "rss_bytes": st["VmRSS"],
                             "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"],
                             "metrics_peak_rss_bytes": metrics_peak.get(name),

@@ -154,6 +154,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   std::vector<bool> constant_read(nv, false);
   std::vector<std::unique_ptr<Kernel>> kernels;
   TS_RETURN_IF_ERROR(PrepareKernels(graph, p->options, &constant_read, &kernels, release, &p->load_peak_bytes));
+  p->options.weight_forms = nullptr;  // borrowed for Create only
+  p->options.keep_constants = nullptr;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     Prepared::Step step;
     step.node = &graph.nodes[n];
