@@ -33,6 +33,8 @@
 #include "partition/compile/forced_plan.h"
 #include "partition/compile/program_compiler.h"
 #include "partition/graph/metrics.h"
+#include "planner/cluster.h"
+#include "util/quantity.h"
 
 namespace tessera {
 
@@ -50,6 +52,8 @@ struct PlanForDemo {
   // Per device: what its worker was promised to hold (issue 11 item 5:
   // printed beside the measured peak RSS).
   std::vector<DeviceMemory> memory;
+  std::vector<int> tiled_stretches;  // per device, planner plans only
+  std::vector<int64_t> ram_bytes;    // per device: its ram: (planner plans only)
 };
 
 // The demo's figures after the requests, for the table and the JSON.
@@ -80,6 +84,9 @@ Result<PlanForDemo> PlanWithPlanner(const Graph& graph, const DemoOptions& d, co
   so.work_dir = dir;
   so.memory.threads = d.threads;
   so.memory.in_flight = std::max(1, d.clients);  // the demo's gateway runs that many at once
+  if (!d.ram.empty()) {
+    TS_ASSIGN_OR_RETURN(so.loopback_ram_bytes, ParseByteSize(d.ram));
+  }
   TS_ASSIGN_OR_RETURN(ServedPlan served, PrepareLoopbackPlan(graph, *endpoints, so));
   PlanForDemo pd;
   pd.plan_id = served.plan_id;
@@ -88,6 +95,18 @@ Result<PlanForDemo> PlanWithPlanner(const Graph& graph, const DemoOptions& d, co
   pd.predicted_sent_bytes = served.predicted_sent_bytes;
   pd.memory = served.memory;
   pd.planner_used = true;
+  // Stretches of layers a device computes alone as tiles in turn to fit its
+  // ram: (the one-device memory flow, plan_fit.h): runs of FFMT layers on
+  // that device alone.
+  pd.tiled_stretches.assign(served.plan.num_devices, 0);
+  for (size_t k = 0; k < served.plan.layers.size(); ++k) {
+    const LayerAssignment& l = served.plan.layers[k];
+    const bool alone = l.scheme == LayerScheme::kFfmt && l.devices.size() == 1;
+    const bool continues = k > 0 && served.plan.layers[k - 1].scheme == LayerScheme::kFfmt &&
+                           served.plan.layers[k - 1].devices == l.devices;
+    if (alone && !continues && l.devices[0] < served.plan.num_devices) ++pd.tiled_stretches[l.devices[0]];
+  }
+  pd.ram_bytes = served.ram_bytes;
   *endpoints = served.workers;
   return pd;
 }
@@ -117,6 +136,8 @@ Result<PlanForDemo> MakeDemoPlan(const Graph& graph, const DemoOptions& d, const
   if (!d.force.empty()) return PlanForced(graph, d);
   auto planned = PlanWithPlanner(graph, d, dir, endpoints);
   if (planned.ok()) return planned;
+  // A forced plan ignores ram:; with --ram the planner's refusal is the answer.
+  if (!d.ram.empty()) return planned.status();
   spdlog::warn("the planner could not plan the demo ({}); using a forced FFMT plan", planned.status().ToString());
   return PlanForced(graph, d);
 }
@@ -150,8 +171,8 @@ GatewayOptions DemoGatewayOptions(const Graph& graph, const DemoOptions& d, cons
   go.max_in_flight = std::max(1, d.clients);
   if (!d.unplug) return go;
   const Graph* model = &graph;  // outlives the gateway (RunDemo's local)
-  go.failover = [model, endpoints, dir, objective = d.objective](
-                    const std::vector<std::string>& down) -> Result<ServedCluster> {
+  go.failover = [model, endpoints, dir, objective = d.objective,
+                 ram = d.ram](const std::vector<std::string>& down) -> Result<ServedCluster> {
     std::vector<WorkerEndpoint> alive;
     for (const auto& w : endpoints)
       if (std::find(down.begin(), down.end(), w.name) == down.end()) alive.push_back(w);
@@ -159,6 +180,9 @@ GatewayOptions DemoGatewayOptions(const Graph& graph, const DemoOptions& d, cons
     so.objective = objective;
     so.work_dir = dir;
     so.probe_timeout = std::chrono::milliseconds(1000);
+    if (!ram.empty()) {
+      TS_ASSIGN_OR_RETURN(so.loopback_ram_bytes, ParseByteSize(ram));
+    }
     TS_ASSIGN_OR_RETURN(ServedPlan next, PrepareLoopbackPlan(*model, alive, so));
     return DeployServedPlan(next, TransportSecurity{});
   };
@@ -234,16 +258,20 @@ void ReportMemory(const std::vector<DeployedDevice>& deployed, const std::vector
     const auto status = demo::WorkerStatus(endpoints[i].address);
     const int64_t promised = i < pd.memory.size() ? pd.memory[i].total_bytes() : 0;
     const int64_t peak = status ? status->peak_rss_bytes() : 0;
-    report->memory.push_back({{"device", endpoints[i].name},
-                              {"address", endpoints[i].address},
-                              {"memory_bytes", deployed[i].memory_bytes},
-                              {"weight_bytes", deployed[i].weight_bytes},
-                              {"program_bytes", deployed[i].program_bytes},
-                              {"peak_in_flight", status ? status->peak_in_flight() : -1},
-                              {"promised_bytes", promised},
-                              {"peak_rss_bytes", peak},
-                              {"rss_bytes", status ? status->rss_bytes() : 0},
-                              {"peak_over_promised", promised > 0 ? static_cast<double>(peak) / promised : 0.0}});
+    report->memory.push_back(
+        {{"device", endpoints[i].name},
+         {"address", endpoints[i].address},
+         {"memory_bytes", deployed[i].memory_bytes},
+         {"weight_bytes", deployed[i].weight_bytes},
+         {"program_bytes", deployed[i].program_bytes},
+         {"peak_in_flight", status ? status->peak_in_flight() : -1},
+         {"promised_bytes", promised},
+         {"peak_rss_bytes", peak},
+         {"rss_bytes", status ? status->rss_bytes() : 0},
+         {"peak_over_promised", promised > 0 ? static_cast<double>(peak) / promised : 0.0},
+         {"tiled_stretches", i < pd.tiled_stretches.size() ? pd.tiled_stretches[i] : 0},
+         {"ram_bytes", i < pd.ram_bytes.size() && pd.ram_bytes[i] != kUnlimitedBytes ? nlohmann::json(pd.ram_bytes[i])
+                                                                                     : nlohmann::json(nullptr)}});
   }
 }
 
@@ -278,19 +306,25 @@ void PrintDemoJson(const DemoOptions& d, const PlanForDemo& pd, const DemoReport
 }
 
 void PrintMemoryTable(const PlanForDemo& pd, const DemoReport& r) {
-  std::printf("%-6s %-22s %12s %12s %12s %12s %12s %9s\n", "device", "address", "weights MiB", "working MiB",
-              "program MiB", "promised MiB", "peak RSS MiB", "peak/prom");
+  std::printf("%-6s %-22s %12s %12s %12s %12s %12s %9s %9s %6s\n", "device", "address", "weights MiB", "working MiB",
+              "program MiB", "promised MiB", "peak RSS MiB", "peak/prom", "ram MiB", "tiled");
   for (const auto& row : r.memory) {
     const double promised = row["promised_bytes"].get<int64_t>() / 1048576.0;
     const double peak = row["peak_rss_bytes"].get<int64_t>() / 1048576.0;
-    std::printf("%-6s %-22s %12.2f %12.2f %12.2f %12.2f %12.2f %9.2f\n", row["device"].get<std::string>().c_str(),
-                row["address"].get<std::string>().c_str(), row["weight_bytes"].get<int64_t>() / 1048576.0,
-                row["memory_bytes"].get<int64_t>() / 1048576.0, row["program_bytes"].get<int64_t>() / 1048576.0,
-                promised, peak, promised > 0 ? peak / promised : 0.0);
+    char ram[32] = "-";
+    if (!row["ram_bytes"].is_null())
+      std::snprintf(ram, sizeof ram, "%.2f", row["ram_bytes"].get<int64_t>() / 1048576.0);
+    std::printf("%-6s %-22s %12.2f %12.2f %12.2f %12.2f %12.2f %9.2f %9s %6d\n",
+                row["device"].get<std::string>().c_str(), row["address"].get<std::string>().c_str(),
+                row["weight_bytes"].get<int64_t>() / 1048576.0, row["memory_bytes"].get<int64_t>() / 1048576.0,
+                row["program_bytes"].get<int64_t>() / 1048576.0, promised, peak, promised > 0 ? peak / promised : 0.0,
+                ram, row["tiled_stretches"].get<int>());
   }
-  std::printf("promised = worker baseline + max(weights as stored + %d x (arena + request I/O), weights while "
-              "loading); peak RSS = the worker's VmHWM (Worker.GetStatus)\n",
-              pd.memory.empty() ? 1 : pd.memory[0].in_flight);
+  std::printf(
+      "promised = worker baseline + max(weights as stored + %d x (arena + request I/O), weights while "
+      "loading); peak RSS = the worker's VmHWM (Worker.GetStatus); tiled = stretches of layers the device "
+      "computes as tiles in turn to fit its ram: (--ram)\n",
+      pd.memory.empty() ? 1 : pd.memory[0].in_flight);
 }
 
 void PrintLinkTable(const DemoReport& r) {
@@ -391,6 +425,9 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_option("--clients", d->clients, "Concurrent clients")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--objective", d->objective, "Planner objective")->capture_default_str();
   cmd->add_option("--force", d->force, "Use a forced plan (ffmt|fdto|fdti|pairs|pipeline) instead of the planner");
+  cmd->add_option("--ram", d->ram,
+                  "ram: of every worker, e.g. 56MiB: the planner fits the plan into it (compact weights, layers as "
+                  "tiles in turn, less work on it) or the demo stops naming the device short of it");
   cmd->add_flag("--keep", d->keep, "Keep the demo's temporary directory (plan, worker data)");
   cmd->add_flag("--json", d->json, "Print JSON");
   cmd->add_option("--mcu", d->mcu,

@@ -21,6 +21,9 @@ struct DemoOptions {
   bool keep = false;
   int mcu = 0;          // > 0: the mixed Linux + MCU cluster under QEMU (issue 6)
   bool unplug = false;  // SIGKILL the last worker half-way; the gateway fails over
+  // ram: of every worker ("" = unlimited): the planner fits the plan into it
+  // (compact weights, layers as tiles in turn, less work; plan_fit.h).
+  std::string ram;
 };
 
 // Exit codes: 0 every answer matched, 2 some did not, 77 QEMU or the

@@ -249,6 +249,7 @@ Result<ServedPlan> PrepareLoopbackPlan(const Graph& graph, const std::vector<Wor
   for (size_t i = 0; i < workers.size(); ++i) {
     cluster.devices[i].name = workers[i].name;
     cluster.devices[i].address = workers[i].address;
+    if (options.loopback_ram_bytes > 0) cluster.devices[i].ram_bytes = options.loopback_ram_bytes;
   }
   return PrepareServedPlan(graph, cluster, options);
 }

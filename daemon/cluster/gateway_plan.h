@@ -48,6 +48,8 @@ struct ServePlanOptions {
   std::chrono::milliseconds probe_timeout{3000};  // per worker, with only_healthy
   TransportSecurity security;
   DeviceMemoryOptions memory;  // the workers' threads and requests in flight
+  // PrepareLoopbackPlan: the ram: of every worker (0: unlimited).
+  int64_t loopback_ram_bytes = 0;
   // Measured per-layer times for the compute model (planner/layer_profile.h;
   // `tessera run --profile --json`); "" = MACs at each device's rate.
   std::string layer_profile;

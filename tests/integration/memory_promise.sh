@@ -90,6 +90,28 @@ print("%s mobilenet_v2 in 56 MiB: %d tiled stretch(es), compact weights %s, prom
     "PASS" if ok else "FAIL", d["tiled_paths"], d["compact_weights"], d["promised_bytes"] / 2**20,
     d["peak_rss_bytes"] / 2**20))
 sys.exit(0 if ok else 1)' || fail=1
+# The same through `tessera demo --ram`: its table and JSON show the tiled
+# stretches beside promised and measured memory, and every answer matches.
+demo=$(timeout 300 "$T" demo --model "$out/mobilenet_v2.onnx" --devices 1 --ram 56MiB --requests 4 --json 2>/dev/null) ||
+  { echo "FAIL demo --ram 56MiB: rc=$?"; fail=1; }
+echo "$demo" | "$py" -c '
+import json, sys
+j = json.load(sys.stdin)
+d = j["device_memory"][0]
+ok = (j["all_match"] and d["tiled_stretches"] >= 1 and d["ram_bytes"] == 56 * 2**20
+      and d["promised_bytes"] <= d["ram_bytes"] and d["peak_rss_bytes"] <= 1.15 * d["promised_bytes"] + 40 * 2**20)
+print("%s demo --ram 56MiB: %d tiled stretch(es), all match %s, promised %.1f MiB, VmHWM %.1f MiB" % (
+    "PASS" if ok else "FAIL", d["tiled_stretches"], j["all_match"], d["promised_bytes"] / 2**20,
+    d["peak_rss_bytes"] / 2**20))
+sys.exit(0 if ok else 1)' || fail=1
+# A ram: no plan fits: the demo stops naming the device (no forced fallback).
+if err=$(timeout 120 "$T" demo --model "$out/mobilenet_v2.onnx" --devices 1 --ram 40MiB --requests 1 2>&1); then
+  echo "FAIL demo --ram 40MiB ran"; fail=1
+elif grep -q "device w1 needs" <<<"$err"; then
+  echo "PASS demo --ram 40MiB refused: $(tail -1 <<<"$err" | cut -c1-200)"
+else
+  echo "FAIL demo --ram 40MiB: $(tail -2 <<<"$err")"; fail=1
+fi
 
 # Refusals: clusters too small for the model.
 tmp=$(mktemp -d)
