@@ -25,13 +25,17 @@ for spec in yolov2-tiny:1x3x160x160 yolov2:1x3x160x160 yolov1-tiny:1x3x448x448 a
   check "darknet-$name" "$cfg/$name.cfg" "${spec#*:}" 10% no-worse
 done
 
-models=(mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0 efficientnet_b0 mobilenet_v3_small
-        shufflenet_v2_x0_5 regnet_y_400mf convnext_tiny lraspp_mobilenet_v3_large)
+# Every architecture tests/oracle/export_torchvision.py builds (as in
+# plan_property_zoo.sh).
+models=(mobilenet_v2 resnet18 squeezenet1_0 googlenet mnasnet1_0 resnet50 efficientnet_b0 mobilenet_v3_small
+        regnet_y_400mf resnext50_32x4d shufflenet_v2_x0_5 densenet121 inception_v3 convnext_tiny
+        lraspp_mobilenet_v3_large ops_decoder)
 source "$repo/tests/oracle/ensure_models.sh"
 for m in "${models[@]}"; do
   case $m in  # export_torchvision.py's INPUT_SIZE
     convnext_tiny) shape=1x3x64x64 ;;
     lraspp_mobilenet_v3_large) shape=1x3x128x128 ;;
+    ops_decoder) shape=1x3x40x40 ;;
     *) shape=1x3x224x224 ;;
   esac
   check "torchvision-$m" "$out/$m.onnx" "$shape" 10% no-worse
