@@ -151,30 +151,23 @@ class ConvKernel final : public Kernel {
     const std::string form = strategy_ == kWinograd ? "conv-winograd"
                                                     : "conv-gemm|g" + std::to_string(group_) + "|m" +
                                                           std::to_string(og_) + "|k" + std::to_string(k);
-    const std::string key = ctx.weight_forms ? WeightForms::ConstantKey(ctx, 1) + "|" + form : std::string();
-    if (ctx.weight_forms != nullptr) {
-      if (ctx.shapes_only && ctx.weight_forms->Contains(key)) return Status::OK();
-      if (!ctx.shapes_only && (packed_ = ctx.weight_forms->Find<std::vector<PackedMatrix>>(key)) != nullptr)
-        return Status::OK();
-    }
-    made_form_ = true;
-    if (ctx.shapes_only) {
+    packed_ = WeightForms::Share<std::vector<PackedMatrix>>(
+        ctx, 1, form,
+        [&] {
+          const float* wt = ctx.constant_inputs[1]->values.data();
+          auto made = std::make_shared<std::vector<PackedMatrix>>();
+          if (strategy_ == kWinograd) {
+            PrepareWinograd(wt, made.get());
+          } else {
+            made->resize(group_);
+            for (int64_t g = 0; g < group_; ++g) (*made)[g].Pack(wt + g * og_ * k, og_, k, k);
+          }
+          return made;
+        },
+        &made_form_);
+    if (made_form_)
       owned_bytes_ = strategy_ == kWinograd ? 16 * PackedMatrix::BytesFor(o_, c_)
                                             : static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
-      if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, std::make_shared<const int>(0));
-      return Status::OK();
-    }
-    const float* wt = ctx.constant_inputs[1]->values.data();
-    auto made = std::make_shared<std::vector<PackedMatrix>>();
-    if (strategy_ == kWinograd) {
-      PrepareWinograd(wt, made.get());
-    } else {
-      made->resize(group_);
-      for (int64_t g = 0; g < group_; ++g) (*made)[g].Pack(wt + g * og_ * k, og_, k, k);
-    }
-    for (const auto& m : *made) owned_bytes_ += m.bytes();
-    packed_ = made;
-    if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, packed_);
     return Status::OK();
   }
 

@@ -81,25 +81,16 @@ class ConvTransposeKernel final : public Kernel {
     TS_ASSIGN_OR_RETURN(const TensorData* weights, RequireConstant(ctx, 1, "weights"));
     // Wᵀ packed per group, shared with the kernels of the program that read
     // the same weight (weight_forms.h: the tiles of an FFMT stack).
-    packed_.reset();
-    packed_bytes_ = 0;
-    const std::string key = ctx.weight_forms
-                                ? WeightForms::ConstantKey(ctx, 1) + "|conv-transpose|g" + std::to_string(group_)
-                                : std::string();
-    if (ctx.weight_forms != nullptr) {
-      if (ctx.shapes_only && ctx.weight_forms->Contains(key)) return Status::OK();
-      if (!ctx.shapes_only && (packed_ = ctx.weight_forms->Find<std::vector<PackedMatrix>>(key)) != nullptr)
-        return Status::OK();
-    }
-    packed_bytes_ = static_cast<size_t>(group_) * PackedMatrix::BytesFor(rows, cg_);
-    if (ctx.shapes_only) {
-      if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, std::make_shared<const int>(0));
-      return Status::OK();
-    }
-    auto made = std::make_shared<std::vector<PackedMatrix>>();
-    PackWeights(weights->values.data(), made.get());
-    packed_ = made;
-    if (ctx.weight_forms != nullptr) ctx.weight_forms->Insert(key, packed_);
+    bool made = false;
+    packed_ = WeightForms::Share<std::vector<PackedMatrix>>(
+        ctx, 1, "conv-transpose|g" + std::to_string(group_),
+        [&] {
+          auto packed = std::make_shared<std::vector<PackedMatrix>>();
+          PackWeights(weights->values.data(), packed.get());
+          return packed;
+        },
+        &made);
+    packed_bytes_ = made ? static_cast<size_t>(group_) * PackedMatrix::BytesFor(rows, cg_) : 0;
     return Status::OK();
   }
 
