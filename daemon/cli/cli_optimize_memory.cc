@@ -128,7 +128,7 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
               FormatBytes(static_cast<double>(r->need_before())).c_str(),
               FormatBytes(static_cast<double>(r->need_after())).c_str(),
               r->need_before() > 0 ? static_cast<double>(r->need_after()) / r->need_before() : 1.0);
-  std::printf("  weights held while the program loads (raw + packed so far): %s -> %s%s\n",
+  std::printf("  weights held while a worker loads the program (forms so far + a block): %s -> %s%s\n",
               FormatBytes(static_cast<double>(r->load_peak_before_bytes)).c_str(),
               FormatBytes(static_cast<double>(r->load_peak_after_bytes)).c_str(),
               r->load_peak_after_bytes > r->need_after() ? " (more than arena + weights: loading sets the peak)" : "");

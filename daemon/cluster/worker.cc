@@ -4,14 +4,15 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <set>
-#include <utility>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "daemon/cluster/service_notify.h"
 #include "daemon/cluster/worker_mcu_bridge.h"
@@ -128,8 +129,23 @@ void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
 }
 }  // namespace
 
-WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {}
-WorkerService::~WorkerService() = default;
+WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {
+  if (!options_.data_dir.empty()) return;
+  std::error_code ec;
+  std::string pattern = (fs::temp_directory_path(ec) / "tessera-worker-XXXXXX").string();
+  if (!ec && ::mkdtemp(pattern.data()) != nullptr) {
+    scratch_dir_ = pattern;
+  } else {
+    spdlog::warn("worker {}: no scratch directory under the temporary directory; programs are received in memory",
+                 options_.name);
+  }
+}
+
+WorkerService::~WorkerService() {
+  if (scratch_dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(scratch_dir_, ec);
+}
 
 Status WorkerService::OpenMcu() {
   if (options_.mcu.serial.empty() || bridge_) return Status::OK();
@@ -248,8 +264,8 @@ std::string CallerName(const std::vector<std::string>& names) {
 }  // namespace
 
 Status WorkerService::Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
-                                       const std::string& program_sha256, bool persist,
-                                       proto::LoadProgramReply* reply) {
+                              const std::string& program_sha256, bool persist, proto::LoadProgramReply* reply,
+                              const std::string& program_file) {
   std::lock_guard<std::mutex> install_lock(install_mu_);
   // Who may start requests: the loader (LoadProgram sets loaded_by from its
   // certificate) and the callers it names. Kept on disk as run_callers.
@@ -329,6 +345,11 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   loaded->run_callers = callers;
   int64_t program_size = 0;
   for (const std::string& c : program_chunks) program_size += static_cast<int64_t>(c.size());
+  if (!program_file.empty()) {
+    std::error_code ec;
+    program_size = static_cast<int64_t>(fs::file_size(program_file, ec));
+    if (ec) return Status::IOError("cannot read " + program_file + ": " + ec.message());
+  }
   // The program goes to disk first (beside, renamed into place only once it
   // loaded), so its bytes can be freed while it is decoded: one copy of the
   // program in memory at a time (issue 11). LoadProgram streams it there
@@ -353,11 +374,17 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   // A constant the program holds more than once (the tiles of an FFMT stack)
   // is decoded once and read by the runner from there; an MCU bridge
   // translates every subgraph with its own weights instead.
+  // Decoded from a file, a Linux worker leaves every weight there until its
+  // kernel reads it (a block at a time when it packs it): a load holds the
+  // program as it will run plus about one chunk (issue 11 item 2).
   const bool share_constants = bridge_ == nullptr;
   if (persist) {  // parsed back from disk: the bytes are freed first
     std::vector<std::string>().swap(program_chunks);
-    TS_ASSIGN_OR_RETURN(loaded->program,
-                        ParseProgramFile((dir / "program.pb.tmp").string(), origin, &plan_id, share_constants));
+    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgramFile((dir / "program.pb.tmp").string(), origin, &plan_id,
+                                                          share_constants, /*stream_constants=*/share_constants));
+  } else if (!program_file.empty()) {
+    TS_ASSIGN_OR_RETURN(loaded->program, ParseProgramFile(program_file, origin, &plan_id, share_constants,
+                                                          /*stream_constants=*/share_constants));
   } else {
     std::string program_bytes;
     if (program_chunks.size() == 1) {
@@ -407,6 +434,7 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     // every request in flight gets a runner (arena) over the same kernels.
     loaded->weight_bytes = 0;
     TS_ASSIGN_OR_RETURN(loaded->prepared, PreparedProgram::PrepareReleasingWeights(&loaded->program, ro));
+    loaded->program.constant_file.reset();  // every kernel has read what it needs
     TS_ASSIGN_OR_RETURN(auto runner, loaded->prepared->NewRunner());
     loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
     loaded->weight_bytes = static_cast<int64_t>(runner->weight_bytes());
@@ -470,9 +498,16 @@ Status WorkerService::ResumeFromDisk() {
   proto::ProgramChunk header;
   if (!header.ParseFromString(slurp(dir / "program.header")))
     return Status::DataLoss((dir / "program.header").string() + " is corrupt; redeploy (tessera deploy)");
-  std::string program = slurp(dir / "program.pb");
-  const std::string sha256 = Sha256Hex(program);
-  return Install({std::move(program)}, header, sha256, /*persist=*/false, nullptr)
+  // Hashed and decoded from the file, a buffer at a time (never held whole).
+  Sha256 content;
+  {
+    std::ifstream in(dir / "program.pb", std::ios::binary);
+    std::vector<char> buffer(1 << 16);
+    while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0)
+      content.Update(std::string_view(buffer.data(), static_cast<size_t>(in.gcount())));
+    if (in.bad()) return Status::IOError("cannot read " + (dir / "program.pb").string());
+  }
+  return Install({}, header, content.HexDigest(), /*persist=*/false, nullptr, (dir / "program.pb").string())
       .WithContext("resuming from " + options_.data_dir);
 }
 
@@ -485,8 +520,9 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   // kReceivingFile and is freed (issue 11: a load holds one chunk, then
   // Install decodes the file once); without one they are kept for Install.
   std::vector<std::string> chunks;
-  const bool stream = !options_.data_dir.empty();
-  const fs::path receiving = fs::path(options_.data_dir) / kReceivingFile;
+  const fs::path receive_dir = options_.data_dir.empty() ? fs::path(scratch_dir_) : fs::path(options_.data_dir);
+  const bool stream = !receive_dir.empty();
+  const fs::path receiving = receive_dir / kReceivingFile;
   std::ofstream out;
   struct RemoveOnExit {
     const fs::path& path;
@@ -523,7 +559,7 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
     if (stream) {
       if (!out.is_open()) {
         std::error_code ec;
-        fs::create_directories(options_.data_dir, ec);
+        fs::create_directories(receive_dir, ec);
         out.open(receiving, std::ios::binary | std::ios::trunc);
       }
       out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
@@ -552,7 +588,10 @@ grpc::Status WorkerService::LoadProgram(grpc::ServerContext* context, grpc::Serv
   header.clear_loaded_by();
   if (const std::vector<std::string> names = PeerCertificateNames(*context); !names.empty())
     header.set_loaded_by(names.front());
-  Status st = Install(std::move(chunks), header, content.HexDigest(), /*persist=*/true, reply);
+  // With --data-dir Install moves the file into place; without, it decodes
+  // the scratch file, removed when this returns (cleanup above).
+  Status st = Install(std::move(chunks), header, content.HexDigest(), /*persist=*/true, reply,
+                      options_.data_dir.empty() && stream ? receiving.string() : std::string());
   if (!st.ok()) spdlog::warn("worker {}: load from {} refused: {}", options_.name, peer, st.ToString());
   return ToGrpcStatus(st);
 }

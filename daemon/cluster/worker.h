@@ -90,8 +90,13 @@ class WorkerService final : public proto::Worker::Service {
   // that hash: under the plan id of the loaded program, only the same
   // program (and the same devices) is accepted — as a no-op — and anything
   // else is refused with AlreadyExists before the data dir is touched.
+  // `program_file`: the encoded program is this file (program_chunks is
+  // empty), decoded from there with its weights left in it until they
+  // prepare (issue 11 item 2): the data dir's program.pb on a resume, the
+  // scratch file of a worker without --data-dir.
   Status Install(std::vector<std::string> program_chunks, const proto::ProgramChunk& header,
-                          const std::string& program_sha256, bool persist, proto::LoadProgramReply* reply);
+                 const std::string& program_sha256, bool persist, proto::LoadProgramReply* reply,
+                 const std::string& program_file = "");
   // The checks of issue 14 "Bounded by construction" with TLS: OK when the
   // caller (names from its certificate) may Run this request of `loaded`;
   // PermissionDenied naming who may otherwise.
@@ -115,6 +120,11 @@ class WorkerService final : public proto::Worker::Service {
                              std::chrono::steady_clock::time_point deadline, proto::RunReply* reply);
 
   const WorkerOptions options_;
+  // Without --data-dir, where a program arrives (a private directory under
+  // the temporary directory, removed with the service): it is decoded from
+  // the file like a data dir's, never held whole in memory. Empty when it
+  // could not be made (then programs arrive in memory).
+  std::string scratch_dir_;
   std::unique_ptr<McuBridge> bridge_;  // set by OpenMcu; then every program runs on the MCU
   std::mutex install_mu_;  // one Install at a time (the plan-id check and the swap are one step)
   mutable std::mutex mu_;

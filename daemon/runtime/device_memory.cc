@@ -10,6 +10,9 @@ Result<DeviceMemory> SizeDeviceProgram(const DeviceProgram& program, const Devic
   RunnerOptions ro;
   ro.threads = options.threads;
   ro.shapes_only = true;
+  // A worker decodes its program from a file and reads each weight as its
+  // kernel prepares (worker.cc; issue 11 item 2).
+  ro.streamed_load = true;
   TS_ASSIGN_OR_RETURN(auto prepared, PreparedProgram::Prepare(program, ro));
   DeviceMemory m;
   m.device = program.device;

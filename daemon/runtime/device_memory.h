@@ -10,10 +10,15 @@
 //                      + in_flight × (device arena         (one per request)
 //                                     + request I/O),      (model inputs/outputs
 //                                                           as messages, 3 copies)
-//                      weights held while loading )        (raw + repacked so far)
+//                      weights held while loading )        (forms so far + one block)
 //
-// The second term matters where repacking is not free: while a layer is
-// repacked its raw and packed forms coexist (PreparedProgram::load_peak_bytes).
+// The second term: a worker decodes its program from a file and leaves the
+// weights there; each kernel reads its weight as it prepares, a block of
+// ~1 MiB at a time when it packs or transforms it (issue 11 item 2;
+// ExecutorOptions::streamed_constants). Weights that tiles of an FFMT
+// stack share are read whole at decode, and a kernel that repacks without
+// streaming (ConvTranspose, LayerNorm) holds one layer's raw weights beside
+// its form (PreparedProgram::load_peak_bytes, RunnerOptions::streamed_load).
 #pragma once
 
 #include <algorithm>

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "partition/compile/constant_file.h"
 #include "partition/graph/arena_layout.h"
 
 namespace tessera {
@@ -82,13 +83,52 @@ namespace {
 // release (graph constants not yet released + repacked forms made so far +
 // the preparing kernel's transient), whether or not `release` is given:
 // what a worker's PrepareReleasingWeights peaks at (device_memory.h).
+// Reads the graph's streamed constants from the program's file
+// (ExecutorOptions::streamed_constants); Materialize writes into the
+// graph's TensorData, which CreateReleasingWeights holds mutable.
+class FileConstantStream : public ConstantStream {
+ public:
+  FileConstantStream(const ConstantFile* file, std::unordered_map<const TensorData*, int64_t> offsets)
+      : file_(file), offsets_(std::move(offsets)) {}
+  Status Read(const TensorData* data, int64_t first, int64_t count, float* dst) const override {
+    auto it = offsets_.find(data);
+    if (it == offsets_.end() || file_ == nullptr) return Status::Internal("a constant read as streamed is not");
+    if (first < 0 || count < 0 || first + count > NumElements(data->shape))
+      return Status::Internal("a streamed read outside its constant");
+    return file_->Read(it->second + first * 4, count, dst);
+  }
+  Status Materialize(const TensorData* data) const override {
+    const int64_t n = NumElements(data->shape);
+    if (static_cast<int64_t>(data->values.size()) == n) return Status::OK();
+    auto* mutable_data = const_cast<TensorData*>(data);  // the release graph's (see above)
+    mutable_data->values.resize(static_cast<size_t>(n));
+    return Read(data, 0, n, mutable_data->values.data());
+  }
+
+ private:
+  const ConstantFile* file_;
+  std::unordered_map<const TensorData*, int64_t> offsets_;
+};
+
 Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::vector<bool>* constant_read,
                       std::vector<std::unique_ptr<Kernel>>* kernels, Graph* release, size_t* load_peak) {
   std::vector<int> readers_left(graph.values.size(), 0);
+  // Streamed constants (ExecutorOptions::streamed_constants) are in the
+  // file, not in memory, until a kernel reads one whole.
+  std::vector<bool> in_file(graph.values.size(), false);
+  std::unordered_map<const TensorData*, int64_t> offsets;
+  if (options.streamed_constants != nullptr)
+    for (const auto& [v, offset] : *options.streamed_constants)
+      if (v >= 0 && static_cast<size_t>(v) < graph.values.size() && graph.values[v].constant &&
+          OwnConstant(options, v)) {
+        in_file[v] = true;
+        offsets[graph.ConstantData(v)] = offset;
+      }
+  const FileConstantStream stream(options.constant_file, std::move(offsets));
   size_t held = 0;
   for (const Node& node : graph.nodes)
     for (int v : node.inputs)
-      if (v >= 0 && graph.values[v].constant && readers_left[v]++ == 0 && OwnConstant(options, v))
+      if (v >= 0 && graph.values[v].constant && readers_left[v]++ == 0 && OwnConstant(options, v) && !in_file[v])
         held += ValueBytes(graph.values[v]);
   *load_peak = held;
   WeightForms own_forms;
@@ -99,9 +139,18 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
       return Status::NotSupported("node '" + node.name + "': op " + node.op + " has no kernel in tessera");
     std::unique_ptr<Kernel> kernel = factory();
     KernelContext ctx{graph, node, {}, {}, {}, options.threads, options.shapes_only, forms};
-    for (int v : node.inputs) {
+    ctx.constant_stream = options.shapes_only ? nullptr : &stream;
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const int v = node.inputs[k];
       ctx.input_shapes.push_back(v >= 0 ? graph.values[v].shape : Shape{});
       ctx.constant_inputs.push_back(v >= 0 ? ConstantFor(graph, options, v) : nullptr);
+      // A streamed constant the kernel does not stream is read whole now.
+      if (v >= 0 && in_file[v] && !kernel->StreamsConstant(static_cast<int>(k))) {
+        if (!options.shapes_only) TS_RETURN_IF_ERROR(stream.Materialize(ctx.constant_inputs.back()));
+        in_file[v] = false;
+        held += ValueBytes(graph.values[v]);
+      }
+      ctx.streamed_inputs.push_back(v >= 0 && in_file[v]);
     }
     for (int v : node.outputs) ctx.output_shapes.push_back(graph.values[v].shape);
     Status st = kernel->Prepare(ctx);
@@ -110,13 +159,21 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
         st = st.WithContext("node '" + node.name + "' (" + node.op + ")");
       return st;
     }
+    // A streamed constant the kernel keeps as it is was read whole.
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const int v = node.inputs[k];
+      if (v >= 0 && ctx.streamed_inputs[k] && in_file[v] && kernel->ReadsConstantInEval(static_cast<int>(k))) {
+        in_file[v] = false;
+        held += ValueBytes(graph.values[v]);
+      }
+    }
     *load_peak = std::max(*load_peak, held + kernel->OwnedWeightBytes() + kernel->PrepareTransientBytes());
     held += kernel->OwnedWeightBytes();
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       const int v = node.inputs[k];
       if (v < 0 || !graph.values[v].constant) continue;
       if (kernel->ReadsConstantInEval(static_cast<int>(k))) (*constant_read)[v] = true;
-      if (--readers_left[v] == 0 && !(*constant_read)[v] && OwnConstant(options, v) &&
+      if (--readers_left[v] == 0 && !(*constant_read)[v] && OwnConstant(options, v) && !in_file[v] &&
           (options.keep_constants == nullptr || options.keep_constants->count(v) == 0)) {
         held -= ValueBytes(graph.values[v]);
         if (release == nullptr) continue;
@@ -153,9 +210,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   // 1. Kernels.
   std::vector<bool> constant_read(nv, false);
   std::vector<std::unique_ptr<Kernel>> kernels;
+  if (p->options.streamed_constants != nullptr && !p->options.streamed_constants->empty() && release == nullptr &&
+      !p->options.shapes_only)
+    return Status::Internal("streamed constants need CreateReleasingWeights");
   TS_RETURN_IF_ERROR(PrepareKernels(graph, p->options, &constant_read, &kernels, release, &p->load_peak_bytes));
   p->options.weight_forms = nullptr;  // borrowed for Create only
   p->options.keep_constants = nullptr;
+  p->options.streamed_constants = nullptr;
+  p->options.constant_file = nullptr;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     Prepared::Step step;
     step.node = &graph.nodes[n];

@@ -38,6 +38,8 @@
 
 namespace tessera {
 
+class ConstantFile;  // partition/compile/constant_file.h
+
 struct ExecutorOptions {
   int threads = 1;  // intra-op threads (kernels use up to this many)
   bool profile = false;  // time every step of every Run (StepSeconds)
@@ -67,6 +69,15 @@ struct ExecutorOptions {
   // reads them in Eval, because other graphs read them (through their
   // constant_data); the caller frees them once all have prepared.
   const std::unordered_set<int>* keep_constants = nullptr;
+  // The graph's own constants whose values are still in the device
+  // program's file (value id -> byte offset in constant_file; borrowed, used
+  // only during Create; DeviceProgram::streamed_constants): read as the
+  // kernels prepare, a block at a time by kernels that pack them
+  // (Kernel::StreamsConstant), whole before Prepare for the others (issue 11
+  // item 2). Only with CreateReleasingWeights, or shapes_only (then only the
+  // keys matter: the sizing of a worker's streamed load).
+  const std::unordered_map<int, int64_t>* streamed_constants = nullptr;
+  const ConstantFile* constant_file = nullptr;
 };
 
 class Executor {

@@ -139,6 +139,9 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
       for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
         if (!g.values[v].constant) continue;
         std::pair<int, int> ref;
+        // A constant left in the program's file is its own owner: any copy
+        // of it was written as a reference (shared_constants).
+        if (program.streamed_constants.count({static_cast<int>(i), v})) continue;
         auto shared = program.shared_constants.find({static_cast<int>(i), v});
         if (shared != program.shared_constants.end()) {
           ref = shared->second;
@@ -164,22 +167,35 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   // weight, each once) plus one tensor; then subgraphs prepare in order,
   // each releasing its raw weights as its kernels repack them
   // (Executor::load_peak_bytes), except those kept for later subgraphs.
+  // A streamed load (constants left in the program's file, issue 11 item 2)
+  // holds only the constants other subgraphs read, each read into place;
+  // every other one is read as its kernel prepares (Executor,
+  // ExecutorOptions::streamed_constants).
+  std::vector<std::unordered_map<int, int64_t>> streamed(ns);
+  const bool streamed_load = !program.streamed_constants.empty() || (options.shapes_only && options.streamed_load);
+  for (const auto& [sv, offset] : program.streamed_constants) streamed.at(sv.first)[sv.second] = offset;
+  if (options.shapes_only && options.streamed_load)
+    for (size_t i = 0; i < ns; ++i)
+      for (const auto& [v, data] : program.subgraphs[i].constants)
+        if (!layout->constant_data[i].count(v) && !keep[i].count(v)) streamed[i][v] = 0;
   std::vector<size_t> raw(ns, 0);
   size_t raw_total = 0, largest_tensor = 0;
   for (size_t i = 0; i < ns; ++i)
     for (const auto& [v, data] : program.subgraphs[i].constants) {
-      if (layout->constant_data[i].count(v)) continue;
+      if (layout->constant_data[i].count(v) || streamed[i].count(v)) continue;
       const size_t bytes = Bytes(NumElements(data.shape));
       raw[i] += bytes;
       largest_tensor = std::max(largest_tensor, bytes);
     }
   for (size_t r : raw) raw_total += r;
-  layout->load_peak_bytes = raw_total + largest_tensor;
+  layout->load_peak_bytes = raw_total + (streamed_load ? 0 : largest_tensor);
   size_t stored_before = 0, raw_after = raw_total, kept_held = 0;
   for (size_t i = 0; i < ns; ++i) {
     const Graph& g = program.subgraphs[i];
     eo.constant_data = &layout->constant_data[i];
     eo.keep_constants = &keep[i];
+    eo.streamed_constants = &streamed[i];
+    eo.constant_file = program.constant_file.get();
     auto ex = release ? Executor::CreateReleasingWeights(&release->subgraphs[i], eo) : Executor::Create(g, eo);
     if (!ex.ok()) return ex.status().WithContext("device " + std::to_string(program.device) + ", " + g.name);
     raw_after -= raw[i];

@@ -20,6 +20,12 @@ struct RunnerOptions {
   // PreparedProgram only sizes the program (ExecutorOptions::shapes_only):
   // its weights may have no values; NewRunner() refuses.
   bool shapes_only = false;
+  // With shapes_only: size the load as a worker does it from its program
+  // file (ParseProgramFile with stream_constants): every constant no other
+  // subgraph reads stays in the file until its kernel reads it, a block at
+  // a time when the kernel packs it (issue 11 item 2). A program that has
+  // DeviceProgram::streamed_constants is loaded so whatever this says.
+  bool streamed_load = false;
 };
 
 // The device arena (issue 11: one arena per device program). Every buffer

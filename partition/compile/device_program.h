@@ -10,9 +10,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "partition/compile/constant_file.h"
 #include "partition/graph/graph.h"
 #include "partition/graph/halo.h"
 #include "util/status.h"
@@ -91,6 +93,13 @@ struct DeviceProgram {
   // ParseProgram with share_constants (a worker's load); compiled programs
   // hold every constant in full and the runner finds their duplicates itself.
   std::map<std::pair<int, int>, std::pair<int, int>> shared_constants;
+  // Constants whose values stay in the program's file until they prepare
+  // (ParseProgramFile with stream_constants, a worker's load; constant_file.h):
+  // (subgraph, value) -> byte offset of the values in `constant_file`. Their
+  // TensorData has the shape and no values; the runner reads them a block
+  // at a time as kernels pack them (issue 11 item 2).
+  std::map<std::pair<int, int>, int64_t> streamed_constants;
+  std::shared_ptr<const ConstantFile> constant_file;
 
   int AddBuffer(int value, const Box& box, const std::string& name);
   int64_t WeightValues() const;   // Σ constants over its subgraphs

@@ -1,6 +1,8 @@
 #include "partition/compile/program_codec.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
 #include <fstream>
@@ -8,7 +10,10 @@
 #include <optional>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+
+#include "util/limits.h"
 
 #include "proto/program.pb.h"
 
@@ -95,8 +100,15 @@ void ToMsg(const Graph& g, proto::GraphMsg* m, int subgraph = -1, SeenConstants*
 // reference to an earlier one (same_as): with `share`, the constant gets no
 // values and is recorded in program->shared_constants under `subgraph`;
 // otherwise it gets a copy of the values referred to.
+// `extents`: where each constant's values are in the program's file
+// (index in m.values -> byte offset, byte length), when it is parsed from
+// its file with stream_constants: those constants get no values and are
+// recorded in program->streamed_constants. A constant another one refers
+// to (same_as) is read then: constants shared between subgraphs are held
+// from the start, as without streaming (program_runner.cc keeps them).
+using ValueExtents = std::map<int, std::pair<int64_t, int64_t>>;
 Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgram* program = nullptr,
-                      bool share = false) {
+                      bool share = false, const ValueExtents* extents = nullptr) {
   Graph g;
   const int subgraph = program != nullptr ? static_cast<int>(program->subgraphs.size()) : -1;
   g.name = m.name();
@@ -120,10 +132,18 @@ Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgr
       const int rs = vm.same_as().subgraph(), rv = vm.same_as().value();
       const TensorData* ref = nullptr;
       if (program != nullptr && rs >= 0 && rs < subgraph) {
-        const Graph& earlier = program->subgraphs[rs];
+        Graph& earlier = program->subgraphs[rs];
         if (rv >= 0 && rv < static_cast<int>(earlier.values.size()) && earlier.values[rv].name == vm.name())
           ref = earlier.ConstantData(rv);
         if (program->shared_constants.count({rs, rv})) ref = nullptr;  // a reference to a reference
+        auto streamed = program->streamed_constants.find({rs, rv});
+        if (ref != nullptr && ref->shape == shape && streamed != program->streamed_constants.end()) {
+          TensorData& owner = earlier.constants.at(rv);
+          owner.values.resize(static_cast<size_t>(NumElements(shape)));
+          TS_RETURN_IF_ERROR(program->constant_file->Read(streamed->second, NumElements(shape), owner.values.data())
+                                 .WithContext(origin));
+          program->streamed_constants.erase(streamed);
+        }
       }
       if (ref == nullptr || ref->shape != shape || ref->values.size() != static_cast<size_t>(NumElements(shape)))
         return Status::DataLoss(origin + ": constant '" + vm.name() + "' refers to constant " + std::to_string(rv) +
@@ -138,6 +158,15 @@ Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgr
         t.values = ref->values;
       }
       g.AddConstant(vm.name(), std::move(t));
+    } else if (auto extent = extents != nullptr ? extents->find(static_cast<int>(g.values.size()))
+                                                : ValueExtents::const_iterator{};
+               vm.constant() && extents != nullptr && extent != extents->end()) {
+      const int64_t n = NumElements(shape);
+      if (extent->second.second != n * 4)
+        return Status::DataLoss(origin + ": constant '" + vm.name() + "' has " + std::to_string(extent->second.second) +
+                                " bytes for shape " + ShapeToString(shape));
+      program->streamed_constants[{subgraph, static_cast<int>(g.values.size())}] = extent->second.first;
+      g.AddConstant(vm.name(), TensorData{shape, {}});
     } else if (vm.constant()) {
       TensorData t;
       t.shape = shape;
@@ -311,8 +340,10 @@ std::string SerializeProgram(DeviceProgram&& p, const std::string& plan_id) {
 }
 
 namespace {
+// `decoded`: a program whose subgraphs were decoded already (the streaming
+// parse); m then has none.
 Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id,
-                                    bool share);
+                                    bool share, DeviceProgram decoded = {});
 }  // namespace
 
 Result<DeviceProgram> ParseProgram(const std::string& bytes, const std::string& origin, std::string* plan_id) {
@@ -330,8 +361,105 @@ Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origi
   return DecodeProgram(m, origin, plan_id, share_constants);
 }
 
+namespace {
+
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
+using Wire = google::protobuf::internal::WireFormatLite;
+
+// One GraphMsg (the current limit of `in`) into `gm`, every constant's
+// values left in the file: `extents` gets where they are (index in
+// gm.values -> byte offset, byte length). The message's other fields are
+// copied as they are and parsed, so the result is what ParseFromString
+// gives but for the values' bytes.
+bool ParseGraphLeavingValues(CodedInputStream* in, proto::GraphMsg* gm, ValueExtents* extents) {
+  std::string rest;
+  {
+    StringOutputStream rest_stream(&rest);
+    CodedOutputStream rest_out(&rest_stream);
+    while (const uint32_t tag = in->ReadTag()) {
+      if (Wire::GetTagFieldNumber(tag) != proto::GraphMsg::kValuesFieldNumber ||
+          Wire::GetTagWireType(tag) != Wire::WIRETYPE_LENGTH_DELIMITED) {
+        if (!Wire::SkipField(in, tag, &rest_out)) return false;
+        continue;
+      }
+      uint32_t length = 0;
+      if (!in->ReadVarint32(&length)) return false;
+      const auto limit = in->PushLimit(static_cast<int>(length));
+      std::string value_bytes;
+      std::optional<std::pair<int64_t, int64_t>> extent;
+      {
+        StringOutputStream value_stream(&value_bytes);
+        CodedOutputStream value_out(&value_stream);
+        while (const uint32_t vtag = in->ReadTag()) {
+          if (Wire::GetTagFieldNumber(vtag) == proto::ValueMsg::kDataFieldNumber &&
+              Wire::GetTagWireType(vtag) == Wire::WIRETYPE_LENGTH_DELIMITED) {
+            uint32_t data_length = 0;
+            if (!in->ReadVarint32(&data_length)) return false;
+            extent = {in->CurrentPosition(), data_length};
+            if (!in->Skip(static_cast<int>(data_length))) return false;
+          } else if (!Wire::SkipField(in, vtag, &value_out)) {
+            return false;
+          }
+        }
+      }
+      if (!in->ConsumedEntireMessage()) return false;
+      in->PopLimit(limit);
+      if (!gm->add_values()->ParseFromString(value_bytes)) return false;
+      if (extent) (*extents)[gm->values_size() - 1] = *extent;
+    }
+  }
+  return in->ConsumedEntireMessage() && gm->MergeFromString(rest);
+}
+
+// ParseProgramFile with stream_constants: the file is read field by field;
+// each subgraph is decoded as soon as it is read, its constants' values
+// left in the file (DeviceProgram::streamed_constants). What is held is the
+// program's structure, never its weights.
+Result<DeviceProgram> ParseProgramFileStreaming(const std::string& path, const std::string& origin,
+                                                std::string* plan_id, bool share_constants) {
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<const ConstantFile> file, ConstantFile::Open(path));
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) return Status::IOError(origin + ": cannot read " + path);
+  google::protobuf::io::IstreamInputStream raw(&stream);
+  CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(static_cast<int>(std::min<int64_t>(kMaxProgramBytes, INT32_MAX)));
+  const Status corrupt = Status::DataLoss(origin + ": " + path + " is not a serialized device program");
+  DeviceProgram p;
+  p.constant_file = file;
+  std::string rest;
+  {
+    StringOutputStream rest_stream(&rest);
+    CodedOutputStream rest_out(&rest_stream);
+    while (const uint32_t tag = in.ReadTag()) {
+      if (Wire::GetTagFieldNumber(tag) != proto::DeviceProgramMsg::kSubgraphsFieldNumber ||
+          Wire::GetTagWireType(tag) != Wire::WIRETYPE_LENGTH_DELIMITED) {
+        if (!Wire::SkipField(&in, tag, &rest_out)) return corrupt;
+        continue;
+      }
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return corrupt;
+      const auto limit = in.PushLimit(static_cast<int>(length));
+      proto::GraphMsg gm;
+      ValueExtents extents;
+      if (!ParseGraphLeavingValues(&in, &gm, &extents)) return corrupt;
+      in.PopLimit(limit);
+      TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin, &p, share_constants, &extents));
+      p.subgraphs.push_back(std::move(g));
+    }
+    if (!in.ConsumedEntireMessage()) return corrupt;
+  }
+  proto::DeviceProgramMsg m;
+  if (!m.ParseFromString(rest)) return corrupt;
+  return DecodeProgram(m, origin, plan_id, share_constants, std::move(p));
+}
+
+}  // namespace
+
 Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id,
-                                       bool share_constants) {
+                                       bool share_constants, bool stream_constants) {
+  if (stream_constants) return ParseProgramFileStreaming(path, origin, plan_id, share_constants);
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError(origin + ": cannot read " + path);
   proto::DeviceProgramMsg m;
@@ -343,8 +471,8 @@ namespace {
 // Decodes `m` into a DeviceProgram, clearing each subgraph message once it
 // is decoded (its weights are then held once, in the result).
 Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::string& origin, std::string* plan_id,
-                                    bool share) {
-  DeviceProgram p;
+                                    bool share, DeviceProgram decoded) {
+  DeviceProgram p = std::move(decoded);
   p.device = m.device();
   if (plan_id) *plan_id = m.plan_id();
   // Bounds before anything is allocated: a corrupted size must not become a

@@ -34,8 +34,14 @@ Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origi
                                    bool share_constants = false);
 // The same from a file (a worker's --data-dir copy): the serialized bytes
 // are never held in memory beside the parsed message.
+// stream_constants: the file is read field by field and no constant's
+// values are read: each stays in the file (DeviceProgram::streamed_constants,
+// constant_file), for the runner to read as its kernels prepare (issue 11
+// item 2: a load holds the program as it will run plus one chunk). A
+// constant that later subgraphs refer to (share_constants) is read when
+// the first reference is decoded.
 Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id,
-                                       bool share_constants = false);
+                                       bool share_constants = false, bool stream_constants = false);
 
 std::string SerializeGraph(const Graph& graph);
 Result<Graph> ParseGraph(const std::string& bytes, const std::string& origin);

@@ -141,7 +141,11 @@ class ConvKernel final : public Kernel {
     repacks_weights_ = false;
     owned_bytes_ = 0;
     made_form_ = false;
-    if (strategy_ == kDepthwise || ConstantOrNull(ctx, 1) == nullptr) return Status::OK();
+    streamed_weights_ = ctx.streamed_inputs.size() > 1 && ctx.streamed_inputs[1];
+    // Depthwise reads the weights as they are in Eval: a streamed weight is
+    // read whole (ReadsConstantInEval says so).
+    if (strategy_ == kDepthwise) return MaterializeConstant(ctx, 1);
+    if (ConstantOrNull(ctx, 1) == nullptr) return Status::OK();
     // Constant weights: packed once for PackedGemm (one matrix per group), or
     // Winograd-transformed and packed per position ξ; the form is shared
     // with every kernel of the program that reads the same weight the same
@@ -151,20 +155,16 @@ class ConvKernel final : public Kernel {
     const std::string form = strategy_ == kWinograd ? "conv-winograd"
                                                     : "conv-gemm|g" + std::to_string(group_) + "|m" +
                                                           std::to_string(og_) + "|k" + std::to_string(k);
+    Status read;
     packed_ = WeightForms::Share<std::vector<PackedMatrix>>(
         ctx, 1, form,
         [&] {
-          const float* wt = ctx.constant_inputs[1]->values.data();
           auto made = std::make_shared<std::vector<PackedMatrix>>();
-          if (strategy_ == kWinograd) {
-            PrepareWinograd(wt, made.get());
-          } else {
-            made->resize(group_);
-            for (int64_t g = 0; g < group_; ++g) (*made)[g].Pack(wt + g * og_ * k, og_, k, k);
-          }
+          read = strategy_ == kWinograd ? PrepareWinograd(ctx, made.get()) : PackGemmWeights(ctx, k, made.get());
           return made;
         },
         &made_form_);
+    TS_RETURN_IF_ERROR(read);
     if (made_form_)
       owned_bytes_ = strategy_ == kWinograd ? 16 * PackedMatrix::BytesFor(o_, c_)
                                             : static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
@@ -184,11 +184,18 @@ class ConvKernel final : public Kernel {
   // Packed (im2col, pointwise) and Winograd-transformed weights replace the
   // graph's: Eval reads them only on the unpacked and depthwise paths.
   bool ReadsConstantInEval(int input) const override { return input != 1 || !repacks_weights_; }
-  // Winograd: U = G g Gᵀ is built four of its 16 planes at a time (one row
-  // of the 4x4 tile), each packed before the next four are built.
+  // The weights are packed a block of output channels at a time (a
+  // streamed weight is read a block at a time into a staging block);
+  // Winograd builds U = G g Gᵀ of one block at a time.
   size_t PrepareTransientBytes() const override {
-    return strategy_ == kWinograd && made_form_ ? static_cast<size_t>(4 * o_ * c_) * sizeof(float) : 0;
+    if (!made_form_ || strategy_ == kDepthwise) return 0;
+    const int64_t row = strategy_ == kWinograd ? c_ * 9 : cg_ * kh_ * kw_;
+    const int64_t rows = std::min(ConstantBlockRows(row), o_);
+    int64_t floats = streamed_weights_ ? rows * row : 0;
+    if (strategy_ == kWinograd) floats += 16 * rows * c_;
+    return static_cast<size_t>(floats) * sizeof(float);
   }
+  bool StreamsConstant(int input) const override { return input == 1; }
   // Only the kernel that made a shared form counts it (weight_forms.h).
   size_t OwnedWeightBytes() const override { return owned_bytes_; }
 
@@ -216,39 +223,67 @@ class ConvKernel final : public Kernel {
   // i.e. 16 GEMMs M_ξ[O, tiles] = U_ξ[O, C] · V_ξ[C, tiles], one per position
   // ξ of the 4x4 transformed tile — 2.25x fewer multiplies than im2col.
   // U = G g Gᵀ is computed once here from the constant weights.
-  // Built one row i of the 4x4 tile at a time (planes 4i..4i+3), each
-  // packed before the next: a quarter of U is held at once while loading
-  // (issue 11: the whole U of YOLOv2's 1024x1024 3x3 conv was 64 MiB on top
-  // of its raw and packed forms). Same arithmetic as building U whole.
-  void PrepareWinograd(const float* weights, std::vector<PackedMatrix>* wino_packed) {
-    std::vector<float> wino_u(static_cast<size_t>(4 * o_ * c_), 0.f);
+  // Built a block of output channels at a time (about kConstantBlockBytes
+  // of raw weights), each block's rows of the 16 planes packed before the
+  // next block is read: while loading, U is held for one block only, and a
+  // streamed weight is never held whole (issue 11: the whole U of YOLOv2's
+  // 1024x1024 3x3 conv was 64 MiB on top of its raw and packed forms). Same
+  // arithmetic, element by element, as building U whole.
+  Status PrepareWinograd(const KernelContext& ctx, std::vector<PackedMatrix>* wino_packed) {
     wino_packed->resize(16);
-    for (int i = 0; i < 4; ++i) {
-      for (int64_t o = 0; o < o_; ++o)
-        for (int64_t c = 0; c < c_; ++c) {
-          const float* g = weights + (o * c_ + c) * 9;
-          float t[3];  // row i of G g
-          for (int j = 0; j < 3; ++j) {
-            switch (i) {
-              case 0:
-                t[j] = g[j];
-                break;
-              case 1:
-                t[j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-                break;
-              case 2:
-                t[j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
-                break;
-              default:
-                t[j] = g[6 + j];
-                break;
+    for (PackedMatrix& m : *wino_packed) m.Reset(o_, c_);
+    const int64_t block = std::min(ConstantBlockRows(c_ * 9), o_);
+    std::vector<float> staging, u_block(static_cast<size_t>(16 * block * c_));
+    for (int64_t o0 = 0; o0 < o_; o0 += block) {
+      const int64_t rows = std::min(block, o_ - o0);
+      TS_ASSIGN_OR_RETURN(const float* weights, ConstantRows(ctx, 1, o0, rows, c_ * 9, &staging));
+      for (int i = 0; i < 4; ++i)
+        for (int64_t o = 0; o < rows; ++o)
+          for (int64_t c = 0; c < c_; ++c) {
+            const float* g = weights + (o * c_ + c) * 9;
+            float t[3];  // row i of G g
+            for (int j = 0; j < 3; ++j) {
+              switch (i) {
+                case 0:
+                  t[j] = g[j];
+                  break;
+                case 1:
+                  t[j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+                  break;
+                case 2:
+                  t[j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+                  break;
+                default:
+                  t[j] = g[6 + j];
+                  break;
+              }
             }
+            const float u[4] = {t[0], 0.5f * (t[0] + t[1] + t[2]), 0.5f * (t[0] - t[1] + t[2]), t[2]};
+            for (int j = 0; j < 4; ++j) u_block[((i * 4 + j) * block + o) * c_ + c] = u[j];
           }
-          const float u[4] = {t[0], 0.5f * (t[0] + t[1] + t[2]), 0.5f * (t[0] - t[1] + t[2]), t[2]};
-          for (int j = 0; j < 4; ++j) wino_u[(j * o_ + o) * c_ + c] = u[j];
-        }
-      for (int j = 0; j < 4; ++j) (*wino_packed)[i * 4 + j].Pack(wino_u.data() + j * o_ * c_, o_, c_, c_);
+      for (int xi = 0; xi < 16; ++xi) (*wino_packed)[xi].PackRows(u_block.data() + xi * block * c_, o0, rows, c_);
     }
+    return Status::OK();
+  }
+
+  // The weight [O, cg·kh·kw] as one packed matrix per group, packed a block
+  // of output channels at a time (a block may span two groups).
+  Status PackGemmWeights(const KernelContext& ctx, int64_t k, std::vector<PackedMatrix>* packed) {
+    packed->resize(group_);
+    for (PackedMatrix& m : *packed) m.Reset(og_, k);
+    const int64_t block = std::min(ConstantBlockRows(k), o_);
+    std::vector<float> staging;
+    for (int64_t o0 = 0; o0 < o_; o0 += block) {
+      const int64_t rows = std::min(block, o_ - o0);
+      TS_ASSIGN_OR_RETURN(const float* w, ConstantRows(ctx, 1, o0, rows, k, &staging));
+      for (int64_t r = 0; r < rows;) {
+        const int64_t at = o0 + r, in_group = at % og_;
+        const int64_t n = std::min(rows - r, og_ - in_group);
+        (*packed)[at / og_].PackRows(w + r * k, in_group, n, k);
+        r += n;
+      }
+    }
+    return Status::OK();
   }
 
   // Tile counts and the chunk of tiles Eval transforms at once (ScratchBytes).
@@ -586,8 +621,9 @@ class ConvKernel final : public Kernel {
   // Constant weights only: im2col/pointwise, one PackedMatrix per group;
   // Winograd, U = G g Gᵀ packed per position ξ (16). Possibly shared.
   std::shared_ptr<const std::vector<PackedMatrix>> packed_;
-  bool made_form_ = false;  // this kernel made packed_ (or would have: shapes_only)
-  size_t owned_bytes_ = 0;  // packed_'s bytes when made_form_, else 0
+  bool streamed_weights_ = false;  // KernelContext::streamed_inputs[1]
+  bool made_form_ = false;         // this kernel made packed_ (or would have: shapes_only)
+  size_t owned_bytes_ = 0;         // packed_'s bytes when made_form_, else 0
   int64_t tiles_h_ = 0, tiles_w_ = 0, wino_chunk_ = 1;
   int64_t wino_min_channels_ = 96;  // tests lower it through attr "winograd_min_channels"
   bool has_bias_ = false;

@@ -22,6 +22,23 @@ namespace tessera {
 
 class WeightForms;  // weight_forms.h
 
+// Reads constants whose values are still in the device program's file (a
+// worker's load, issue 11 item 2; partition/compile/constant_file.h). Their
+// TensorData has the shape and no values until Materialize.
+class ConstantStream {
+ public:
+  virtual ~ConstantStream() = default;
+  // Values [first, first + count) of `data` into dst.
+  virtual Status Read(const TensorData* data, int64_t first, int64_t count, float* dst) const = 0;
+  // Reads all of `data`'s values into it, for a kernel that keeps the
+  // constant as it is (the TensorData is the program's, writable here).
+  virtual Status Materialize(const TensorData* data) const = 0;
+};
+
+// A constant is streamed in blocks of about this many bytes: what a kernel
+// holds of it at once while packing it (the deploy's chunk size, kChunkBytes).
+inline constexpr int64_t kConstantBlockBytes = int64_t{1} << 20;
+
 // Everything Prepare may look at. Borrowed; valid only during Prepare.
 struct KernelContext {
   const Graph& graph;
@@ -40,6 +57,14 @@ struct KernelContext {
   // Weight forms shared by the kernels of one device program (weight_forms.h);
   // nullptr: the kernel keeps its own.
   WeightForms* weight_forms = nullptr;
+  // Per node input: the constant's values are still in the program's file.
+  // Only inputs the kernel declares with StreamsConstant are left so (the
+  // executor reads every other constant input whole before Prepare); the
+  // kernel reads them with ConstantRows, or whole with MaterializeConstant
+  // when it keeps them (then ReadsConstantInEval must say so). Also set in
+  // shapes_only sizing of a streamed load, with no stream.
+  std::vector<bool> streamed_inputs;
+  const ConstantStream* constant_stream = nullptr;
 };
 
 // Everything Eval gets. Pointers are borrowed from the executor's arena
@@ -71,8 +96,24 @@ class Kernel {
   // again besides what it keeps (e.g. an unpacked transformed copy), for the
   // memory a worker peaks at while loading (device_memory.h).
   virtual size_t PrepareTransientBytes() const { return 0; }
+  // Whether Prepare can read constant input `input` from the program's file
+  // a block at a time (KernelContext::streamed_inputs). Must not depend on
+  // Prepare: it is asked before.
+  virtual bool StreamsConstant(int input) const { return false; }
   virtual void Eval(const EvalContext& ctx) const = 0;
 };
+
+// Rows [row, row + rows) of constant input `input` seen as a row-major
+// matrix with `row_length` columns: a pointer into its values when they
+// are in memory, else read from the program's file into *block (resized;
+// the pointer is valid until the next call with the same block).
+Result<const float*> ConstantRows(const KernelContext& ctx, size_t input, int64_t row, int64_t rows, int64_t row_length,
+                                  std::vector<float>* block);
+// Streamed constant input `input` read whole into its TensorData (no-op
+// when it is in memory, or in shapes_only sizing).
+Status MaterializeConstant(const KernelContext& ctx, size_t input);
+// Rows of `row_length` values per block of about kConstantBlockBytes (≥ 1).
+int64_t ConstantBlockRows(int64_t row_length);
 
 using KernelFactory = std::unique_ptr<Kernel> (*)();
 

@@ -11,17 +11,25 @@
 namespace tessera {
 
 void PackedMatrix::Pack(const float* a, int64_t m, int64_t k, int64_t lda) {
+  Reset(m, k);
+  PackRows(a, 0, m, lda);
+}
+
+void PackedMatrix::Reset(int64_t m, int64_t k) {
   m_ = m;
   k_ = k;
   kernels_ = &MicrokernelsFor(ActiveIsa());
   const int64_t panels = (m + kRows - 1) / kRows;
   data_.assign(static_cast<size_t>(panels * k * kRows), 0.f);
-  for (int64_t p = 0; p < panels; ++p)
-    for (int64_t r = 0; r < kRows && p * kRows + r < m; ++r) {
-      const float* row = a + (p * kRows + r) * lda;
-      float* dst = data_.data() + p * k * kRows + r;
-      for (int64_t i = 0; i < k; ++i) dst[i * kRows] = row[i];
-    }
+}
+
+void PackedMatrix::PackRows(const float* block, int64_t first, int64_t rows, int64_t lda) {
+  for (int64_t r = 0; r < rows && first + r < m_; ++r) {
+    const int64_t at = first + r, p = at / kRows;
+    const float* row = block + r * lda;
+    float* dst = data_.data() + p * k_ * kRows + at % kRows;
+    for (int64_t i = 0; i < k_; ++i) dst[i * kRows] = row[i];
+  }
 }
 
 bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue) {

@@ -29,6 +29,11 @@ class PackedMatrix {
   // multiple of kRows. PackedGemm on this matrix uses the microkernels of
   // ActiveIsa() at the time of packing (isa.h).
   void Pack(const float* a, int64_t m, int64_t k, int64_t lda);
+  // The same a block of rows at a time (a weight streamed from the program's
+  // file, kernel.h ConstantRows): Reset sizes the matrix (zeros), then
+  // PackRows packs rows [first, first + rows) given as a row-major block.
+  void Reset(int64_t m, int64_t k);
+  void PackRows(const float* block, int64_t first, int64_t rows, int64_t lda);
   int64_t rows() const { return m_; }
   int64_t depth() const { return k_; }
   // Panel p: [k][kRows] floats.

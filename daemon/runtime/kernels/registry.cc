@@ -96,3 +96,30 @@ std::vector<std::string> SupportedOps() {
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+Result<const float*> ConstantRows(const KernelContext& ctx, size_t input, int64_t row, int64_t rows, int64_t row_length,
+                                  std::vector<float>* block) {
+  const TensorData* data = ctx.constant_inputs.at(input);
+  const bool streamed = input < ctx.streamed_inputs.size() && ctx.streamed_inputs[input];
+  if (!streamed) return data->values.data() + row * row_length;
+  if (ctx.constant_stream == nullptr)
+    return Status::Internal("node '" + ctx.node.name + "': a streamed constant without a stream");
+  block->resize(static_cast<size_t>(rows * row_length));
+  TS_RETURN_IF_ERROR(ctx.constant_stream->Read(data, row * row_length, rows * row_length, block->data()));
+  return static_cast<const float*>(block->data());
+}
+
+Status MaterializeConstant(const KernelContext& ctx, size_t input) {
+  if (ctx.shapes_only || input >= ctx.streamed_inputs.size() || !ctx.streamed_inputs[input]) return Status::OK();
+  if (ctx.constant_stream == nullptr)
+    return Status::Internal("node '" + ctx.node.name + "': a streamed constant without a stream");
+  return ctx.constant_stream->Materialize(ctx.constant_inputs.at(input));
+}
+
+int64_t ConstantBlockRows(int64_t row_length) {
+  return std::max<int64_t>(1, kConstantBlockBytes / (std::max<int64_t>(1, row_length) * 4));
+}
+
+}  // namespace tessera

@@ -77,15 +77,17 @@ struct WorkerProcess {
   std::string address;
   std::filesystem::path dir;
 
+  // with_data_dir = false: a worker without --data-dir (it receives into a
+  // scratch file of its own).
   WorkerProcess(const std::string& name, const std::filesystem::path& scratch,
-                const std::vector<std::string>& extra = {})
+                const std::vector<std::string>& extra = {}, bool with_data_dir = true)
       : dir(scratch / name) {
     std::filesystem::create_directories(dir);
     const std::string port_file = (dir / "port").string();
     std::filesystem::remove(port_file);  // a restart: not the address of the process before
-    std::vector<std::string> args = {WorkerBinary(), "worker",      "--listen",    "127.0.0.1:0",
-                                     "--name",       name,          "--port-file", port_file,
-                                     "--data-dir",   (dir / "data").string()};
+    std::vector<std::string> args = {WorkerBinary(), "worker", "--listen",    "127.0.0.1:0",
+                                     "--name",       name,     "--port-file", port_file};
+    if (with_data_dir) args.insert(args.end(), {"--data-dir", (dir / "data").string()});
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

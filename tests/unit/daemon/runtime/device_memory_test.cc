@@ -2,11 +2,17 @@
 // item 4, daemon/runtime/device_memory.h). A shapes-only model (no weight
 // values) must size to exactly what the worker's PreparedProgram holds for the
 // same program with its weights: same packed forms, same device arena.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "daemon/runtime/device_memory.h"
+#include "daemon/runtime/kernels/kernel.h"
 #include "daemon/runtime/program_runner.h"
 #include "partition/compile/forced_plan.h"
+#include "partition/compile/program_codec.h"
 #include "partition/compile/program_compiler.h"
 #include "partition/import/model_import.h"
 
@@ -37,6 +43,22 @@ std::vector<DeviceProgram> Programs(const Graph& g, ForcedScheme scheme, int dev
   auto compiled = CompilePlan(g, *plan);
   REQUIRE(compiled.ok());
   return std::move(compiled->programs);
+}
+
+// The program as a Linux worker loads it: written to a file, decoded with
+// its weights left there (ParseProgramFile with stream_constants).
+DeviceProgram StreamedFromFile(const DeviceProgram& program) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tessera-streamed-" + std::to_string(::getpid()) + ".pb")).string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << SerializeProgram(program, "p");
+  }
+  auto parsed = ParseProgramFile(path, "test", nullptr, /*share_constants=*/true, /*stream_constants=*/true);
+  std::filesystem::remove(path);  // the open file stays readable
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  return std::move(*parsed);
 }
 
 TEST_CASE("a shapes-only program sizes exactly like the loaded one", "[runtime][memory]") {
@@ -74,7 +96,19 @@ TEST_CASE("a shapes-only program sizes exactly like the loaded one", "[runtime][
         CHECK(m->weight_bytes == static_cast<int64_t>((*prepared)->weight_bytes()));
         CHECK(m->arena_bytes == static_cast<int64_t>((*prepared)->memory_bytes()));
         CHECK(m->baseline_bytes == kWorkerBaselineBytes);
-        CHECK(m->load_peak_bytes == static_cast<int64_t>((*prepared)->load_peak_bytes()));
+        // The load a worker does (issue 11 item 2): from its file, each
+        // weight read as its kernel prepares, a block at a time when packed.
+        DeviceProgram streamed = StreamedFromFile(real[d]);
+        CHECK_FALSE(streamed.streamed_constants.empty());
+        auto loaded = PreparedProgram::PrepareReleasingWeights(&streamed, ro);
+        REQUIRE(loaded.ok());
+        CHECK((*loaded)->weight_bytes() == (*prepared)->weight_bytes());
+        CHECK((*loaded)->memory_bytes() == (*prepared)->memory_bytes());
+        CHECK(m->load_peak_bytes == static_cast<int64_t>((*loaded)->load_peak_bytes()));
+        // Held at most while loading: the weights as they will run, plus a
+        // block of raw weights and its Winograd transform (kernel.h).
+        CHECK(m->load_peak_bytes <= m->weight_bytes + 3 * kConstantBlockBytes);
+        CHECK(m->load_peak_bytes < static_cast<int64_t>((*prepared)->load_peak_bytes()));
         CHECK(m->total_bytes() == kWorkerBaselineBytes +
                                       std::max(m->weight_bytes + m->arena_bytes + m->io_bytes, m->load_peak_bytes));
       }

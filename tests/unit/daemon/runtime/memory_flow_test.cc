@@ -255,6 +255,40 @@ TEST_CASE("the tiles of a stack keep each weight once: on the wire, decoded, pac
   REQUIRE(c.size() == a->outputs.size());
   for (size_t k = 0; k < c.size(); ++k) CHECK(c[k].values == a->outputs[k].values);
 
+  // As a worker loads them (issue 11 item 2): from the program's file, each
+  // weight left there until its kernel reads it. The tiled program's shared
+  // weights are read once, when the first tile referring to them is
+  // decoded; the untiled program's every weight streams. Same weights as
+  // stored, the load peak the sizing promised, the same answers.
+  for (const DeviceProgram* program : {&tp, &wp}) {
+    const bool is_tiled = program == &tp;
+    CAPTURE(is_tiled);
+    const std::string path = "/tmp/tessera-memory-flow-" + std::to_string(::getpid()) + ".pb";
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << SerializeProgram(*program, "p");
+    }
+    auto streamed = ParseProgramFile(path, "streamed", &id, true, /*stream_constants=*/true);
+    std::remove(path.c_str());
+    INFO(streamed.status().ToString());
+    REQUIRE(streamed.ok());
+    CHECK(streamed->streamed_constants.empty() == is_tiled);  // every weight here is shared by the tiles
+    auto p_streamed = PreparedProgram::PrepareReleasingWeights(&*streamed, ro);
+    INFO(p_streamed.status().ToString());
+    REQUIRE(p_streamed.ok());
+    auto sized_streamed = SizeDeviceProgram(*program, DeviceMemoryOptions());
+    REQUIRE(sized_streamed.ok());
+    CHECK((*p_streamed)->weight_bytes() == (*p_whole)->weight_bytes());
+    CHECK(sized_streamed->load_peak_bytes == static_cast<int64_t>((*p_streamed)->load_peak_bytes()));
+    if (!is_tiled) CHECK((*p_streamed)->load_peak_bytes() < (*p_whole)->load_peak_bytes());
+    auto streamed_runner = (*p_streamed)->NewRunner();
+    REQUIRE(streamed_runner.ok());
+    std::vector<TensorData> d;
+    REQUIRE((*streamed_runner)->Run({nullptr}, inputs, &d).ok());
+    REQUIRE(d.size() == a->outputs.size());
+    for (size_t k = 0; k < d.size(); ++k) CHECK(d[k].values == a->outputs[k].values);
+  }
+
   // A reference to a later subgraph's constant is a clear error, not a read
   // of memory that is not there.
   DeviceProgram forward = tp;
