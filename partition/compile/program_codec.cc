@@ -368,17 +368,28 @@ using google::protobuf::io::CodedOutputStream;
 using google::protobuf::io::StringOutputStream;
 using Wire = google::protobuf::internal::WireFormatLite;
 
+// The next tag, 0 at the end of the message or file; *bad when it is
+// encoded in more than 5 bytes (CodedInputStream accepts up to 10, the
+// message parser does not: both decodes must refuse the same files).
+uint32_t ReadTag(CodedInputStream* in, bool* bad) {
+  const int before = in->CurrentPosition();
+  const uint32_t tag = in->ReadTag();
+  if (in->CurrentPosition() - before > 5) *bad = true;
+  return *bad ? 0 : tag;
+}
+
 // One GraphMsg (the current limit of `in`) into `gm`, every constant's
 // values left in the file: `extents` gets where they are (index in
 // gm.values -> byte offset, byte length). The message's other fields are
 // copied as they are and parsed, so the result is what ParseFromString
 // gives but for the values' bytes.
 bool ParseGraphLeavingValues(CodedInputStream* in, proto::GraphMsg* gm, ValueExtents* extents) {
+  bool bad = false;
   std::string rest;
   {
     StringOutputStream rest_stream(&rest);
     CodedOutputStream rest_out(&rest_stream);
-    while (const uint32_t tag = in->ReadTag()) {
+    while (const uint32_t tag = ReadTag(in, &bad)) {
       if (Wire::GetTagFieldNumber(tag) != proto::GraphMsg::kValuesFieldNumber ||
           Wire::GetTagWireType(tag) != Wire::WIRETYPE_LENGTH_DELIMITED) {
         if (!Wire::SkipField(in, tag, &rest_out)) return false;
@@ -386,13 +397,15 @@ bool ParseGraphLeavingValues(CodedInputStream* in, proto::GraphMsg* gm, ValueExt
       }
       uint32_t length = 0;
       if (!in->ReadVarint32(&length)) return false;
+      // PushLimit clamps a length past the graph's end to it: refuse it instead.
+      if (static_cast<int64_t>(length) > in->BytesUntilLimit()) return false;
       const auto limit = in->PushLimit(static_cast<int>(length));
       std::string value_bytes;
       std::optional<std::pair<int64_t, int64_t>> extent;
       {
         StringOutputStream value_stream(&value_bytes);
         CodedOutputStream value_out(&value_stream);
-        while (const uint32_t vtag = in->ReadTag()) {
+        while (const uint32_t vtag = ReadTag(in, &bad)) {
           if (Wire::GetTagFieldNumber(vtag) == proto::ValueMsg::kDataFieldNumber &&
               Wire::GetTagWireType(vtag) == Wire::WIRETYPE_LENGTH_DELIMITED) {
             uint32_t data_length = 0;
@@ -404,13 +417,14 @@ bool ParseGraphLeavingValues(CodedInputStream* in, proto::GraphMsg* gm, ValueExt
           }
         }
       }
-      if (!in->ConsumedEntireMessage()) return false;
+      // The file may end inside the value: then its end is not the limit's.
+      if (bad || !in->ConsumedEntireMessage() || in->BytesUntilLimit() != 0) return false;
       in->PopLimit(limit);
       if (!gm->add_values()->ParseFromString(value_bytes)) return false;
       if (extent) (*extents)[gm->values_size() - 1] = *extent;
     }
   }
-  return in->ConsumedEntireMessage() && gm->MergeFromString(rest);
+  return !bad && in->ConsumedEntireMessage() && gm->MergeFromString(rest);
 }
 
 // ParseProgramFile with stream_constants: the file is read field by field;
@@ -432,7 +446,8 @@ Result<DeviceProgram> ParseProgramFileStreaming(const std::string& path, const s
   {
     StringOutputStream rest_stream(&rest);
     CodedOutputStream rest_out(&rest_stream);
-    while (const uint32_t tag = in.ReadTag()) {
+    bool bad = false;
+    while (const uint32_t tag = ReadTag(&in, &bad)) {
       if (Wire::GetTagFieldNumber(tag) != proto::DeviceProgramMsg::kSubgraphsFieldNumber ||
           Wire::GetTagWireType(tag) != Wire::WIRETYPE_LENGTH_DELIMITED) {
         if (!Wire::SkipField(&in, tag, &rest_out)) return corrupt;
@@ -443,12 +458,12 @@ Result<DeviceProgram> ParseProgramFileStreaming(const std::string& path, const s
       const auto limit = in.PushLimit(static_cast<int>(length));
       proto::GraphMsg gm;
       ValueExtents extents;
-      if (!ParseGraphLeavingValues(&in, &gm, &extents)) return corrupt;
+      if (!ParseGraphLeavingValues(&in, &gm, &extents) || in.BytesUntilLimit() != 0) return corrupt;
       in.PopLimit(limit);
       TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin, &p, share_constants, &extents));
       p.subgraphs.push_back(std::move(g));
     }
-    if (!in.ConsumedEntireMessage()) return corrupt;
+    if (bad || !in.ConsumedEntireMessage()) return corrupt;
   }
   proto::DeviceProgramMsg m;
   if (!m.ParseFromString(rest)) return corrupt;

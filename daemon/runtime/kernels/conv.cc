@@ -190,10 +190,17 @@ class ConvKernel final : public Kernel {
   size_t PrepareTransientBytes() const override {
     if (!made_form_ || strategy_ == kDepthwise) return 0;
     const int64_t row = strategy_ == kWinograd ? c_ * 9 : cg_ * kh_ * kw_;
-    const int64_t rows = std::min(ConstantBlockRows(row), o_);
+    const int64_t rows = BlockRows();
     int64_t floats = streamed_weights_ ? rows * row : 0;
     if (strategy_ == kWinograd) floats += 16 * rows * c_;
     return static_cast<size_t>(floats) * sizeof(float);
+  }
+  // Output channels per block: a block's raw weights (and for Winograd its
+  // 16 transformed planes, 16 values per 9) within kConstantBlockBytes, the
+  // deploy's chunk: what loading holds beyond the forms so far.
+  int64_t BlockRows() const {
+    const int64_t row = strategy_ == kWinograd ? c_ * (9 + 16) : cg_ * kh_ * kw_;
+    return std::min(ConstantBlockRows(row), o_);
   }
   bool StreamsConstant(int input) const override { return input == 1; }
   // Only the kernel that made a shared form counts it (weight_forms.h).
@@ -232,7 +239,7 @@ class ConvKernel final : public Kernel {
   Status PrepareWinograd(const KernelContext& ctx, std::vector<PackedMatrix>* wino_packed) {
     wino_packed->resize(16);
     for (PackedMatrix& m : *wino_packed) m.Reset(o_, c_);
-    const int64_t block = std::min(ConstantBlockRows(c_ * 9), o_);
+    const int64_t block = BlockRows();
     std::vector<float> staging, u_block(static_cast<size_t>(16 * block * c_));
     for (int64_t o0 = 0; o0 < o_; o0 += block) {
       const int64_t rows = std::min(block, o_ - o0);
@@ -271,7 +278,7 @@ class ConvKernel final : public Kernel {
   Status PackGemmWeights(const KernelContext& ctx, int64_t k, std::vector<PackedMatrix>* packed) {
     packed->resize(group_);
     for (PackedMatrix& m : *packed) m.Reset(og_, k);
-    const int64_t block = std::min(ConstantBlockRows(k), o_);
+    const int64_t block = BlockRows();
     std::vector<float> staging;
     for (int64_t o0 = 0; o0 < o_; o0 += block) {
       const int64_t rows = std::min(block, o_ - o0);

@@ -35,8 +35,9 @@ class ConstantStream {
   virtual Status Materialize(const TensorData* data) const = 0;
 };
 
-// A constant is streamed in blocks of about this many bytes: what a kernel
-// holds of it at once while packing it (the deploy's chunk size, kChunkBytes).
+// A constant is streamed in blocks of at most about this many bytes, with
+// what the kernel makes of the block before packing it: what a kernel holds
+// of it at once while preparing (the deploy's chunk size, kChunkBytes).
 inline constexpr int64_t kConstantBlockBytes = int64_t{1} << 20;
 
 // Everything Prepare may look at. Borrowed; valid only during Prepare.
@@ -112,7 +113,7 @@ Result<const float*> ConstantRows(const KernelContext& ctx, size_t input, int64_
 // Streamed constant input `input` read whole into its TensorData (no-op
 // when it is in memory, or in shapes_only sizing).
 Status MaterializeConstant(const KernelContext& ctx, size_t input);
-// Rows of `row_length` values per block of about kConstantBlockBytes (≥ 1).
+// Rows of `row_length` floats per block of kConstantBlockBytes (≥ 1).
 int64_t ConstantBlockRows(int64_t row_length);
 
 using KernelFactory = std::unique_ptr<Kernel> (*)();

@@ -248,9 +248,9 @@ TEST_CASE("worker: a program whose weights the kernels transform loads in its fi
   // layers, whose form (U = G g Gᵀ, 16 values per 9) is 16/9 of the raw
   // weights (108 MiB raw, 192 MiB as they run). The worker decodes the
   // program from its file, leaves every weight there, and each kernel
-  // reads its weight a block of ~1 MiB at a time as it transforms it. The
-  // peak may grow by the weights as they run (the reply's weight_bytes),
-  // the arena, a block and its transform (kConstantBlockBytes), and the
+  // reads its weight a block at a time as it transforms it. The peak may
+  // grow by the weights as they run (the reply's weight_bytes), the arena,
+  // one block with its transform (kConstantBlockBytes, a chunk), and the
   // same 24 MiB of gRPC buffers and allocator slack as the test above —
   // not by a layer's raw weights beside its form (36 MiB + a quarter of
   // its U before this streamed load). With and without --data-dir (the
@@ -279,7 +279,7 @@ TEST_CASE("worker: a program whose weights the kernels transform loads in its fi
     const DeployedDevice& d = deployed->at(0);
     const int64_t hwm_after = ProcStatusBytes(worker.pid, "VmHWM");
     const int64_t raw = g->WeightCount() * 4;
-    const int64_t bound = d.weight_bytes + d.memory_bytes + 3 * kConstantBlockBytes + (int64_t{24} << 20);
+    const int64_t bound = d.weight_bytes + d.memory_bytes + kConstantBlockBytes + (int64_t{24} << 20);
     INFO("program " << d.program_bytes << " bytes (raw weights " << raw << "), weights as they run " << d.weight_bytes
                     << ", arena " << d.memory_bytes << "; worker VmHWM " << hwm_before << " -> " << hwm_after << " (+"
                     << hwm_after - hwm_before << ", bound +" << bound << ")");

@@ -105,9 +105,9 @@ TEST_CASE("a shapes-only program sizes exactly like the loaded one", "[runtime][
         CHECK((*loaded)->weight_bytes() == (*prepared)->weight_bytes());
         CHECK((*loaded)->memory_bytes() == (*prepared)->memory_bytes());
         CHECK(m->load_peak_bytes == static_cast<int64_t>((*loaded)->load_peak_bytes()));
-        // Held at most while loading: the weights as they will run, plus a
-        // block of raw weights and its Winograd transform (kernel.h).
-        CHECK(m->load_peak_bytes <= m->weight_bytes + 3 * kConstantBlockBytes);
+        // Held at most while loading: the weights as they will run, plus
+        // one block (a chunk: raw weights with their Winograd transform, kernel.h).
+        CHECK(m->load_peak_bytes <= m->weight_bytes + kConstantBlockBytes);
         CHECK(m->load_peak_bytes < static_cast<int64_t>((*prepared)->load_peak_bytes()));
         CHECK(m->total_bytes() == kWorkerBaselineBytes +
                                       std::max(m->weight_bytes + m->arena_bytes + m->io_bytes, m->load_peak_bytes));
