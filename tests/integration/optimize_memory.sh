@@ -34,6 +34,55 @@ else
   echo "FAIL could not export mobilenet_v2: $(tail -3 "$tmp/export.err")"; fail=1
 fi
 
+# The printed figures against a real worker (issue 11: a printed number is
+# a promise): yolov2-tiny's 10 % plan deployed to one `tessera worker`. The
+# worker reports the weights and arena it holds (deploy's lines, 2 decimals
+# of MiB): they must be the printed weights as stored and arena after the
+# flow. Its peak must grow by at most what the flow says a worker holds
+# while it loads and then runs, max(weights held while loading, weights +
+# arena), plus 24 MiB (gRPC buffers, allocator slack, as in
+# cluster_worker_limits_test), and by at least the weights it keeps.
+source "$repo/tests/oracle/cluster_helpers.sh"
+start_scratch tessera-optmem
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$D" "$tmp"' EXIT
+start_loopback_workers 1 --data-dir "$D/w1.data"
+sed -i 's/name: w1,/name: device,/' "$D/cluster.yaml"  # the device a one-device plan names
+hwm() { awk '/^VmHWM/ {print $2 * 1024}' "/proc/$1/status"; }
+before=$(hwm "${PIDS[1]}")
+if "$T" deploy --cluster "$D/cluster.yaml" --plan "$tmp/yolov2-tiny.pb" --model "$cfg/yolov2-tiny.cfg"      --input-shape 1x3x416x416 > "$tmp/deploy.out" 2> "$tmp/deploy.err"; then
+  after=$(hwm "${PIDS[1]}")
+  "$py" - "$tmp/yolov2-tiny.opt.json" "$tmp/deploy.out" "$before" "$after" <<'EOF2' || fail=1
+import json, re, sys
+o = json.load(open(sys.argv[1])); out = open(sys.argv[2]).read()
+before, after = int(sys.argv[3]), int(sys.argv[4])
+m = re.search(r"weights\s+([0-9.]+) MiB, working memory\s+([0-9.]+) MiB", out)
+MiB = 1048576.0
+bad = 0
+def say(ok, text):
+    global bad
+    bad |= not ok
+    print("%s optimize-memory vs a worker: %s" % ("PASS" if ok else "FAIL", text))
+if not m:
+    say(False, "no weights/working memory line in the deploy output: " + out)
+    sys.exit(1)
+w, a = float(m.group(1)), float(m.group(2))
+say(abs(w - o["weight_after_bytes"] / MiB) < 0.006,
+    "the worker keeps %.2f MiB of weights, printed %.2f" % (w, o["weight_after_bytes"] / MiB))
+say(abs(a - o["arena_after_bytes"] / MiB) < 0.006,
+    "the worker's arena %.2f MiB, printed %.2f" % (a, o["arena_after_bytes"] / MiB))
+need = max(o["load_peak_after_bytes"], o["weight_after_bytes"] + o["arena_after_bytes"])
+grew = after - before
+say(o["weight_after_bytes"] <= grew <= need + 24 * MiB,
+    "worker VmHWM grew %.1f MiB loading and holding the plan: between the weights %.1f MiB and "
+    "max(load peak %.1f, weights + arena %.1f) + 24 MiB" % (
+        grew / MiB, o["weight_after_bytes"] / MiB, o["load_peak_after_bytes"] / MiB,
+        (o["weight_after_bytes"] + o["arena_after_bytes"]) / MiB))
+sys.exit(bad)
+EOF2
+else
+  echo "FAIL deploying the optimize-memory plan: $(tail -3 "$tmp/deploy.err")"; fail=1
+fi
+
 # Clear errors, exit 1.
 for bad in "abc" "-5%" "10%%"; do
   if out=$("$T" optimize-memory "$cfg/yolov2-tiny.cfg" --max-mac-overhead "$bad" 2>&1); then
