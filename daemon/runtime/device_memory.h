@@ -15,10 +15,10 @@
 // The second term: a worker decodes its program from a file and leaves the
 // weights there; each kernel reads its weight as it prepares, a block of
 // 1 MiB (with its transform) at a time when it packs it (issue 11 item 2;
-// ExecutorOptions::streamed_constants). Weights that tiles of an FFMT
-// stack share are read whole at decode, and a kernel that repacks without
-// streaming (ConvTranspose, LayerNorm) holds one layer's raw weights beside
-// its form (PreparedProgram::load_peak_bytes, RunnerOptions::streamed_load).
+// ExecutorOptions::streamed_constants), the tiles of an FFMT stack from
+// the same place in the file. A kernel that repacks without streaming
+// (ConvTranspose, LayerNorm) holds one layer's raw weights beside its
+// form (PreparedProgram::load_peak_bytes, RunnerOptions::streamed_load).
 #pragma once
 
 #include <algorithm>

@@ -115,14 +115,15 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
   std::vector<int> readers_left(graph.values.size(), 0);
   // Streamed constants (ExecutorOptions::streamed_constants) are in the
   // file, not in memory, until a kernel reads one whole.
-  std::vector<bool> in_file(graph.values.size(), false);
+  // Another graph's constant (constant_data) may be in the file too: read
+  // here as if it were this graph's, and freed again unless read in Eval.
+  std::vector<bool> in_file(graph.values.size(), false), from_file(graph.values.size(), false);
   std::unordered_map<const TensorData*, int64_t> offsets;
   if (options.streamed_constants != nullptr)
     for (const auto& [v, offset] : *options.streamed_constants)
-      if (v >= 0 && static_cast<size_t>(v) < graph.values.size() && graph.values[v].constant &&
-          OwnConstant(options, v)) {
-        in_file[v] = true;
-        offsets[graph.ConstantData(v)] = offset;
+      if (v >= 0 && static_cast<size_t>(v) < graph.values.size() && graph.values[v].constant) {
+        in_file[v] = from_file[v] = true;
+        offsets[ConstantFor(graph, options, v)] = offset;
       }
   const FileConstantStream stream(options.constant_file, std::move(offsets));
   size_t held = 0;
@@ -173,7 +174,18 @@ Status PrepareKernels(const Graph& graph, const ExecutorOptions& options, std::v
       const int v = node.inputs[k];
       if (v < 0 || !graph.values[v].constant) continue;
       if (kernel->ReadsConstantInEval(static_cast<int>(k))) (*constant_read)[v] = true;
-      if (--readers_left[v] == 0 && !(*constant_read)[v] && OwnConstant(options, v) && !in_file[v] &&
+      if (--readers_left[v] == 0 && !(*constant_read)[v] && !OwnConstant(options, v) && from_file[v] &&
+          !in_file[v]) {
+        // Another graph's constant read whole here and not read in Eval:
+        // back to the file (its TensorData is the program's, writable
+        // under release like this graph's).
+        held -= ValueBytes(graph.values[v]);
+        in_file[v] = true;
+        if (release != nullptr)
+          std::vector<float>().swap(const_cast<TensorData*>(ConstantFor(graph, options, v))->values);
+        continue;
+      }
+      if (readers_left[v] == 0 && !(*constant_read)[v] && OwnConstant(options, v) && !in_file[v] &&
           (options.keep_constants == nullptr || options.keep_constants->count(v) == 0)) {
         held -= ValueBytes(graph.values[v]);
         if (release == nullptr) continue;

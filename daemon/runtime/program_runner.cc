@@ -127,9 +127,17 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   // here (a compiled program holds a copy per subgraph; with release, those
   // copies are freed before anything prepares). An owner read by others is
   // kept until every subgraph has prepared, then freed unless a kernel
-  // still reads it in Eval.
+  // still reads it in Eval (in a streamed load nothing is kept: readers
+  // read it from the file, below).
   const size_t ns = program.subgraphs.size();
   layout->constant_data.resize(ns);
+  // A streamed load (constants left in the program's file, issue 11 item
+  // 2): every constant, owners included, is read from the file as its
+  // kernels prepare; readers in later subgraphs read the owner's from the
+  // file too, so no owner is kept whole for them.
+  const bool size_streamed = options.shapes_only && options.streamed_load;
+  const bool streamed_load = !program.streamed_constants.empty() || size_streamed;
+  auto owner_streamed = [&](std::pair<int, int> o) { return size_streamed || program.streamed_constants.count(o) > 0; };
   std::vector<std::unordered_set<int>> keep(ns);
   std::vector<std::tuple<int, int, int, int>> shares;  // (owner s, owner v, reader s, reader v)
   {
@@ -157,7 +165,7 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
           return Status::Internal("device " + std::to_string(program.device) + ": constant '" + g.values[v].name +
                                   "' of " + g.name + " refers to a constant no earlier subgraph has");
         layout->constant_data[i][v] = program.subgraphs[ref.first].ConstantData(ref.second);
-        keep[ref.first].insert(ref.second);
+        if (!owner_streamed(ref)) keep[ref.first].insert(ref.second);
         shares.emplace_back(ref.first, ref.second, static_cast<int>(i), v);
       }
     }
@@ -167,17 +175,16 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   // weight, each once) plus one tensor; then subgraphs prepare in order,
   // each releasing its raw weights as its kernels repack them
   // (Executor::load_peak_bytes), except those kept for later subgraphs.
-  // A streamed load (constants left in the program's file, issue 11 item 2)
-  // holds only the constants other subgraphs read, each read into place;
-  // every other one is read as its kernel prepares (Executor,
-  // ExecutorOptions::streamed_constants).
+  // A streamed load holds no raw weight up front; each is read as its
+  // kernel prepares (Executor, ExecutorOptions::streamed_constants).
   std::vector<std::unordered_map<int, int64_t>> streamed(ns);
-  const bool streamed_load = !program.streamed_constants.empty() || (options.shapes_only && options.streamed_load);
   for (const auto& [sv, offset] : program.streamed_constants) streamed.at(sv.first)[sv.second] = offset;
-  if (options.shapes_only && options.streamed_load)
+  if (size_streamed)
     for (size_t i = 0; i < ns; ++i)
       for (const auto& [v, data] : program.subgraphs[i].constants)
-        if (!layout->constant_data[i].count(v) && !keep[i].count(v)) streamed[i][v] = 0;
+        if (!layout->constant_data[i].count(v)) streamed[i][v] = 0;
+  // Streamed owners in memory now (a kernel reads them in Eval).
+  std::set<std::pair<int, int>> resident;
   std::vector<size_t> raw(ns, 0);
   size_t raw_total = 0, largest_tensor = 0;
   for (size_t i = 0; i < ns; ++i)
@@ -194,6 +201,14 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     const Graph& g = program.subgraphs[i];
     eo.constant_data = &layout->constant_data[i];
     eo.keep_constants = &keep[i];
+    // This subgraph's copies of streamed owners not in memory: read from
+    // the owner's place in the file.
+    std::map<int, std::pair<int, int>> read_from_file;  // value -> owner
+    for (const auto& [os, ov, rs, rv] : shares)
+      if (rs == static_cast<int>(i) && owner_streamed({os, ov}) && !resident.count({os, ov})) {
+        read_from_file[rv] = {os, ov};
+        streamed[i][rv] = size_streamed ? 0 : program.streamed_constants.at({os, ov});
+      }
     eo.streamed_constants = &streamed[i];
     eo.constant_file = program.constant_file.get();
     auto ex = release ? Executor::CreateReleasingWeights(&release->subgraphs[i], eo) : Executor::Create(g, eo);
@@ -203,24 +218,34 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
         std::max(layout->load_peak_bytes, stored_before + kept_held + (*ex)->load_peak_bytes() + raw_after);
     stored_before += (*ex)->weight_bytes();
     layout->weight_bytes += (*ex)->weight_bytes();
+    for (const auto& [v, offset] : streamed[i]) {
+      if (!(*ex)->ReadsConstant(v)) continue;
+      auto from = read_from_file.find(v);
+      if (from == read_from_file.end()) {
+        resident.insert({static_cast<int>(i), v});  // counted in the executor's weight_bytes
+      } else if (resident.insert(from->second).second) {
+        stored_before += Bytes(NumElements(g.values[v].shape));  // counted once, below
+      }
+    }
     for (int v : keep[i])
       if (!(*ex)->ReadsConstant(v)) kept_held += Bytes(NumElements(g.values[v].shape));
     layout->prepared.push_back(std::move(*ex));
   }
   // Owners read by other subgraphs: held while anything reads them in Eval
   // (counted once, here, when only readers elsewhere do), freed otherwise.
-  std::set<std::pair<int, int>> read_elsewhere;
-  for (const auto& [os, ov, rs, rv] : shares)
+  std::set<std::pair<int, int>> read_elsewhere, owners;
+  for (const auto& [os, ov, rs, rv] : shares) {
+    owners.insert({os, ov});
     if (layout->prepared[rs]->ReadsConstant(rv)) read_elsewhere.insert({os, ov});
-  for (size_t i = 0; i < ns; ++i)
-    for (int v : keep[i]) {
-      if (layout->prepared[i]->ReadsConstant(v)) continue;
-      if (read_elsewhere.count({static_cast<int>(i), v})) {
-        layout->weight_bytes += Bytes(NumElements(program.subgraphs[i].values[v].shape));
-      } else if (release != nullptr) {
-        std::vector<float>().swap(release->subgraphs[i].constants.at(v).values);
-      }
+  }
+  for (const auto& [i, v] : owners) {
+    if (layout->prepared[i]->ReadsConstant(v)) continue;
+    if (read_elsewhere.count({i, v})) {
+      layout->weight_bytes += Bytes(NumElements(program.subgraphs[i].values[v].shape));
+    } else if (release != nullptr) {
+      std::vector<float>().swap(release->subgraphs[i].constants.at(v).values);
     }
+  }
 
   // The device arena: buffers by liveness, plus each step's own memory.
   // A received message has its place from the first step during which it

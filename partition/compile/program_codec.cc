@@ -103,9 +103,8 @@ void ToMsg(const Graph& g, proto::GraphMsg* m, int subgraph = -1, SeenConstants*
 // `extents`: where each constant's values are in the program's file
 // (index in m.values -> byte offset, byte length), when it is parsed from
 // its file with stream_constants: those constants get no values and are
-// recorded in program->streamed_constants. A constant another one refers
-// to (same_as) is read then: constants shared between subgraphs are held
-// from the start, as without streaming (program_runner.cc keeps them).
+// recorded in program->streamed_constants; a reference to one (same_as)
+// stays a reference (share) or gets a copy read from the file.
 using ValueExtents = std::map<int, std::pair<int64_t, int64_t>>;
 Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgram* program = nullptr,
                       bool share = false, const ValueExtents* extents = nullptr) {
@@ -132,20 +131,18 @@ Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgr
       const int rs = vm.same_as().subgraph(), rv = vm.same_as().value();
       const TensorData* ref = nullptr;
       if (program != nullptr && rs >= 0 && rs < subgraph) {
-        Graph& earlier = program->subgraphs[rs];
+        const Graph& earlier = program->subgraphs[rs];
         if (rv >= 0 && rv < static_cast<int>(earlier.values.size()) && earlier.values[rv].name == vm.name())
           ref = earlier.ConstantData(rv);
         if (program->shared_constants.count({rs, rv})) ref = nullptr;  // a reference to a reference
-        auto streamed = program->streamed_constants.find({rs, rv});
-        if (ref != nullptr && ref->shape == shape && streamed != program->streamed_constants.end()) {
-          TensorData& owner = earlier.constants.at(rv);
-          owner.values.resize(static_cast<size_t>(NumElements(shape)));
-          TS_RETURN_IF_ERROR(program->constant_file->Read(streamed->second, NumElements(shape), owner.values.data())
-                                 .WithContext(origin));
-          program->streamed_constants.erase(streamed);
-        }
       }
-      if (ref == nullptr || ref->shape != shape || ref->values.size() != static_cast<size_t>(NumElements(shape)))
+      // A constant left in the file (stream_constants) stays there: its
+      // readers read it from the file too, as they prepare.
+      const int64_t n = NumElements(shape);
+      auto streamed = program != nullptr ? program->streamed_constants.find({rs, rv})
+                                         : std::map<std::pair<int, int>, int64_t>::iterator{};
+      const bool in_file = program != nullptr && streamed != program->streamed_constants.end();
+      if (ref == nullptr || ref->shape != shape || (!in_file && ref->values.size() != static_cast<size_t>(n)))
         return Status::DataLoss(origin + ": constant '" + vm.name() + "' refers to constant " + std::to_string(rv) +
                                 " of subgraph " + std::to_string(rs) +
                                 ", which is not an earlier constant of the same "
@@ -154,6 +151,9 @@ Result<Graph> FromMsg(proto::GraphMsg& m, const std::string& origin, DeviceProgr
       t.shape = shape;
       if (share) {
         program->shared_constants[{subgraph, static_cast<int>(g.values.size())}] = {rs, rv};
+      } else if (in_file) {
+        t.values.resize(static_cast<size_t>(n));
+        TS_RETURN_IF_ERROR(program->constant_file->Read(streamed->second, n, t.values.data()).WithContext(origin));
       } else {
         t.values = ref->values;
       }

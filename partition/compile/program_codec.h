@@ -38,8 +38,8 @@ Result<DeviceProgram> ParseProgram(std::string&& bytes, const std::string& origi
 // values are read: each stays in the file (DeviceProgram::streamed_constants,
 // constant_file), for the runner to read as its kernels prepare (issue 11
 // item 2: a load holds the program as it will run plus one chunk). A
-// constant that later subgraphs refer to (share_constants) is read when
-// the first reference is decoded.
+// reference to such a constant (same_as) reads it from the file too: with
+// share_constants it stays a reference; without, it is read into a copy.
 Result<DeviceProgram> ParseProgramFile(const std::string& path, const std::string& origin, std::string* plan_id,
                                        bool share_constants = false, bool stream_constants = false);
 
