@@ -5,7 +5,8 @@ set(KERNEL_TESTS kernels_conv_test kernels_elementwise_test kernels_gemm_test ke
     kernels_pool_test kernels_registry_test kernels_alloc_test kernels_resize_tile_test)
 foreach(name ${KERNEL_TESTS})
   add_executable(${name} ${PROJECT_SOURCE_DIR}/tests/unit/daemon/runtime/kernels/${name}.cc
-                 ${PROJECT_SOURCE_DIR}/tests/unit/main.cc ${PROJECT_SOURCE_DIR}/daemon/runtime/executor.cc)
+                 ${PROJECT_SOURCE_DIR}/tests/unit/main.cc ${PROJECT_SOURCE_DIR}/daemon/runtime/executor.cc
+                 ${PROJECT_SOURCE_DIR}/partition/compile/constant_file.cc)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PRIVATE tessera_kernels Catch2::Catch2)
   add_test(NAME ${CMAKE_SYSTEM_PROCESSOR}.${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
