@@ -167,6 +167,17 @@ TEST_CASE("optimize-memory leaves a model with nothing to tile as it is") {
 // weights. The program must keep each weight once all the same: written once
 // on the wire, decoded once by a worker (share_constants), packed once by
 // the runner, and sized once by the planner's shapes-only sizing.
+// A runner of `prepared` (one device, no peers) answers `expected` bit for bit.
+void AnswersBitForBit(const PreparedProgram& prepared, const std::vector<TensorData>& inputs,
+                      const std::vector<TensorData>& expected) {
+  auto runner = prepared.NewRunner();
+  REQUIRE(runner.ok());
+  std::vector<TensorData> got;
+  REQUIRE((*runner)->Run({nullptr}, inputs, &got).ok());
+  REQUIRE(got.size() == expected.size());
+  for (size_t k = 0; k < got.size(); ++k) CHECK(got[k].values == expected[k].values);
+}
+
 TEST_CASE("the tiles of a stack keep each weight once: on the wire, decoded, packed and sized") {
   // im2col 3x3 (packed), depthwise 3x3 (raw, read in Eval), pointwise (packed).
   const Graph g = FromCfg("shared", Net(40, 40, 32) + Conv(64, 3, 1, "leaky") + Conv(64, 3, 1, "relu", 64) +
@@ -248,12 +259,7 @@ TEST_CASE("the tiles of a stack keep each weight once: on the wire, decoded, pac
   REQUIRE(b.ok());
   REQUIRE(a->outputs.size() == b->outputs.size());
   for (size_t k = 0; k < a->outputs.size(); ++k) CHECK(a->outputs[k].values == b->outputs[k].values);
-  auto runner = (*p_shared)->NewRunner();
-  REQUIRE(runner.ok());
-  std::vector<TensorData> c;
-  REQUIRE((*runner)->Run({nullptr}, inputs, &c).ok());
-  REQUIRE(c.size() == a->outputs.size());
-  for (size_t k = 0; k < c.size(); ++k) CHECK(c[k].values == a->outputs[k].values);
+  AnswersBitForBit(**p_shared, inputs, a->outputs);
 
   // As a worker loads them (issue 11 item 2): from the program's file, each
   // weight left there until a kernel reads it; a tile reads a weight it
@@ -282,12 +288,7 @@ TEST_CASE("the tiles of a stack keep each weight once: on the wire, decoded, pac
     CHECK(sized_streamed->load_peak_bytes == static_cast<int64_t>((*p_streamed)->load_peak_bytes()));
     CHECK((*p_streamed)->load_peak_bytes() < (*(is_tiled ? p_tiled : p_whole))->load_peak_bytes());
     CHECK((*p_streamed)->load_peak_bytes() <= (*p_streamed)->weight_bytes() + kConstantBlockBytes);
-    auto streamed_runner = (*p_streamed)->NewRunner();
-    REQUIRE(streamed_runner.ok());
-    std::vector<TensorData> d;
-    REQUIRE((*streamed_runner)->Run({nullptr}, inputs, &d).ok());
-    REQUIRE(d.size() == a->outputs.size());
-    for (size_t k = 0; k < d.size(); ++k) CHECK(d[k].values == a->outputs[k].values);
+    AnswersBitForBit(**p_streamed, inputs, a->outputs);
   }
 
   // A reference to a later subgraph's constant is a clear error, not a read
