@@ -788,6 +788,9 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
       per_device.back()["worker_ram"] = {{"promised_bytes", d.promised_bytes},
                                          {"weight_bytes", d.promised_weight_bytes},
                                          {"arena_bytes", d.promised_arena_bytes},
+                                         {"working_bytes", d.promised_working_bytes},
+                                         {"buffer_bytes", d.promised_buffer_bytes},
+                                         {"compute_slots", d.compute_slots},
                                          {"io_bytes", d.promised_io_bytes},
                                          {"load_peak_bytes", d.promised_load_peak_bytes},
                                          {"baseline_bytes", d.baseline_bytes},
@@ -858,14 +861,27 @@ std::string FormatPlanTable(const Plan& plan) {
     for (int i = 0; i < plan.cluster.size(); ++i)
       if (plan.loads[i].promised_bytes > plan.loads[worst].promised_bytes) worst = i;
     const DeviceLoad& d = plan.loads[worst];
-    std::snprintf(line, sizeof line,
-                  "worker RAM = worker baseline + max(weights as the kernels store them + %d x (device arena + "
-                  "request I/O), weights while loading); largest: %s: %s = %s + max(%s + %d x (%s + %s), %s)\n",
-                  d.in_flight, plan.cluster.devices[worst].name.c_str(), FormatBytes(d.promised_bytes).c_str(),
-                  FormatBytes(d.baseline_bytes).c_str(), FormatBytes(d.promised_weight_bytes).c_str(), d.in_flight,
-                  FormatBytes(d.promised_arena_bytes).c_str(), FormatBytes(d.promised_io_bytes).c_str(),
-                  FormatBytes(d.promised_load_peak_bytes).c_str());
+    const std::string slots = d.compute_slots > 1 ? std::to_string(d.compute_slots) + " x " : "";
+    std::snprintf(
+        line, sizeof line,
+        "worker RAM = worker baseline + max(weights as the kernels store them + %sworking memory + %d x "
+        "(pipeline buffers + request I/O), weights while loading); largest: %s: %s = %s + max(%s + %s%s + "
+        "%d x (%s + %s), %s)\n",
+        slots.c_str(), d.in_flight, plan.cluster.devices[worst].name.c_str(), FormatBytes(d.promised_bytes).c_str(),
+        FormatBytes(d.baseline_bytes).c_str(), FormatBytes(d.promised_weight_bytes).c_str(), slots.c_str(),
+        FormatBytes(d.promised_working_bytes).c_str(), d.in_flight, FormatBytes(d.promised_buffer_bytes).c_str(),
+        FormatBytes(d.promised_io_bytes).c_str(), FormatBytes(d.promised_load_peak_bytes).c_str());
     out += line;
+    // Per device (issue 18 item 2): the memory its requests take turns in,
+    // and what each request in flight holds across its sends and receives.
+    out += "working memory (shared by requests) / pipeline buffers (each request in flight):";
+    for (int i = 0; i < plan.cluster.size(); ++i) {
+      const DeviceLoad& di = plan.loads[i];
+      if (di.promised_bytes <= 0) continue;
+      out += " " + plan.cluster.devices[i].name + " " + FormatBytes(di.promised_working_bytes) + " / " +
+             FormatBytes(di.promised_buffer_bytes) + ";";
+    }
+    out.back() = '\n';
   }
   std::string compact;
   for (int i = 0; i < plan.cluster.size(); ++i)

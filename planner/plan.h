@@ -57,8 +57,11 @@ struct DeviceLoad {
   // What the device's worker will hold (issue 11 item 4), sized by the
   // worker's own code from the compiled program (daemon/cluster/plan_fit.h);
   // 0 = not sized (an MCU, or BuildPlan alone). promised = baseline +
-  // max(weights as stored + in_flight × arena, weights held while loading).
+  // max(weights as stored + compute_slots × working memory + in_flight ×
+  // (pipeline buffers + request I/O), weights held while loading); the
+  // arena is working memory + pipeline buffers (program_runner.h).
   int64_t promised_bytes = 0, promised_weight_bytes = 0, promised_arena_bytes = 0, baseline_bytes = 0;
+  int64_t promised_working_bytes = 0, promised_buffer_bytes = 0;
   // The device's convs keep raw-size weights (no Winograd) to fit its RAM
   // (PartitionPlan::compact_weights; chosen by PlanWithinMemory).
   bool compact_weights = false;
@@ -70,7 +73,7 @@ struct DeviceLoad {
   int64_t tiled_halo_macs = 0;
   double tiled_halo_s = 0;  // their time at the device's rate, included in compute_s and the plan's latency
   int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
-  int in_flight = 0;
+  int in_flight = 0, compute_slots = 0;
 };
 
 struct Plan {

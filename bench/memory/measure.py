@@ -122,6 +122,55 @@ def wait_for(path, proc, what, seconds=30):
     sys.exit(f"measure: {what} did not start within {seconds} s")
 
 
+def concurrent(args, http_addr, npy_path, workers):
+    """--concurrent: --in-flight clients at once, each with its own keep-alive
+    connection, --concurrent requests each; every answer must equal the
+    first. Each worker's VmHWM before and after (issue 18 item 2: requests
+    in flight share a device's working memory, each keeps its pipeline
+    buffers)."""
+    import http.client
+    import threading
+    body = open(npy_path, "rb").read()
+    host, port = http_addr.rsplit(":", 1)
+    names = [f"w{i + 1}" for i in range(len(workers))]
+    before = {n: proc_status(p.pid)["VmHWM"] for n, p in zip(names, workers)}
+    answers, errors = [], []
+    lock = threading.Lock()
+    start = threading.Barrier(args.in_flight)
+
+    def client():
+        conn = http.client.HTTPConnection(host, int(port), timeout=300)
+        start.wait()
+        for _ in range(args.concurrent):
+            conn.request("POST", "/v1/infer", body, {"Content-Type": "application/x-npy", "Accept": "application/x-npy"})
+            resp = conn.getresponse()
+            data = resp.read()
+            with lock:
+                (answers if resp.status == 200 else errors).append(data if resp.status == 200 else resp.status)
+        conn.close()
+
+    t0 = time.time()
+    threads = [threading.Thread(target=client) for _ in range(args.in_flight)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = {n: proc_status(p.pid)["VmHWM"] for n, p in zip(names, workers)}
+    distinct = len(set(answers))
+    # Against the answer of the sequential requests (tessera infer --output).
+    import io
+    import numpy as np
+    first = os.path.join(os.path.dirname(npy_path), "y.npy")
+    diff = None
+    if answers and os.path.exists(first):
+        diff = float(np.max(np.abs(np.load(io.BytesIO(answers[0])) - np.load(first))))
+    log(f"concurrent: {args.in_flight} clients x {args.concurrent} requests in {time.time() - t0:.1f} s, "
+        f"{len(answers)} answered ({distinct} distinct), {len(errors)} errors")
+    return {"clients": args.in_flight, "requests": args.in_flight * args.concurrent, "answered": len(answers),
+            "distinct_answers": distinct, "max_abs_vs_sequential": diff, "errors": [str(e) for e in errors[:5]],
+            "peak_rss_before_bytes": before, "peak_rss_after_bytes": after}
+
+
 def soak(args, http_addr, npy_path, workers, gw):
     """--soak: requests over one keep-alive connection; VmRSS after the
     warm-up and at the end, per worker and for the gateway."""
@@ -161,6 +210,11 @@ def main():
     ap.add_argument("--ram", default="", help="ram: of every worker in the cluster file (e.g. 56MiB)")
     ap.add_argument("--soak", type=int, default=0, help="requests over keep-alive HTTP after --requests")
     ap.add_argument("--warmup", type=int, default=200, help="soak requests before the first RSS reading")
+    ap.add_argument("--in-flight", type=int, default=1,
+                    help="requests at once: tessera plan --in-flight and tessera gateway --max-in-flight")
+    ap.add_argument("--concurrent", type=int, default=0,
+                    help="after --requests: this many requests per client from --in-flight clients at once, over "
+                         "keep-alive HTTP; every answer must equal the first; each worker's VmHWM before and after")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--worker-wrapper", default="", help="prefix of worker w1's command (e.g. heaptrack -o FILE)")
     args = ap.parse_args()
@@ -206,8 +260,9 @@ def main():
         workers = procs[:]
 
         plan = os.path.join(d, "plan.pb")
+        in_flight = ["--in-flight", str(args.in_flight)] if args.in_flight > 1 else []
         rc, out, err, peak = peak_of([T, "plan", *model_args, "--cluster", cluster, "--objective", args.objective,
-                                      "--json", "--out", plan])
+                                      "--json", "--out", plan, *in_flight])
         if rc != 0:
             sys.exit(f"measure: tessera plan failed: {err[-2000:]}")
         pj = last_json(out)
@@ -230,7 +285,8 @@ def main():
         http_addr = f"127.0.0.1:{free_port()}"
         glog = open(os.path.join(d, "gateway.log"), "w")
         gw = subprocess.Popen([T, "gateway", *model_opt, "--cluster", cluster, "--plan", plan, "--listen", grpc_addr,
-                               "--http", http_addr, "--data-dir", os.path.join(d, "gw")], stdout=glog, stderr=glog)
+                               "--http", http_addr, "--data-dir", os.path.join(d, "gw"),
+                               "--max-in-flight", str(max(args.in_flight, 1))], stdout=glog, stderr=glog)
         procs.append(gw)
         x = os.path.join(d, "x.npy")
         t0 = time.time()
@@ -250,6 +306,8 @@ def main():
                 time.sleep(0.2)
         if answered < args.requests:
             sys.exit(f"measure: only {answered} of {args.requests} requests answered: {err[-1000:]}")
+        if args.concurrent:
+            result["concurrent"] = concurrent(args, http_addr, x, workers)
         if args.soak:
             result["soak"] = soak(args, http_addr, x, workers, gw)
         # What the gateway's /metrics says (workers polled by its health
@@ -268,6 +326,11 @@ def main():
             except OSError:
                 continue
             for line in text.splitlines():
+                for metric in ("tessera_worker_peak_in_flight", "tessera_worker_runners",
+                               "tessera_worker_working_memories"):
+                    if line.startswith(metric + "{"):
+                        name = line.split('worker="', 1)[1].split('"', 1)[0]
+                        exchange.setdefault(name, {})[metric[len("tessera_worker_"):]] = int(float(line.rsplit(" ", 1)[1]))
                 if line.startswith("tessera_worker_peak_rss_bytes{"):
                     name = line.split('worker="', 1)[1].split('"', 1)[0]
                     metrics_peak[name] = int(float(line.rsplit(" ", 1)[1]))
@@ -290,6 +353,11 @@ def main():
                             "peak_rss_bytes": st["VmHWM"], "rss_bytes": st["VmRSS"],
                             "peak_rss_after_deploy_bytes": after_deploy[name]["VmHWM"],
                             "metrics_peak_rss_bytes": metrics_peak.get(name),
+                            "working_bytes": promised[name].get("working_bytes"),
+                            "buffer_bytes": promised[name].get("buffer_bytes"),
+                            "io_bytes": promised[name].get("io_bytes"),
+                            "arena_bytes": promised[name].get("arena_bytes"),
+                            "in_flight": promised[name].get("in_flight"),
                             "exchange": exchange.get(name, {})})
         result["device_memory"] = devices
         gst = proc_status(gw.pid)

@@ -72,14 +72,15 @@ void RegisterDeployCommand(CLI::App& app) {
     if (!deployed.ok()) throw CLI::RuntimeError(ReportError("deploy", deployed.status()));
     std::printf("plan %s deployed\n", served->plan_id.c_str());
     for (size_t i = 0; i < deployed->size(); ++i)
-      std::printf("  %-12s %-22s program %8.2f MiB, weights %8.2f MiB, working memory %8.2f MiB%s%s\n",
-                  served->workers[i].name.c_str(), served->workers[i].address.c_str(),
-                  (*deployed)[i].program_bytes / 1048576.0, (*deployed)[i].weight_bytes / 1048576.0,
-                  (*deployed)[i].memory_bytes / 1048576.0,
-                  i < served->memory.size() && served->memory[i].in_flight ? "; promised " : "",
-                  i < served->memory.size() && served->memory[i].in_flight
-                      ? DescribeDeviceMemory(served->memory[i]).c_str()
-                      : "");
+      std::printf(
+          "  %-12s %-22s program %8.2f MiB, weights %8.2f MiB, working memory %8.2f MiB, pipeline buffers "
+          "%8.2f MiB per request%s%s\n",
+          served->workers[i].name.c_str(), served->workers[i].address.c_str(), (*deployed)[i].program_bytes / 1048576.0,
+          (*deployed)[i].weight_bytes / 1048576.0, (*deployed)[i].working_bytes / 1048576.0,
+          (*deployed)[i].buffer_bytes / 1048576.0,
+          i < served->memory.size() && served->memory[i].in_flight ? "; promised " : "",
+          i < served->memory.size() && served->memory[i].in_flight ? DescribeDeviceMemory(served->memory[i]).c_str()
+                                                                   : "");
   });
 }
 

@@ -99,9 +99,13 @@ void RegisterPlanCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->add_option("--in-flight", o->fit.memory.in_flight,
-                  "Requests each worker runs at once (each needs its own device arena)")
+                  "Requests each worker runs at once (each needs its own pipeline buffers)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--compute-slots", o->fit.memory.compute_slots,
+                  "The workers' --compute-slots (working memories shared by the requests in flight)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--memory-flow", o->memory_flow,
                   "A device over its ram: may compute stretches of its layers as tiles in turn, recomputing at most "
                   "this share of their MACs (10%, 0.1, none), or off")

@@ -23,6 +23,11 @@ void RegisterWorkerCommand(CLI::App& app) {
   cmd->add_option("--data-dir", a->options.data_dir, "Directory keeping the loaded program (restart resumes)");
   cmd->add_option("--threads", a->options.threads, "Intra-op threads per request")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--max-in-flight", a->options.max_in_flight, "Requests run at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--compute-slots", a->options.compute_slots,
+                  "Requests that compute at once, each in a working memory of its own (the others keep only their "
+                  "pipeline buffers meanwhile); plan with the same --compute-slots")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
   cmd->add_option("--mcu", a->mcus,
                   "An MCU this worker owns and bridges: NAME=PORT[@BAUD][,listen=HOST:PORT] (its UART, and where "

@@ -90,7 +90,8 @@ Status SendProgram(int d, const std::string& b, int num_devices, const std::stri
   }
   writer->WritesDone();
   TS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish(), where));
-  *out = {static_cast<int64_t>(b.size()), reply.memory_bytes(), reply.weight_bytes()};
+  *out = {static_cast<int64_t>(b.size()), reply.memory_bytes(), reply.weight_bytes(), reply.working_bytes(),
+          reply.buffer_bytes()};
   return Status::OK();
 }
 
@@ -389,6 +390,7 @@ void Gateway::Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<c
   worker_dropped_.clear();
   worker_exchange_memory_.clear();
   worker_refused_.clear();
+  worker_concurrency_.clear();
   serving_ = std::move(next);
 }
 
@@ -609,6 +611,7 @@ void Gateway::RefreshWorkerState() {
       worker_dropped_[i] = status.exchange_dropped();
       worker_exchange_memory_[i] = status.exchange_memory();
       worker_refused_[i] = status.requests_refused();
+      worker_concurrency_[i] = {status.peak_in_flight(), status.runners(), status.working_memories()};
     }
   }
 }
@@ -908,6 +911,21 @@ std::string Gateway::MetricsText() const {
   for (const auto& [i, n] : worker_refused_)
     m << "tessera_worker_requests_refused_total{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
       << n << "\n";
+  // Requests in flight on each worker and what they held (issue 18 item 2:
+  // every runner keeps its pipeline buffers; working memories are shared).
+  static const char* const kConcurrency[3][2] = {
+      {"tessera_worker_peak_in_flight", "Most requests the worker ran at once since it started."},
+      {"tessera_worker_runners", "Runners the worker made for the plan: one set of pipeline buffers each."},
+      {"tessera_worker_working_memories",
+       "Working memories the worker made for the plan, shared by its runners (at most --compute-slots; 0 when "
+       "each runner keeps a whole arena)."}};
+  for (int k = 0; k < 3; ++k) {
+    m << "# HELP " << kConcurrency[k][0] << " " << kConcurrency[k][1] << "\n# TYPE " << kConcurrency[k][0]
+      << " gauge\n";
+    for (const auto& [i, c] : worker_concurrency_)
+      m << kConcurrency[k][0] << "{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} " << c[k]
+        << "\n";
+  }
   const ProcessMemory own = ReadProcessMemory();
   m << "# HELP tessera_gateway_rss_bytes Resident memory of the gateway process (VmRSS).\n"
        "# TYPE tessera_gateway_rss_bytes gauge\ntessera_gateway_rss_bytes " << own.rss_bytes << "\n";

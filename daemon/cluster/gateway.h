@@ -9,6 +9,7 @@
 // link byte counters pulled from Worker.GetStatus for /metrics.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -64,6 +65,7 @@ struct ModelSignature {
 // again is accepted without change.
 struct DeployedDevice {
   int64_t program_bytes = 0, memory_bytes = 0, weight_bytes = 0;
+  int64_t working_bytes = 0, buffer_bytes = 0;  // memory_bytes's parts (LoadProgramReply)
 };
 Result<std::vector<DeployedDevice>> DeployPrograms(const std::vector<DeviceProgram>& programs,
                                                    const std::string& plan_id, int source,
@@ -117,13 +119,15 @@ struct ServedCluster {
   // (planner/plan.h ObjectiveCost); < 0 = unknown (a plan file).
   double predicted_cost = -1;
   // Per plan device, when planned or sized here (else empty): what its
-  // worker holds for this plan (DeviceMemory: weights as stored, each
-  // request's arena + I/O, weights while loading; all 0 for an MCU, which
+  // worker holds for this plan (DeviceMemory: weights as stored plus its
+  // working memories, each request's pipeline buffers + I/O, weights while
+  // loading; all 0 for an MCU, which
   // holds its program in its own RAM), the daemon's baseline, and the
   // device's ram: (INT64_MAX = none given). A rejoin keeps the old plan
   // beside the new one only where both fit at the gateway's requests in
   // flight (Gateway::Rejoin, HeldBytes).
   std::vector<int64_t> weight_bytes{}, request_bytes{}, load_peak_bytes{}, baseline_bytes{}, ram_bytes{};
+  std::vector<int64_t> working_bytes{};  // compute_slots x working memory
   // What device d's worker holds for this plan besides its baseline with
   // `in_flight` requests running (DeviceMemory::total_bytes - baseline).
   int64_t HeldBytes(size_t d, int in_flight) const;
@@ -336,6 +340,9 @@ class Gateway {
   std::map<size_t, proto::ExchangeMemory> worker_exchange_memory_;  // by device; GUARDED_BY(mu_)
   std::set<uint32_t> worker_ids_in_flight_;                   // GUARDED_BY(mu_)
   std::map<size_t, int64_t> worker_refused_;                  // Runs refused, by device; GUARDED_BY(mu_)
+  // By device: its status reply's concurrency (peak_in_flight, runners,
+  // working_memories; issue 18 item 2). GUARDED_BY(mu_)
+  std::map<size_t, std::array<int64_t, 3>> worker_concurrency_;
 
   bool stopping_ = false;  // GUARDED_BY(mu_)
   bool draining_ = false;  // GUARDED_BY(mu_): a rejoin waits for requests to finish; none admitted

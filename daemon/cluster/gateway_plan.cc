@@ -209,7 +209,8 @@ Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const
 
 int64_t ServedCluster::HeldBytes(size_t d, int in_flight) const {
   if (d >= weight_bytes.size()) return 0;
-  return std::max(weight_bytes[d] + std::max(in_flight, 1) * request_bytes[d], load_peak_bytes[d]);
+  const int64_t working = d < working_bytes.size() ? working_bytes[d] : 0;
+  return std::max(weight_bytes[d] + working + std::max(in_flight, 1) * request_bytes[d], load_peak_bytes[d]);
 }
 
 ServedCluster ServedClusterOf(const ServedPlan& plan) {
@@ -220,7 +221,8 @@ ServedCluster ServedClusterOf(const ServedPlan& plan) {
       const DeviceMemory& m = plan.memory[d];
       const bool mcu = m.in_flight == 0;
       c.weight_bytes.push_back(mcu ? 0 : m.weight_bytes);
-      c.request_bytes.push_back(mcu ? 0 : m.arena_bytes + m.io_bytes);
+      c.working_bytes.push_back(mcu ? 0 : m.compute_slots * m.working_bytes);
+      c.request_bytes.push_back(mcu ? 0 : m.request_bytes());
       c.load_peak_bytes.push_back(mcu ? 0 : m.load_peak_bytes);
       c.baseline_bytes.push_back(m.baseline_bytes);
       c.ram_bytes.push_back(plan.ram_bytes[d]);

@@ -58,6 +58,9 @@ void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
     d.promised_bytes = sizes[i].total_bytes();
     d.promised_weight_bytes = sizes[i].weight_bytes;
     d.promised_arena_bytes = sizes[i].arena_bytes;
+    d.promised_working_bytes = sizes[i].working_bytes;
+    d.promised_buffer_bytes = sizes[i].buffer_bytes;
+    d.compute_slots = sizes[i].compute_slots;
     d.promised_io_bytes = sizes[i].io_bytes;
     d.promised_load_peak_bytes = sizes[i].load_peak_bytes;
     d.baseline_bytes = sizes[i].baseline_bytes;

@@ -57,6 +57,7 @@ struct WorkerService::Loaded {
   std::map<int, std::unique_ptr<PeerSender>> senders;       // devices this program sends to
   std::map<int, std::unique_ptr<proto::Worker::Stub>> stubs;  // every other device (fan-out)
   int64_t memory_bytes = 0, weight_bytes = 0;
+  int64_t working_bytes = 0, buffer_bytes = 0;  // memory_bytes's parts (Linux worker)
   McuLoadInfo mcu;  // bridge mode: what the MCU holds
 
   // Certificate names that may start a request (Run with fan_out) with TLS:
@@ -65,8 +66,9 @@ struct WorkerService::Loaded {
   mutable std::mutex callers_mu;
   std::set<std::string> run_callers;  // GUARDED_BY(callers_mu)
 
-  // Kernels prepared once (weights packed once); one runner (device arena)
-  // per request in flight.
+  // Kernels prepared once (weights packed once); one runner (its pipeline
+  // buffers) per request in flight, taking turns in the prepared program's
+  // working memories.
   std::shared_ptr<const PreparedProgram> prepared;
   std::mutex pool_mu;
   std::vector<std::unique_ptr<ProgramRunner>> idle;  // GUARDED_BY(pool_mu)
@@ -327,6 +329,8 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
       reply->set_bytes(header.total_bytes());
       reply->set_memory_bytes(held->memory_bytes);
       reply->set_weight_bytes(held->weight_bytes);
+      reply->set_working_bytes(held->working_bytes);
+      reply->set_buffer_bytes(held->buffer_bytes);
       reply->set_program_sha256(held->program_sha256);
     }
     spdlog::info("worker {}: {} device {} (sha256 {}) is already loaded; unchanged", options_.name, plan_msg,
@@ -424,6 +428,7 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     // One runner now: proves every subgraph prepares, and measures memory.
     RunnerOptions ro;
     ro.threads = options_.threads;
+    ro.compute_slots = options_.compute_slots;
     // Each Recv waits until the request's deadline (GrpcLink caps the wait
     // at it), not a fixed minute: on Pi-class devices with requests queued
     // a message can take longer while the client's deadline is far away
@@ -438,6 +443,8 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     TS_ASSIGN_OR_RETURN(auto runner, loaded->prepared->NewRunner());
     loaded->memory_bytes = static_cast<int64_t>(runner->memory_bytes());
     loaded->weight_bytes = static_cast<int64_t>(runner->weight_bytes());
+    loaded->working_bytes = static_cast<int64_t>(loaded->prepared->working_bytes());
+    loaded->buffer_bytes = static_cast<int64_t>(loaded->prepared->request_bytes());
     loaded->idle.push_back(std::move(runner));
     loaded->runners = 1;
   }
@@ -474,6 +481,8 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     reply->set_bytes(program_size);
     reply->set_memory_bytes(loaded->memory_bytes);
     reply->set_weight_bytes(loaded->weight_bytes);
+    reply->set_working_bytes(loaded->working_bytes);
+    reply->set_buffer_bytes(loaded->buffer_bytes);
     reply->set_program_sha256(program_sha256);
   }
   spdlog::info("worker {}: loaded plan {} device {} of {} ({} bytes, {} steps, sha256 {})", options_.name,
@@ -679,6 +688,13 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
     m->set_last_run_ms(s.last_run_ms);
   }
   reply->set_weight_bytes(loaded->weight_bytes);
+  reply->set_working_bytes(loaded->working_bytes);
+  reply->set_buffer_bytes(loaded->buffer_bytes);
+  if (loaded->prepared) reply->set_working_memories(loaded->prepared->working_memories());
+  {
+    std::lock_guard<std::mutex> lock(loaded->pool_mu);
+    reply->set_runners(loaded->runners);
+  }
   const ExchangeDropCounters dropped = loaded->inbox->dropped();
   x->set_frames(x->frames() + dropped.frames);
   x->set_bytes(x->bytes() + dropped.bytes);

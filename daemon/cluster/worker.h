@@ -47,6 +47,10 @@ struct WorkerOptions {
   std::string data_dir;          // "" = keep nothing on disk
   int threads = 1;               // intra-op threads per request
   int max_in_flight = 32;        // runners; more concurrent requests -> RESOURCE_EXHAUSTED
+  // Working memories the requests in flight take turns in (RunnerOptions::
+  // compute_slots; issue 18 item 2): each request keeps only its pipeline
+  // buffers while it waits for a peer.
+  int compute_slots = 1;
   TransportSecurity security;
   // Non-empty serial: this service is the bridge of that MCU (its programs
   // run on the MCU, its tensors are relayed over the UART; issue 6).

@@ -7,10 +7,17 @@
 //
 //   RAM(device) = kWorkerBaselineBytes                     (the daemon itself)
 //               + max( weights as the kernels store them   (held once)
-//                      + in_flight × (device arena         (one per request)
+//                      + compute_slots × working memory    (shared by requests)
+//                      + in_flight × (pipeline buffers     (one set per request)
 //                                     + request I/O),      (model inputs/outputs
 //                                                           as messages, 3 copies)
 //                      weights held while loading )        (forms so far + one block)
+//
+// Working memory and pipeline buffers are the two parts of the device arena
+// (program_runner.h, issue 18 item 2): a request holds the working memory
+// only while it computes a run of steps between two sends or receives; what
+// it keeps across a send or receive (received tiles, a stage's output on its
+// way out, model inputs and outputs) is its own pipeline buffers.
 //
 // The second term: a worker decodes its program from a file and leaves the
 // weights there; each kernel reads its weight as it prepares, a block of
@@ -44,21 +51,26 @@ inline constexpr int64_t kWorkerBaselineBytes = 32ll << 20;
 struct DeviceMemory {
   int device = 0;
   int64_t weight_bytes = 0;    // weights as stored by the kernels (packed, Winograd-transformed)
-  int64_t arena_bytes = 0;     // one request's device arena
+  int64_t arena_bytes = 0;     // one request's device arena: working_bytes + buffer_bytes
+  int64_t working_bytes = 0;   // one working memory (shared by the requests in flight)
+  int64_t buffer_bytes = 0;    // one request's pipeline buffers
   int64_t baseline_bytes = kWorkerBaselineBytes;
-  int in_flight = 1;           // requests a worker runs at once (one arena each)
+  int in_flight = 1;           // requests a worker runs at once (pipeline buffers each)
+  int compute_slots = 1;       // working memories (RunnerOptions::compute_slots)
   int64_t load_peak_bytes = 0; // weights held at once while the program loads
   // Model inputs/outputs this device receives or answers (the source
   // device): the gRPC message, its parsed tensor and the TensorData each
   // hold a copy while a request runs.
   int64_t io_bytes = 0;
-  int64_t serving_bytes() const { return weight_bytes + in_flight * (arena_bytes + io_bytes); }
+  int64_t request_bytes() const { return buffer_bytes + io_bytes; }  // each request in flight
+  int64_t serving_bytes() const { return weight_bytes + compute_slots * working_bytes + in_flight * request_bytes(); }
   int64_t total_bytes() const { return baseline_bytes + std::max(serving_bytes(), load_peak_bytes); }
 };
 
 struct DeviceMemoryOptions {
   int threads = 1;    // the worker's --threads (scratch per thread)
   int in_flight = 1;  // requests at once on the worker
+  int compute_slots = 1;  // the worker's --compute-slots
 };
 
 // Sizes one device program as a worker would hold it. The program's weights

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -30,16 +32,30 @@ struct PreparedProgram::Layout {
   // Per subgraph: its constants whose values another subgraph holds
   // (ExecutorOptions::constant_data); sized once, its maps never move.
   std::vector<std::unordered_map<int, const TensorData*>> constant_data;
-  std::vector<size_t> buffer_offset;                // per buffer
-  std::vector<size_t> step_offset;  // per step: its executor arena / Copy staging / where a Recv's message lands
-  std::vector<bool> recv_direct;    // per Recv step: its message lands in its buffer itself
-  std::vector<bool> send_direct;    // per Send step: the link reads its buffer itself
+  std::vector<size_t> buffer_offset;  // per buffer, in its part (buffer_working)
+  std::vector<bool> buffer_working;   // per buffer: in the working memory, else a pipeline buffer
+  // Per step: its executor arena / Copy staging (working memory) or where a
+  // Recv's message lands / a Send's message is read (pipeline buffers).
+  std::vector<size_t> step_offset;
+  // Per step and the end (index steps.size()): the run of Compute/Merge/Copy
+  // steps it belongs to, -1 for a Send or Recv; the end belongs to the last
+  // run when the last step computes (model outputs are copied out in it).
+  std::vector<int> run_of;
+  std::vector<int> run_last;                        // per run: its last step
+  std::vector<bool> recv_direct;                    // per Recv step: its message lands in its buffer itself
+  std::vector<bool> send_direct;                    // per Send step: the link reads its buffer itself
   std::vector<std::vector<int>> wait_sent_after;    // per step (and the end): Sends whose memory is reused after it
   std::vector<std::vector<int>> expect_at;          // per step: Recv steps whose message may arrive from there on
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
   std::vector<size_t> step_bytes;                   // per step: its own request (executor arena, staging), 0 if none
   std::vector<BufferRequest> buffer_requests;       // per buffer: its bytes and lifetime in the arena
-  size_t arena_bytes = 0;
+  size_t arena_bytes = 0;                           // working_bytes + request_bytes: one request's memory
+  size_t working_bytes = 0;                         // one working memory
+  size_t whole_bytes = 0;                           // everything laid out as one arena
+  // Whether the runners share working memories; else each keeps one whole
+  // arena (all of it in its pipeline buffers) and runs its steps in it.
+  bool share_working = true;
+  size_t request_bytes = 0;  // one request's pipeline buffers
   size_t weight_bytes = 0;
   size_t load_peak_bytes = 0;
 };
@@ -324,16 +340,92 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   layout->step_bytes.assign(program.steps.size(), 0);
   for (size_t i = 0; i < program.steps.size(); ++i)
     if (step_request[i] >= 0) layout->step_bytes[i] = requests[step_request[i]].size;
+
+  // Working memory or pipeline buffers (the header's picture): runs of
+  // Compute/Merge/Copy steps between Send/Recv steps; a request whose first
+  // and last step are in the same run lives in the working memory. Model
+  // inputs are copied in when the request takes the working memory for the
+  // run of step 0, outputs copied out before it gives back the last run's.
+  layout->run_of.assign(program.steps.size() + 1, -1);
+  for (int i = 0; i < num_steps; ++i) {
+    const StepKind k = program.steps[i].kind;
+    if (k == StepKind::kSend || k == StepKind::kRecv) continue;
+    if (i > 0 && layout->run_of[i - 1] >= 0) {
+      layout->run_of[i] = layout->run_of[i - 1];
+      layout->run_last.back() = i;
+    } else {
+      layout->run_of[i] = static_cast<int>(layout->run_last.size());
+      layout->run_last.push_back(i);
+    }
+  }
+  if (num_steps > 0) layout->run_of[num_steps] = layout->run_of[num_steps - 1];
+  std::vector<BufferRequest> working, buffers;
+  std::vector<std::pair<bool, size_t>> part(requests.size());  // (working, index in its part)
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const BufferRequest& q = requests[r];
+    const bool in_working = q.first <= q.last && q.first >= 0 && q.last <= num_steps && layout->run_of[q.first] >= 0 &&
+                            layout->run_of[q.first] == layout->run_of[q.last];
+    std::vector<BufferRequest>& to = in_working ? working : buffers;
+    part[r] = {in_working, to.size()};
+    to.push_back(q);
+  }
   const BestOfGreedyLayout arena_layout(kAlign);
-  const ArenaPlan plan = arena_layout.Plan(requests);
-  TS_RETURN_IF_ERROR(CheckNoOverlap(requests, plan).WithContext("device " + std::to_string(program.device)));
-  layout->arena_bytes = plan.size;
-  layout->buffer_offset.assign(plan.offsets.begin(), plan.offsets.begin() + program.buffers.size());
+  ArenaPlan working_plan = arena_layout.Plan(working), buffers_plan = arena_layout.Plan(buffers);
+  const ArenaPlan whole_plan = arena_layout.Plan(requests);
+  const std::string where = "device " + std::to_string(program.device);
+  // Sharing the working memory pays once one more request is in flight than
+  // there are working memories: slots · W + (slots + 1) · B < (slots + 1) · A
+  // (A: everything as one arena per request). Otherwise (a program whose
+  // memory is mostly tiles kept across its links, as FFMT's) each request
+  // keeps one whole arena, its runs need no turn, and W = 0. The sizing
+  // (SizeDeviceProgram) takes the same decision, so the promise is what runs.
+  const int64_t slots = std::max(1, options.compute_slots);
+  layout->share_working =
+      slots * static_cast<int64_t>(working_plan.size) + (slots + 1) * static_cast<int64_t>(buffers_plan.size) <
+      (slots + 1) * static_cast<int64_t>(whole_plan.size);
+  if (!layout->share_working) {
+    for (auto& pr : part) pr = {false, static_cast<size_t>(&pr - part.data())};
+    buffers = requests;
+    buffers_plan = whole_plan;
+    working.clear();
+    working_plan = ArenaPlan{};
+    std::fill(layout->run_of.begin(), layout->run_of.end(), -1);
+    layout->run_last.clear();
+  }
+  TS_RETURN_IF_ERROR(CheckNoOverlap(working, working_plan).WithContext(where + " working memory"));
+  TS_RETURN_IF_ERROR(CheckNoOverlap(buffers, buffers_plan).WithContext(where + " pipeline buffers"));
+  layout->whole_bytes = whole_plan.size;
+  layout->working_bytes = working_plan.size;
+  layout->request_bytes = buffers_plan.size;
+  layout->arena_bytes = working_plan.size + buffers_plan.size;
+  auto offset_of = [&](size_t r) {
+    return part[r].first ? working_plan.offsets[part[r].second] : buffers_plan.offsets[part[r].second];
+  };
+  layout->buffer_offset.resize(program.buffers.size());
+  layout->buffer_working.resize(program.buffers.size());
+  for (size_t b = 0; b < program.buffers.size(); ++b) {
+    layout->buffer_offset[b] = offset_of(b);
+    layout->buffer_working[b] = part[b].first;
+  }
   layout->step_offset.assign(program.steps.size(), 0);
   for (size_t i = 0; i < program.steps.size(); ++i) {
-    if (step_request[i] >= 0) layout->step_offset[i] = plan.offsets[step_request[i]];
-    if (layout->recv_direct[i]) layout->step_offset[i] = layout->buffer_offset[program.steps[i].dst_buffer];
-    if (layout->send_direct[i]) layout->step_offset[i] = layout->buffer_offset[program.steps[i].src_buffer];
+    const ProgramStep& s = program.steps[i];
+    if (step_request[i] >= 0) layout->step_offset[i] = offset_of(step_request[i]);
+    if (layout->recv_direct[i]) layout->step_offset[i] = layout->buffer_offset[s.dst_buffer];
+    if (layout->send_direct[i]) layout->step_offset[i] = layout->buffer_offset[s.src_buffer];
+    // A link reads and writes only pipeline buffers (it works while the
+    // request holds no working memory), and a step's own memory is where
+    // its run keeps it: by construction; checked, as a layout bug would
+    // let two requests write the same bytes.
+    const bool link_step = s.kind == StepKind::kSend || s.kind == StepKind::kRecv;
+    const bool own_working = step_request[i] >= 0 && part[step_request[i]].first;
+    const bool linked_working =
+        (layout->recv_direct[i] && part[s.dst_buffer].first) || (layout->send_direct[i] && part[s.src_buffer].first);
+    const bool misplaced = layout->share_working ? (link_step && (own_working || linked_working)) ||
+                                                       (!link_step && step_request[i] >= 0 && !own_working)
+                                                 : own_working || linked_working;
+    if (misplaced)
+      return Status::Internal(where + " step " + std::to_string(i) + ": its memory is in the wrong part of the arena");
   }
   layout->zero_at.assign(program.steps.size() + 1, {});
   for (size_t b = 0; b < program.buffers.size(); ++b)
@@ -345,19 +437,132 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   return std::shared_ptr<const PreparedProgram>(std::move(prepared));
 }
 
-PreparedProgram::PreparedProgram(std::unique_ptr<Layout> layout) : layout_(std::move(layout)) {}
+// One working memory and the executors of the program's Compute/Merge
+// steps bound to it (their arenas are in it).
+struct WorkingSlot {
+  float* memory = nullptr;
+  bool owns_memory = true;                           // else a runner's own arena (no sharing)
+  std::vector<std::unique_ptr<Executor>> executors;  // per step (Compute/Merge)
+  ~WorkingSlot() {
+    executors.clear();
+    if (owns_memory) std::free(memory);
+  }
+};
+
+namespace {
+
+Result<float*> AllocateAligned(size_t bytes, const std::string& what) {
+  const size_t alloc = std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  auto* p = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
+  if (p == nullptr)
+    return Status::ResourceExhausted("cannot allocate " + what + " of " + std::to_string(alloc) + " bytes");
+  return p;
+}
+
+}  // namespace
+
+// The executors of the program's Compute/Merge steps, their arenas in `slot`.
+static void BindExecutors(const PreparedProgram::Layout& layout, WorkingSlot* slot) {
+  const DeviceProgram& p = *layout.program;
+  slot->executors.resize(p.steps.size());
+  char* base = reinterpret_cast<char*>(slot->memory);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const ProgramStep& s = p.steps[i];
+    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge)
+      slot->executors[i] = layout.prepared[s.subgraph]->Fork(base + layout.step_offset[i]);
+  }
+}
+
+// The working memories of one prepared program: made as requests overlap,
+// up to RunnerOptions::compute_slots; a request waits for one to be free.
+class PreparedProgram::WorkingPool {
+ public:
+  explicit WorkingPool(const Layout& layout) : layout_(layout), limit_(std::max(1, layout.options.compute_slots)) {}
+
+  // At least one working memory exists (made now when none does).
+  Status EnsureOne() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!all_.empty()) return Status::OK();
+    TS_ASSIGN_OR_RETURN(auto slot, Make());
+    idle_.push_back(slot.get());
+    all_.push_back(std::move(slot));
+    return Status::OK();
+  }
+
+  // Waits until a working memory is free (or makes one while fewer than the
+  // limit exist). No request waits on a peer while it holds one, so every
+  // holder gives it back after a bounded run of compute steps.
+  Result<WorkingSlot*> Acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (idle_.empty() && static_cast<int>(all_.size()) < limit_) {
+      TS_ASSIGN_OR_RETURN(auto slot, Make());
+      all_.push_back(std::move(slot));
+      return all_.back().get();
+    }
+    free_.wait(lock, [this] { return !idle_.empty(); });
+    WorkingSlot* slot = idle_.back();
+    idle_.pop_back();
+    return slot;
+  }
+
+  void Release(WorkingSlot* slot) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.push_back(slot);
+    }
+    free_.notify_one();
+  }
+
+  int made() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(all_.size());
+  }
+
+ private:
+  Result<std::unique_ptr<WorkingSlot>> Make() const {
+    auto slot = std::make_unique<WorkingSlot>();
+    TS_ASSIGN_OR_RETURN(slot->memory,
+                        AllocateAligned(layout_.working_bytes,
+                                        "device " + std::to_string(layout_.program->device) + "'s working memory"));
+    BindExecutors(layout_, slot.get());
+    return slot;
+  }
+
+  const Layout& layout_;
+  const int limit_;
+  mutable std::mutex mu_;
+  std::condition_variable free_;
+  std::vector<std::unique_ptr<WorkingSlot>> all_;  // GUARDED_BY(mu_)
+  std::vector<WorkingSlot*> idle_;                 // GUARDED_BY(mu_)
+};
+
+PreparedProgram::PreparedProgram(std::unique_ptr<Layout> layout)
+    : layout_(std::move(layout)), pool_(std::make_unique<WorkingPool>(*layout_)) {}
 PreparedProgram::~PreparedProgram() = default;
 
 Result<std::unique_ptr<ProgramRunner>> PreparedProgram::NewRunner() const {
   if (layout_->options.shapes_only)
     return Status::FailedPrecondition("device " + std::to_string(layout_->program->device) +
                                       ": a program prepared for sizes only cannot run");
+  if (layout_->arena_bytes > static_cast<size_t>(kMaxDeviceArenaBytes))
+    return Status::ResourceExhausted("device " + std::to_string(layout_->program->device) +
+                                     ": its program needs an arena of " + std::to_string(layout_->arena_bytes) +
+                                     " bytes, over the limit of " + std::to_string(kMaxDeviceArenaBytes) +
+                                     " (util/limits.h kMaxDeviceArenaBytes)");
+  // The first runner proves the working memory allocates.
+  if (layout_->share_working) TS_RETURN_IF_ERROR(pool_->EnsureOne());
   std::unique_ptr<ProgramRunner> r(new ProgramRunner(self_.lock()));
   TS_RETURN_IF_ERROR(r->BindArena());
   return r;
 }
 
 size_t PreparedProgram::memory_bytes() const { return layout_->arena_bytes; }
+size_t PreparedProgram::working_bytes() const { return layout_->working_bytes; }
+size_t PreparedProgram::whole_bytes() const { return layout_->whole_bytes; }
+size_t PreparedProgram::request_bytes() const { return layout_->request_bytes; }
+int PreparedProgram::compute_slots() const { return std::max(1, layout_->options.compute_slots); }
+int PreparedProgram::working_memories() const { return pool_->made(); }
+bool PreparedProgram::shares_working() const { return layout_->share_working; }
 size_t PreparedProgram::weight_bytes() const { return layout_->weight_bytes; }
 size_t PreparedProgram::load_peak_bytes() const { return layout_->load_peak_bytes; }
 const std::vector<size_t>& PreparedProgram::step_bytes() const { return layout_->step_bytes; }
@@ -379,39 +584,26 @@ Result<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(const DeviceProgram
 Result<std::unique_ptr<ProgramRunner>> ProgramRunner::Fork() const { return prepared_->NewRunner(); }
 
 ProgramRunner::~ProgramRunner() {
-  executors_.clear();
-  std::free(arena_);
+  own_.reset();
+  std::free(buffers_);
 }
 
 Status ProgramRunner::BindArena() {
-  const PreparedProgram::Layout& l = *layout_;
-  const DeviceProgram& p = *l.program;
-  if (l.arena_bytes > static_cast<size_t>(kMaxDeviceArenaBytes))
-    return Status::ResourceExhausted("device " + std::to_string(p.device) + ": its program needs an arena of " +
-                                     std::to_string(l.arena_bytes) + " bytes, over the limit of " +
-                                     std::to_string(kMaxDeviceArenaBytes) + " (util/limits.h kMaxDeviceArenaBytes)");
-  const size_t alloc = std::max<size_t>(kAlign, (l.arena_bytes + kAlign - 1) / kAlign * kAlign);
-  arena_ = static_cast<float*>(std::aligned_alloc(kAlign, alloc));
-  if (arena_ == nullptr)
-    return Status::ResourceExhausted("device " + std::to_string(p.device) + ": cannot allocate its arena of " +
-                                     std::to_string(alloc) + " bytes");
-  executors_.clear();
-  executors_.resize(p.steps.size());
-  step_inputs_.assign(p.steps.size(), {});
-  step_outputs_.assign(p.steps.size(), {});
-  char* base = reinterpret_cast<char*>(arena_);
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    const ProgramStep& s = p.steps[i];
-    if (s.kind != StepKind::kCompute && s.kind != StepKind::kMerge) continue;
-    executors_[i] = l.prepared[s.subgraph]->Fork(base + l.step_offset[i]);
-    for (int b : s.inputs) step_inputs_[i].push_back(Buffer(b));
-    for (int b : s.outputs) step_outputs_[i].push_back(Buffer(b));
+  TS_ASSIGN_OR_RETURN(buffers_,
+                      AllocateAligned(layout_->request_bytes,
+                                      "device " + std::to_string(layout_->program->device) + "'s pipeline buffers"));
+  if (!layout_->share_working) {  // its steps run in its own arena
+    own_ = std::make_unique<WorkingSlot>();
+    own_->memory = buffers_;
+    own_->owns_memory = false;
+    BindExecutors(*layout_, own_.get());
   }
   return Status::OK();
 }
 
-float* ProgramRunner::Buffer(int b) const {
-  return reinterpret_cast<float*>(reinterpret_cast<char*>(arena_) + layout_->buffer_offset[b]);
+float* ProgramRunner::Buffer(int b, const WorkingSlot* working) const {
+  char* base = reinterpret_cast<char*>(layout_->buffer_working[b] ? working->memory : buffers_);
+  return reinterpret_cast<float*>(base + layout_->buffer_offset[b]);
 }
 
 size_t ProgramRunner::memory_bytes() const { return layout_->arena_bytes; }
@@ -420,6 +612,7 @@ size_t ProgramRunner::weight_bytes() const { return layout_->weight_bytes; }
 Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs,
                           std::vector<TensorData>* outputs) {
   const DeviceProgram& p = *layout_->program;
+  const PreparedProgram::Layout& l = *layout_;
   const std::string me = "device " + std::to_string(p.device);
   if (inputs.size() != p.model_inputs.size())
     return Status::InvalidArgument(me + " expects " + std::to_string(p.model_inputs.size()) + " model inputs");
@@ -427,15 +620,36 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
     const int b = p.model_inputs[i].second;
     if (static_cast<int64_t>(inputs[i].values.size()) != p.buffers[b].box.volume())
       return Status::InvalidArgument(me + ": model input " + std::to_string(i) + " has the wrong size");
-    std::copy(inputs[i].values.begin(), inputs[i].values.end(), Buffer(b));
   }
-  char* base = reinterpret_cast<char*>(arena_);
-  // Whatever way Run returns, no link writes into this arena afterwards (the
-  // runner goes back to the pool and serves another request).
+  // Model inputs and outputs, those in the working memory (`in_working`)
+  // or those among the pipeline buffers.
+  auto copy_inputs = [&](bool in_working, const WorkingSlot* slot) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int b = p.model_inputs[i].second;
+      if (l.buffer_working[b] == in_working)
+        std::copy(inputs[i].values.begin(), inputs[i].values.end(), Buffer(b, slot));
+    }
+  };
+  outputs->assign(p.model_outputs.size(), TensorData{});
+  auto copy_outputs = [&](bool in_working, const WorkingSlot* slot) {
+    for (size_t k = 0; k < p.model_outputs.size(); ++k) {
+      const int b = p.model_outputs[k].second;
+      if (l.buffer_working[b] != in_working) continue;
+      TensorData& t = (*outputs)[k];
+      t.shape = p.buffers[b].shape();
+      const float* src = Buffer(b, slot);
+      t.values.assign(src, src + p.buffers[b].box.volume());
+    }
+  };
+  copy_inputs(false, nullptr);
+  char* base = reinterpret_cast<char*>(buffers_);
   // The link to `peer`; null when the caller gave none (checked at its Send/Recv step).
   auto link_to = [&peers](int peer) -> Link* {
     return peer >= 0 && peer < static_cast<int>(peers.size()) ? peers[peer] : nullptr;
   };
+  // Whatever way Run returns, no link writes into these buffers afterwards
+  // (the runner goes back to the pool and serves another request), and the
+  // working memory it holds goes back to the program's pool.
   struct DetachOnReturn {
     const std::vector<Link*>& links;
     ~DetachOnReturn() {
@@ -443,68 +657,92 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         if (link) link->Detach();
     }
   } detach{peers};
+  PreparedProgram::WorkingPool& pool = *prepared_->pool_;
+  struct Holding {
+    PreparedProgram::WorkingPool& pool;
+    WorkingSlot* slot = nullptr;
+    void Give() {
+      if (slot) pool.Release(slot);
+      slot = nullptr;
+    }
+    ~Holding() { Give(); }
+  } working{pool};
   auto wait_sent = [&](size_t after) {
-    for (int snd : layout_->wait_sent_after[after]) {
+    for (int snd : l.wait_sent_after[after]) {
       const ProgramStep& s = p.steps[snd];
       if (Link* link = link_to(s.peer)) TS_RETURN_IF_ERROR(link->WaitSent(s.message).WithContext(me));
     }
     return Status::OK();
   };
-  for (size_t i = 0; i < p.steps.size(); ++i) {
+  const size_t n = p.steps.size();
+  for (size_t i = 0; i < n; ++i) {
     const ProgramStep& s = p.steps[i];
-    for (int b : layout_->zero_at[i]) std::memset(Buffer(b), 0, Bytes(p.buffers[b].box.volume()));
-    for (int r : layout_->expect_at[i]) {
+    const int run = l.run_of[i];
+    if (run >= 0 && working.slot == nullptr) {
+      // A run starts. Sends whose memory the run reuses are waited for
+      // before it takes the working memory (no peer is waited on while
+      // holding it; no step of the run sends or receives, so waiting here
+      // rather than at the step is the same for the peers).
+      for (int t = static_cast<int>(i); t < l.run_last[run]; ++t) TS_RETURN_IF_ERROR(wait_sent(t));
+      TS_ASSIGN_OR_RETURN(working.slot, pool.Acquire());
+      if (i == 0) copy_inputs(true, working.slot);
+    }
+    const WorkingSlot* slot = l.share_working ? working.slot : own_.get();
+    for (int b : l.zero_at[i]) std::memset(Buffer(b, slot), 0, Bytes(p.buffers[b].box.volume()));
+    for (int r : l.expect_at[i]) {
       const ProgramStep& recv = p.steps[r];
       if (Link* link = link_to(recv.peer))
-        link->Expect(recv.message, base + layout_->step_offset[r], Bytes(recv.dst_box.volume()));
+        link->Expect(recv.message, base + l.step_offset[r], Bytes(recv.dst_box.volume()));
     }
     switch (s.kind) {
       case StepKind::kSend: {
         Link* link = link_to(s.peer);
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
-        // The link reads the message from the arena until wait_sent (ProgramStep::release_after).
-        char* from = base + layout_->step_offset[i];
-        if (!layout_->send_direct[i])
-          ExtractBox(Buffer(s.src_buffer), p.buffers[s.src_buffer].shape(), s.src_box, reinterpret_cast<float*>(from));
+        // The link reads the message from the pipeline buffers until
+        // wait_sent (ProgramStep::release_after).
+        char* from = base + l.step_offset[i];
+        if (!l.send_direct[i])
+          ExtractBox(Buffer(s.src_buffer, slot), p.buffers[s.src_buffer].shape(), s.src_box,
+                     reinterpret_cast<float*>(from));
         TS_RETURN_IF_ERROR(link->SendFrom(s.message, from, Bytes(s.src_box.volume())));
         break;
       }
       case StepKind::kRecv: {
         Link* link = link_to(s.peer);
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
-        // Into its place in the arena (the link checks its size against the program's).
-        char* landed = base + layout_->step_offset[i];
-        if (Status st = link->RecvInto(s.message, landed, Bytes(s.dst_box.volume()), layout_->options.timeout);
-            !st.ok())
+        // Into its place among the pipeline buffers (the link checks its size against the program's).
+        char* landed = base + l.step_offset[i];
+        if (Status st = link->RecvInto(s.message, landed, Bytes(s.dst_box.volume()), l.options.timeout); !st.ok())
           return st.WithContext(me + ", message " + std::to_string(s.message) + " from device " +
                                 std::to_string(s.peer));
-        if (!layout_->recv_direct[i])
-          InsertBox(reinterpret_cast<const float*>(landed), Buffer(s.dst_buffer), p.buffers[s.dst_buffer].shape(),
+        if (!l.recv_direct[i])
+          InsertBox(reinterpret_cast<const float*>(landed), Buffer(s.dst_buffer, slot), p.buffers[s.dst_buffer].shape(),
                     s.dst_box);
         break;
       }
       case StepKind::kCopy: {
-        auto* staging = reinterpret_cast<float*>(base + layout_->step_offset[i]);
-        ExtractBox(Buffer(s.src_buffer), p.buffers[s.src_buffer].shape(), s.src_box, staging);
-        InsertBox(staging, Buffer(s.dst_buffer), p.buffers[s.dst_buffer].shape(), s.dst_box);
+        auto* staging = reinterpret_cast<float*>(reinterpret_cast<char*>(slot->memory) + l.step_offset[i]);
+        ExtractBox(Buffer(s.src_buffer, slot), p.buffers[s.src_buffer].shape(), s.src_box, staging);
+        InsertBox(staging, Buffer(s.dst_buffer, slot), p.buffers[s.dst_buffer].shape(), s.dst_box);
         break;
       }
       case StepKind::kCompute:
       case StepKind::kMerge:
-        executors_[i]->RunInPlace(step_inputs_[i].data(), step_outputs_[i].data());
+        step_inputs_.clear();
+        step_outputs_.clear();
+        for (int b : s.inputs) step_inputs_.push_back(Buffer(b, slot));
+        for (int b : s.outputs) step_outputs_.push_back(Buffer(b, slot));
+        slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
         break;
     }
-    TS_RETURN_IF_ERROR(wait_sent(i));
+    if (run >= 0 && static_cast<int>(i) == l.run_last[run]) {
+      if (i + 1 == n) copy_outputs(true, slot);
+      working.Give();
+    }
+    if (run < 0 || static_cast<int>(i) == l.run_last[run]) TS_RETURN_IF_ERROR(wait_sent(i));
   }
-  TS_RETURN_IF_ERROR(wait_sent(p.steps.size()));
-  outputs->clear();
-  for (const auto& [value, buffer] : p.model_outputs) {
-    TensorData t;
-    t.shape = p.buffers[buffer].shape();
-    const float* src = Buffer(buffer);
-    t.values.assign(src, src + p.buffers[buffer].box.volume());
-    outputs->push_back(std::move(t));
-  }
+  TS_RETURN_IF_ERROR(wait_sent(n));
+  copy_outputs(false, nullptr);
   return Status::OK();
 }
 

@@ -26,23 +26,48 @@ struct RunnerOptions {
   // a time when the kernel packs it (issue 11 item 2). A program that has
   // DeviceProgram::streamed_constants is loaded so whatever this says.
   bool streamed_load = false;
+  // Working memories a device's runners share (issue 18 item 2): a request
+  // takes one for each run of Compute/Merge/Copy steps between two Send or
+  // Recv steps and gives it back before it talks to a peer. 1 = the device
+  // computes one request at a time, as the dataflow view of a pipeline
+  // stage has it; more let requests compute at once on a many-core board.
+  int compute_slots = 1;
 };
 
 // The device arena (issue 11: one arena per device program). Every buffer
 // of the program — received tiles and slices, partial sums, stack outputs —
 // and every Compute/Merge step's executor arena (the subgraph's
-// intermediates and scratch) get one offset in one arena, by liveness over
-// the program's steps, laid out by the METHODS §6 arena code the executor
-// uses (partition/graph/arena_layout.h):
+// intermediates and scratch) get one offset by liveness over the program's
+// steps, laid out by the METHODS §6 arena code the executor uses
+// (partition/graph/arena_layout.h). It has two parts (issue 18 item 2,
+// the dataflow view of a pipeline: a device is one actor whose phases are
+// its runs of steps between two points where data leaves or arrives):
 //
-//   device arena:  [ buffer b alive over steps [first(b), last(b)]      ]
-//                  [ executor arena of step i, alive at step i only    ]
-//                  [ Copy step i's staging box, alive at step i only   ]
+//   working memory (one per device, shared by every request in flight):
+//                  [ buffer alive within one run of Compute/Merge/Copy
+//                    steps, no Send or Recv between its first and last
+//                    step; each step's executor arena; a Copy's staging ]
+//   pipeline buffers (one set per request in flight):
+//                  [ buffer alive across a Send or Recv step (a FIFO
+//                    token: received, kept for a later phase, or read by
+//                    the link while sent); a Recv's landing place; a
+//                    Send's staging; model inputs and outputs the first
+//                    and last run do not hold ]
+//
+// A request holds a working memory only while it computes a run: requests
+// that overlap in a pipeline (one waiting for its input while another
+// computes) share it instead of each holding a whole arena. A device with
+// one step run and no links (a one-device program) keeps everything in its
+// working memory, laid out exactly as one arena. Where sharing would not
+// save memory with compute_slots + 1 requests in flight (most of the
+// memory is tiles kept across links, as in FFMT), every request keeps one
+// whole arena instead (shares_working() false; working memory 0).
 //
 // Executors read their inputs from and write their outputs to the buffers
 // in place (Executor::RunInPlace): nothing is copied between steps. A
 // buffer is zeroed at its first step, as if it were freshly allocated.
 class ProgramRunner;
+struct WorkingSlot;  // one working memory and the executors bound to it (program_runner.cc)
 
 // The immutable, shareable part of running a DeviceProgram: every subgraph's
 // prepared kernels (weights packed once) and the device arena's layout.
@@ -57,11 +82,21 @@ class PreparedProgram {
   // layer (Executor::CreateReleasingWeights): each weight is held once.
   static Result<std::shared_ptr<const PreparedProgram>> PrepareReleasingWeights(DeviceProgram* program,
                                                                                 const RunnerOptions& options);
-  // A runner with its own device arena. ResourceExhausted if the arena cannot
-  // be allocated. Thread-safe.
+  // A runner with its own pipeline buffers over the program's shared working
+  // memories. ResourceExhausted if they cannot be allocated. Thread-safe.
   Result<std::unique_ptr<ProgramRunner>> NewRunner() const;
 
-  size_t memory_bytes() const;  // the device arena (see ProgramRunner)
+  size_t memory_bytes() const;   // one request's memory: working + pipeline buffers
+  size_t working_bytes() const;  // one working memory (shared by the runners)
+  size_t request_bytes() const;  // one request's pipeline buffers
+  size_t whole_bytes() const;    // the whole arena laid out as one (for comparison)
+  // Whether runners share working memories (else each has one whole arena:
+  // sharing would not save memory with compute_slots + 1 requests in flight).
+  bool shares_working() const;
+  int compute_slots() const;  // RunnerOptions::compute_slots (at least 1)
+  // Working memories allocated so far (they are made as requests overlap,
+  // up to compute_slots()).
+  int working_memories() const;
   size_t weight_bytes() const;  // weights the kernels read, held once
   // The most weight bytes held at once while the program loads: decoding
   // (every raw weight + one tensor) and preparing with release (raw weights
@@ -78,6 +113,7 @@ class PreparedProgram {
   bool ReadsConstant(int subgraph, int value) const;
 
   struct Layout;
+  class WorkingPool;
   explicit PreparedProgram(std::unique_ptr<Layout> layout);
   static Result<std::shared_ptr<const PreparedProgram>> Prepare(const DeviceProgram& program,
                                                                 const RunnerOptions& options, DeviceProgram* release);
@@ -85,6 +121,7 @@ class PreparedProgram {
 
  private:
   std::unique_ptr<Layout> layout_;
+  std::unique_ptr<WorkingPool> pool_;  // the working memories runners take turns in
   std::weak_ptr<const PreparedProgram> self_;
   friend class ProgramRunner;
 };
@@ -97,8 +134,9 @@ class ProgramRunner {
   // not match the buffers it runs on.
   static Result<std::unique_ptr<ProgramRunner>> Create(const DeviceProgram& program, const RunnerOptions& options);
 
-  // Another runner over the same prepared program with its own device
-  // arena, for another request in flight. Thread-safe.
+  // Another runner over the same prepared program with its own pipeline
+  // buffers (sharing the working memory), for another request in flight.
+  // Thread-safe.
   Result<std::unique_ptr<ProgramRunner>> Fork() const;
   const std::shared_ptr<const PreparedProgram>& prepared() const { return prepared_; }
 
@@ -108,29 +146,31 @@ class ProgramRunner {
   Status Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs,
              std::vector<TensorData>* outputs);
 
-  // Bytes of the device arena: the device's whole working memory for one
-  // request (buffers + every step's intermediates and scratch, by liveness).
+  // Bytes of the device arena for one request: working memory + pipeline
+  // buffers (every buffer and step's intermediates and scratch, by liveness).
   size_t memory_bytes() const;
   // Bytes of the weights the kernels read (packed forms + constants still
   // read), held once however many runners are forked.
   size_t weight_bytes() const;
   ProgramRunner(const ProgramRunner&) = delete;
   ProgramRunner& operator=(const ProgramRunner&) = delete;
-  ~ProgramRunner();
+  ~ProgramRunner();  // out of line: WorkingSlot is complete there
 
  private:
   friend class PreparedProgram;
   explicit ProgramRunner(std::shared_ptr<const PreparedProgram> prepared);
   Status BindArena();
-  float* Buffer(int b) const;
+  // Where buffer b is: in the pipeline buffers, or in `working` (the working
+  // memory this request holds; null when it holds none).
+  float* Buffer(int b, const WorkingSlot* working) const;
 
   std::shared_ptr<const PreparedProgram> prepared_;
   const PreparedProgram::Layout* layout_ = nullptr;
-  float* arena_ = nullptr;
-  std::vector<std::unique_ptr<Executor>> executors_;  // per step (Compute/Merge), bound to arena_
-  // Per step: pointers of a Compute/Merge step's inputs and outputs.
-  std::vector<std::vector<const float*>> step_inputs_;
-  std::vector<std::vector<float*>> step_outputs_;
+  float* buffers_ = nullptr;          // this request's pipeline buffers
+  std::unique_ptr<WorkingSlot> own_;  // executors on buffers_ when the program shares no working memory
+  // Scratch: a Compute/Merge step's input and output pointers.
+  std::vector<const float*> step_inputs_;
+  std::vector<float*> step_outputs_;
 };
 
 

@@ -48,7 +48,7 @@ TEST_CASE("a one-device cluster too small for YOLOv2 608 is refused, naming need
   const std::string m = plan.status().message();
   CHECK(m.find("device pi needs") != std::string::npos);
   CHECK(m.find("weights") != std::string::npos);
-  CHECK(m.find("arena") != std::string::npos);
+  CHECK(m.find("working memory") != std::string::npos);
   CHECK(m.find("ram: 128.00 MiB") != std::string::npos);
 }
 
@@ -120,12 +120,16 @@ TEST_CASE("every Linux device's promise is its compiled program sized by the wor
     CHECK(load.promised_bytes == m->total_bytes());
     CHECK(load.promised_weight_bytes == m->weight_bytes);
     CHECK(load.promised_arena_bytes == m->arena_bytes);
+    CHECK(load.promised_working_bytes == m->working_bytes);
+    CHECK(load.promised_buffer_bytes == m->buffer_bytes);
+    CHECK(load.promised_arena_bytes == load.promised_working_bytes + load.promised_buffer_bytes);
+    CHECK(load.compute_slots == 1);
     CHECK(load.in_flight == 2);
     CHECK(load.promised_load_peak_bytes == m->load_peak_bytes);
     CHECK(load.promised_io_bytes == m->io_bytes);
     CHECK(load.promised_bytes ==
-          kWorkerBaselineBytes + std::max(load.promised_weight_bytes +
-                                              2 * (load.promised_arena_bytes + load.promised_io_bytes),
+          kWorkerBaselineBytes + std::max(load.promised_weight_bytes + load.promised_working_bytes +
+                                              2 * (load.promised_buffer_bytes + load.promised_io_bytes),
                                           load.promised_load_peak_bytes));
   }
   const auto json = PlanToJson(*plan);

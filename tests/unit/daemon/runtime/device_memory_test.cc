@@ -138,25 +138,34 @@ TEST_CASE("a program prepared for sizes only refuses to run", "[runtime][memory]
   CHECK(runner.status().code() == StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("requests in flight multiply the arena, not the weights", "[runtime][memory]") {
+TEST_CASE("requests in flight multiply their pipeline buffers, not the weights or the working memory",
+          "[runtime][memory]") {
+  // RAM = baseline + max(weights + slots x working + in_flight x (buffers +
+  // I/O), load peak) (device_memory.h; issue 18 item 2).
   DeviceMemory m;
   m.weight_bytes = 100;
+  m.working_bytes = 6;
+  m.buffer_bytes = 4;
   m.arena_bytes = 10;
   m.baseline_bytes = 5;
   m.in_flight = 3;
-  CHECK(m.total_bytes() == 135);
+  CHECK(m.total_bytes() == 5 + 100 + 6 + 3 * 4);
   m.load_peak_bytes = 140;  // repacking held more than serving does
   CHECK(m.total_bytes() == 145);
   CHECK(InFlightThatFits(m, 144) == 0);
   m.load_peak_bytes = 0;
-  CHECK(InFlightThatFits(m, 114) == 0);
+  CHECK(InFlightThatFits(m, 114) == 0);  // 5 + 100 + 6 + 4 = 115 for one
   CHECK(InFlightThatFits(m, 115) == 1);
-  CHECK(InFlightThatFits(m, 134) == 2);
-  CHECK(InFlightThatFits(m, 135) == 3);
-  CHECK(DescribeDeviceMemory(m).find("3 x arena") != std::string::npos);
+  CHECK(InFlightThatFits(m, 122) == 2);
+  CHECK(InFlightThatFits(m, 123) == 3);
+  CHECK(DescribeDeviceMemory(m).find("working memory") != std::string::npos);
+  CHECK(DescribeDeviceMemory(m).find("3 x pipeline buffers") != std::string::npos);
   m.io_bytes = 2;  // the source device also holds request inputs and outputs
-  CHECK(m.total_bytes() == 141);
-  CHECK(InFlightThatFits(m, 140) == 2);
+  CHECK(m.total_bytes() == 5 + 100 + 6 + 3 * (4 + 2));
+  CHECK(InFlightThatFits(m, 128) == 2);
+  m.compute_slots = 2;  // two requests compute at once, each in its own working memory
+  CHECK(m.total_bytes() == 5 + 100 + 2 * 6 + 3 * (4 + 2));
+  CHECK(DescribeDeviceMemory(m).find("2 x working memory") != std::string::npos);
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 // within the equivalence tests' 1e-5 of the unsplit run.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <random>
+#include <thread>
 
+#include "daemon/runtime/device_memory.h"
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/program_runner.h"
 #include "daemon/runtime/seeded_input.h"
@@ -29,6 +32,15 @@ std::vector<TensorData> Inputs(const Graph& g) {
   std::vector<TensorData> in;
   for (int v : g.inputs) in.push_back(SeededInput(g.values[v].shape, 7));
   return in;
+}
+
+// The unsplit graph's answer: one executor over the whole graph.
+std::vector<TensorData> Unsplit(const Graph& g, const std::vector<TensorData>& inputs) {
+  auto ex = Executor::Create(g, {});
+  REQUIRE(ex.ok());
+  std::vector<TensorData> want;
+  REQUIRE((*ex)->Run(inputs, &want).ok());
+  return want;
 }
 
 CompiledPlan Compile(const Graph& g, ForcedScheme scheme, int devices) {
@@ -72,10 +84,7 @@ TEST_CASE("releasing repacked weights keeps a single-device run bit for bit", "[
 TEST_CASE("runners of one prepared program share kernels and answer bit for bit", "[runtime][memory]") {
   const Graph g = TinyYolo();
   const auto inputs = Inputs(g);
-  std::vector<TensorData> want;
-  auto ex = Executor::Create(g, {});
-  REQUIRE(ex.ok());
-  REQUIRE((*ex)->Run(inputs, &want).ok());
+  const std::vector<TensorData> want = Unsplit(g, inputs);
   // One device: every layer whole, no links; the same kernels in the same order.
   CompiledPlan compiled = Compile(g, ForcedScheme::kPipeline, 1);
   REQUIRE(compiled.programs.size() == 1);
@@ -118,11 +127,8 @@ TEST_CASE("the device arena is no larger than separate buffers and executor aren
       CHECK((*prepared)->memory_bytes() <= separate);
     }
     // And answers equal the unsplit run, as before.
-    auto ex = Executor::Create(g, {});
-    REQUIRE(ex.ok());
     const auto inputs = Inputs(g);
-    std::vector<TensorData> want;
-    REQUIRE((*ex)->Run(inputs, &want).ok());
+    const std::vector<TensorData> want = Unsplit(g, inputs);
     auto run = RunProgramsInProcess(g, compiled.programs, inputs, {});
     REQUIRE(run.ok());
     double max_abs = 0, max_ref = 1e-30;
@@ -131,6 +137,141 @@ TEST_CASE("the device arena is no larger than separate buffers and executor aren
       max_ref = std::max(max_ref, static_cast<double>(std::fabs(want[0].values[k])));
     }
     CHECK(max_abs / max_ref <= 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+PartitionPlan TwoStages() {
+  // dense0, dense1 on device 0; dense2 on device 1.
+  PartitionPlan plan;
+  plan.num_devices = 2;
+  plan.layers = {{LayerScheme::kWhole, {0}, {}, 1, 1, {}, {}},
+                 {LayerScheme::kWhole, {0}, {}, 1, 1, {}, {}},
+                 {LayerScheme::kWhole, {1}, {}, 1, 1, {}, {}}};
+  return plan;
+}
+
+TEST_CASE("pipeline buffers: what a request keeps across a send or receive, the rest shared working memory",
+          "[runtime][memory][pipeline]") {
+  // Issue 18 item 2, worked by hand. x [1,8] -> dense0 -> y0 [1,256] ->
+  // dense1 -> y1 [1,8] | send to device 1 | dense2 -> y2 [1,8] -> back.
+  // Device 0's steps: 0 dense0, 1 dense1, 2 send y1, 3 recv y2 (checked).
+  // Run 0 = steps 0-1. Offsets are 64-byte aligned; a part ends at its last
+  // buffer's end (8 floats = 32 B):
+  //   x  [0, 0]  32 B, model input, copied in when run 0 starts -> working
+  //   y0 [0, 1]  1024 B, inside run 0                           -> working
+  //   y1 [1, 3]  32 B, read by the link from step 2 until 3     -> pipeline
+  //   y2 [3, 4]  32 B, lands at step 3, model output            -> pipeline
+  // working = y0 at 0 + x at 1024 = 1056 (alive together at step 0);
+  // buffers = y1 at 0 + y2 at 64 = 96 (together at step 3); one arena:
+  // 1056 too (y1 reuses x's place, y2 y0's). Sharing pays: 1056 + 2 x 96
+  // < 2 x 1056; with 4 requests in flight 1056 + 4 x 96 = 1440 instead of
+  // 4 x 1056 = 4224.
+  Graph g;
+  int x = g.AddValue("x", {1, 8});
+  g.inputs = {x};
+  const int64_t widths[3] = {256, 8, 8};
+  int64_t in = 8;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-0.2f, 0.2f);
+  for (int l = 0; l < 3; ++l) {
+    TensorData w{{widths[l], in}, std::vector<float>(static_cast<size_t>(in * widths[l]))};  // [out, in]
+    for (float& v : w.values) v = u(rng);
+    const int wid = g.AddConstant("w" + std::to_string(l), std::move(w));
+    const int y = g.AddValue("y" + std::to_string(l), {1, widths[l]});
+    g.AddNode(Node{"dense" + std::to_string(l), "Gemm", {x, wid}, {y}, {}});
+    x = y;
+    in = widths[l];
+  }
+  g.outputs = {x};
+  auto compiled = CompilePlan(g, TwoStages());
+  REQUIRE(compiled.ok());
+  const DeviceProgram& p0 = compiled->programs[0];
+  REQUIRE(p0.steps.size() == 4);
+  CHECK(p0.steps[0].kind == StepKind::kCompute);
+  CHECK(p0.steps[1].kind == StepKind::kCompute);
+  CHECK(p0.steps[2].kind == StepKind::kSend);
+  CHECK(p0.steps[3].kind == StepKind::kRecv);
+  auto prepared0 = PreparedProgram::Prepare(p0, {});
+  INFO(prepared0.status().ToString());
+  REQUIRE(prepared0.ok());
+  CHECK((*prepared0)->shares_working());
+  CHECK((*prepared0)->working_bytes() == 1056);
+  CHECK((*prepared0)->request_bytes() == 96);
+  CHECK((*prepared0)->whole_bytes() == 1056);
+  CHECK((*prepared0)->memory_bytes() == 1056 + 96);
+  // Device 1: recv y1 [0, 1], dense2 -> y2 [1, 3] (sent): both cross a link,
+  // nothing is left to share (0 + 2 x 96 is not < 2 x 96): one whole arena.
+  auto prepared1 = PreparedProgram::Prepare(compiled->programs[1], {});
+  REQUIRE(prepared1.ok());
+  CHECK(!(*prepared1)->shares_working());
+  CHECK((*prepared1)->working_bytes() == 0);
+  CHECK((*prepared1)->request_bytes() == 96);
+  // Two working memories make sharing pay later: 2 x 1056 + 3 x 96 vs 3 x 1056.
+  RunnerOptions two;
+  two.compute_slots = 2;
+  auto prepared2 = PreparedProgram::Prepare(p0, two);
+  REQUIRE(prepared2.ok());
+  CHECK((*prepared2)->shares_working());
+  CHECK((*prepared2)->compute_slots() == 2);
+  // The sizing is the worker's: the same numbers, and the RAM formula.
+  DeviceMemoryOptions mo;
+  mo.in_flight = 4;
+  auto sized = SizeDeviceProgram(p0, mo);
+  REQUIRE(sized.ok());
+  CHECK(sized->working_bytes == 1056);
+  CHECK(sized->buffer_bytes == 96);
+  CHECK(sized->serving_bytes() == sized->weight_bytes + 1056 + 4 * (96 + sized->io_bytes));
+  // And the pipeline answers what the unsplit graph does.
+  const auto inputs = Inputs(g);
+  const std::vector<TensorData> want = Unsplit(g, inputs);
+  auto run = RunProgramsInProcess(g, compiled->programs, inputs, {});
+  REQUIRE(run.ok());
+  CHECK(run->outputs[0].values == want[0].values);
+}
+
+TEST_CASE("requests in flight take turns in the working memory and answer bit for bit", "[runtime][memory][pipeline]") {
+  const Graph g = TinyYolo();
+  const auto inputs = Inputs(g);
+  const std::vector<TensorData> want = Unsplit(g, inputs);
+  CompiledPlan compiled = Compile(g, ForcedScheme::kPipeline, 1);
+  for (int slots : {1, 2}) {
+    RunnerOptions ro;
+    ro.compute_slots = slots;
+    auto prepared = PreparedProgram::Prepare(compiled.programs[0], ro);
+    REQUIRE(prepared.ok());
+    // One device, no links: everything is working memory, laid out as one arena.
+    CHECK((*prepared)->shares_working());
+    CHECK((*prepared)->request_bytes() == 0);
+    CHECK((*prepared)->working_bytes() == (*prepared)->whole_bytes());
+    constexpr int kRequests = 4;
+    std::vector<std::unique_ptr<ProgramRunner>> runners;
+    for (int r = 0; r < kRequests; ++r) {
+      auto runner = (*prepared)->NewRunner();
+      REQUIRE(runner.ok());
+      runners.push_back(std::move(*runner));
+    }
+    std::vector<std::vector<TensorData>> got(kRequests);
+    std::vector<Status> status(kRequests);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRequests; ++r)
+      threads.emplace_back([&, r] {
+        for (int round = 0; round < 3 && status[r].ok(); ++round) status[r] = runners[r]->Run({}, inputs, &got[r]);
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kRequests; ++r) {
+      INFO("slots " << slots << ", request " << r << ": " << status[r].ToString());
+      REQUIRE(status[r].ok());
+      CHECK(got[r][0].values == want[0].values);
+    }
+    // Four runners, at most `slots` working memories (made as runs overlapped).
+    CHECK((*prepared)->working_memories() >= 1);
+    CHECK((*prepared)->working_memories() <= slots);
   }
 }
 
