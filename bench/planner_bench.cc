@@ -1,7 +1,9 @@
 // bench/planner: solve times of every planner objective, CBC vs the exact /
 // DP paths, on darknet's yolov2 and vgg-16 (and any extra model paths given
 // on the command line, e.g. a resnet50 .onnx), for N = 2, 6, 10, 16.
-// Targets (issue 3): exact/DP under 50 ms per plan, CBC under 1 s.
+// Targets (issue 3): exact/DP under 50 ms per plan, CBC under 1 s. Then the
+// throughput pipeline DP (issue 18 item 1) and the genetic search beside it
+// (issue 18 item 6; `--genetic` runs that section alone).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +32,15 @@ double MedianMs(int repeats, const std::function<void()>& run) {
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// 4 kinds x 4 devices: 1.2, 2, 3.75 and 6 GMAC/s, 100 Mbit/s links.
+Cluster FourKinds() {
+  Cluster mixed = UniformCluster(16);
+  const double speeds[] = {3.75e9, 2e9, 6e9, 1.2e9};
+  for (int i = 0; i < 16; ++i) mixed.devices[i].macs_per_s = speeds[i / 4];
+  mixed.default_link.bytes_per_s = 100e6 / 8;
+  return mixed;
 }
 
 // Issue 18 item 1: throughput over pipelines, densenet201 (224²) on 16/64/256
@@ -71,17 +82,56 @@ void PipelineSection() {
                 bnb_time, bnb_period);
   };
   for (int n : {16, 64, 256}) row(std::to_string(n) + " identical (1 Gbit/s)", UniformCluster(n));
-  // 4 kinds x 4 devices: 1.2, 2, 3.75 and 6 GMAC/s, 100 Mbit/s links.
-  Cluster mixed = UniformCluster(16);
-  const double speeds[] = {3.75e9, 2e9, 6e9, 1.2e9};
-  for (int i = 0; i < 16; ++i) mixed.devices[i].macs_per_s = speeds[i / 4];
-  mixed.default_link.bytes_per_s = 100e6 / 8;
-  row("16 of 4 kinds (100 Mbit/s)", mixed);
+  row("16 of 4 kinds (100 Mbit/s)", FourKinds());
+}
+
+// Issue 18 item 6: the genetic search beside the exact pipeline DP: the
+// periods both find and the time they take (GA median of 3 seeds' times; its
+// period is the best and worst of the 3 seeds).
+void GeneticSection() {
+  std::printf("\nthroughput: genetic search (%s) vs pipeline DP\n", DescribeGeneticOptions({}).c_str());
+  std::printf("%-14s %-26s %10s %11s %8s  %10s %11s %11s %7s\n", "model", "cluster", "dp time", "dp period", "optimal",
+              "ga time", "ga best", "ga worst", "ga/dp");
+  const Cluster mixed = FourKinds();
+  const std::pair<const char*, std::vector<int64_t>> models[] = {
+      {"densenet201", {1, 3, 224, 224}}, {"resnet50", {1, 3, 224, 224}}, {"yolov2", {1, 3, 416, 416}}};
+  for (const auto& [name, shape] : models) {
+    ImportOptions options;
+    options.input_shapes[""] = shape;
+    auto graph = ImportModel(std::string("/usr/share/darknet/cfg/") + name + ".cfg", options);
+    if (!graph.ok()) continue;
+    const auto layers = ComputeLayerFigures(*graph);
+    for (const auto& [label, cluster] : {std::pair<std::string, Cluster>{"16 identical (1 Gbit/s)", UniformCluster(16)},
+                                         std::pair<std::string, Cluster>{"16 of 4 kinds (100 Mbit/s)", mixed}}) {
+      PlacementProblem problem = MakePlacementProblem(*graph, layers, cluster);
+      problem.source = 0;
+      Result<PlacementResult> pipe = Status::Internal("not run");
+      const double dp_ms = MedianMs(1, [&] { pipe = PlacePipeline(problem); });
+      std::vector<double> ms, periods;
+      for (uint64_t seed : {1, 2, 3}) {
+        GeneticOptions go;
+        go.seed = seed;
+        Result<PlacementResult> ga = Status::Internal("not run");
+        ms.push_back(MedianMs(1, [&] { ga = PlaceGenetic(problem, PlacementObjective::kThroughput, go); }));
+        periods.push_back(ga.ok() ? ga->cost.period_s : -1);
+      }
+      std::sort(ms.begin(), ms.end());
+      const auto [lo, hi] = std::minmax_element(periods.begin(), periods.end());
+      const double dp_period = pipe.ok() ? pipe->cost.period_s : -1;
+      std::printf("%-14s %-26s %7.1f ms %11.6f %8s  %7.0f ms %11.6f %11.6f %6.2fx\n", name, label.c_str(), dp_ms,
+                  dp_period, pipe.ok() && pipe->solver.optimal ? "yes" : "no", ms[1], *lo, *hi,
+                  dp_period > 0 ? *lo / dp_period : 0.0);
+    }
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--genetic") {  // that section alone
+    GeneticSection();
+    return 0;
+  }
   std::vector<std::string> models = {"/usr/share/darknet/cfg/yolov2.cfg", "/usr/share/darknet/cfg/vgg-16.cfg"};
   for (int i = 1; i < argc; ++i) models.push_back(argv[i]);
   std::printf("%-14s %3s  %10s %10s  %10s %10s  %12s %12s  %14s %12s  %s\n", "model", "N", "mem exact", "mem cbc",
@@ -132,5 +182,6 @@ int main(int argc, char** argv) {
   }
   std::printf("* = branch-and-bound stopped at its 200000-node limit (best found, not proven optimal)\n");
   PipelineSection();
+  GeneticSection();
   return 0;
 }

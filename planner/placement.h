@@ -144,6 +144,34 @@ Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& problem);
 // NotSupported when the state space exceeds `max_states`.
 Result<PlacementResult> PlacePipeline(const PlacementProblem& problem, int64_t max_states = 40'000'000);
 
+// Issue 18 item 6: a genetic search, for large DAGs and as a comparison to
+// the exact searches; not proven optimal. One gene per layer, its device.
+// Fitness: the objective of the assignment as EvaluatePlacement computes it
+// (for throughput the period: the longest per-device time, compute + its
+// sends, i.e. the imbalance of the devices' times; for latency the latency);
+// an assignment over a device's flash or RAM ranks after every feasible one.
+// Initial population: the bisection heuristic's assignment, pipelines with
+// random cuts over random device orders, a quarter of them scrambled.
+// Each epoch keeps the `elite` best; children come from tournament
+// selection, two-point crossover (a stretch of layers from a second parent)
+// with probability `crossover`, a stage boundary shifted by one layer with
+// probability `mutation`, and each gene set to a random device with
+// probability 1/layers. Stops after `epochs`, or `patience` epochs without a
+// better assignment. Deterministic for a seed.
+struct GeneticOptions {
+  int population = 64;
+  int epochs = 2000;
+  int patience = 300;
+  double crossover = 0.9;
+  double mutation = 0.5;
+  int tournament = 3;
+  int elite = 2;
+  uint64_t seed = 1;
+};
+std::string DescribeGeneticOptions(const GeneticOptions& options);
+Result<PlacementResult> PlaceGenetic(const PlacementProblem& problem, PlacementObjective objective,
+                                     const GeneticOptions& options = {});
+
 // The default: DP for latency on chains when feasible; for throughput the
 // pipeline DP; else B&B seeded by the bisection heuristic.
 Result<PlacementResult> PlaceLayers(const PlacementProblem& problem, PlacementObjective objective);

@@ -535,6 +535,8 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
     TS_ASSIGN_OR_RETURN(result, PlaceExhaustive(problem, objective));
   } else if (s == "bisection") {
     TS_ASSIGN_OR_RETURN(result, PlaceBisection(problem, objective));
+  } else if (s == "ga" || s == "genetic") {
+    TS_ASSIGN_OR_RETURN(result, PlaceGenetic(problem, objective));
   } else if (s == "pipeline") {
     if (objective != PlacementObjective::kThroughput)
       return Status::InvalidArgument("--solver pipeline solves --objective throughput only; use dp for latency");
@@ -542,7 +544,7 @@ Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& la
   } else {
     return Status::InvalidArgument("--solver " + s + " is not available for --objective " +
                                    ObjectiveName(options.objective) +
-                                   "; use exact, dp, pipeline, bnb, exhaustive or bisection");
+                                   "; use exact, dp, pipeline, bnb, exhaustive, bisection or ga");
   }
   plan->solver = result.solver;
   plan->sub_solvers.push_back(result.solver);
@@ -744,6 +746,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   // `optimal` speaks of; `bound_any` holds for every whole-layer assignment.
   if (plan.solver.bound > 0) j["solver"]["bound"] = plan.solver.bound;
   if (!plan.solver.optimal_among.empty()) j["solver"]["optimal_among"] = plan.solver.optimal_among;
+  if (!plan.solver.settings.empty()) j["solver"]["settings"] = plan.solver.settings;
   if (plan.solver.bound_any > 0) j["solver"]["bound_any"] = plan.solver.bound_any;
   json subs = json::array();
   for (const auto& s : plan.sub_solvers)
@@ -947,6 +950,7 @@ std::string FormatPlanTable(const Plan& plan) {
                   plan.solver.bound, plan.solver.bound_any);
     out += line;
   }
+  if (!plan.solver.settings.empty()) out += "  " + plan.solver.settings + "\n";
   return out;
 }
 

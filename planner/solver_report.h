@@ -23,6 +23,8 @@ struct SolverReport {
   std::string optimal_among;
   // Proven lower bound over every whole-layer assignment (0: none stated).
   double bound_any = 0;
+  // A heuristic's settings and how it stopped (empty: none to state).
+  std::string settings;
 };
 
 }  // namespace tessera

@@ -94,7 +94,7 @@ void RegisterPlanCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--solver", o->solver,
                   "memory/communication: cbc (default) | exact; latency/throughput: exact (default) | dp | bnb | "
-                  "exhaustive | bisection");
+                  "exhaustive | bisection | ga (genetic search, not proven optimal; see bench/planner)");
   cmd->add_option("--threads", o->fit.memory.threads, "The workers' --threads (sizes their per-thread scratch)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
