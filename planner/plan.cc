@@ -696,9 +696,11 @@ PartitionPlan ToPartitionPlan(const Plan& plan) {
     else la.scheme = LayerScheme::kWhole;
     la.devices = a.devices;
     if (la.scheme == LayerScheme::kFfmt && a.devices.size() == 1 && a.split.empty() && a.grid.size() == 2) {
-      // One device's tiles in turn (DeviceLoad::tiled_paths): its own grid.
+      // One device's tiles in turn (DeviceLoad::tiled_paths): its own grid;
+      // split_axis "parts": processed in row bands, overlaps kept.
       la.grid_rows = a.grid[0];
       la.grid_cols = a.grid[1];
+      la.parts = a.split_axis == "parts";
     } else if (la.scheme == LayerScheme::kFfmt) {
       la.grid_rows = static_cast<int64_t>(a.devices.size());
       la.grid_cols = 1;

@@ -294,7 +294,8 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--plan", ro->plan_path,
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");
   cmd->add_option("--force", ro->force,
-                  "Instead of a plan file, force one scheme wherever it applies: ffmt|fdto|fdti|pairs|pipeline");
+                  "Instead of a plan file, force one scheme wherever it applies: ffmt|fdto|fdti|pairs|pipeline|parts "
+                  "(row bands on one device, --grid Px1)");
   cmd->add_option("--devices", ro->devices, "Devices for --force")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--grid", ro->grid, "FFMT tile grid for --force ffmt, ROWSxCOLS")->capture_default_str();
   cmd->callback([ro] {

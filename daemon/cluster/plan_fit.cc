@@ -91,7 +91,7 @@ Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& lay
       l.scheme = "ffmt";
       l.devices = {d};
       l.split.clear();
-      l.split_axis = "rows";
+      l.split_axis = p.parts ? "parts" : "rows";
       l.grid = {p.grid_rows, p.grid_cols};
     }
   DeviceLoad& load = plan->loads[d];

@@ -21,7 +21,7 @@ std::string PathsKey(const std::vector<MemoryPath>& paths) {
   std::string key;
   for (const MemoryPath& q : paths)
     key += std::to_string(q.first) + ":" + std::to_string(q.last) + ":" + std::to_string(q.grid_rows) + "x" +
-           std::to_string(q.grid_cols) + ";";
+           std::to_string(q.grid_cols) + (q.parts ? "p" : "") + ";";
   return key;
 }
 
@@ -42,8 +42,10 @@ int64_t ValueBytes(const Graph& g, int v) {
 PartitionPlan PlanOf(const PartitionPlan& base, int device, const std::vector<MemoryPath>& paths) {
   PartitionPlan plan = base;
   for (const MemoryPath& p : paths)
-    for (int k = p.first; k <= p.last; ++k)
+    for (int k = p.first; k <= p.last; ++k) {
       plan.layers[k] = LayerAssignment{LayerScheme::kFfmt, {device}, {}, p.grid_rows, p.grid_cols, {}, {}};
+      plan.layers[k].parts = p.parts;
+    }
   return plan;
 }
 
@@ -102,18 +104,20 @@ std::vector<int> CriticalValues(const Graph& g, const DeviceProgram& program, co
 
 std::string Describe(const Graph& g, const MemoryPath& p) {
   return "layers " + std::to_string(p.first + 1) + "-" + std::to_string(p.last + 1) + " ('" + g.nodes[p.first].name +
-         "' .. '" + g.nodes[p.last].name + "') as " + std::to_string(p.grid_rows) + "x" + std::to_string(p.grid_cols) +
-         " tiles";
+         "' .. '" + g.nodes[p.last].name + "') " +
+         (p.parts ? "in " + std::to_string(p.grid_rows) + " row bands (parts, overlaps kept)"
+                  : "as " + std::to_string(p.grid_rows) + "x" + std::to_string(p.grid_cols) + " tiles");
 }
 
 }  // namespace
 
 namespace {
 
-// One greedy descent under `budget` (a share of the model's MACs, < 0: none).
-// `seen` caches sized plans across descents.
+// One greedy descent under `budget` (a share of the model's MACs, < 0: none),
+// trying paths processed in parts too when `parts`. `seen` caches sized plans
+// across descents.
 Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& base, int device,
-                                    const MemoryFlowOptions& options, double budget,
+                                    const MemoryFlowOptions& options, double budget, bool parts_too,
                                     std::map<std::string, SizedPlan>& seen) {
   const auto t0 = std::chrono::steady_clock::now();
   const int n = static_cast<int>(graph.nodes.size());
@@ -164,6 +168,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
       std::string critical;
       int64_t rows = 0, cols = 0;
       int first = 0, last = 0;
+      bool parts = false;
     };
     std::optional<Best> best;
     int tried_values = 0;
@@ -196,41 +201,52 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
           if (!ok) continue;
           const Shape& out = graph.values[graph.nodes[b].outputs[0]].shape;
           if (out.size() != 4) continue;
-          for (int g = 2; g <= options.max_grid; ++g)
-            for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{g, 1}, std::pair<int64_t, int64_t>{g, g}}) {
-              if (rows > out[2] || cols > out[3]) continue;
-              std::vector<MemoryPath> trial = kept;
-              MemoryPath added{a, b, rows, cols, 0, graph.values[v].name};
-              // A neighbour with the same grid would fuse with it (partition_plan.h): one path.
-              for (auto it = trial.begin(); it != trial.end();)
-                if (it->grid_rows == rows && it->grid_cols == cols && (it->last + 1 == a || b + 1 == it->first)) {
-                  added.first = std::min(added.first, it->first), added.last = std::max(added.last, it->last);
-                  it = trial.erase(it);
-                } else {
-                  ++it;
-                }
-              trial.push_back(added);
-              std::sort(trial.begin(), trial.end(),
-                        [](const MemoryPath& x, const MemoryPath& y) { return x.first < y.first; });
-              const std::string key = PathsKey(trial);
-              auto found = seen.find(key);
-              if (found == seen.end()) {
-                auto sized = SizeOneDevicePlan(graph, PlanOf(base, device, trial), options.memory, device);
-                ++result.candidates;
-                if (!sized.ok()) {  // the compiler refused this cut: not a candidate
-                  spdlog::debug("optimize-memory: {} refused: {}", Describe(graph, added), sized.status().ToString());
-                  continue;
-                }
-                found = seen.emplace(key, *sized).first;
+          struct Cut {
+            int64_t rows, cols;
+            bool parts;
+          };
+          std::vector<Cut> cuts;
+          for (int g = 2; g <= options.max_grid; ++g) cuts.push_back({g, 1, false}), cuts.push_back({g, g, false});
+          if (parts_too) {
+            for (int g = 2; g <= options.max_grid; ++g) cuts.push_back({g, 1, true});
+            for (int g : {8, 16})
+              if (g > options.max_grid) cuts.push_back({g, 1, true});
+          }
+          for (const auto& [rows, cols, parts] : cuts) {
+            if (rows > out[2] || cols > out[3]) continue;
+            std::vector<MemoryPath> trial = kept;
+            MemoryPath added{a, b, rows, cols, 0, graph.values[v].name, parts};
+            // A neighbour with the same grid would fuse with it (partition_plan.h): one path.
+            for (auto it = trial.begin(); it != trial.end();)
+              if (it->grid_rows == rows && it->grid_cols == cols && it->parts == parts &&
+                  (it->last + 1 == a || b + 1 == it->first)) {
+                added.first = std::min(added.first, it->first), added.last = std::max(added.last, it->last);
+                it = trial.erase(it);
+              } else {
+                ++it;
               }
-              const SizedPlan& s = found->second;
-              spdlog::trace("optimize-memory: round {}: {}: arena {} + weights {} bytes, {} halo MACs", round,
-                            Describe(graph, added), s.arena_bytes, s.weight_bytes, s.halo_macs);
-              if (s.halo_macs > mac_budget) continue;
-              if (!best || s.need() < best->size.need() ||
-                  (s.need() == best->size.need() && s.halo_macs < best->size.halo_macs))
-                best = Best{trial, s, graph.values[v].name, rows, cols, added.first, added.last};
+            trial.push_back(added);
+            std::sort(trial.begin(), trial.end(),
+                      [](const MemoryPath& x, const MemoryPath& y) { return x.first < y.first; });
+            const std::string key = PathsKey(trial);
+            auto found = seen.find(key);
+            if (found == seen.end()) {
+              auto sized = SizeOneDevicePlan(graph, PlanOf(base, device, trial), options.memory, device);
+              ++result.candidates;
+              if (!sized.ok()) {  // the compiler refused this cut: not a candidate
+                spdlog::debug("optimize-memory: {} refused: {}", Describe(graph, added), sized.status().ToString());
+                continue;
+              }
+              found = seen.emplace(key, *sized).first;
             }
+            const SizedPlan& s = found->second;
+            spdlog::trace("optimize-memory: round {}: {}: arena {} + weights {} bytes, {} halo MACs", round,
+                          Describe(graph, added), s.arena_bytes, s.weight_bytes, s.halo_macs);
+            if (s.halo_macs > mac_budget) continue;
+            if (!best || s.need() < best->size.need() ||
+                (s.need() == best->size.need() && s.halo_macs < best->size.halo_macs))
+              best = Best{trial, s, graph.values[v].name, rows, cols, added.first, added.last, parts};
+          }
         }
     }
     // A round must pay: at least 64 bytes and 0.5 % of the arena (not of
@@ -244,7 +260,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
     result.rounds = round;
     if (spdlog::should_log(spdlog::level::debug)) {
       char line[512];
-      const MemoryPath chosen{best->first, best->last, best->rows, best->cols, 0, ""};
+      const MemoryPath chosen{best->first, best->last, best->rows, best->cols, 0, "", best->parts};
       std::snprintf(
           line, sizeof line,
           "round %d: %s for '%s': arena + weights %lld -> %lld bytes, halo %+.2f %% MACs (%lld programs sized, %.1f s)",
@@ -280,7 +296,10 @@ Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const Partitio
   // lower (measured: a 3x3 stem, 503 KiB with no limit, 401 KiB within 10 %).
   // So the descent runs under the user's budget and under each smaller step
   // of a fixed ladder, and the smallest arena wins (ties: fewer MACs); a
-  // budget on the ladder is never beaten by a smaller one.
+  // budget on the ladder is never beaten by a smaller one. Each budget is
+  // descended twice, with and without paths processed in parts (a zero-MAC
+  // parts path taken early can block better tiles later: extraction@224
+  // ends at 3648 KiB with parts tried, 1615 KiB without), when allowed.
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> budgets;
   for (double b : {0.0, 0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0})
@@ -290,17 +309,22 @@ Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const Partitio
   std::optional<MemoryFlowResult> best;
   int64_t candidates = 0;
   int rounds = 0;
+  std::vector<std::pair<double, bool>> descents;
   for (double b : budgets) {
-    TS_ASSIGN_OR_RETURN(MemoryFlowResult r, GreedyFlow(graph, base, device, options, b, seen));
+    descents.push_back({b, false});
+    if (options.parts) descents.push_back({b, true});
+  }
+  for (const auto& [b, parts_too] : descents) {
+    TS_ASSIGN_OR_RETURN(MemoryFlowResult r, GreedyFlow(graph, base, device, options, b, parts_too, seen));
     candidates += r.candidates;
     rounds += r.rounds;
     if (options.progress) {
       char line[256];
       std::snprintf(line, sizeof line,
-                    "within %s MACs: arena %lld + weights %lld bytes, %zu path(s), %.2f %% MACs recomputed",
+                    "within %s MACs%s: arena %lld + weights %lld bytes, %zu path(s), %.2f %% MACs recomputed",
                     b < 0 ? "unlimited" : (std::to_string(static_cast<int>(std::lround(b * 100))) + " %").c_str(),
-                    static_cast<long long>(r.arena_after_bytes), static_cast<long long>(r.weight_after_bytes),
-                    r.paths.size(), 100.0 * r.mac_overhead());
+                    parts_too ? ", parts too" : "", static_cast<long long>(r.arena_after_bytes),
+                    static_cast<long long>(r.weight_after_bytes), r.paths.size(), 100.0 * r.mac_overhead());
       options.progress(line);
     }
     if (!best || r.need_after() < best->need_after() ||

@@ -18,7 +18,9 @@
 //           -> candidates: every stretch [i, j] of tileable layers that
 //              holds a critical value inside it (produced and consumed in
 //              it), merged with the paths it overlaps, × grids n×1 and n×n
-//              (n = 2…5)
+//              (n = 2…5), and × processing in parts in n row bands (n =
+//              2…5, 8, 16: the overlap rows kept between bands, no MAC
+//              recomputed; issue 18 item 3)
 //           -> keep the candidate with the smallest arena + weights as
 //              stored (each weight once for all tiles; ties: fewer MACs)
 //              if it shrinks the arena and the MAC budget allows it
@@ -51,6 +53,9 @@ struct MemoryFlowOptions {
   int critical_values = 3;   // largest values at the peak tried per round
   int max_grid = 5;          // grids n×1 and n×n, n = 2…max_grid
   int max_rounds = 32;
+  // Also try stretches processed in parts (row bands, overlaps kept; issue
+  // 18 item 3); each budget is then descended with and without them.
+  bool parts = true;
   DeviceMemoryOptions memory;  // the runner's threads (per-thread scratch)
   // Called after each descent (one per budget of the ladder) with a one-line
   // summary: progress on long models. Rounds are logged at debug level.
@@ -63,6 +68,9 @@ struct MemoryPath {
   int64_t grid_rows = 1, grid_cols = 1;
   int64_t arena_bytes = 0;  // the arena once this path was added (or last grown)
   std::string critical;     // the value whose size picked it
+  // Processed in parts (issue 18 item 3; LayerAssignment::parts): grid_rows
+  // row bands, overlaps kept between bands, no MAC recomputed.
+  bool parts = false;
 };
 
 struct MemoryFlowResult {

@@ -22,7 +22,8 @@ Result<ForcedScheme> ParseForcedScheme(const std::string& t) {
   if (t == "fdti") return ForcedScheme::kFdti;
   if (t == "pairs") return ForcedScheme::kPairs;
   if (t == "pipeline") return ForcedScheme::kPipeline;
-  return Status::InvalidArgument("unknown forced scheme '" + t + "': use ffmt, fdto, fdti, pairs or pipeline");
+  if (t == "parts") return ForcedScheme::kParts;
+  return Status::InvalidArgument("unknown forced scheme '" + t + "': use ffmt, fdto, fdti, pairs, pipeline or parts");
 }
 
 Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const ForcedPlanOptions& o) {
@@ -50,6 +51,16 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
         const Shape& y = g.values[g.nodes[n].outputs[0]].shape;
         if (y[2] < o.grid_rows || y[3] < o.grid_cols) continue;
         plan.layers[n] = {LayerScheme::kFfmt, all, {}, o.grid_rows, o.grid_cols, o.row_weights, o.col_weights};
+      }
+      break;
+    case ForcedScheme::kParts:
+      // The same layers, on the source alone, in grid_rows row bands.
+      for (int n = 0; n < L; ++n) {
+        if (!CheckTileable(g, n).ok()) continue;
+        const Shape& y = g.values[g.nodes[n].outputs[0]].shape;
+        if (y[2] < o.grid_rows) continue;
+        plan.layers[n] = {LayerScheme::kFfmt, {0}, {}, o.grid_rows, 1, o.row_weights, {}};
+        plan.layers[n].parts = true;
       }
       break;
     case ForcedScheme::kFdto:

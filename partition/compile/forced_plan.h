@@ -17,9 +17,11 @@ enum class ForcedScheme {
   kFdti,      // every ungrouped conv/dense FDTI
   kPairs,     // fused pairs FDT1→(PART…)→FDT2 wherever two weight layers allow it, else FDTO
   kPipeline,  // contiguous layer ranges, one per device, sized by MACs
+  kParts,     // FFMT's stacks on device 0 alone, processed in grid_rows row bands
+              // with their overlaps kept (LayerAssignment::parts; issue 18 item 3)
 };
 
-Result<ForcedScheme> ParseForcedScheme(const std::string& text);  // ffmt|fdto|fdti|pairs|pipeline
+Result<ForcedScheme> ParseForcedScheme(const std::string& text);  // ffmt|fdto|fdti|pairs|pipeline|parts
 
 struct ForcedPlanOptions {
   int devices = 2;

@@ -30,6 +30,13 @@ struct LayerAssignment {
   std::vector<int64_t> split;   // per device (FDT*/PART); empty = even split
   int64_t grid_rows = 1, grid_cols = 1;                  // FFMT
   std::vector<double> row_weights, col_weights;          // FFMT uneven grids; empty = even
+  // FFMT on one device as *processing in parts* (issue 18 item 3): the
+  // stack's output in grid_rows row bands computed in turn, each layer
+  // computing only rows no earlier band computed and keeping the rows the
+  // next band reads again (its window's overlap, kh − stride rows for a
+  // conv) in a small buffer between bands: no MAC is recomputed, and every
+  // feature map of the stack is held a band's window at a time.
+  bool parts = false;
 };
 
 struct PartitionPlan {

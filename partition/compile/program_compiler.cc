@@ -167,7 +167,8 @@ class Compiler {
  private:
   static bool SameStackAssignment(const LayerAssignment& a, const LayerAssignment& b) {
     return b.scheme == LayerScheme::kFfmt && a.devices == b.devices && a.grid_rows == b.grid_rows &&
-           a.grid_cols == b.grid_cols && a.row_weights == b.row_weights && a.col_weights == b.col_weights;
+           a.grid_cols == b.grid_cols && a.row_weights == b.row_weights && a.col_weights == b.col_weights &&
+           a.parts == b.parts;
   }
 
   std::string LayerName(int n) const { return LayerLabel(g_, n); }
@@ -283,6 +284,18 @@ class Compiler {
     s.subgraph = static_cast<int>(p.subgraphs.size()) - 1;
     p.steps.push_back(s);
     return s.subgraph;
+  }
+
+  // A node input that is no activation: absent (-1) or a constant the
+  // subgraph copies. True when `v` was one (and is now in `ins`).
+  bool TakeNonActivation(int v, SubgraphBuilder* sb, std::vector<int>* ins) const {
+    if (v < 0) {
+      ins->push_back(-1);
+      return true;
+    }
+    if (!g_.values[v].constant) return false;
+    ins->push_back(sb->CopyConstant(v));
+    return true;
   }
 
   Node Clone(const Node& n, std::vector<int> inputs, std::vector<int> outputs) const {
@@ -609,6 +622,7 @@ class Compiler {
   Status CompileStack(int start, int end) {
     for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(CheckTileable(g_, n));
     const LayerAssignment& a = plan_.layers[start];
+    if (a.parts) return CompileStackInParts(start, end);
     const auto devices = DevicesOf(start);
     const int y = g_.nodes[end].outputs[0];
     const Shape& ys = g_.values[y].shape;
@@ -676,14 +690,7 @@ class Compiler {
         std::vector<int> ins;
         size_t act_index = 0;
         for (int v : node.inputs) {
-          if (v < 0) {
-            ins.push_back(-1);
-            continue;
-          }
-          if (g_.values[v].constant) {
-            ins.push_back(sb.CopyConstant(v));
-            continue;
-          }
+          if (TakeNonActivation(v, &sb, &ins)) continue;
           const Shape& vs = g_.values[v].shape;
           if (!sub_value.count(v)) {  // a stack input: fetch its region once
             TS_ASSIGN_OR_RETURN(int buf, Fetch(v, device, SpatialBox(vs, need[v])));
@@ -734,6 +741,228 @@ class Compiler {
     place_[y] = Placement{pieces, {}, false};
     halo_ += tiled_macs - whole_macs;
     return Status::OK();
+  }
+
+  // Processing in parts (issue 18 item 3; LayerAssignment::parts): the
+  // stack's output y in row bands t = 0..P-1, on one device, full width.
+  // Per band and per value v of the stack, backwards from y:
+  //   computed_t(v) = rows of v band t computes: the rows its consumers'
+  //                   computed rows read (window_t(v)) minus rows computed
+  //                   by earlier bands (below end_{t-1}(v));
+  //   window_t(v)   = rows [b, e) the consumers read = cache_t(v) (rows
+  //                   [b, end_{t-1}) kept from band t-1) + computed_t(v).
+  // Band t's subgraph takes the stack inputs' windows and every cache_t,
+  // concatenates each cache with the rows it computes (Concat on the rows)
+  // and gives y's rows and every cache_{t+1} (Slice of window_t). Pads are
+  // those of the computed rows (BackPropagateTile), as for an FFMT tile.
+  Status CompileStackInParts(int start, int end) {
+    const LayerAssignment& a = plan_.layers[start];
+    const auto devices = DevicesOf(start);
+    if (devices.size() != 1 || a.grid_cols != 1)
+      return Status::InvalidArgument("layers " + LayerLabel(g_, start) + " .. " + LayerLabel(g_, end) +
+                                     ": processing in parts runs on one device in row bands (grid Px1), not " +
+                                     std::to_string(devices.size()) + " devices with a " + std::to_string(a.grid_rows) +
+                                     "x" + std::to_string(a.grid_cols) + " grid");
+    const int device = devices[0];
+    const int y = g_.nodes[end].outputs[0];
+    const Shape& ys = g_.values[y].shape;
+    std::vector<double> rw = a.row_weights;
+    if (rw.empty()) rw.assign(std::max<int64_t>(1, a.grid_rows), 1.0);
+    const auto bands = GridTiles(ys[2], ys[3], rw, {1.0});
+    std::set<int> inside;  // values produced in the stack
+    for (int n = start; n <= end; ++n) inside.insert(g_.nodes[n].outputs[0]);
+    auto full_cols = [&](int v, Range1D rows) { return TileRegion{rows, {0, g_.values[v].shape[3]}}; };
+
+    // Pass 1: every band's rows per value and per layer.
+    struct LayerBand {
+      bool used = false;
+      Range1D out;                 // rows computed
+      std::vector<TileRegion> in;  // per activation input, the region read (full width but for
+                                   // the columns a strided window skips)
+      int64_t pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
+    };
+    struct Band {
+      std::map<int, Range1D> window, computed;  // per value
+      std::vector<LayerBand> layer;
+    };
+    std::vector<Band> plan(bands.size());
+    std::map<int, int64_t> done;  // per value: rows [0, done) computed by earlier bands
+    for (size_t t = 0; t < bands.size(); ++t) {
+      Band& b = plan[t];
+      b.layer.resize(end - start + 1);
+      b.window[y] = bands[t].rows;
+      for (int n = end; n >= start; --n) {
+        const Node& node = g_.nodes[n];
+        const int o = node.outputs[0];
+        auto w = b.window.find(o);
+        if (w == b.window.end()) continue;
+        const int64_t from = std::max(w->second.begin, done.count(o) ? done[o] : 0);
+        const Range1D rows{from, w->second.end};
+        b.computed[o] = rows;
+        if (rows.size() <= 0) continue;  // every row it must give is kept from earlier bands
+        LayerBand& lb = b.layer[n - start];
+        lb.used = true;
+        lb.out = rows;
+        TS_ASSIGN_OR_RETURN(const TileRule rule, TileRuleOf(g_, n));
+        const auto acts = g_.ActivationInputs(node);
+        for (size_t k = 0; k < acts.size(); ++k) {
+          const int v = acts[k];
+          TileRegion in = full_cols(v, rows);
+          if (rule.whole_input[k]) {
+            if (inside.count(v))
+              return Status::InvalidArgument(LayerLabel(g_, n) + " reads all of " + g_.values[v].name +
+                                             ", made in the same stack: it cannot be processed in parts");
+            in = full_cols(v, {0, g_.values[v].shape[2]});
+          } else if (rule.window) {
+            TS_ASSIGN_OR_RETURN(auto regions, BackPropagateTile({rule.w}, full_cols(o, rows)));
+            in = regions[0].input;
+            for (int ax = 0; ax < 2; ++ax)
+              lb.pad_begin[ax] = regions[0].pad_begin[ax], lb.pad_end[ax] = regions[0].pad_end[ax];
+          }
+          lb.in.push_back(in);
+          auto [pos, inserted] = b.window.emplace(v, in.rows);
+          if (!inserted)
+            pos->second = {std::min(pos->second.begin, in.rows.begin), std::max(pos->second.end, in.rows.end)};
+        }
+      }
+      for (const auto& [v, rows] : b.computed)
+        if (rows.size() > 0) done[v] = std::max(done.count(v) ? done[v] : 0, rows.end);
+    }
+
+    // Pass 2: the subgraphs and the device program's steps.
+    std::map<int, int> cache_buffer;  // value -> buffer holding cache_t(value) for the band being built
+    std::map<int, Range1D> cache_rows;
+    std::vector<Piece> pieces;
+    for (size_t t = 0; t < bands.size(); ++t) {
+      const Band& b = plan[t];
+      SubgraphBuilder sb(g_, g_.nodes[start].name + "/part" + std::to_string(t));
+      std::map<int, int> window_value;  // graph value -> subgraph value holding window_t(value)
+      std::vector<int> in_bufs;
+      // Caches from the band before, first (inputs of the subgraph).
+      std::map<int, int> cache_value;
+      for (const auto& [v, buf] : cache_buffer) {
+        const Shape& vs = g_.values[v].shape;
+        in_bufs.push_back(buf);
+        cache_value[v] = sb.Input(v, SpatialBox(vs, full_cols(v, cache_rows[v])).shape(), "/kept");
+      }
+      for (int n = start; n <= end; ++n) {
+        const Node& node = g_.nodes[n];
+        const LayerBand& lb = b.layer[n - start];
+        if (!lb.used) {  // every row of its output this band reads was kept
+          if (auto kept = cache_value.find(node.outputs[0]); kept != cache_value.end())
+            window_value[node.outputs[0]] = kept->second;
+          continue;
+        }
+        std::vector<int> ins;
+        size_t act = 0;
+        for (int v : node.inputs) {
+          if (TakeNonActivation(v, &sb, &ins)) continue;
+          const Shape& vs = g_.values[v].shape;
+          const Range1D have = b.window.at(v);
+          if (!window_value.count(v)) {
+            if (!inside.count(v)) {  // a stack input: fetch its window
+              const Box box = SpatialBox(vs, full_cols(v, have));
+              TS_ASSIGN_OR_RETURN(int buf, Fetch(v, device, box));
+              in_bufs.push_back(buf);
+              window_value[v] = sb.Input(v, box.shape());
+            } else {
+              return Status::Internal("value " + g_.values[v].name + " is read before its rows are computed");
+            }
+          }
+          int sv = window_value[v];
+          const TileRegion want = lb.in[act++];
+          if (!(want == full_cols(v, have))) {  // another consumer reads more, or a strided window skips columns
+            int cropped = sb.Value(g_.values[v].name + "/crop", SpatialBox(vs, want).shape());
+            Node slice{node.name + "/crop", "Slice", {sv}, {cropped}, {}};
+            slice.attrs.Set("starts", std::vector<int64_t>{want.rows.begin - have.begin, want.cols.begin});
+            slice.attrs.Set("ends", std::vector<int64_t>{want.rows.end - have.begin, want.cols.end});
+            slice.attrs.Set("axes", std::vector<int64_t>{2, 3});
+            sb.AddNode(slice);
+            sv = cropped;
+          }
+          ins.push_back(sv);
+        }
+        const int o = node.outputs[0];
+        const Shape& os = g_.values[o].shape;
+        int out = sb.Value(g_.values[o].name, SpatialBox(os, full_cols(o, lb.out)).shape());
+        Node clone = Clone(node, ins, {out});
+        if (node.op == "Pad") {
+          clone.attrs.Set(
+              "pads", std::vector<int64_t>{0, 0, lb.pad_begin[0], lb.pad_begin[1], 0, 0, lb.pad_end[0], lb.pad_end[1]});
+        } else if (node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool") {
+          clone.attrs.Set("pads", std::vector<int64_t>{lb.pad_begin[0], lb.pad_begin[1], lb.pad_end[0], lb.pad_end[1]});
+          clone.attrs.Set("ceil_mode", static_cast<int64_t>(0));
+        } else if (node.op == "Resize" || node.op == "ConvTranspose") {
+          return Status::InvalidArgument(LayerLabel(g_, n) + ": " + node.op + " is not processed in parts yet");
+        }
+        sb.AddNode(clone);
+        // Its window for the layers after it: the kept rows, then these.
+        int window = out;
+        if (auto kept = cache_value.find(o); kept != cache_value.end()) {
+          const Range1D w = b.window.count(o) ? b.window.at(o) : lb.out;
+          window = sb.Value(g_.values[o].name + "/window", SpatialBox(os, full_cols(o, w)).shape());
+          Node cat{node.name + "/window", "Concat", {kept->second, out}, {window}, {}};
+          cat.attrs.Set("axis", static_cast<int64_t>(2));
+          sb.AddNode(cat);
+        }
+        window_value[o] = window;
+      }
+      // Outputs: y's band, then what the next band keeps of each value.
+      sb.Output(window_value.at(y));
+      const Box out_box = SpatialBox(ys, bands[t]);
+      std::vector<Piece> outs{
+          {device, progs_[device].AddBuffer(y, out_box, g_.values[y].name + "@" + out_box.ToString()), out_box}};
+      std::map<int, int> next_buffer;
+      std::map<int, Range1D> next_rows;
+      if (t + 1 < bands.size()) {
+        const Band& nb = plan[t + 1];
+        for (const auto& [v, w] : nb.window) {
+          if (!inside.count(v) || v == y) continue;
+          const int64_t computed_end = done_before(plan, t + 1, v);
+          const Range1D keep{w.begin, std::min(w.end, computed_end)};
+          if (keep.size() <= 0) continue;
+          auto have = window_value.find(v);
+          const Range1D have_rows = b.window.count(v) ? b.window.at(v) : Range1D{};
+          if (have == window_value.end() || keep.begin < have_rows.begin || keep.end > have_rows.end)
+            return Status::Internal("band " + std::to_string(t + 1) + " of " + LayerLabel(g_, start) +
+                                    " reads rows of " + g_.values[v].name + " band " + std::to_string(t) +
+                                    " does not hold");
+          const Shape& vs = g_.values[v].shape;
+          int kept = have->second;
+          if (!(keep == have_rows)) {
+            kept = sb.Value(g_.values[v].name + "/keep", SpatialBox(vs, full_cols(v, keep)).shape());
+            Node slice{g_.values[v].name + "/keep", "Slice", {have->second}, {kept}, {}};
+            slice.attrs.Set("starts", std::vector<int64_t>{keep.begin - have_rows.begin});
+            slice.attrs.Set("ends", std::vector<int64_t>{keep.end - have_rows.begin});
+            slice.attrs.Set("axes", std::vector<int64_t>{2});
+            sb.AddNode(slice);
+          }
+          sb.Output(kept);
+          const Box kb = SpatialBox(vs, full_cols(v, keep));
+          const int buf = progs_[device].AddBuffer(v, kb, g_.values[v].name + "@kept" + kb.ToString());
+          outs.push_back({device, buf, kb});
+          next_buffer[v] = buf;
+          next_rows[v] = keep;
+        }
+      }
+      TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
+      AddCompute(device, std::move(sub), in_bufs, start, StepKind::kCompute, outs);
+      pieces.push_back(outs[0]);
+      cache_buffer = std::move(next_buffer);
+      cache_rows = std::move(next_rows);
+    }
+    place_[y] = Placement{pieces, {}, false};
+    return Status::OK();  // no MAC is computed twice (halo_ unchanged)
+  }
+
+  // Rows [0, end) of value v computed by bands before `t` (pass 1's plan).
+  template <typename Bands>
+  static int64_t done_before(const Bands& plan, size_t t, int v) {
+    int64_t end = 0;
+    for (size_t k = 0; k < t; ++k)
+      if (auto c = plan[k].computed.find(v); c != plan[k].computed.end() && c->second.size() > 0)
+        end = std::max(end, c->second.end);
+    return end;
   }
 
   // Tells a Resize that computes `out` from `in` where they sit in the whole

@@ -2,7 +2,8 @@
 # Issue 4 proof on torchvision exports: every forced scheme and the planner's
 # default plan, N = 2, 3, 4, 6 devices, run in one process over in-process
 # links (`tessera run --force/--plan`), must equal the unsplit run with
-# max|a − b| / max|b| ≤ 1e-5.
+# max|a − b| / max|b| ≤ 1e-5; and processing in parts (--force parts, row
+# bands on one device) with no recomputed MAC.
 #
 #   plan_equivalence.sh TESSERA BUILD_DIR
 # Models come from tests/oracle/export_torchvision.py (cached in
@@ -52,6 +53,26 @@ for m in "${models[@]}"; do
       echo "FAIL $m default plan N=$n: $(tail -1 "$plan.log")"
       failed=$((failed + 1))
     fi
+  done
+done
+# Processing in parts (issue 18 item 3): every tileable stretch on one
+# device in row bands, overlaps kept between bands: equal to the unsplit run
+# and not one MAC computed twice.
+for m in "${models[@]}" darknet:yolov2-tiny; do
+  model=$out/$m.onnx
+  [[ $m == darknet:* ]] && model=/usr/share/darknet/cfg/${m#darknet:}.cfg
+  for grid in 2x1 4x1 7x1; do
+    if ! json=$("$tessera" run "$model" --force parts --grid $grid --devices 1 --json 2>&1); then
+      echo "FAIL $m parts $grid: ${json##*$'\n'}"; failed=$((failed + 1)); continue
+    fi
+    verdict=$(printf '%s' "$json" | "$python" -c "
+import json, sys
+j = json.load(sys.stdin)
+ok = j['max_rel_diff'] <= $tol and j['halo_mac_overhead'] == 0
+print(('PASS' if ok else 'FAIL') + ' max_rel_diff=%.3g halo_macs=%d arena=%d' % (j['max_rel_diff'], j['halo_mac_overhead'], j['device_memory_bytes'][0]))
+")
+    echo "${verdict%% *} $m parts $grid: ${verdict#* }"
+    if [[ $verdict == PASS* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
   done
 done
 echo "$passed passed, $failed failed"
