@@ -185,12 +185,16 @@ struct InProcessRun {
   std::vector<LinkTraffic> links;   // only pairs that carried data
   int64_t total_bytes = 0;
   std::vector<size_t> device_memory_bytes;
-  double seconds = 0;
+  double seconds = 0;          // the median run (kernels prepared before the first)
+  double prepare_seconds = 0;  // preparing every device's kernels once
 };
 
 // `inputs`: one per graph input, in Graph::inputs order, delivered to the
 // programs' model_inputs; outputs collected from model_outputs.
+// `repeat` runs over the same prepared runners and links; `seconds` is their
+// median, the outputs and link bytes those of one run.
 Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<DeviceProgram>& programs,
-                                          const std::vector<TensorData>& inputs, const RunnerOptions& options);
+                                          const std::vector<TensorData>& inputs, const RunnerOptions& options,
+                                          int repeat = 1);
 
 }  // namespace tessera

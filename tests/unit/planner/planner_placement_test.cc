@@ -400,7 +400,7 @@ TEST_CASE("placement: the genetic search against exhaustive search on small chai
   CHECK(found >= trials * 9 / 10);
 }
 
-TEST_CASE("placement: the genetic search on resnet50 respects the any-assignment bound; bad settings refused",
+TEST_CASE("placement: the genetic search on resnet50 respects the any-assignment bound, bad settings are refused",
           "[planner][placement]") {
   ImportOptions options;
   options.input_shapes[""] = {1, 3, 224, 224};
