@@ -895,12 +895,13 @@ std::string FormatPlanTable(const Plan& plan) {
     out += "compact weights (no Winograd: raw-size conv weights, slower 3x3 convs) to fit RAM on: " + compact + "\n";
   for (int i = 0; i < plan.cluster.size(); ++i)
     if (plan.loads[i].tiled_paths > 0) {
-      std::snprintf(line, sizeof line,
-                    "%s computes %d stretch(es) of its layers as tiles in turn to fit its RAM (METHODS §6 memory "
-                    "flow; layers marked ffmt on it alone): %lld MACs recomputed, +%.6f s in its time and the "
-                    "predicted latency\n",
-                    plan.cluster.devices[i].name.c_str(), plan.loads[i].tiled_paths,
-                    static_cast<long long>(plan.loads[i].tiled_halo_macs), plan.loads[i].tiled_halo_s);
+      std::snprintf(
+          line, sizeof line,
+          "%s computes %d stretch(es) of its layers as tiles in turn or in row bands to fit its RAM (METHODS §6 memory "
+          "flow; layers marked ffmt on it alone): %lld MACs recomputed, +%.6f s in its time and the "
+          "predicted latency\n",
+          plan.cluster.devices[i].name.c_str(), plan.loads[i].tiled_paths,
+          static_cast<long long>(plan.loads[i].tiled_halo_macs), plan.loads[i].tiled_halo_s);
       out += line;
     }
   out += "\n";

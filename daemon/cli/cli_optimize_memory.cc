@@ -136,17 +136,8 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
   std::printf("  MAC overhead: %.2f %% (%lld halo MACs of %lld)\n", 100.0 * r->mac_overhead(),
               static_cast<long long>(r->halo_macs), static_cast<long long>(r->model_macs));
   if (r->paths.empty()) std::printf("  no tiled path shrinks the arena within the MAC budget\n");
-  for (const MemoryPath& q : r->paths) {
-    char how[96];
-    if (q.parts)
-      std::snprintf(how, sizeof how, "in %lld row bands (processed in parts: overlaps kept, no MAC twice)",
-                    static_cast<long long>(q.grid_rows));
-    else
-      std::snprintf(how, sizeof how, "as %lldx%lld tiles", static_cast<long long>(q.grid_rows),
-                    static_cast<long long>(q.grid_cols));
-    std::printf("  path: layers %d-%d ('%s' .. '%s') %s, for critical value '%s'\n", q.first + 1, q.last + 1,
-                graph->nodes[q.first].name.c_str(), graph->nodes[q.last].name.c_str(), how, q.critical.c_str());
-  }
+  for (const MemoryPath& q : r->paths)
+    std::printf("  path: %s, for critical value '%s'\n", DescribeMemoryPath(*graph, q).c_str(), q.critical.c_str());
   std::printf("  %d round%s, %lld programs sized, %.1f s\n", r->rounds, r->rounds == 1 ? "" : "s",
               static_cast<long long>(r->candidates), r->seconds);
   if (!o.out.empty())

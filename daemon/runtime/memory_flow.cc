@@ -17,6 +17,18 @@
 
 namespace tessera {
 
+std::string DescribeMemoryPath(const Graph& g, const MemoryPath& p) {
+  char how[96];
+  if (p.parts)
+    std::snprintf(how, sizeof how, "in %lld row bands (processed in parts: overlaps kept, no MAC twice)",
+                  static_cast<long long>(p.grid_rows));
+  else
+    std::snprintf(how, sizeof how, "as %lldx%lld tiles", static_cast<long long>(p.grid_rows),
+                  static_cast<long long>(p.grid_cols));
+  return "layers " + std::to_string(p.first + 1) + "-" + std::to_string(p.last + 1) + " ('" + g.nodes[p.first].name +
+         "' .. '" + g.nodes[p.last].name + "') " + how;
+}
+
 std::string PathsKey(const std::vector<MemoryPath>& paths) {
   std::string key;
   for (const MemoryPath& q : paths)
@@ -102,19 +114,12 @@ std::vector<int> CriticalValues(const Graph& g, const DeviceProgram& program, co
   return out;
 }
 
-std::string Describe(const Graph& g, const MemoryPath& p) {
-  return "layers " + std::to_string(p.first + 1) + "-" + std::to_string(p.last + 1) + " ('" + g.nodes[p.first].name +
-         "' .. '" + g.nodes[p.last].name + "') " +
-         (p.parts ? "in " + std::to_string(p.grid_rows) + " row bands (parts, overlaps kept)"
-                  : "as " + std::to_string(p.grid_rows) + "x" + std::to_string(p.grid_cols) + " tiles");
-}
-
 }  // namespace
 
 namespace {
 
 // One greedy descent under `budget` (a share of the model's MACs, < 0: none),
-// trying paths processed in parts too when `parts`. `seen` caches sized plans
+// trying paths processed in parts too when `parts_too`. `seen` caches sized plans
 // across descents.
 Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& base, int device,
                                     const MemoryFlowOptions& options, double budget, bool parts_too,
@@ -234,14 +239,15 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
               auto sized = SizeOneDevicePlan(graph, PlanOf(base, device, trial), options.memory, device);
               ++result.candidates;
               if (!sized.ok()) {  // the compiler refused this cut: not a candidate
-                spdlog::debug("optimize-memory: {} refused: {}", Describe(graph, added), sized.status().ToString());
+                spdlog::debug("optimize-memory: {} refused: {}", DescribeMemoryPath(graph, added),
+                              sized.status().ToString());
                 continue;
               }
               found = seen.emplace(key, *sized).first;
             }
             const SizedPlan& s = found->second;
             spdlog::trace("optimize-memory: round {}: {}: arena {} + weights {} bytes, {} halo MACs", round,
-                          Describe(graph, added), s.arena_bytes, s.weight_bytes, s.halo_macs);
+                          DescribeMemoryPath(graph, added), s.arena_bytes, s.weight_bytes, s.halo_macs);
             if (s.halo_macs > mac_budget) continue;
             if (!best || s.need() < best->size.need() ||
                 (s.need() == best->size.need() && s.halo_macs < best->size.halo_macs))
@@ -264,8 +270,8 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
       std::snprintf(
           line, sizeof line,
           "round %d: %s for '%s': arena + weights %lld -> %lld bytes, halo %+.2f %% MACs (%lld programs sized, %.1f s)",
-          round, Describe(graph, chosen).c_str(), best->critical.c_str(), static_cast<long long>(current.need()),
-          static_cast<long long>(best->size.need()),
+          round, DescribeMemoryPath(graph, chosen).c_str(), best->critical.c_str(),
+          static_cast<long long>(current.need()), static_cast<long long>(best->size.need()),
           result.model_macs ? 100.0 * best->size.halo_macs / result.model_macs : 0.0,
           static_cast<long long>(result.candidates),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -73,6 +73,10 @@ struct MemoryPath {
   bool parts = false;
 };
 
+// "layers 12-15 ('a' .. 'b') as 5x5 tiles" or "... in 8 row bands (processed
+// in parts ...)": for logs and the optimize-memory table.
+std::string DescribeMemoryPath(const Graph& graph, const MemoryPath& path);
+
 struct MemoryFlowResult {
   PartitionPlan plan;  // the base plan with the paths as FFMT stacks on the device
   int64_t arena_before_bytes = 0;

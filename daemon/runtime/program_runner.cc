@@ -51,11 +51,11 @@ struct PreparedProgram::Layout {
   std::vector<BufferRequest> buffer_requests;       // per buffer: its bytes and lifetime in the arena
   size_t arena_bytes = 0;                           // working_bytes + request_bytes: one request's memory
   size_t working_bytes = 0;                         // one working memory
+  size_t request_bytes = 0;                         // one request's pipeline buffers
   size_t whole_bytes = 0;                           // everything laid out as one arena
   // Whether the runners share working memories; else each keeps one whole
   // arena (all of it in its pipeline buffers) and runs its steps in it.
   bool share_working = true;
-  size_t request_bytes = 0;  // one request's pipeline buffers
   size_t weight_bytes = 0;
   size_t load_peak_bytes = 0;
 };
@@ -417,14 +417,12 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     // request holds no working memory), and a step's own memory is where
     // its run keeps it: by construction; checked, as a layout bug would
     // let two requests write the same bytes.
+    // (Without sharing everything is a pipeline buffer.)
     const bool link_step = s.kind == StepKind::kSend || s.kind == StepKind::kRecv;
     const bool own_working = step_request[i] >= 0 && part[step_request[i]].first;
     const bool linked_working =
         (layout->recv_direct[i] && part[s.dst_buffer].first) || (layout->send_direct[i] && part[s.src_buffer].first);
-    const bool misplaced = layout->share_working ? (link_step && (own_working || linked_working)) ||
-                                                       (!link_step && step_request[i] >= 0 && !own_working)
-                                                 : own_working || linked_working;
-    if (misplaced)
+    if (layout->share_working && (link_step ? own_working || linked_working : step_request[i] >= 0 && !own_working))
       return Status::Internal(where + " step " + std::to_string(i) + ": its memory is in the wrong part of the arena");
   }
   layout->zero_at.assign(program.steps.size() + 1, {});

@@ -783,12 +783,14 @@ class Compiler {
     };
     struct Band {
       std::map<int, Range1D> window, computed;  // per value
+      std::map<int, int64_t> done;              // per value: rows [0, done) computed by earlier bands
       std::vector<LayerBand> layer;
     };
     std::vector<Band> plan(bands.size());
     std::map<int, int64_t> done;  // per value: rows [0, done) computed by earlier bands
     for (size_t t = 0; t < bands.size(); ++t) {
       Band& b = plan[t];
+      b.done = done;
       b.layer.resize(end - start + 1);
       b.window[y] = bands[t].rows;
       for (int n = end; n >= start; --n) {
@@ -918,7 +920,7 @@ class Compiler {
         const Band& nb = plan[t + 1];
         for (const auto& [v, w] : nb.window) {
           if (!inside.count(v) || v == y) continue;
-          const int64_t computed_end = done_before(plan, t + 1, v);
+          const int64_t computed_end = nb.done.count(v) ? nb.done.at(v) : 0;
           const Range1D keep{w.begin, std::min(w.end, computed_end)};
           if (keep.size() <= 0) continue;
           auto have = window_value.find(v);
@@ -953,16 +955,6 @@ class Compiler {
     }
     place_[y] = Placement{pieces, {}, false};
     return Status::OK();  // no MAC is computed twice (halo_ unchanged)
-  }
-
-  // Rows [0, end) of value v computed by bands before `t` (pass 1's plan).
-  template <typename Bands>
-  static int64_t done_before(const Bands& plan, size_t t, int v) {
-    int64_t end = 0;
-    for (size_t k = 0; k < t; ++k)
-      if (auto c = plan[k].computed.find(v); c != plan[k].computed.end() && c->second.size() > 0)
-        end = std::max(end, c->second.end);
-    return end;
   }
 
   // Tells a Resize that computes `out` from `in` where they sit in the whole
