@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <set>
+#include <string>
 
 #include "daemon/runtime/memory_flow.h"
 #include "partition/compile/program_compiler.h"
@@ -77,13 +80,41 @@ void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
 // are added to the device's compute time and to the predicted latency (an
 // upper bound: the device may be off the critical path); a pipelined plan's
 // period is the longest stage again.
+// What the flow's result depends on: the partition and the device. Re-plans
+// that give the same partition (one device: every time) reuse the result.
+std::string FlowKey(const PartitionPlan& p, int device) {
+  std::string key = std::to_string(device) + "/" + std::to_string(p.num_devices) + "/" + std::to_string(p.source);
+  for (int c : p.compact_weights) key += "c" + std::to_string(c);
+  for (const LayerAssignment& a : p.layers) {
+    key += "|" + std::to_string(static_cast<int>(a.scheme)) + (a.parts ? "p" : "") + ":";
+    for (int x : a.devices) key += std::to_string(x) + ",";
+    key += ":";
+    for (int64_t x : a.split) key += std::to_string(x) + ",";
+    key += ":" + std::to_string(a.grid_rows) + "x" + std::to_string(a.grid_cols) + ":";
+    char w[32];
+    for (double x : a.row_weights) key += (std::snprintf(w, sizeof w, "%.17g,", x), w);
+    key += ":";
+    for (double x : a.col_weights) key += (std::snprintf(w, sizeof w, "%.17g,", x), w);
+  }
+  return key;
+}
+
 Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& layers, int d, const FitOptions& fit,
-                        Plan* plan) {
+                        std::map<std::string, MemoryFlowResult>* flows, Plan* plan) {
   MemoryFlowOptions mo;
   mo.max_mac_overhead = fit.max_mac_overhead;
   mo.memory = fit.memory;
   mo.memory.in_flight = 1;
-  TS_ASSIGN_OR_RETURN(MemoryFlowResult r, OptimizeDeviceMemory(graph, ToPartitionPlan(*plan), d, mo));
+  const PartitionPlan base = ToPartitionPlan(*plan);
+  const std::string key = FlowKey(base, d);
+  auto found = flows->find(key);
+  if (found == flows->end()) {
+    TS_ASSIGN_OR_RETURN(MemoryFlowResult flow, OptimizeDeviceMemory(graph, base, d, mo));
+    found = flows->emplace(key, std::move(flow)).first;
+  } else {
+    spdlog::info("device {}: the plan is the same as before, and so is its memory flow", plan->cluster.devices[d].name);
+  }
+  const MemoryFlowResult& r = found->second;
   if (r.paths.empty()) return Status::OK();
   for (const MemoryPath& p : r.paths)
     for (int k = p.first; k <= p.last; ++k) {
@@ -141,6 +172,9 @@ Result<std::vector<DeviceMemory>> CheckProgramsFit(const std::vector<DeviceProgr
 
 Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
                               const PlanOptions& options, const FitOptions& fit) {
+  // Compiling for sizes only: no weight values are copied (Graph::ShapesOnly).
+  const Graph shapes = graph.ShapesOnly();
+  std::map<std::string, MemoryFlowResult> flows;  // FlowKey -> the flow's result
   Cluster planning = cluster;
   std::vector<const Device*> devices;
   for (const Device& d : cluster.devices) devices.push_back(&d);
@@ -164,8 +198,8 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
       return plan.status();
     }
     for (int d : compact) plan->loads[d].compact_weights = true;
-    for (int d : tiled) TS_RETURN_IF_ERROR(TileDeviceLayers(graph, layers, d, fit, &*plan));
-    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, ToPartitionPlan(*plan)));
+    for (int d : tiled) TS_RETURN_IF_ERROR(TileDeviceLayers(shapes, layers, d, fit, &flows, &*plan));
+    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(shapes, ToPartitionPlan(*plan)));
     std::vector<Overrun> overruns;
     TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
     if (overruns.empty()) {

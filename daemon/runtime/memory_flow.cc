@@ -307,6 +307,9 @@ Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const Partitio
   // parts path taken early can block better tiles later: extraction@224
   // ends at 3648 KiB with parts tried, 1615 KiB without), when allowed.
   const auto t0 = std::chrono::steady_clock::now();
+  // Every candidate is compiled and sized, never run: without weight values
+  // no compile copies weight slices (most of the flow's time before).
+  const Graph shapes = graph.ShapesOnly();
   std::vector<double> budgets;
   for (double b : {0.0, 0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0})
     if (options.max_mac_overhead < 0 || b < options.max_mac_overhead) budgets.push_back(b);
@@ -321,7 +324,7 @@ Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const Partitio
     if (options.parts) descents.push_back({b, true});
   }
   for (const auto& [b, parts_too] : descents) {
-    TS_ASSIGN_OR_RETURN(MemoryFlowResult r, GreedyFlow(graph, base, device, options, b, parts_too, seen));
+    TS_ASSIGN_OR_RETURN(MemoryFlowResult r, GreedyFlow(shapes, base, device, options, b, parts_too, seen));
     candidates += r.candidates;
     rounds += r.rounds;
     if (options.progress) {

@@ -230,6 +230,18 @@ int64_t Graph::WeightCount() const {
   return total;
 }
 
+Graph Graph::ShapesOnly() const {
+  Graph out;
+  out.name = name;
+  out.values = values;
+  out.nodes = nodes;
+  out.inputs = inputs;
+  out.outputs = outputs;
+  out.constants.reserve(constants.size());
+  for (const auto& [id, data] : constants) out.constants.emplace(id, TensorData{data.shape, {}});
+  return out;
+}
+
 namespace {
 constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
 constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4Full;

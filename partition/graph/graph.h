@@ -159,6 +159,11 @@ class Graph {
   void RemoveDeadNodes();
   // Total weight values (sum over constants used by nodes).
   int64_t WeightCount() const;
+  // This graph with every constant's shape and no values (TensorData::values
+  // empty), as ImportOptions::shapes_only gives: for compiling and sizing
+  // plans many times over (the memory flow, PlanWithinMemory), where values
+  // are never read and copying weight slices cost most of the time.
+  Graph ShapesOnly() const;
 };
 
 // 64-bit digest of n floats' bytes: tells constants of the same name and

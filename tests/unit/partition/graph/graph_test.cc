@@ -44,6 +44,26 @@ TEST_CASE("a well-formed graph validates and its figures follow METHODS §1") {
   CHECK(g.WeightCount() == 112);
 }
 
+TEST_CASE("ShapesOnly keeps every value, node and constant shape and drops the values") {
+  const Graph g = SmallConvGraph();
+  const Graph s = g.ShapesOnly();
+  REQUIRE(s.Validate().ok());
+  CHECK(s.name == g.name);
+  REQUIRE(s.nodes.size() == g.nodes.size());
+  REQUIRE(s.values.size() == g.values.size());
+  CHECK(s.inputs == g.inputs);
+  CHECK(s.outputs == g.outputs);
+  REQUIRE(s.constants.size() == 2);
+  for (const auto& [id, data] : g.constants) {
+    REQUIRE(s.constants.count(id) == 1);
+    CHECK(s.constants.at(id).shape == data.shape);
+    CHECK(s.constants.at(id).values.empty());
+    CHECK_FALSE(data.values.empty());  // the original keeps its values
+    CHECK(ConstantIdentity(s, id, false) == ConstantIdentity(g, id, false));
+  }
+  CHECK(s.WeightCount() == g.WeightCount());
+}
+
 TEST_CASE("an out-of-order graph is rejected, then sorted topologically") {
   Graph g = SmallConvGraph();
   std::swap(g.nodes[0], g.nodes[1]);
