@@ -73,6 +73,7 @@ Result<Graph> LoadDemoModel(const DemoOptions& d) {
   ModelOptions mo;
   mo.model_path = d.model;
   mo.input_shapes = d.input_shapes;
+  mo.with_models = d.with_models;
   return LoadModel(mo);
 }
 
@@ -417,6 +418,9 @@ void RegisterDemoCommand(CLI::App& app) {
   auto d = std::make_shared<DemoOptions>();
   cmd->add_option("--model", d->model, "Model to run (.cfg or .onnx)")->capture_default_str();
   cmd->add_option("--input-shape", d->input_shapes, "Input shape override, e.g. 1x3x160x160");
+  cmd->add_option("--with-model", d->with_models,
+                  "A further model every request runs too, merged with --model into one graph with identical layers "
+                  "shared (repeatable)");
   cmd->add_option("--devices", d->devices, "Worker processes")
       ->capture_default_str()
       ->check(CLI::Range(1, demo::kMaxChildren));

@@ -11,6 +11,7 @@ inline constexpr const char* kDefaultDemoModel = "/usr/share/darknet/cfg/yolov2-
 struct DemoOptions {
   std::string model = kDefaultDemoModel;
   std::vector<std::string> input_shapes;
+  std::vector<std::string> with_models;  // --with-model: merged with `model` (merge_models.h)
   int devices = 4;
   int threads = 1;
   int requests = 8;

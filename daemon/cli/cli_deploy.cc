@@ -28,6 +28,9 @@ void RegisterDeployCommand(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
   cmd->add_option("--input-shape", a->model.input_shapes, "Input shape override");
+  cmd->add_option("--with-model", a->model.with_models,
+                  "A further model every request runs too, merged with --model into one graph with identical layers "
+                  "shared (repeatable)");
   cmd->add_option("--weights", a->model.weights_path, "darknet .weights file");
   cmd->add_option("--seed", a->model.seed, "Seed of generated weights")->capture_default_str();
   cmd->add_option("--cluster", a->cluster, "Cluster file (YAML)")->required();
@@ -50,7 +53,7 @@ void RegisterDeployCommand(CLI::App& app) {
     // The plan id names the model too: other weights are another plan to the workers.
     auto import_options = a->model.ToImportOptions();
     if (!import_options.ok()) throw CLI::RuntimeError(ReportError("deploy", import_options.status()));
-    auto fingerprint = ModelFingerprint({a->model.model_path, *import_options});
+    auto fingerprint = ModelFingerprint({a->model.model_path, *import_options, a->model.with_models});
     if (!fingerprint.ok()) throw CLI::RuntimeError(ReportError("deploy", fingerprint.status()));
     a->serve.model_fingerprint = *fingerprint;
     auto cluster = LoadClusterFile(a->cluster);

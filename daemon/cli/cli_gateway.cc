@@ -90,7 +90,7 @@ int RunGateway(GatewayArgs& a) {
   if (!graph.ok()) return ReportError("gateway", graph.status());
   auto import_options = a.model.ToImportOptions();
   if (!import_options.ok()) return ReportError("gateway", import_options.status());
-  const ModelSource weights{a.model.model_path, *import_options};
+  const ModelSource weights{a.model.model_path, *import_options, a.model.with_models};
   auto cluster = LoadClusterFile(a.cluster);
   if (!cluster.ok()) return ReportError("gateway", cluster.status());
   a.serve.security = a.gateway.security;
@@ -225,6 +225,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   auto a = std::make_shared<GatewayArgs>();
   cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
   cmd->add_option("--input-shape", a->model.input_shapes, "Input shape override, e.g. 1x3x160x160");
+  cmd->add_option("--with-model", a->model.with_models,
+                  "A further model every request runs too, merged with --model into one graph with identical layers "
+                  "shared (repeatable)");
   cmd->add_option("--weights", a->model.weights_path, "darknet .weights file");
   cmd->add_option("--seed", a->model.seed, "Seed of generated weights")->capture_default_str();
   cmd->add_option("--cluster", a->cluster, "Cluster file (YAML)")->required();

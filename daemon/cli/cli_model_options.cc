@@ -4,15 +4,21 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
+#include "daemon/cluster/gateway_plan.h"
 #include "util/limits.h"
 
 namespace tessera {
 
 void ModelOptions::AddTo(CLI::App& cmd) {
   cmd.add_option("model", model_path, "Model file: .onnx, or a darknet .cfg")->required();
+  cmd.add_option("--with-model", with_models,
+                 "A further model (.onnx or .cfg) every request runs too, merged with MODEL into one graph: a "
+                 "frame feeds the inputs of equal shape, identical layers (op, attributes, inputs, weight values) "
+                 "are held and computed once; outputs are MODEL's, then each --with-model's (repeatable)");
   cmd.add_option("--input-shape", input_shapes,
                  "Fix an input's shape, e.g. 1x3x224x224 or input:1x3x224x224 (repeatable)");
   cmd.add_option("--weights", weights_path, "darknet .weights file (default: seeded random weights)");
@@ -59,6 +65,16 @@ Result<Graph> LoadModel(const ModelOptions& options, bool shapes_only) {
   TS_ASSIGN_OR_RETURN(ImportOptions io, options.ToImportOptions());
   io.shapes_only = shapes_only;
   auto t0 = std::chrono::steady_clock::now();
+  if (!options.with_models.empty()) {
+    MergeReport report;
+    TS_ASSIGN_OR_RETURN(Graph merged, ImportModelSource({options.model_path, io, options.with_models}, &report));
+    // Said on stderr whatever the log level: what the user's models share is
+    // the point of merging them (and a surprise when nothing is).
+    std::fprintf(stderr, "tessera: %zu models as one graph '%s' (%zu layers):\n%s", report.models.size(),
+                 merged.name.c_str(), merged.nodes.size(), report.Describe().c_str());
+    if (shapes_only) return merged.ShapesOnly();
+    return merged;
+  }
   auto graph = ImportModel(options.model_path, io);
   if (!graph.ok()) return graph.status();
   spdlog::debug("imported {} ({} layers) in {:.1f} ms", options.model_path, graph->nodes.size(),

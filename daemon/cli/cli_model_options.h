@@ -16,6 +16,9 @@ namespace tessera {
 
 struct ModelOptions {
   std::string model_path;
+  // Further models run on the same request, merged with MODEL into one graph
+  // whose identical layers are shared (partition/graph/merge_models.h).
+  std::vector<std::string> with_models;
   std::vector<std::string> input_shapes;  // "NAME:1x3x224x224" or "1x3x224x224"
   std::string weights_path;
   uint64_t seed = 1;

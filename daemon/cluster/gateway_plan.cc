@@ -112,6 +112,10 @@ Result<std::string> ModelFingerprint(const ModelSource& model) {
     TS_ASSIGN_OR_RETURN(const std::string weights_hash, Sha256FileHex(model.options.weights_path));
     parts += "weights " + weights_hash + "\n";
   }
+  for (const std::string& with : model.with_paths) {
+    TS_ASSIGN_OR_RETURN(const std::string with_hash, Sha256FileHex(with));
+    parts += "with " + with_hash + "\n";
+  }
   parts += "seed " + std::to_string(model.options.seed) + "\nbatch " + std::to_string(model.options.batch) + "\n";
   for (const auto& [name, shape] : model.options.input_shapes) parts += "input " + name + " " + ShapeToString(shape) + "\n";
   return Sha256Hex(parts);
@@ -175,10 +179,40 @@ Status MoveWeightValues(DeviceProgram from, DeviceProgram* into) {
 
 }  // namespace
 
+Result<Graph> ImportModelSource(const ModelSource& model, MergeReport* report) {
+  ImportOptions io = model.options;
+  io.shapes_only = false;
+  io.values_for_nodes.reset();
+  std::vector<Graph> models;
+  TS_ASSIGN_OR_RETURN(Graph first, ImportModel(model.path, io));
+  if (model.with_paths.empty()) return first;
+  models.push_back(std::move(first));
+  io.weights_path.clear();  // the darknet .weights file is `path`'s
+  for (const std::string& with : model.with_paths) {
+    auto m = ImportModel(with, io);
+    if (!m.ok()) return m.status().WithContext("--with-model");
+    models.push_back(std::move(*m));
+  }
+  return MergeModels(models, report);
+}
+
 Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const PartitionPlan& plan, int device,
                                                       const ModelSource& model, int64_t window_bytes) {
   CompileOptions co;
   co.values_for_device = device;
+  if (!model.with_paths.empty()) {
+    // Merged models: imported whole (their values decide what is shared),
+    // then the device's program with its weights only.
+    TS_ASSIGN_OR_RETURN(Graph merged, ImportModelSource(model));
+    if (merged.nodes.size() != shapes.nodes.size())
+      return Status::FailedPrecondition("the merged models now have " + std::to_string(merged.nodes.size()) +
+                                        " layers, the served graph has " + std::to_string(shapes.nodes.size()) +
+                                        " (was a model file changed?)");
+    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(merged, plan, co));
+    if (device < 0 || device >= static_cast<int>(compiled.programs.size()))
+      return Status::InvalidArgument("the plan has no device " + std::to_string(device));
+    return std::move(compiled.programs[device]);
+  }
   TS_ASSIGN_OR_RETURN(CompiledPlan skeleton, CompilePlan(shapes, plan, co));
   if (device < 0 || device >= static_cast<int>(skeleton.programs.size()))
     return Status::InvalidArgument("the plan has no device " + std::to_string(device));

@@ -9,8 +9,9 @@
 
 #include "daemon/cluster/gateway.h"
 #include "daemon/runtime/device_memory.h"
-#include "partition/graph/graph.h"
 #include "partition/compile/partition_plan.h"
+#include "partition/graph/graph.h"
+#include "partition/graph/merge_models.h"
 #include "partition/import/model_import.h"
 
 namespace tessera {
@@ -61,7 +62,15 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
 struct ModelSource {
   std::string path;
   ImportOptions options;  // as for the graph served (shapes_only is ignored)
+  // Further models merged with `path` (partition/graph/merge_models.h; the
+  // CLI's --with-model): their weights decide what is shared, so a merged
+  // source is imported whole, with values, when a device's program is built.
+  std::vector<std::string> with_paths = {};
 };
+
+// The graph `model` names with weight values: `path` imported, merged with
+// `with_paths` when there are any (`report` says what is shared).
+Result<Graph> ImportModelSource(const ModelSource& model, MergeReport* report = nullptr);
 
 // SHA-256 (hex) of everything of `model` that decides weight values and
 // shapes: the model file's bytes, the darknet .weights file's, the seed of

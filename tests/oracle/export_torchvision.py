@@ -125,6 +125,10 @@ MODELS = ["mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0"
 # Models of issue 13 (Erf/GELU, LayerNorm, bilinear Resize, ConvTranspose, Split).
 OPS_MODELS = ["ops_decoder", "convnext_tiny", "lraspp_mobilenet_v3_large"]
 EXTRA_MODELS = ["resnet50", "vgg16"]
+# mobilenet_v2's features (the same weights, BN statistics and all, as the
+# "mobilenet_v2" export) under another head: two models that share a
+# backbone, for `--with-model` (issue 18 item 4, tests/integration/merged_models.sh).
+SECOND_HEAD_MODELS = ["mobilenet_v2_second_head"]
 ZOO_MODELS = ["efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf", "resnext50_32x4d",
               "shufflenet_v2_x0_5", "densenet121", "inception_v3"]
 INPUT_SIZE = {"convnext_tiny": 64, "lraspp_mobilenet_v3_large": 128, "ops_decoder": 40}
@@ -170,12 +174,32 @@ def calibrate_batchnorm(model, seed, size=224):
     return len(bns)
 
 
+class SecondHead(torch.nn.Module):
+    """A backbone's features -> 1x1 conv to 32 channels -> ReLU -> global average."""
+
+    def __init__(self, features, channels):
+        super().__init__()
+        self.features = features
+        gen = torch.Generator().manual_seed(SEED + 7)
+        self.head = torch.nn.Conv2d(channels, 32, 1)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.randn(self.head.weight.shape, generator=gen) * 0.05)
+            self.head.bias.copy_(torch.randn(self.head.bias.shape, generator=gen) * 0.1)
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(F.relu(self.head(self.features(x))), 1).flatten(1)
+
+
 def export_one(name, out_dir):
+    second_head = name in SECOND_HEAD_MODELS
+    base = name.replace("_second_head", "") if second_head else name
     torch.manual_seed(SEED)
-    model = build(name)
+    model = build(base)
     size = INPUT_SIZE.get(name, 224)
     randomize_norms_and_scales(model, SEED)
     n_bn = calibrate_batchnorm(model, SEED, size)
+    if second_head:
+        model = SecondHead(model.features, model.last_channel)
     model.eval()
 
     rng = np.random.default_rng(SEED)
@@ -213,7 +237,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
     ap.add_argument("--models", nargs="*", default=MODELS,
-                    choices=MODELS + OPS_MODELS + EXTRA_MODELS + ZOO_MODELS)
+                    choices=MODELS + OPS_MODELS + EXTRA_MODELS + SECOND_HEAD_MODELS + ZOO_MODELS)
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
