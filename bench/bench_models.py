@@ -13,7 +13,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORTER = os.path.join(REPO, "tests", "oracle", "export_torchvision.py")
 # What export_torchvision.py builds (its MODELS + EXTRA_MODELS).
-TORCHVISION = {"mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0", "resnet50", "vgg16"}
+TORCHVISION = {"mobilenet_v2", "resnet18", "squeezenet1_0", "googlenet", "mnasnet1_0", "resnet50", "vgg16",
+               "mobilenet_v2_second_head"}
 DEBIAN_PYTHON = "/usr/bin/python3"  # sees Debian's python3-torch / torchvision
 DARKNET_CFG = "/usr/share/darknet/cfg"
 

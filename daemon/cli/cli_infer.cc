@@ -24,11 +24,15 @@ void RegisterInferCommand(CLI::App& app) {
     int64_t deadline_ms = 60000;
     TlsOptions tls;
     std::string token_file;
+    std::string model;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--gateway", a->gateway, "Gateway gRPC address")->capture_default_str();
   cmd->add_option("--input", a->inputs, "Input .npy, one per model input, in order")->required();
   cmd->add_option("--output", a->outputs, "Write the outputs here (.npy), one per model output");
+  cmd->add_option("--model-name", a->model,
+                  "One model of a gateway serving merged models (--with-model): send its inputs, get its outputs; "
+                  "only its layers run");
   cmd->add_option("--deadline-ms", a->deadline_ms, "Deadline of the request")->capture_default_str();
   cmd->add_option("--token-file", a->token_file,
                   "Send the first token of FILE as 'authorization: Bearer TOKEN' (the gateway's --token-file)");
@@ -41,6 +45,7 @@ void RegisterInferCommand(CLI::App& app) {
       *req.add_inputs() = ToTensorMsg(*t);
     }
     req.set_deadline_unix_ms(UnixMillisNow() + a->deadline_ms);
+    req.set_model(a->model);
     auto security = a->tls.Resolve("infer");
     if (!security.ok()) throw CLI::RuntimeError(ReportError("infer", security.status()));
     auto channel = OpenChannel(a->gateway, *security);

@@ -24,19 +24,28 @@ constexpr size_t kNumBounds = sizeof(kLatencyBounds) / sizeof(kLatencyBounds[0])
 const char* GrpcCodeName(StatusCode code) { return StatusCodeName(code); }
 }  // namespace
 
-ModelSignature ModelSignature::Of(const Graph& graph) {
+namespace {
+// The signature of the model whose inputs and outputs are these graph values.
+ModelSignature SignatureOfValues(const Graph& graph, const GraphModel& model) {
   ModelSignature s;
-  for (int v : graph.inputs) {
+  for (int v : model.inputs) {
     s.input_values.push_back(v);
     s.input_names.push_back(graph.values[v].name);
     s.input_shapes.push_back(graph.values[v].shape);
   }
-  for (int v : graph.outputs) {
+  for (int v : model.outputs) {
     s.output_values.push_back(v);
     s.output_names.push_back(graph.values[v].name);
     s.output_shapes.push_back(graph.values[v].shape);
   }
-  s.model_name = graph.name;
+  s.model_name = model.name;
+  return s;
+}
+}  // namespace
+
+ModelSignature ModelSignature::Of(const Graph& graph) {
+  ModelSignature s = SignatureOfValues(graph, GraphModel{graph.name, graph.inputs, graph.outputs});
+  for (const GraphModel& m : graph.models) s.models.push_back(SignatureOfValues(graph, m));
   return s;
 }
 
@@ -658,8 +667,20 @@ void Gateway::CountOutcome(const Status& st, std::chrono::steady_clock::time_poi
   ++latency_count_;
 }
 
-Status Gateway::CheckInputs(const std::vector<TensorData>& inputs) const {
-  const ModelSignature& sig = options_.signature;
+Result<const ModelSignature*> Gateway::SignatureOf(const std::string& model) const {
+  if (model.empty()) return &options_.signature;
+  std::string names;
+  for (const ModelSignature& m : options_.signature.models) {
+    if (m.model_name == model) return &m;
+    names += (names.empty() ? "'" : ", '") + m.model_name + "'";
+  }
+  return Status::InvalidArgument(
+      "unknown model '" + model + "': " +
+      (names.empty() ? "the gateway serves one model, '" + options_.signature.model_name + "' (name none)"
+                     : "the gateway serves " + names));
+}
+
+Status Gateway::CheckInputs(const ModelSignature& sig, const std::vector<TensorData>& inputs) const {
   if (inputs.size() != sig.input_values.size())
     return Status::InvalidArgument("the model takes " + std::to_string(sig.input_values.size()) +
                                    " input(s), the request has " + std::to_string(inputs.size()));
@@ -748,8 +769,7 @@ Gateway::Attempt Gateway::RunOnce(const std::shared_ptr<const Serving>& serving,
   return {Status::OK(), true};
 }
 
-Result<InferResult> Gateway::CollectOutputs(const proto::RunReply& reply) const {
-  const ModelSignature& sig = options_.signature;
+Result<InferResult> Gateway::CollectOutputs(const ModelSignature& sig, const proto::RunReply& reply) const {
   InferResult result;
   result.outputs.resize(sig.output_values.size());
   std::vector<bool> got(sig.output_values.size(), false);
@@ -764,15 +784,18 @@ Result<InferResult> Gateway::CollectOutputs(const proto::RunReply& reply) const 
   return result;
 }
 
-Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t client_request_id,
-                                   int64_t deadline_unix_ms) {
+Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t client_request_id, int64_t deadline_unix_ms,
+                                   const std::string& model) {
   const auto t0 = std::chrono::steady_clock::now();
   auto finish = [&](const Status& st) {
     CountOutcome(st, t0);
     return st;
   };
   // Bad input is refused here, before it costs the cluster anything.
-  if (Status st = CheckInputs(inputs); !st.ok()) return finish(st);
+  auto signature = SignatureOf(model);
+  if (!signature.ok()) return finish(signature.status());
+  const ModelSignature& sig = **signature;
+  if (Status st = CheckInputs(sig, inputs); !st.ok()) return finish(st);
   const int64_t now_ms = UnixMillisNow();
   const int64_t deadline_ms = deadline_unix_ms > 0 ? deadline_unix_ms : now_ms + options_.default_deadline_ms;
   if (deadline_ms <= now_ms) return finish(Status::DeadlineExceeded("the request's deadline has already passed"));
@@ -792,9 +815,10 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
   req.set_request_id(id);
   req.set_deadline_unix_ms(deadline_ms);
   req.set_fan_out(true);
+  req.set_model(model);
   for (size_t i = 0; i < inputs.size(); ++i) {
     *req.add_inputs() = ToTensorMsg(inputs[i]);
-    req.add_input_values(options_.signature.input_values[i]);
+    req.add_input_values(sig.input_values[i]);
   }
   inputs.clear();
 
@@ -808,7 +832,7 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
     if (!a.again) break;
     if (a.same_attempt) --attempt;
   }
-  auto result = CollectOutputs(reply);
+  auto result = CollectOutputs(sig, reply);
   if (!result.ok()) return finish(result.status());
   result->request_id = client_request_id ? client_request_id : next_request_.fetch_add(1) & 0x7fffffff;
   result->worker_request_id = id;
@@ -1049,7 +1073,7 @@ grpc::Status GatewayService::Infer(grpc::ServerContext* context, const proto::In
   int64_t deadline = request->deadline_unix_ms();
   if (deadline == 0 && context->deadline() != std::chrono::system_clock::time_point::max())
     deadline = std::chrono::duration_cast<std::chrono::milliseconds>(context->deadline().time_since_epoch()).count();
-  auto result = gateway_->Infer(std::move(inputs), request->request_id(), deadline);
+  auto result = gateway_->Infer(std::move(inputs), request->request_id(), deadline, request->model());
   if (!result.ok()) return ToGrpcStatus(result.status());
   reply->set_request_id(result->request_id);
   reply->set_plan_id(gateway_->Served().plan_id);

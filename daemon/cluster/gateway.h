@@ -52,6 +52,9 @@ struct ModelSignature {
   // file's stem, which clients name in /v2/models/{name}, and output shapes.
   std::string model_name;
   std::vector<Shape> output_shapes;
+  // A merged graph's models (Graph::models), each a signature of its own
+  // that a request may name (Gateway::Infer's `model`); empty for one model.
+  std::vector<ModelSignature> models;
   static ModelSignature Of(const Graph& graph);
 };
 
@@ -206,7 +209,11 @@ class Gateway {
   ~Gateway();
 
   // `inputs` in graph input order. `deadline_unix_ms` 0 = the default.
-  Result<InferResult> Infer(std::vector<TensorData> inputs, uint64_t client_request_id, int64_t deadline_unix_ms);
+  // `model` names one model of merged ones (ModelSignature::models): the
+  // inputs and outputs are that model's and only its steps run on the
+  // workers, with no drain between requests of different models.
+  Result<InferResult> Infer(std::vector<TensorData> inputs, uint64_t client_request_id, int64_t deadline_unix_ms,
+                            const std::string& model = "");
 
   bool AllWorkersUp() const;
   // Polls every worker's Status now (link byte counters, up/down).
@@ -290,14 +297,16 @@ class Gateway {
     bool same_attempt = false;
   };
   void CountOutcome(const Status& st, std::chrono::steady_clock::time_point t0);
-  Status CheckInputs(const std::vector<TensorData>& inputs) const;
+  Status CheckInputs(const ModelSignature& sig, const std::vector<TensorData>& inputs) const;
+  // The signature of `model` ("" = the whole graph); InvalidArgument naming the models served.
+  Result<const ModelSignature*> SignatureOf(const std::string& model) const;
   // Waits for a slot among max_in_flight (the bounded queue); false: the
   // served plan is no longer `serving` (no slot taken).
   Result<bool> Admit(const std::shared_ptr<const Serving>& serving, int64_t deadline_ms);
   void LeaveFlight();
   Attempt RunOnce(const std::shared_ptr<const Serving>& serving, bool may_fail_over, int64_t deadline_ms,
                   proto::RunRequest* req, proto::RunReply* reply);
-  Result<InferResult> CollectOutputs(const proto::RunReply& reply) const;
+  Result<InferResult> CollectOutputs(const ModelSignature& sig, const proto::RunReply& reply) const;
   uint32_t NewWorkerRequestId();
 
   const GatewayOptions options_;

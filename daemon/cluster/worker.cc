@@ -732,6 +732,28 @@ Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& reques
   if (deadline_ms <= now_ms) return Status::DeadlineExceeded("request " + std::to_string(request_id) + " arrived after its deadline");
   const auto steady_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms - now_ms);
 
+  // One model of a merged plan (a scenario): its steps only.
+  int scenario = -1;
+  if (!request.model().empty()) {
+    std::string names;
+    for (size_t s = 0; s < program.scenarios.size(); ++s) {
+      if (program.scenarios[s].name == request.model()) scenario = static_cast<int>(s);
+      names += (names.empty() ? "'" : ", '") + program.scenarios[s].name + "'";
+    }
+    if (scenario < 0)
+      return Status::InvalidArgument(who + ": the plan has no model '" + request.model() + "'" +
+                                     (names.empty() ? " (it serves one model; name none)" : "; it has " + names));
+    if (bridge_)
+      return Status::FailedPrecondition(who +
+                                        " is a microcontroller, whose firmware runs every step of its "
+                                        "program: a request for one model of merged ones cannot run on a plan "
+                                        "with an MCU; send it without a model name");
+  }
+  auto needed_input = [&](int value) {
+    if (scenario < 0) return true;
+    const auto& in = program.scenarios[scenario].inputs;
+    return std::find(in.begin(), in.end(), value) != in.end();
+  };
   // Inputs: matched by graph value id against the buffers the program fills.
   std::vector<TensorData> inputs(program.model_inputs.size());
   std::vector<bool> given(program.model_inputs.size(), false);
@@ -752,7 +774,7 @@ Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& reques
     given[k] = true;
   }
   for (size_t k = 0; k < given.size(); ++k)
-    if (!given[k])
+    if (!given[k] && needed_input(program.model_inputs[k].first))
       return Status::InvalidArgument(who + " needs model input (graph value " +
                                      std::to_string(program.model_inputs[k].first) + ") and the request lacks it");
 
@@ -792,6 +814,7 @@ Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& reques
       peer_request.set_request_id(request.request_id());
       peer_request.set_deadline_unix_ms(deadline_ms);
       peer_request.set_fan_out(false);
+      peer_request.set_model(request.model());
       // A device that fails (its worker died, or refused the request) aborts
       // the request here at once: the source stops waiting for messages that
       // will not come, and the gateway can fail over while time is left.
@@ -827,7 +850,8 @@ Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& reques
   }
   std::vector<TensorData> outputs;
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = runner->Run(peers, inputs, &outputs).WithContext(who + ", request " + std::to_string(request_id));
+  Status st =
+      runner->Run(peers, inputs, &outputs, scenario).WithContext(who + ", request " + std::to_string(request_id));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard<std::mutex> lock(loaded.pool_mu);
@@ -847,6 +871,7 @@ Status WorkerService::RunRequest(Loaded& loaded, const proto::RunRequest& reques
   reply->set_request_id(request.request_id());
   reply->set_seconds(seconds);
   for (size_t k = 0; k < outputs.size(); ++k) {
+    if (scenario >= 0 && outputs[k].values.empty()) continue;  // another model's
     *reply->add_outputs() = ToTensorMsg(outputs[k]);
     reply->add_output_values(program.model_outputs[k].first);
   }

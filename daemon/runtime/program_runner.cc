@@ -47,6 +47,7 @@ struct PreparedProgram::Layout {
   std::vector<std::vector<int>> wait_sent_after;    // per step (and the end): Sends whose memory is reused after it
   std::vector<std::vector<int>> expect_at;          // per step: Recv steps whose message may arrive from there on
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
+  std::vector<std::vector<char>> scenario_steps;    // per scenario, per step: whether it runs
   std::vector<size_t> step_bytes;                   // per step: its own request (executor arena, staging), 0 if none
   std::vector<BufferRequest> buffer_requests;       // per buffer: its bytes and lifetime in the arena
   size_t arena_bytes = 0;                           // working_bytes + request_bytes: one request's memory
@@ -359,6 +360,12 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     }
   }
   if (num_steps > 0) layout->run_of[num_steps] = layout->run_of[num_steps - 1];
+  for (const ProgramScenario& sc : program.scenarios) {
+    std::vector<char> runs(program.steps.size(), 0);
+    for (int i : sc.steps)
+      if (i >= 0 && i < num_steps) runs[i] = 1;
+    layout->scenario_steps.push_back(std::move(runs));
+  }
   std::vector<BufferRequest> working, buffers;
   std::vector<std::pair<bool, size_t>> part(requests.size());  // (working, index in its part)
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -608,14 +615,27 @@ size_t ProgramRunner::memory_bytes() const { return layout_->arena_bytes; }
 size_t ProgramRunner::weight_bytes() const { return layout_->weight_bytes; }
 
 Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs,
-                          std::vector<TensorData>* outputs) {
+                          std::vector<TensorData>* outputs, int scenario) {
   const DeviceProgram& p = *layout_->program;
   const PreparedProgram::Layout& l = *layout_;
   const std::string me = "device " + std::to_string(p.device);
   if (inputs.size() != p.model_inputs.size())
     return Status::InvalidArgument(me + " expects " + std::to_string(p.model_inputs.size()) + " model inputs");
+  if (scenario < -1 || scenario >= static_cast<int>(p.scenarios.size()))
+    return Status::InvalidArgument(me + ": no model " + std::to_string(scenario) + " in this program (it has " +
+                                   std::to_string(p.scenarios.size()) + ")");
+  // A scenario (one merged model, DeviceProgram::scenarios) runs its steps
+  // only; it reads and writes its own model inputs and outputs only.
+  const std::vector<char>* only = scenario >= 0 ? &l.scenario_steps[scenario] : nullptr;
+  auto runs = [only](size_t i) { return only == nullptr || (*only)[i] != 0; };
+  auto in_scenario = [&](int value, bool input) {
+    if (scenario < 0) return true;
+    const auto& values = input ? p.scenarios[scenario].inputs : p.scenarios[scenario].outputs;
+    return std::find(values.begin(), values.end(), value) != values.end();
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int b = p.model_inputs[i].second;
+    if (inputs[i].values.empty() && !in_scenario(p.model_inputs[i].first, true)) continue;
     if (static_cast<int64_t>(inputs[i].values.size()) != p.buffers[b].box.volume())
       return Status::InvalidArgument(me + ": model input " + std::to_string(i) + " has the wrong size");
   }
@@ -624,7 +644,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   auto copy_inputs = [&](bool in_working, const WorkingSlot* slot) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const int b = p.model_inputs[i].second;
-      if (l.buffer_working[b] == in_working)
+      if (l.buffer_working[b] == in_working && !inputs[i].values.empty())
         std::copy(inputs[i].values.begin(), inputs[i].values.end(), Buffer(b, slot));
     }
   };
@@ -632,7 +652,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   auto copy_outputs = [&](bool in_working, const WorkingSlot* slot) {
     for (size_t k = 0; k < p.model_outputs.size(); ++k) {
       const int b = p.model_outputs[k].second;
-      if (l.buffer_working[b] != in_working) continue;
+      if (l.buffer_working[b] != in_working || !in_scenario(p.model_outputs[k].first, false)) continue;
       TensorData& t = (*outputs)[k];
       t.shape = p.buffers[b].shape();
       const float* src = Buffer(b, slot);
@@ -667,6 +687,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   } working{pool};
   auto wait_sent = [&](size_t after) {
     for (int snd : l.wait_sent_after[after]) {
+      if (!runs(snd)) continue;
       const ProgramStep& s = p.steps[snd];
       if (Link* link = link_to(s.peer)) TS_RETURN_IF_ERROR(link->WaitSent(s.message).WithContext(me));
     }
@@ -676,6 +697,22 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   for (size_t i = 0; i < n; ++i) {
     const ProgramStep& s = p.steps[i];
     const int run = l.run_of[i];
+    for (int r : l.expect_at[i]) {  // in the pipeline buffers: no working memory needed
+      if (!runs(r)) continue;
+      const ProgramStep& recv = p.steps[r];
+      if (Link* link = link_to(recv.peer))
+        link->Expect(recv.message, base + l.step_offset[r], Bytes(recv.dst_box.volume()));
+    }
+    if (!runs(i)) {
+      // Skipped (another model's step). A run still ends here: its working
+      // memory goes back, with the model outputs it holds when it is the last.
+      if (run >= 0 && static_cast<int>(i) == l.run_last[run]) {
+        if (i + 1 == n && working.slot != nullptr) copy_outputs(true, working.slot);
+        working.Give();
+      }
+      if (run < 0 || static_cast<int>(i) == l.run_last[run]) TS_RETURN_IF_ERROR(wait_sent(i));
+      continue;
+    }
     if (run >= 0 && working.slot == nullptr) {
       // A run starts. Sends whose memory the run reuses are waited for
       // before it takes the working memory (no peer is waited on while
@@ -683,15 +720,12 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       // rather than at the step is the same for the peers).
       for (int t = static_cast<int>(i); t < l.run_last[run]; ++t) TS_RETURN_IF_ERROR(wait_sent(t));
       TS_ASSIGN_OR_RETURN(working.slot, pool.Acquire());
-      if (i == 0) copy_inputs(true, working.slot);
+      // The run of step 0 holds the model inputs in the working memory (a
+      // scenario may start it after step 0).
+      if (run == l.run_of[0]) copy_inputs(true, working.slot);
     }
     const WorkingSlot* slot = l.share_working ? working.slot : own_.get();
     for (int b : l.zero_at[i]) std::memset(Buffer(b, slot), 0, Bytes(p.buffers[b].box.volume()));
-    for (int r : l.expect_at[i]) {
-      const ProgramStep& recv = p.steps[r];
-      if (Link* link = link_to(recv.peer))
-        link->Expect(recv.message, base + l.step_offset[r], Bytes(recv.dst_box.volume()));
-    }
     switch (s.kind) {
       case StepKind::kSend: {
         Link* link = link_to(s.peer);
@@ -746,7 +780,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
 
 Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<DeviceProgram>& programs,
                                           const std::vector<TensorData>& inputs, const RunnerOptions& options,
-                                          int repeat) {
+                                          int repeat, int scenario) {
   const size_t n = programs.size();
   const auto t_prepare = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<ProgramRunner>> runners;
@@ -786,7 +820,7 @@ Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<
         for (size_t q = 0; q < n; ++q) peers[q] = links[d][q].get();
         std::vector<TensorData> my_inputs;
         for (const auto& [value, buffer] : programs[d].model_inputs) my_inputs.push_back(inputs[input_index.at(value)]);
-        status[d] = runners[d]->Run(peers, my_inputs, &outs[d]);
+        status[d] = runners[d]->Run(peers, my_inputs, &outs[d], scenario);
         if (!status[d].ok())  // unblock peers waiting on this device
           for (auto& l : links[d]) l.reset();
       });

@@ -143,8 +143,12 @@ class ProgramRunner {
   // `peers[d]`: the link to device d (nullptr where the program never talks
   // to d). `inputs`: one tensor per program.model_inputs entry, in order.
   // `outputs`: one per program.model_outputs entry. Not reentrant.
-  Status Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs,
-             std::vector<TensorData>* outputs);
+  // `scenario` >= 0: only that merged model's steps run
+  // (DeviceProgram::scenarios; every device of the request must be given
+  // the same); inputs of other models may be empty, their outputs come
+  // back empty. -1: every step.
+  Status Run(const std::vector<Link*>& peers, const std::vector<TensorData>& inputs, std::vector<TensorData>* outputs,
+             int scenario = -1);
 
   // Bytes of the device arena for one request: working memory + pipeline
   // buffers (every buffer and step's intermediates and scratch, by liveness).
@@ -192,9 +196,11 @@ struct InProcessRun {
 // `inputs`: one per graph input, in Graph::inputs order, delivered to the
 // programs' model_inputs; outputs collected from model_outputs.
 // `repeat` runs over the same prepared runners and links; `seconds` is their
-// median, the outputs and link bytes those of one run.
+// median, the outputs and link bytes those of one run. `scenario` >= 0:
+// one merged model only (ProgramRunner::Run); the other models' inputs may
+// be empty and their outputs come back empty.
 Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<DeviceProgram>& programs,
                                           const std::vector<TensorData>& inputs, const RunnerOptions& options,
-                                          int repeat = 1);
+                                          int repeat = 1, int scenario = -1);
 
 }  // namespace tessera

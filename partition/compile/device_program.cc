@@ -3,6 +3,7 @@
 #include "util/limits.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "partition/compile/partition_plan.h"
@@ -337,6 +338,77 @@ void InsertBox(const float* in, float* tensor, const Shape& shape, const Box& bo
   ForEachRow(shape, box, [&](int64_t off, int64_t packed, int64_t n) {
     std::copy(in + packed, in + packed + n, tensor + off);
   });
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+void SetScenarios(const std::vector<GraphModel>& models, std::vector<DeviceProgram>* programs) {
+  for (DeviceProgram& p : *programs) p.scenarios.clear();
+  if (models.size() < 2) return;
+  const int n = static_cast<int>(programs->size());
+  // Per device, the steps writing each buffer; per message, its Send.
+  std::vector<std::vector<std::vector<int>>> writers(n);
+  std::map<int64_t, std::pair<int, int>> send_of;  // message -> (device, step)
+  for (int d = 0; d < n; ++d) {
+    const DeviceProgram& p = (*programs)[d];
+    writers[d].resize(p.buffers.size());
+    for (int i = 0; i < static_cast<int>(p.steps.size()); ++i) {
+      const ProgramStep& s = p.steps[i];
+      switch (s.kind) {
+        case StepKind::kSend:
+          send_of[s.message] = {d, i};
+          break;
+        case StepKind::kRecv:
+        case StepKind::kCopy:
+          writers[d][s.dst_buffer].push_back(i);
+          break;
+        case StepKind::kCompute:
+        case StepKind::kMerge:
+          for (int b : s.outputs) writers[d][b].push_back(i);
+          break;
+      }
+    }
+  }
+  for (const GraphModel& model : models) {
+    const std::set<int> outputs(model.outputs.begin(), model.outputs.end());
+    std::vector<std::vector<char>> step_needed(n), buffer_needed(n);
+    std::vector<std::pair<int, int>> work;  // (device, buffer) newly needed
+    auto need_buffer = [&](int d, int b) {
+      if (!buffer_needed[d][b]) buffer_needed[d][b] = 1, work.push_back({d, b});
+    };
+    for (int d = 0; d < n; ++d) {
+      const DeviceProgram& p = (*programs)[d];
+      step_needed[d].assign(p.steps.size(), 0);
+      buffer_needed[d].assign(p.buffers.size(), 0);
+    }
+    for (int d = 0; d < n; ++d)
+      for (const auto& [value, b] : (*programs)[d].model_outputs)
+        if (outputs.count(value)) need_buffer(d, b);
+    while (!work.empty()) {
+      const auto [d, b] = work.back();
+      work.pop_back();
+      for (int w : writers[d][b]) {
+        if (step_needed[d][w]) continue;
+        step_needed[d][w] = 1;
+        const ProgramStep& s = (*programs)[d].steps[w];
+        if (s.kind == StepKind::kCopy) need_buffer(d, s.src_buffer);
+        for (int in : s.inputs) need_buffer(d, in);
+        if (s.kind == StepKind::kRecv) {
+          const auto [peer, send] = send_of.at(s.message);
+          step_needed[peer][send] = 1;
+          need_buffer(peer, (*programs)[peer].steps[send].src_buffer);
+        }
+      }
+    }
+    for (int d = 0; d < n; ++d) {
+      ProgramScenario sc{model.name, {}, model.inputs, model.outputs};
+      for (int i = 0; i < static_cast<int>(step_needed[d].size()); ++i)
+        if (step_needed[d][i]) sc.steps.push_back(i);
+      (*programs)[d].scenarios.push_back(std::move(sc));
+    }
+  }
 }
 
 }  // namespace tessera

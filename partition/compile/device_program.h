@@ -79,6 +79,16 @@ struct ProgramStep {
   int64_t bytes() const { return src_box.empty() ? dst_box.volume() * 4 : src_box.volume() * 4; }
 };
 
+// The steps of a program one merged model needs (issue 18 item 5,
+// scenarios): a request naming the model runs these and skips the rest on
+// every device, with no drain and no re-deploy between requests of
+// different models. Set by SetScenarios from the whole plan.
+struct ProgramScenario {
+  std::string name;                  // GraphModel::name
+  std::vector<int> steps;            // ascending step indices this device runs
+  std::vector<int> inputs, outputs;  // the model's graph values (inputs, outputs)
+};
+
 struct DeviceProgram {
   int device = 0;
   std::vector<ProgramBuffer> buffers;
@@ -87,6 +97,8 @@ struct DeviceProgram {
   // Buffers holding the model's inputs (filled by the caller before running)
   // and outputs (read after), as (graph value, buffer) pairs.
   std::vector<std::pair<int, int>> model_inputs, model_outputs;
+  // One per GraphModel of a merged graph (empty: one model).
+  std::vector<ProgramScenario> scenarios;
   // Constants kept once: (subgraph, value) -> (earlier subgraph, value) of a
   // constant with the same identity (ConstantIdentity, graph.h), whose
   // values it reads; its own TensorData has the shape and no values. Set by
@@ -123,6 +135,16 @@ Status ValidateProgram(const DeviceProgram& program, int num_devices = -1);
 // and the programs cannot deadlock (a consistent global step order); fails
 // with Internal otherwise.
 Status SetMessageWindows(std::vector<DeviceProgram>* programs);
+
+// Fills every program's `scenarios` from `models` (Graph::models; nothing
+// when fewer than two): the steps a model's outputs depend on, followed
+// back through every device: a needed buffer needs every step that writes
+// it (Compute/Merge outputs, Copy destination, Recv destination), a needed
+// step the buffers it reads, and a needed Recv the peer's Send of its
+// message. The steps a model needs on all devices are closed under these
+// rules, so every Send it runs has its Recv and the reverse.
+// REQUIRES: ValidatePrograms passed.
+void SetScenarios(const std::vector<GraphModel>& models, std::vector<DeviceProgram>* programs);
 
 }  // namespace tessera
 

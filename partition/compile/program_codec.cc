@@ -277,6 +277,13 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
     io->set_value(v);
     io->set_buffer(b);
   }
+  for (const ProgramScenario& sc : p.scenarios) {
+    auto* sm = m.add_scenarios();
+    sm->set_name(sc.name);
+    for (int i : sc.steps) sm->add_steps(i);
+    for (int v : sc.inputs) sm->add_inputs(v);
+    for (int v : sc.outputs) sm->add_outputs(v);
+  }
   return m;
 }
 
@@ -535,6 +542,17 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
   for (const auto& io : m.model_outputs()) {
     if (!buffer_ok(io.buffer())) return Status::DataLoss(origin + ": model output bound to a missing buffer");
     p.model_outputs.push_back({io.value(), io.buffer()});
+  }
+  for (const auto& sm : m.scenarios()) {
+    ProgramScenario sc{sm.name(),
+                       {sm.steps().begin(), sm.steps().end()},
+                       {sm.inputs().begin(), sm.inputs().end()},
+                       {sm.outputs().begin(), sm.outputs().end()}};
+    for (size_t k = 0; k < sc.steps.size(); ++k)
+      if (sc.steps[k] < 0 || sc.steps[k] >= static_cast<int>(p.steps.size()) ||
+          (k > 0 && sc.steps[k] <= sc.steps[k - 1]))
+        return Status::DataLoss(origin + ": scenario '" + sc.name + "' names steps out of range or out of order");
+    p.scenarios.push_back(std::move(sc));
   }
   TS_RETURN_IF_ERROR(ValidateProgram(p).WithContext(origin));
   return p;

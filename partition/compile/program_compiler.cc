@@ -161,6 +161,7 @@ class Compiler {
     out.halo_mac_overhead = halo_;
     TS_RETURN_IF_ERROR(ValidatePrograms(out.programs).WithContext("compiled programs are inconsistent (a tessera bug)"));
     TS_RETURN_IF_ERROR(SetMessageWindows(&out.programs));
+    SetScenarios(g_.models, &out.programs);
     return out;
   }
 

@@ -152,6 +152,15 @@ Status Graph::Validate() const {
     if (v < 0 || v >= nv) return Status::Internal("graph output id out of range");
     if (!available[v]) return Status::InvalidArgument("graph output '" + values[v].name + "' is never produced");
   }
+  const std::set<int> graph_inputs(inputs.begin(), inputs.end()), graph_outputs(outputs.begin(), outputs.end());
+  for (const GraphModel& m : models) {
+    for (int v : m.inputs)
+      if (!graph_inputs.count(v))
+        return Status::InvalidArgument("model '" + m.name + "' of the merged graph names an input it does not have");
+    for (int v : m.outputs)
+      if (!graph_outputs.count(v))
+        return Status::InvalidArgument("model '" + m.name + "' of the merged graph names an output it does not have");
+  }
   return Status::OK();
 }
 
@@ -237,6 +246,7 @@ Graph Graph::ShapesOnly() const {
   out.nodes = nodes;
   out.inputs = inputs;
   out.outputs = outputs;
+  out.models = models;
   out.constants.reserve(constants.size());
   for (const auto& [id, data] : constants) out.constants.emplace(id, TensorData{data.shape, {}});
   return out;

@@ -127,6 +127,14 @@ struct Node {
   Attributes attrs;
 };
 
+// One of the models a merged graph serves (partition/graph/merge_models.h):
+// its name and its graph inputs and outputs. A request may run one of them
+// alone (a *scenario*, issue 18 item 5: DeviceProgram::scenarios).
+struct GraphModel {
+  std::string name;
+  std::vector<int> inputs, outputs;  // value ids, the model's own order
+};
+
 class Graph {
  public:
   std::string name;  // model name (file stem)
@@ -135,6 +143,8 @@ class Graph {
   std::vector<int> inputs;   // graph input value ids (non-constant)
   std::vector<int> outputs;  // graph output value ids
   std::unordered_map<int, TensorData> constants;  // value id -> data
+  // Merged models (MergeModels): at least two, or empty for one model.
+  std::vector<GraphModel> models;
 
   // Adds a non-constant value; returns its id.
   int AddValue(const std::string& name, const Shape& shape);

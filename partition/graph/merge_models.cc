@@ -178,6 +178,7 @@ Result<Graph> MergeModels(const std::vector<Graph>& models, MergeReport* report)
     name += (name.empty() ? "" : "+") + prefix;
   }
   Graph g = merger.Finish(name);
+  for (const MergedModel& m : report->models) g.models.push_back({m.name, m.inputs, m.outputs});
   if (Status st = g.Validate(); !st.ok()) return st.WithContext("merging models");
   return g;
 }

@@ -79,6 +79,33 @@ if "$T" infer --gateway "$GRPC" --input "$X" --output "$D/ga.npy" --output "$D/g
 else
   bad "tessera infer"; cat "$D/infer.log"; tail -20 "$D/gateway.log"
 fi
+# Scenarios (issue 18 item 5): a request naming one model gets its outputs
+# only, equal to that model's own run (that only its steps run and only its
+# messages travel is program_runner_test's "[scenarios]"); requests of
+# either model and of both alternate with no re-deploy.
+for round in 1 2; do
+  for m in mobilenet_v2_second_head mobilenet_v2 ""; do
+    outs=(--output "$D/s.npy")
+    [ -z "$m" ] && outs+=(--output "$D/s2.npy")  # every model: both outputs
+    if "$T" infer --gateway "$GRPC" --model-name "$m" --input "$X" "${outs[@]}" >"$D/infer.log" 2>&1; then
+      case $m in
+        mobilenet_v2) ref=$D/a1.npy ;;
+        mobilenet_v2_second_head) ref=$D/b1.npy ;;
+        *) ref=$D/a.npy ;;
+      esac
+      compare "$D/s.npy" "$ref" 1e-5 >/dev/null && ok "round $round, model '${m:-every}': output == its own run" ||
+        bad "round $round, model '${m:-every}': output differs"
+    else
+      bad "round $round: infer --model-name '$m'"; cat "$D/infer.log"
+    fi
+  done
+done
+if err=$("$T" infer --gateway "$GRPC" --model-name resnet --input "$X" 2>&1); then
+  bad "an unknown model name was answered"
+else
+  grep -q "unknown model 'resnet'.*'mobilenet_v2', 'mobilenet_v2_second_head'" <<<"$err" &&
+    ok "an unknown model is refused naming the served ones" || bad "unknown model: $err"
+fi
 # A missing --with-model file: a clear error naming it, nothing served.
 if err=$("$T" run "$A" --with-model "$D/nope.onnx" 2>&1); then
   bad "a missing --with-model ran"

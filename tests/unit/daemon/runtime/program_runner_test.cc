@@ -16,7 +16,9 @@
 #include "daemon/runtime/program_runner.h"
 #include "daemon/runtime/seeded_input.h"
 #include "partition/compile/forced_plan.h"
+#include "partition/compile/program_codec.h"
 #include "partition/compile/program_compiler.h"
+#include "partition/graph/merge_models.h"
 #include "partition/import/model_import.h"
 
 namespace tessera {
@@ -378,4 +380,105 @@ TEST_CASE("requests in flight take turns in the working memory and answer bit fo
 }
 
 }  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// yolov2-tiny and yolov3-tiny at 96x96 with seeded weights: their first 13
+// layers are the same computation (same cfg sections, same seeded values),
+// so the merged graph shares them (partition/graph/merge_models.h).
+Graph TwoTinyYolos(Graph* v2, Graph* v3) {
+  ImportOptions io;
+  io.input_shapes[""] = {1, 3, 96, 96};
+  auto a = ImportModel("/usr/share/darknet/cfg/yolov2-tiny.cfg", io);
+  auto b = ImportModel("/usr/share/darknet/cfg/yolov3-tiny.cfg", io);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  *v2 = *a;
+  *v3 = *b;
+  MergeReport report;
+  auto g = MergeModels({std::move(*a), std::move(*b)}, &report);
+  REQUIRE(g.ok());
+  REQUIRE(report.models[1].shared_layers == 13);
+  REQUIRE(g->models.size() == 2);
+  return std::move(*g);
+}
+
+}  // namespace
+
+TEST_CASE("scenarios: a request naming one merged model runs its steps only and answers as the model alone",
+          "[runtime][scenarios]") {
+  Graph v2, v3;
+  const Graph g = TwoTinyYolos(&v2, &v3);
+  const auto inputs = Inputs(g);
+  REQUIRE(inputs.size() == 1);
+  const std::vector<TensorData> want_v2 = Unsplit(v2, inputs), want_v3 = Unsplit(v3, inputs);
+  for (ForcedScheme scheme : {ForcedScheme::kFfmt, ForcedScheme::kFdto, ForcedScheme::kPipeline}) {
+    CAPTURE(static_cast<int>(scheme));
+    const CompiledPlan c = Compile(g, scheme, 3);
+    size_t all_steps = 0;
+    std::vector<size_t> scenario_steps(2, 0);
+    for (const DeviceProgram& p : c.programs) {
+      REQUIRE(p.scenarios.size() == 2);
+      CHECK(p.scenarios[0].name == "yolov2-tiny");
+      all_steps += p.steps.size();
+      for (int s = 0; s < 2; ++s) scenario_steps[s] += p.scenarios[s].steps.size();
+    }
+    // Each model skips the other's own layers; together they cover every step.
+    CHECK(scenario_steps[0] < all_steps);
+    CHECK(scenario_steps[1] < all_steps);
+    CHECK(scenario_steps[0] + scenario_steps[1] >= all_steps);
+    RunnerOptions ro;
+    auto full = RunProgramsInProcess(g, c.programs, inputs, ro);
+    REQUIRE(full.ok());
+    REQUIRE(full->outputs.size() == 3);  // yolov2-tiny's, then yolov3-tiny's two
+    for (int s = 0; s < 2; ++s) {
+      CAPTURE(s);
+      auto one = RunProgramsInProcess(g, c.programs, inputs, ro, 1, s);
+      REQUIRE(one.ok());
+      REQUIRE(one->outputs.size() == 3);
+      if (s == 0) {
+        CHECK(MaxRelDiff(one->outputs[0], want_v2[0]) <= 1e-5);
+        CHECK(one->outputs[1].values.empty());
+        CHECK(one->outputs[2].values.empty());
+      } else {
+        CHECK(one->outputs[0].values.empty());
+        CHECK(MaxRelDiff(one->outputs[1], want_v3[0]) <= 1e-5);
+        CHECK(MaxRelDiff(one->outputs[2], want_v3[1]) <= 1e-5);
+      }
+      // Only its messages travel: fewer bytes than running both.
+      CHECK(one->total_bytes < full->total_bytes);
+    }
+    // Requests of either model through the same prepared runners, in turn.
+    auto again = RunProgramsInProcess(g, c.programs, inputs, ro, 1, 0);
+    REQUIRE(again.ok());
+    CHECK(MaxRelDiff(again->outputs[0], want_v2[0]) <= 1e-5);
+  }
+}
+
+TEST_CASE("scenarios survive the program codec and a bad scenario is refused by name", "[runtime][scenarios]") {
+  Graph v2, v3;
+  const Graph g = TwoTinyYolos(&v2, &v3);
+  const CompiledPlan c = Compile(g, ForcedScheme::kPipeline, 2);
+  for (const DeviceProgram& p : c.programs) {
+    const std::string bytes = SerializeProgram(p, "plan");
+    std::string plan_id;
+    auto back = ParseProgram(bytes, "test", &plan_id);
+    REQUIRE(back.ok());
+    REQUIRE(back->scenarios.size() == p.scenarios.size());
+    for (size_t s = 0; s < p.scenarios.size(); ++s) {
+      CHECK(back->scenarios[s].name == p.scenarios[s].name);
+      CHECK(back->scenarios[s].steps == p.scenarios[s].steps);
+      CHECK(back->scenarios[s].outputs == p.scenarios[s].outputs);
+    }
+  }
+  auto runner = ProgramRunner::Create(c.programs[0], RunnerOptions());
+  REQUIRE(runner.ok());
+  std::vector<TensorData> out;
+  Status st = (*runner)->Run({}, Inputs(g), &out, 2);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("no model 2") != std::string::npos);
+}
+
 }  // namespace tessera

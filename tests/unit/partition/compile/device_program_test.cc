@@ -224,3 +224,58 @@ TEST_CASE("graphs with an empty constant (a 0 dimension) serialise and parse bac
   CHECK(back->constants.at(empty).shape == Shape{0, 4});
   CHECK(back->constants.at(empty).values.empty());
 }
+
+TEST_CASE("scenarios, hand-worked: each model's steps on every device, its messages paired") {
+  // Device 0 holds the input x (value 0). Step 0 computes a shared layer
+  // (value 1); step 1 model a's head (value 2, a's output); step 2 sends
+  // value 1 to device 1 as message 7; step 3 receives b's output (value 4)
+  // as message 8. Device 1: step 0 receives message 7, step 1 computes b's
+  // head (value 3 -> value 4 via a Copy at step 2), step 3 sends value 4 back.
+  const Box box{{{0, 4}}};
+  std::vector<DeviceProgram> p(2);
+  p[0].device = 0;
+  for (int v : {0, 1, 2, 4}) p[0].AddBuffer(v, box, "v" + std::to_string(v));  // buffers 0..3
+  auto compute = [](std::vector<int> in, std::vector<int> out) {
+    ProgramStep s;
+    s.kind = StepKind::kCompute;
+    s.inputs = std::move(in);
+    s.outputs = std::move(out);
+    return s;
+  };
+  // A Send of buffer b (kSend) or a Recv into it (kRecv).
+  auto transfer = [&](StepKind kind, int b, int peer, int64_t message) {
+    ProgramStep s;
+    s.kind = kind;
+    (kind == StepKind::kSend ? s.src_buffer : s.dst_buffer) = b;
+    (kind == StepKind::kSend ? s.src_box : s.dst_box) = box;
+    s.peer = peer;
+    s.message = message;
+    return s;
+  };
+  auto send = [&](int b, int peer, int64_t message) { return transfer(StepKind::kSend, b, peer, message); };
+  auto recv = [&](int b, int peer, int64_t message) { return transfer(StepKind::kRecv, b, peer, message); };
+  p[0].steps = {compute({0}, {1}), compute({1}, {2}), send(1, 1, 7), recv(3, 1, 8)};
+  p[0].model_inputs = {{0, 0}};
+  p[0].model_outputs = {{2, 2}, {4, 3}};
+  p[1].device = 1;
+  for (int v : {1, 3, 4}) p[1].AddBuffer(v, box, "v" + std::to_string(v));  // buffers 0..2
+  ProgramStep copy;
+  copy.kind = StepKind::kCopy;
+  copy.src_buffer = 1;
+  copy.dst_buffer = 2;
+  copy.src_box = copy.dst_box = box;
+  p[1].steps = {recv(0, 0, 7), compute({0}, {1}), copy, send(2, 0, 8)};
+  const std::vector<GraphModel> models = {{"a", {0}, {2}}, {"b", {0}, {4}}};
+  SetScenarios(models, &p);
+  REQUIRE(p[0].scenarios.size() == 2);
+  REQUIRE(p[1].scenarios.size() == 2);
+  CHECK(p[0].scenarios[0].name == "a");
+  CHECK(p[0].scenarios[0].steps == std::vector<int>{0, 1});     // a: the shared layer and its head
+  CHECK(p[1].scenarios[0].steps.empty());                       // device 1 idles
+  CHECK(p[0].scenarios[1].steps == std::vector<int>{0, 2, 3});  // b: shared layer, send, receive its output
+  CHECK(p[1].scenarios[1].steps == std::vector<int>{0, 1, 2, 3});
+  CHECK(p[0].scenarios[1].outputs == std::vector<int>{4});
+  // One model (or none): no scenarios.
+  SetScenarios({models[0]}, &p);
+  CHECK(p[0].scenarios.empty());
+}
