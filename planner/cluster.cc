@@ -300,7 +300,7 @@ bool LoadClusterRoot(const std::string& yaml_text, YAML::Node* root, ClusterErro
     errors->Add(*root, "a cluster file is a map with keys 'devices' and 'links'");
     return false;
   }
-  CheckKeys(*root, {"devices", "links"}, "the cluster file", errors);
+  CheckKeys(*root, {"devices", "links", "models"}, "the cluster file", errors);
   return true;
 }
 
@@ -538,6 +538,17 @@ Result<Cluster> ParseCluster(const std::string& yaml_text, const std::string& or
   AddViaLinks(device_nodes, &cluster, &errors);
   if (const YAML::Node links = root["links"]) ParseLinks(links, &cluster, &errors);
   if (errors.empty()) CheckEveryPairLinked(cluster, root["links"] ? root["links"] : root, &errors);
+  if (const YAML::Node models = root["models"]) {
+    if (!models.IsSequence() || models.size() == 0)
+      errors.Add(models, "'models' must be a non-empty list of model files (- detector.onnx)");
+    else
+      for (const auto& m : models) {
+        if (!m.IsScalar() || m.Scalar().empty())
+          errors.Add(m, "each entry of 'models' is a model file path (.onnx or darknet .cfg)");
+        else
+          cluster.models.push_back(m.Scalar());
+      }
+  }
   if (!errors.empty()) return errors.ToStatus();
   return cluster;
 }
@@ -553,7 +564,11 @@ Result<Cluster> LoadClusterFile(const std::string& path, std::vector<std::string
     const fs::path local = fs::path(path).parent_path() / "devices";
     if (fs::is_directory(local, ec)) preset_dirs.push_back(local.string());
   }
-  return ParseCluster(text.str(), path, preset_dirs);
+  auto cluster = ParseCluster(text.str(), path, preset_dirs);
+  if (!cluster.ok()) return cluster;
+  for (std::string& m : cluster->models)
+    if (fs::path(m).is_relative()) m = (fs::path(path).parent_path() / m).lexically_normal().string();
+  return cluster;
 }
 
 Cluster UniformCluster(int n) {

@@ -112,6 +112,11 @@ class Cluster {
  public:
   std::vector<Device> devices;
   std::string origin;  // file name, or "--devices N"
+  // `models:` of the cluster file: the model files it serves, merged into
+  // one graph with shared layers (partition/graph/merge_models.h), the
+  // first as the main model. LoadClusterFile makes relative paths relative
+  // to the cluster file. Used by `tessera gateway` / `deploy` without --model.
+  std::vector<std::string> models;
 
   int size() const { return static_cast<int>(devices.size()); }
   // Index of a device by name, -1 when absent.

@@ -26,7 +26,8 @@ void RegisterDeployCommand(CLI::App& app) {
     std::vector<std::string> gateway_names{"gateway"};
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
+  cmd->add_option("--model", a->model.model_path,
+                  "Model file (.onnx or darknet .cfg); default: the models: the cluster file lists");
   cmd->add_option("--input-shape", a->model.input_shapes, "Input shape override");
   cmd->add_option("--with-model", a->model.with_models,
                   "A further model every request runs too, merged with --model into one graph with identical layers "
@@ -48,6 +49,10 @@ void RegisterDeployCommand(CLI::App& app) {
     auto security = a->tls.Resolve("deploy");
     if (!security.ok()) throw CLI::RuntimeError(ReportError("deploy", security.status()));
     a->serve.security = *security;
+    auto cluster = LoadClusterFile(a->cluster);
+    if (!cluster.ok()) throw CLI::RuntimeError(ReportError("deploy", cluster.status()));
+    if (Status st = TakeClusterModels(cluster->models, a->cluster, &a->model); !st.ok())
+      throw CLI::RuntimeError(ReportError("deploy", st));
     auto graph = LoadModel(a->model);
     if (!graph.ok()) throw CLI::RuntimeError(ReportError("deploy", graph.status()));
     // The plan id names the model too: other weights are another plan to the workers.
@@ -56,8 +61,6 @@ void RegisterDeployCommand(CLI::App& app) {
     auto fingerprint = ModelFingerprint({a->model.model_path, *import_options, a->model.with_models});
     if (!fingerprint.ok()) throw CLI::RuntimeError(ReportError("deploy", fingerprint.status()));
     a->serve.model_fingerprint = *fingerprint;
-    auto cluster = LoadClusterFile(a->cluster);
-    if (!cluster.ok()) throw CLI::RuntimeError(ReportError("deploy", cluster.status()));
     auto served = PrepareServedPlan(*graph, *cluster, a->serve);
     if (!served.ok()) throw CLI::RuntimeError(ReportError("deploy", served.status()));
     int last = -1;

@@ -86,13 +86,14 @@ int RunGateway(GatewayArgs& a) {
   // Issue 11: the gateway runs no layer. It keeps the model's shapes only
   // and reads weights one device at a time while it deploys
   // (gateway_plan.h CompileDeviceProgramWithWeights).
+  auto cluster = LoadClusterFile(a.cluster);
+  if (!cluster.ok()) return ReportError("gateway", cluster.status());
+  if (Status st = TakeClusterModels(cluster->models, a.cluster, &a.model); !st.ok()) return ReportError("gateway", st);
   auto graph = LoadModel(a.model, /*shapes_only=*/true);
   if (!graph.ok()) return ReportError("gateway", graph.status());
   auto import_options = a.model.ToImportOptions();
   if (!import_options.ok()) return ReportError("gateway", import_options.status());
   const ModelSource weights{a.model.model_path, *import_options, a.model.with_models};
-  auto cluster = LoadClusterFile(a.cluster);
-  if (!cluster.ok()) return ReportError("gateway", cluster.status());
   a.serve.security = a.gateway.security;
   if (a.serve.work_dir.empty()) a.serve.work_dir = ".";
   // The served plan id names the model too (the same as tessera deploy's for
@@ -223,7 +224,8 @@ void RegisterGatewayCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "gateway", "Serve inference requests for a cluster (gRPC Gateway + HTTP; Open Inference Protocol v2 on both)");
   auto a = std::make_shared<GatewayArgs>();
-  cmd->add_option("--model", a->model.model_path, "Model file (.onnx or darknet .cfg)")->required();
+  cmd->add_option("--model", a->model.model_path,
+                  "Model file (.onnx or darknet .cfg); default: the models: the cluster file lists");
   cmd->add_option("--input-shape", a->model.input_shapes, "Input shape override, e.g. 1x3x160x160");
   cmd->add_option("--with-model", a->model.with_models,
                   "A further model every request runs too, merged with --model into one graph with identical layers "

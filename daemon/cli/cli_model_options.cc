@@ -82,6 +82,23 @@ Result<Graph> LoadModel(const ModelOptions& options, bool shapes_only) {
   return graph;
 }
 
+Status TakeClusterModels(const std::vector<std::string>& cluster_models, const std::string& cluster_path,
+                         ModelOptions* options) {
+  if (!options->model_path.empty()) {
+    if (!cluster_models.empty())
+      spdlog::warn("--model {} given: the models: of {} are left aside", options->model_path, cluster_path);
+    return Status::OK();
+  }
+  if (cluster_models.empty())
+    return Status::InvalidArgument(
+        "no model: give --model FILE, or list the models the cluster serves under "
+        "'models:' in " +
+        cluster_path);
+  options->model_path = cluster_models[0];
+  options->with_models.insert(options->with_models.begin(), cluster_models.begin() + 1, cluster_models.end());
+  return Status::OK();
+}
+
 int ReportError(const std::string& verb, const Status& status) {
   std::cerr << "tessera " << verb << ": error: " << status.message() << " [" << StatusCodeName(status.code())
             << "]\n";

@@ -36,6 +36,13 @@ Result<Shape> ParseShape(const std::string& text);
 // `shapes_only`: for verbs that never run the model (ImportOptions::shapes_only).
 Result<Graph> LoadModel(const ModelOptions& options, bool shapes_only = false);
 
+// The models a cluster file lists (`models:`, Cluster::models) as the
+// options' model and --with-model ones, when no --model was given; with
+// --model, the file's list is left aside (said in the log). InvalidArgument
+// when neither names a model.
+Status TakeClusterModels(const std::vector<std::string>& cluster_models, const std::string& cluster_path,
+                         ModelOptions* options);
+
 // Prints "tessera <verb>: error: <message>" to stderr and returns the exit code 1.
 int ReportError(const std::string& verb, const Status& status);
 

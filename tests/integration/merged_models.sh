@@ -7,7 +7,7 @@
 #    (rel <= 1e-4, compare_npy.py) and each model's own `tessera run` (<= 1e-5);
 #  * the weights it holds are the union, not the sum (measured by the run's
 #    own sizing: below 0.65 x the two runs' sum);
-#  * a gateway with --with-model plans for 3 live workers, deploys (each
+#  * a gateway whose cluster file lists both (models:) plans for 3 live workers, deploys (each
 #    device's program built from the merged models) and `tessera infer`
 #    answers both outputs equal to the merged `tessera run` (<= 1e-5).
 # Args: tessera binary, build dir. Exit 77: a dependency is missing (a failure).
@@ -63,9 +63,11 @@ free_port() { "$py" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));
     for _ in $(seq 200); do [ -f "$D/w$i.port" ] && break; sleep 0.05; done
     echo "  - { name: w$i, kind: linux, address: $(cat "$D/w$i.port"), ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }"
   done
-  echo "links:"; echo "  default: { bandwidth: 10Gbit/s, latency: 20us }"; } >"$D/cluster.yaml"
+  echo "links:"; echo "  default: { bandwidth: 10Gbit/s, latency: 20us }"
+  # The models the cluster serves, merged (no --model: the gateway takes these).
+  echo "models:"; echo "  - $A"; echo "  - $B"; } >"$D/cluster.yaml"
 GRPC=127.0.0.1:$(free_port) HTTP=127.0.0.1:$(free_port)
-"$T" gateway --cluster "$D/cluster.yaml" --model "$A" --with-model "$B" --listen "$GRPC" --http "$HTTP" \
+"$T" gateway --cluster "$D/cluster.yaml" --listen "$GRPC" --http "$HTTP" \
   --data-dir "$D" 2>"$D/gateway.log" &
 PIDS[0]=$!
 for _ in $(seq 600); do curl -sf "http://$HTTP/healthz" >/dev/null && break; sleep 0.1; done
@@ -112,5 +114,13 @@ if err=$("$T" run "$A" --with-model "$D/nope.onnx" 2>&1); then
 else
   grep -q -- "--with-model.*nope.onnx" <<<"$err" && ok "a missing --with-model is named: $(tail -1 <<<"$err" | cut -c1-160)" ||
     bad "missing --with-model: $err"
+fi
+# A gateway given neither --model nor models: says what to give.
+sed '/^models:/,$d' "$D/cluster.yaml" >"$D/nomodels.yaml"
+if err=$("$T" gateway --cluster "$D/nomodels.yaml" --listen 127.0.0.1:0 2>&1); then
+  bad "a gateway without a model started"
+else
+  grep -q "no model: give --model FILE, or list the models" <<<"$err" && ok "no model: $(tail -1 <<<"$err" | cut -c1-150)" ||
+    bad "no model: $err"
 fi
 exit $fail

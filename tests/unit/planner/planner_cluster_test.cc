@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -189,4 +191,27 @@ TEST_CASE("cluster: YAML nested 100 000 deep is refused, not a stack overflow", 
     CHECK_FALSE(c.ok());
     CHECK(c.status().message().find("deep.yaml") != std::string::npos);
   }
+}
+
+TEST_CASE("cluster: models: lists the model files it serves, relative to the file", "[planner][cluster]") {
+  const std::string dir = "/tmp/tessera-cluster-models-test";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/c.yaml";
+  {
+    std::ofstream out(path);
+    out << "devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\nmodels:\n  - det.onnx\n  - "
+           "/abs/cls.onnx\n";
+  }
+  auto c = LoadClusterFile(path);
+  REQUIRE(c.ok());
+  CHECK(c->models == std::vector<std::string>{dir + "/det.onnx", "/abs/cls.onnx"});
+  auto bad = ParseCluster("devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\nmodels: det.onnx\n",
+                          "bad.yaml", {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("'models' must be a non-empty list") != std::string::npos);
+  auto entry = ParseCluster(
+      "devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\nmodels:\n  - { path: x }\n", "bad.yaml", {});
+  REQUIRE_FALSE(entry.ok());
+  CHECK(entry.status().message().find("each entry of 'models' is a model file path") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
