@@ -86,7 +86,8 @@ grpc::Status OipService::ServerReady(grpc::ServerContext* context, const inferen
 grpc::Status OipService::ModelReady(grpc::ServerContext* context, const inference::ModelReadyRequest* request,
                                     inference::ModelReadyResponse* reply) {
   if (Status st = Allow(*context, "ModelReady", /*probe=*/false); !st.ok()) return ToGrpcStatus(st);
-  const OipModel model = OipModelOf(gateway_->options().signature);
+  std::string scenario;
+  const OipModel model = OipModelNamed(gateway_->options().signature, request->name(), &scenario);
   if (Status st = CheckOipModel(model, request->name(), request->version()); !st.ok()) return ToGrpcStatus(st);
   reply->set_ready(OipNotReady(*gateway_).empty());
   return grpc::Status::OK;
@@ -105,7 +106,8 @@ grpc::Status OipService::ServerMetadata(grpc::ServerContext* context, const infe
 grpc::Status OipService::ModelMetadata(grpc::ServerContext* context, const inference::ModelMetadataRequest* request,
                                        inference::ModelMetadataResponse* reply) {
   if (Status st = Allow(*context, "ModelMetadata", /*probe=*/false); !st.ok()) return ToGrpcStatus(st);
-  const OipModel model = OipModelOf(gateway_->options().signature);
+  std::string scenario;
+  const OipModel model = OipModelNamed(gateway_->options().signature, request->name(), &scenario);
   if (Status st = CheckOipModel(model, request->name(), request->version()); !st.ok()) return ToGrpcStatus(st);
   reply->set_name(model.name);
   reply->add_versions(std::string(kOipModelVersion));
@@ -120,7 +122,8 @@ grpc::Status OipService::ModelMetadata(grpc::ServerContext* context, const infer
 grpc::Status OipService::ModelInfer(grpc::ServerContext* context, const inference::ModelInferRequest* request,
                                     inference::ModelInferResponse* reply) {
   if (Status st = Allow(*context, "ModelInfer", /*probe=*/false); !st.ok()) return ToGrpcStatus(st);
-  const OipModel model = OipModelOf(gateway_->options().signature);
+  std::string scenario;
+  const OipModel model = OipModelNamed(gateway_->options().signature, request->model_name(), &scenario);
   if (Status st = CheckOipModel(model, request->model_name(), request->model_version()); !st.ok())
     return ToGrpcStatus(st);
   auto parsed = FromModelInferRequest(*request);
@@ -132,7 +135,7 @@ grpc::Status OipService::ModelInfer(grpc::ServerContext* context, const inferenc
   int64_t deadline = 0;
   if (context->deadline() != std::chrono::system_clock::time_point::max())
     deadline = std::chrono::duration_cast<std::chrono::milliseconds>(context->deadline().time_since_epoch()).count();
-  auto result = gateway_->Infer(std::move(*inputs), 0, deadline);
+  auto result = gateway_->Infer(std::move(*inputs), 0, deadline, scenario);
   if (!result.ok()) return ToGrpcStatus(result.status());
   reply->set_model_name(model.name);
   reply->set_model_version(kOipModelVersion);

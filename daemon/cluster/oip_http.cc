@@ -16,6 +16,16 @@ OipModel OipModelOf(const ModelSignature& signature) {
   return m;
 }
 
+OipModel OipModelNamed(const ModelSignature& signature, const std::string& name, std::string* scenario) {
+  scenario->clear();
+  for (const ModelSignature& part : signature.models)
+    if (part.model_name == name && name != signature.model_name) {
+      *scenario = name;
+      return OipModelOf(part);
+    }
+  return OipModelOf(signature);
+}
+
 std::string OipNotReady(const Gateway& gateway) {
   if (gateway.AllWorkersUp()) return "";
   return "a worker of plan " + gateway.Served().plan_id + " is down";
@@ -53,7 +63,8 @@ http::response<http::string_body> HandleOipRequest(Gateway& gateway, const HttpR
     res.set(http::field::allow, post ? "POST" : "GET");
     return error(405, std::string("use ") + (post ? "POST" : "GET") + " for " + std::string(target));
   }
-  const OipModel model = OipModelOf(gateway.options().signature);
+  std::string scenario;
+  const OipModel model = OipModelNamed(gateway.options().signature, route.model, &scenario);
   if (!route.model.empty())
     if (Status st = CheckOipModel(model, route.model, route.version); !st.ok()) return failed(st);
   switch (route.kind) {
@@ -82,7 +93,7 @@ http::response<http::string_body> HandleOipRequest(Gateway& gateway, const HttpR
   if (!inputs.ok()) return failed(inputs.status());
   auto choice = OipChooseOutputs(*parsed, model);
   if (!choice.ok()) return failed(choice.status());
-  auto result = gateway.Infer(std::move(*inputs), 0, 0);
+  auto result = gateway.Infer(std::move(*inputs), 0, 0, scenario);
   if (!result.ok()) return failed(result.status());
   OipInferAnswer answer = RenderOipInferAnswer(model, parsed->id, *choice, result->outputs);
   if (!answer.binary) return reply(200, "application/json", std::move(answer.body));

@@ -29,6 +29,10 @@ namespace tessera {
 
 // The served model as v2 clients see it (REST and gRPC).
 OipModel OipModelOf(const ModelSignature& signature);
+// The model a v2 request names: one of merged models (ModelSignature::models;
+// `*scenario` = its name, for Gateway::Infer) or the served graph as a whole
+// (`*scenario` = ""). Each merged model is a v2 model of its own.
+OipModel OipModelNamed(const ModelSignature& signature, const std::string& name, std::string* scenario);
 
 // "" when the gateway can run requests now (every worker of the served plan
 // answers), else why not. What /v2/health/ready and ModelReady report.

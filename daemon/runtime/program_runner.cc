@@ -697,13 +697,18 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   for (size_t i = 0; i < n; ++i) {
     const ProgramStep& s = p.steps[i];
     const int run = l.run_of[i];
-    for (int r : l.expect_at[i]) {  // in the pipeline buffers: no working memory needed
-      if (!runs(r)) continue;
-      const ProgramStep& recv = p.steps[r];
-      if (Link* link = link_to(recv.peer))
-        link->Expect(recv.message, base + l.step_offset[r], Bytes(recv.dst_box.volume()));
-    }
+    // Recv steps whose message may land from this step on (in the pipeline
+    // buffers: no working memory needed).
+    auto expect = [&] {
+      for (int r : l.expect_at[i]) {
+        if (!runs(r)) continue;
+        const ProgramStep& recv = p.steps[r];
+        if (Link* link = link_to(recv.peer))
+          link->Expect(recv.message, base + l.step_offset[r], Bytes(recv.dst_box.volume()));
+      }
+    };
     if (!runs(i)) {
+      expect();
       // Skipped (another model's step). A run still ends here: its working
       // memory goes back, with the model outputs it holds when it is the last.
       if (run >= 0 && static_cast<int>(i) == l.run_last[run]) {
@@ -726,6 +731,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
     }
     const WorkingSlot* slot = l.share_working ? working.slot : own_.get();
     for (int b : l.zero_at[i]) std::memset(Buffer(b, slot), 0, Bytes(p.buffers[b].box.volume()));
+    expect();
     switch (s.kind) {
       case StepKind::kSend: {
         Link* link = link_to(s.peer);

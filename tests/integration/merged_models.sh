@@ -102,6 +102,26 @@ for round in 1 2; do
     fi
   done
 done
+# The v2 protocol: each merged model is a v2 model of its own
+# (/v2/models/NAME metadata and infer); JSON in, JSON out.
+"$py" - "$HTTP" "$X" "$D/b1.npy" <<'EOF' && ok "v2 /v2/models/mobilenet_v2_second_head/infer == its own run" || bad "v2 infer of one model"
+import json, sys, urllib.request
+import numpy as np
+http, x, ref = sys.argv[1:]
+meta = json.load(urllib.request.urlopen(f"http://{http}/v2/models/mobilenet_v2_second_head"))
+assert meta["name"] == "mobilenet_v2_second_head" and len(meta["inputs"]) == 1 and len(meta["outputs"]) == 1, meta
+xv = np.load(x)
+body = {"inputs": [{"name": meta["inputs"][0]["name"], "shape": list(xv.shape), "datatype": "FP32",
+                    "data": xv.reshape(-1).tolist()}]}
+req = urllib.request.Request(f"http://{http}/v2/models/mobilenet_v2_second_head/infer", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+out = json.load(urllib.request.urlopen(req))["outputs"]
+assert len(out) == 1, out
+got, want = np.array(out[0]["data"], dtype=np.float32), np.load(ref).reshape(-1)
+rel = np.abs(got - want).max() / np.abs(want).max()
+print("  v2 output %s, max rel diff %.3g" % (out[0]["shape"], rel))
+sys.exit(0 if rel <= 1e-5 else 1)
+EOF
 if err=$("$T" infer --gateway "$GRPC" --model-name resnet --input "$X" 2>&1); then
   bad "an unknown model name was answered"
 else
