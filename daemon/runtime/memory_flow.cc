@@ -44,13 +44,6 @@ Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& pla
   return SizedPlan{m.arena_bytes, m.weight_bytes, m.load_peak_bytes, compiled.halo_mac_overhead};
 }
 
-namespace {
-
-int64_t ValueBytes(const Graph& g, int v) {
-  return NumElements(g.values[v].shape) * static_cast<int64_t>(sizeof(float));
-}
-
-// `base` with the paths' layers as FFMT stacks on `device` alone.
 PartitionPlan PlanOf(const PartitionPlan& base, int device, const std::vector<MemoryPath>& paths) {
   PartitionPlan plan = base;
   for (const MemoryPath& p : paths)
@@ -59,6 +52,12 @@ PartitionPlan PlanOf(const PartitionPlan& base, int device, const std::vector<Me
       plan.layers[k].parts = p.parts;
     }
   return plan;
+}
+
+namespace {
+
+int64_t ValueBytes(const Graph& g, int v) {
+  return NumElements(g.values[v].shape) * static_cast<int64_t>(sizeof(float));
 }
 
 // The graph values whose shrinking would lower the peak of `program`:

@@ -106,6 +106,9 @@ struct MemoryFlowResult {
 // flow's cache of sized plans, the id of a written plan).
 std::string PathsKey(const std::vector<MemoryPath>& paths);
 
+// `base` with the paths' layers as FFMT stacks on `device` alone.
+PartitionPlan PlanOf(const PartitionPlan& base, int device, const std::vector<MemoryPath>& paths);
+
 // The device arena of `plan`'s program for `device`, and the plan's halo MACs.
 struct SizedPlan {
   int64_t arena_bytes = 0;

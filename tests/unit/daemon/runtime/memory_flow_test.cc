@@ -18,23 +18,10 @@
 #include "partition/compile/program_codec.h"
 #include "partition/compile/program_compiler.h"
 #include "partition/import/model_import.h"
+#include "tests/unit/daemon/runtime/cfg_graph.h"
 
 namespace tessera {
 namespace {
-
-// A darknet cfg written for the test, imported with seeded weights.
-Graph FromCfg(const std::string& name, const std::string& text) {
-  const std::string path = "/tmp/tessera_memory_flow_" + std::to_string(getpid()) + "_" + name + ".cfg";
-  {
-    std::ofstream f(path);
-    f << text;
-  }
-  auto g = ImportModel(path, ImportOptions());
-  std::remove(path.c_str());
-  INFO(g.status().ToString());
-  REQUIRE(g.ok());
-  return std::move(*g);
-}
 
 // darknet cfg sections.
 std::string Net(int h, int w, int c) {
