@@ -72,6 +72,13 @@ struct DeviceLoad {
   int tiled_paths = 0;
   int64_t tiled_halo_macs = 0;
   double tiled_halo_s = 0;  // their time at the device's rate, included in compute_s and the plan's latency
+  // Of those, the layers processed in parts chosen by the genetic search
+  // (tessera plan --parts-search genetic; daemon/runtime/parts_search.h),
+  // their band count, and the slowdown the calibrated model gives them,
+  // included in compute_s, the latency and the period.
+  int parts_layers = 0;
+  int64_t parts_bands = 0;
+  double parts_s = 0;
   int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
   int in_flight = 0, compute_slots = 0;
 };

@@ -29,6 +29,7 @@ struct PlanCommandOptions {
   std::string out_path;
   std::string layer_profile;
   std::string memory_flow = "10%";
+  std::string parts_search = "greedy";
   FitOptions fit;
 };
 
@@ -45,7 +46,9 @@ int RunPlan(const PlanCommandOptions& o) {
   } else {
     cluster = UniformCluster(o.devices);
   }
-  auto graph = LoadModel(o.model, /*shapes_only=*/!o.with_weights);
+  const bool genetic = o.parts_search == "genetic";
+  // The genetic choice of parts calibrates its slowdowns by running the model.
+  auto graph = LoadModel(o.model, /*shapes_only=*/!o.with_weights && !genetic);
   if (!graph.ok()) return ReportError("plan", graph.status());
   auto layers = ComputeLayerFigures(*graph);
   std::string time_model;
@@ -64,6 +67,19 @@ int RunPlan(const PlanCommandOptions& o) {
                          Status::InvalidArgument("--memory-flow '" + o.memory_flow +
                                                  "': give the recomputed MACs allowed (10%, 0.1, none) or off"));
     fit.max_mac_overhead = *overhead;
+  }
+  PartsTimeModel parts_time;
+  if (genetic) {
+    fit.parts.memory = fit.memory;
+    fit.parts.repeat = 3;
+    fit.parts.progress = [](const std::string& line) {
+      std::fprintf(stderr, "plan: parts search: %s\n", line.c_str());
+    };
+    auto calibrated = CalibratePartsTime(*graph, SingleDevicePlan(graph->nodes.size()), 0, fit.parts);
+    if (!calibrated.ok()) return ReportError("plan", calibrated.status());
+    parts_time = std::move(*calibrated);
+    fit.parts.progress = nullptr;
+    fit.parts_time = &parts_time;
   }
   PlanOptions options;
   options.objective = *objective;
@@ -110,6 +126,11 @@ void RegisterPlanCommand(CLI::App& app) {
                   "A device over its ram: may compute stretches of its layers as tiles in turn, recomputing at most "
                   "this share of their MACs (10%, 0.1, none), or off")
       ->capture_default_str();
+  cmd->add_option("--parts-search", o->parts_search,
+                  "A device over its RAM: greedy tiles and parts (the memory flow), or genetic: the layers it "
+                  "processes in parts chosen by a genetic search (slowdowns calibrated by running the model here)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"greedy", "genetic"}));
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->add_flag("--with-weights", o->with_weights,
                 "Import the weights too (plan reads shapes only; the plan is the same, this checks it)");

@@ -71,6 +71,21 @@ void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
   }
 }
 
+// `extra` seconds more on device `d`: in its compute time and the predicted
+// latency (an upper bound: the device may be off the critical path); a
+// pipelined plan's period is the longest stage again.
+void AddDeviceTime(int d, double extra, Plan* plan) {
+  DeviceLoad& load = plan->loads[d];
+  load.compute_s += extra;
+  plan->latency_s += extra;
+  if (plan->period_s > 0) {
+    plan->period_s = std::max(plan->period_s, load.compute_s + load.send_s);
+    plan->throughput_per_s = 1.0 / plan->period_s;
+  } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
+    plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
+  }
+}
+
 // Runs the one-device memory flow for device `d` of `plan` and writes the
 // paths it keeps into the plan's layers (scheme ffmt on `d` alone, its grid)
 // and the device's load. Nothing changes when no path shrinks the arena.
@@ -140,17 +155,75 @@ Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& lay
   if (macs > 0 && r.halo_macs > 0) {
     const double extra = static_cast<double>(r.halo_macs) * seconds / macs;
     load.tiled_halo_s = extra;
-    load.compute_s += extra;
-    plan->latency_s += extra;
-    if (plan->period_s > 0) {
-      plan->period_s = std::max(plan->period_s, load.compute_s + load.send_s);
-      plan->throughput_per_s = 1.0 / plan->period_s;
-    } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
-      plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
-    }
+    AddDeviceTime(d, extra, plan);
   }
   spdlog::info("device {}: {} stretch(es) of its layers as tiles: arena {} -> {} bytes, {} MACs recomputed",
                plan->cluster.devices[d].name, r.paths.size(), r.arena_before_bytes, r.arena_after_bytes, r.halo_macs);
+  return Status::OK();
+}
+
+// The genetic choice of parts for device `d` (FitOptions::parts_time):
+// writes the chosen stretches into the plan's layers and the device's load.
+Status PartsDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& layers, int d, const FitOptions& fit,
+                         Plan* plan) {
+  const PartitionPlan base = ToPartitionPlan(*plan);
+  const Device& device = plan->cluster.devices[d];
+  DeviceLoad& load = plan->loads[d];
+  // The device's time model: its layers at its rate, the calibrated slowdowns.
+  PartsTimeModel time = *fit.parts_time;
+  time.unsplit_seconds = load.compute_s;
+  time.layer_seconds.assign(graph.nodes.size(), 0.0);
+  for (size_t k = 0; k < layers.size() && k < graph.nodes.size(); ++k) {
+    const double rate = device.MacsPerSecond(layers[k].RateKind());
+    if (rate > 0) time.layer_seconds[k] = layers[k].TimeMacs() / rate;
+  }
+  PartsSearchOptions po = fit.parts;
+  po.bands = time.bands;
+  TS_ASSIGN_OR_RETURN(PartsSearchResult r, GeneticParts(graph, base, d, time, po));
+  // The target: the device's time may rise to the period (pipelined) or not at all.
+  const double limit = plan->period_s > 0 ? plan->period_s - load.send_s : load.compute_s;
+  DeviceMemoryOptions memory = fit.memory;
+  auto total = [&](const PartsPoint& p) -> Result<int64_t> {
+    TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, PlanOf(base, d, p.paths)));
+    TS_ASSIGN_OR_RETURN(DeviceMemory m, SizeDeviceProgram(compiled.programs.at(d), memory));
+    return m.total_bytes();
+  };
+  const PartsPoint* chosen = nullptr;
+  for (const PartsPoint& p : r.front)  // least memory first: the first that keeps the time
+    if (p.predicted_seconds <= limit * (1 + 1e-9)) {
+      TS_ASSIGN_OR_RETURN(int64_t bytes, total(p));
+      if (device.ram_bytes == kUnlimitedBytes || bytes <= device.ram_bytes) chosen = &p;
+      break;
+    }
+  if (!chosen)  // it does not fit: the fastest point that does
+    for (auto it = r.front.rbegin(); it != r.front.rend() && !chosen; ++it) {
+      TS_ASSIGN_OR_RETURN(int64_t bytes, total(*it));
+      if (device.ram_bytes == kUnlimitedBytes || bytes <= device.ram_bytes) chosen = &*it;
+    }
+  if (!chosen || chosen->paths.empty()) {
+    spdlog::info("device {}: no choice of its layers in parts fits its RAM ({} choices on the front)", device.name,
+                 r.front.size());
+    return Status::OK();
+  }
+  for (const MemoryPath& p : chosen->paths)
+    for (int k = p.first; k <= p.last; ++k) {
+      PlannedLayer& l = plan->layers[k];
+      l.scheme = "ffmt";
+      l.devices = {d};
+      l.split.clear();
+      l.split_axis = "parts";
+      l.grid = {p.grid_rows, 1};
+    }
+  load.tiled_paths = static_cast<int>(chosen->paths.size());
+  load.parts_layers = chosen->layers_in_parts();
+  load.parts_bands = chosen->bands;
+  const double extra = std::max(0.0, chosen->predicted_seconds - time.unsplit_seconds);
+  load.parts_s = extra;
+  AddDeviceTime(d, extra, plan);
+  spdlog::info(
+      "device {}: {} layer(s) in {} row bands (genetic search, {} programs sized): arena + weights {} -> {} "
+      "bytes, +{:.6f} s",
+      device.name, load.parts_layers, chosen->bands, r.sized, r.unsplit.size.need(), chosen->size.need(), extra);
   return Status::OK();
 }
 
@@ -198,7 +271,9 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
       return plan.status();
     }
     for (int d : compact) plan->loads[d].compact_weights = true;
-    for (int d : tiled) TS_RETURN_IF_ERROR(TileDeviceLayers(shapes, layers, d, fit, &flows, &*plan));
+    for (int d : tiled)
+      TS_RETURN_IF_ERROR(fit.parts_time ? PartsDeviceLayers(shapes, layers, d, fit, &*plan)
+                                        : TileDeviceLayers(shapes, layers, d, fit, &flows, &*plan));
     TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(shapes, ToPartitionPlan(*plan)));
     std::vector<Overrun> overruns;
     TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
@@ -222,8 +297,8 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
     for (const Overrun& o : overruns)
       if (fit.memory_flow && tiled.insert(o.device).second) {
         newly_tiled = true;
-        spdlog::info("device {} over its RAM: trying its layers as tiles in turn (memory flow, METHODS §6)",
-                     devices[o.device]->name);
+        spdlog::info("device {} over its RAM: trying its layers {} (memory flow, METHODS §6)", devices[o.device]->name,
+                     fit.parts_time ? "in parts, chosen by the genetic search" : "as tiles in turn");
       }
     if (newly_tiled) continue;
     ++attempt;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "daemon/runtime/device_memory.h"
+#include "daemon/runtime/parts_search.h"
 #include "partition/compile/device_program.h"
 #include "partition/graph/graph.h"
 #include "partition/graph/metrics.h"
@@ -42,6 +43,17 @@ struct FitOptions {
   // those layers' MACs; < 0: no limit; 0 still allows halo-free cuts.
   double max_mac_overhead = 0.10;
   bool memory_flow = true;  // false: never tile (tessera plan --memory-flow off)
+  // Set: a device over its RAM chooses which of its WHOLE layers process in
+  // parts by the genetic search (daemon/runtime/parts_search.h) instead of
+  // the greedy flow. The slowdown per band count (`slowdown`, `bands`) is
+  // the calibrated one of this machine (CalibratePartsTime); a layer's time
+  // is the planner's (its time-MACs at the device's rate). The point taken
+  // is the lowest-memory one whose device time keeps the plan's period (a
+  // pipelined plan; otherwise its latency); when that one does not fit the
+  // device's RAM, the fastest that fits, and the period or latency grows by
+  // what the model gives it. Nothing fits: the re-plan goes on as before.
+  const PartsTimeModel* parts_time = nullptr;
+  PartsSearchOptions parts;
 };
 
 // BuildPlan, then size and re-plan as above. On success every Linux device's

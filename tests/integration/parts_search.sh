@@ -10,7 +10,11 @@
 #  * a target of half the unsplit fps (measured in the same command): the
 #    chosen point's measured fps reaches it;
 #  * a limit below every choice, an unreachable target, a bad --ram: exit 1
-#    with an error naming what is wrong.
+#    with an error naming what is wrong;
+#  * `tessera plan --parts-search genetic`: mobilenet_v2 on one device whose
+#    ram: (50 MiB) is below its need (52.8 MiB): the device's layers go in
+#    parts, the promise fits the ram:, and the plan runs under `tessera run
+#    --plan` in the promised arena with the unsplit run's answers.
 # Args: path to tessera, build dir.
 set -u
 T=${1:?tessera binary}
@@ -91,4 +95,37 @@ expect_error() {  # name, exit code, text, args...
 expect_error "below every choice" 1 "no choice of parts fits" --ram 1MiB
 expect_error "unreachable target" 1 "fps" --min-fps 1000000
 expect_error "bad --ram" 1 "\-\-ram" --ram 12apples
+
+build=${2:?build dir}
+models=(mobilenet_v2)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+source "$repo/tests/oracle/ensure_models.sh"
+mv2=$build/oracle/mobilenet_v2.onnx
+cat > "$tmp/one.yaml" <<'YAML'
+devices:
+  - { name: a, kind: linux, address: 127.0.0.1:7071, ram: 50MiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }
+YAML
+if "$T" plan "$mv2" --cluster "$tmp/one.yaml" --objective latency --parts-search genetic --json --out "$tmp/mv2.pb" \
+     > "$tmp/plan.json" 2> "$tmp/plan.err"; then
+  "$T" run "$mv2" --plan "$tmp/mv2.pb" --json > "$tmp/mv2run.json" 2> "$tmp/mv2run.err" ||
+    { echo "FAIL run --plan mobilenet_v2: $(tail -3 "$tmp/mv2run.err")"; fail=1; }
+  "$py" - "$tmp/plan.json" "$tmp/mv2run.json" <<'PY' || fail=1
+import json, sys
+plan = json.load(open(sys.argv[1])); run = json.load(open(sys.argv[2]))
+d = plan["device_summary"][0]["worker_ram"]
+bad = 0
+def check(ok, what):
+    global bad
+    print(("ok   " if ok else "FAIL ") + what)
+    bad |= not ok
+check(d["parts_layers"] > 0 and d["parts_bands"] >= 2 and d["tiled_halo_macs"] == 0,
+      f"plan: {d['parts_layers']} layer(s) in {d['parts_bands']} bands, {d['tiled_halo_macs']} MACs recomputed, +{d['parts_s']:.4f} s")
+check(d["promised_bytes"] <= d["ram_bytes"], f"promised {d['promised_bytes']} <= ram: {d['ram_bytes']}")
+check(run["device_memory_bytes"][0] == d["arena_bytes"], f"tessera run --plan arena {run['device_memory_bytes'][0]} == promised {d['arena_bytes']}")
+check(run["max_rel_diff"] <= 1e-5, f"answers: rel {run['max_rel_diff']:.2g} (<= 1e-5)")
+sys.exit(bad)
+PY
+else
+  echo "FAIL plan --parts-search genetic: $(tail -3 "$tmp/plan.err")"; fail=1
+fi
 exit $fail

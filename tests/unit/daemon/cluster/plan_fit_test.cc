@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "daemon/cluster/plan_fit.h"
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/memory_flow.h"
+#include "daemon/runtime/parts_search.h"
 #include "daemon/runtime/program_runner.h"
 #include "daemon/runtime/seeded_input.h"
 #include "partition/compile/program_compiler.h"
@@ -34,6 +36,25 @@ Cluster WithRam(int n, const std::vector<int64_t>& ram) {
   Cluster c = UniformCluster(n);
   for (int i = 0; i < n; ++i) c.devices[i].ram_bytes = ram[i];
   return c;
+}
+
+// The programs run in process against the model on one Executor: max
+// |a - b| of the first output over max |reference|.
+double RelDiffAgainstModel(const Graph& g, const std::vector<DeviceProgram>& programs, uint64_t seed) {
+  std::vector<TensorData> inputs = {SeededInput(g.values[g.inputs[0]].shape, seed)};
+  auto run = RunProgramsInProcess(g, programs, inputs, RunnerOptions());
+  REQUIRE(run.ok());
+  auto ex = Executor::Create(g, ExecutorOptions());
+  REQUIRE(ex.ok());
+  std::vector<TensorData> want;
+  REQUIRE((*ex)->Run(inputs, &want).ok());
+  REQUIRE(want[0].values.size() == run->outputs[0].values.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want[0].values.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(want[0].values[i] - run->outputs[0].values[i])));
+    ref = std::max(ref, static_cast<double>(std::abs(want[0].values[i])));
+  }
+  return ref > 0 ? diff / ref : diff;
 }
 
 TEST_CASE("a one-device cluster too small for YOLOv2 608 is refused, naming need and limit", "[planner][memory]") {
@@ -217,20 +238,7 @@ TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memo
   auto m = SizeDeviceProgram(compiled->programs[0], {});
   REQUIRE(m.ok());
   CHECK(m->total_bytes() == l.promised_bytes);
-  std::vector<TensorData> inputs = {SeededInput(g->values[g->inputs[0]].shape, 3)};
-  auto run = RunProgramsInProcess(*g, compiled->programs, inputs, RunnerOptions());
-  REQUIRE(run.ok());
-  auto ex = Executor::Create(*g, ExecutorOptions());
-  REQUIRE(ex.ok());
-  std::vector<TensorData> want;
-  REQUIRE((*ex)->Run(inputs, &want).ok());
-  REQUIRE(want[0].values.size() == run->outputs[0].values.size());
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < want[0].values.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::abs(want[0].values[i] - run->outputs[0].values[i])));
-    ref = std::max(ref, static_cast<double>(std::abs(want[0].values[i])));
-  }
-  CHECK(diff <= 1e-5 * ref);  // measured 0: tiles sum in the whole conv's order
+  CHECK(RelDiffAgainstModel(*g, compiled->programs, 3) <= 1e-5);  // measured 0: tiles sum in the whole conv's order
   // A plan file keeps the tiles (grid on one device), and compiles the same.
   const std::string path =
       (std::filesystem::temp_directory_path() / ("tessera-tiled-" + std::to_string(::getpid()) + ".pb")).string();
@@ -243,6 +251,69 @@ TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memo
     CHECK(loaded->plan.layers[k].grid_rows == pp.layers[k].grid_rows);
     CHECK(loaded->plan.layers[k].grid_cols == pp.layers[k].grid_cols);
   }
+}
+
+TEST_CASE("a device over its RAM can have its layers in parts chosen by the genetic search", "[planner][memory]") {
+  // Issue 18 item 4 with a per-device limit: FitOptions::parts_time set, the
+  // device's layers go in row bands (no MAC recomputed) until its promise
+  // fits its ram:, the slowdown the model gives them is in its time, and
+  // the plan sizes to its promise and answers like the model.
+  const std::string cfg = "/tmp/tessera_plan_fit_parts_" + std::to_string(::getpid()) + ".cfg";
+  {
+    std::ofstream f(cfg);
+    f << "[net]\nheight=96\nwidth=96\nchannels=3\n\n";
+    for (int filters : {32, 32})
+      f << "[convolutional]\nfilters=" << filters << "\nsize=5\nstride=1\npad=2\nactivation=leaky\n\n";
+    f << "[maxpool]\nsize=2\nstride=2\n\n[convolutional]\nfilters=8\nsize=1\nstride=1\npad=0\nactivation=linear\n";
+  }
+  auto g = ImportModel(cfg, ImportOptions());
+  std::filesystem::remove(cfg);
+  REQUIRE(g.ok());
+  const auto layers = ComputeLayerFigures(*g);
+  auto free_plan = PlanWithinMemory(*g, layers, WithRam(1, {1ll << 32}), {}, {});
+  REQUIRE(free_plan.ok());
+  const DeviceLoad& whole = free_plan->loads[0];
+  // The least the device can need in parts: every layer in 8 bands.
+  const std::vector<MemoryPath> all = PartsPaths(*g, std::vector<bool>(g->nodes.size(), true), 8, 12);
+  auto least = SizeOneDevicePlan(*g, PlanOf(SingleDevicePlan(g->nodes.size()), 0, all), {});
+  REQUIRE(least.ok());
+  REQUIRE(least->arena_bytes * 2 < whole.promised_arena_bytes);
+  const int64_t ram = whole.promised_bytes - (whole.promised_arena_bytes - least->arena_bytes) / 2;
+
+  PartsTimeModel time;
+  time.bands = {2, 4, 8};
+  time.slowdown = {0.1, 0.3, 0.9};
+  FitOptions fit;
+  fit.parts_time = &time;
+  fit.parts.population = 12;
+  fit.parts.generations = 15;
+  auto plan = PlanWithinMemory(*g, layers, WithRam(1, {ram}), {}, fit);
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  const DeviceLoad& l = plan->loads[0];
+  CHECK(l.parts_layers >= 1);
+  CHECK(l.tiled_halo_macs == 0);
+  CHECK(l.promised_bytes <= ram);
+  // The slowdown: alpha of its band count times its layers' time at the device's rate.
+  const double rate = plan->cluster.devices[0].macs_per_s;
+  double in_parts = 0;
+  int marked = 0;
+  for (size_t k = 0; k < plan->layers.size(); ++k)
+    if (plan->layers[k].split_axis == "parts") in_parts += layers[k].TimeMacs() / rate, ++marked;
+  CHECK(marked == l.parts_layers);
+  const size_t b = std::find(time.bands.begin(), time.bands.end(), l.parts_bands) - time.bands.begin();
+  REQUIRE(b < time.bands.size());
+  CHECK(l.parts_s == Approx(time.slowdown[b] * in_parts));
+  CHECK(plan->latency_s == Approx(free_plan->latency_s + l.parts_s));
+  CHECK(FormatPlanTable(*plan).find("chosen by the genetic search") != std::string::npos);
+  CHECK(PlanToJson(*plan)["device_summary"][0]["worker_ram"]["parts_layers"] == l.parts_layers);
+  // Compiled, it sizes to the promise and answers like the model.
+  auto compiled = CompilePlan(*g, ToPartitionPlan(*plan));
+  REQUIRE(compiled.ok());
+  auto m = SizeDeviceProgram(compiled->programs[0], {});
+  REQUIRE(m.ok());
+  CHECK(m->total_bytes() == l.promised_bytes);
+  CHECK(RelDiffAgainstModel(*g, compiled->programs, 4) <= 1e-5);
 }
 
 TEST_CASE("compiled programs over a device's ram are refused before deploy", "[planner][memory]") {
