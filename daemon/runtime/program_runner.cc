@@ -48,6 +48,8 @@ struct PreparedProgram::Layout {
   std::vector<std::vector<int>> expect_at;          // per step: Recv steps whose message may arrive from there on
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
   std::vector<std::vector<char>> scenario_steps;    // per scenario, per step: whether it runs
+  std::vector<std::vector<int>> scenario_waits;     // per scenario, per step: its wait count (ProgramScenario::waits)
+  std::vector<std::vector<int>> step_writers;       // per step: earlier steps writing what it reads (StepWriters)
   std::vector<size_t> step_bytes;                   // per step: its own request (executor arena, staging), 0 if none
   std::vector<BufferRequest> buffer_requests;       // per buffer: its bytes and lifetime in the arena
   size_t arena_bytes = 0;                           // working_bytes + request_bytes: one request's memory
@@ -362,10 +364,16 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   if (num_steps > 0) layout->run_of[num_steps] = layout->run_of[num_steps - 1];
   for (const ProgramScenario& sc : program.scenarios) {
     std::vector<char> runs(program.steps.size(), 0);
-    for (int i : sc.steps)
-      if (i >= 0 && i < num_steps) runs[i] = 1;
+    std::vector<int> waits(program.steps.size(), 0);
+    for (size_t k = 0; k < sc.steps.size(); ++k)
+      if (sc.steps[k] >= 0 && sc.steps[k] < num_steps) {
+        runs[sc.steps[k]] = 1;
+        waits[sc.steps[k]] = k < sc.waits.size() ? sc.waits[k] : 0;
+      }
     layout->scenario_steps.push_back(std::move(runs));
+    layout->scenario_waits.push_back(std::move(waits));
   }
+  if (!program.scenarios.empty()) layout->step_writers = StepWriters(program);
   std::vector<BufferRequest> working, buffers;
   std::vector<std::pair<bool, size_t>> part(requests.size());  // (working, index in its part)
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -628,6 +636,19 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   // only; it reads and writes its own model inputs and outputs only.
   const std::vector<char>* only = scenario >= 0 ? &l.scenario_steps[scenario] : nullptr;
   auto runs = [only](size_t i) { return only == nullptr || (*only)[i] != 0; };
+  // A scenario's step starts once its wait count of writers ran in this
+  // request (ProgramScenario::waits).
+  std::vector<char> ran(scenario >= 0 ? p.steps.size() : 0, 0);
+  auto ready = [&](size_t i) -> Status {
+    if (scenario < 0) return Status::OK();
+    int done = 0;
+    for (int w : l.step_writers[i]) done += ran[w];
+    const int want = l.scenario_waits[scenario][i];
+    if (done == want) return Status::OK();
+    return Status::FailedPrecondition(me + ": model '" + p.scenarios[scenario].name + "' step " + std::to_string(i) +
+                                      " waits for " + std::to_string(want) + " earlier step(s) writing its inputs, " +
+                                      std::to_string(done) + " ran: the program's scenario skips a step it needs");
+  };
   auto in_scenario = [&](int value, bool input) {
     if (scenario < 0) return true;
     const auto& values = input ? p.scenarios[scenario].inputs : p.scenarios[scenario].outputs;
@@ -729,6 +750,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       // scenario may start it after step 0).
       if (run == l.run_of[0]) copy_inputs(true, working.slot);
     }
+    TS_RETURN_IF_ERROR(ready(i));
     const WorkingSlot* slot = l.share_working ? working.slot : own_.get();
     for (int b : l.zero_at[i]) std::memset(Buffer(b, slot), 0, Bytes(p.buffers[b].box.volume()));
     expect();
@@ -773,6 +795,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
         break;
     }
+    if (scenario >= 0) ran[i] = 1;
     if (run >= 0 && static_cast<int>(i) == l.run_last[run]) {
       if (i + 1 == n) copy_outputs(true, slot);
       working.Give();

@@ -344,6 +344,29 @@ void InsertBox(const float* in, float* tensor, const Shape& shape, const Box& bo
 
 namespace tessera {
 
+std::vector<std::vector<int>> StepWriters(const DeviceProgram& program) {
+  const int n = static_cast<int>(program.steps.size());
+  std::vector<std::vector<int>> written_by(program.buffers.size());  // buffer -> steps so far writing it
+  std::vector<std::vector<int>> writers(n);
+  auto valid = [&](int b) { return b >= 0 && b < static_cast<int>(written_by.size()); };
+  for (int i = 0; i < n; ++i) {
+    const ProgramStep& s = program.steps[i];
+    std::set<int> reads;
+    if (s.kind == StepKind::kCopy || s.kind == StepKind::kSend) reads.insert(s.src_buffer);
+    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge) reads.insert(s.inputs.begin(), s.inputs.end());
+    std::set<int> from;
+    for (int b : reads)
+      if (valid(b)) from.insert(written_by[b].begin(), written_by[b].end());
+    writers[i].assign(from.begin(), from.end());
+    std::vector<int> writes;
+    if (s.kind == StepKind::kRecv || s.kind == StepKind::kCopy) writes.push_back(s.dst_buffer);
+    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge) writes = s.outputs;
+    for (int b : writes)
+      if (valid(b)) written_by[b].push_back(i);
+  }
+  return writers;
+}
+
 void SetScenarios(const std::vector<GraphModel>& models, std::vector<DeviceProgram>* programs) {
   for (DeviceProgram& p : *programs) p.scenarios.clear();
   if (models.size() < 2) return;
@@ -403,9 +426,13 @@ void SetScenarios(const std::vector<GraphModel>& models, std::vector<DeviceProgr
       }
     }
     for (int d = 0; d < n; ++d) {
-      ProgramScenario sc{model.name, {}, model.inputs, model.outputs};
+      ProgramScenario sc{model.name, {}, model.inputs, model.outputs, {}};
+      const std::vector<std::vector<int>> step_writers = StepWriters((*programs)[d]);
       for (int i = 0; i < static_cast<int>(step_needed[d].size()); ++i)
-        if (step_needed[d][i]) sc.steps.push_back(i);
+        if (step_needed[d][i]) {
+          sc.steps.push_back(i);
+          sc.waits.push_back(static_cast<int>(step_writers[i].size()));
+        }
       (*programs)[d].scenarios.push_back(std::move(sc));
     }
   }

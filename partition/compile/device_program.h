@@ -83,10 +83,20 @@ struct ProgramStep {
 // scenarios): a request naming the model runs these and skips the rest on
 // every device, with no drain and no re-deploy between requests of
 // different models. Set by SetScenarios from the whole plan.
+//
+// Wait counts (the "precomputed wait count per step"): waits[k] is
+// how many steps of this program before steps[k] write a buffer steps[k]
+// reads (Compute/Merge inputs, a Copy's or Send's source); a Recv waits for
+// its message besides. When a request switches model, a step starts once
+// that many of its writers have run in this request: the runner counts
+// them and refuses a step whose writers did not all run (a scenario that
+// skips a needed step, e.g. from a damaged program file), naming it,
+// instead of computing from whatever a buffer held before.
 struct ProgramScenario {
   std::string name;                  // GraphModel::name
   std::vector<int> steps;            // ascending step indices this device runs
   std::vector<int> inputs, outputs;  // the model's graph values (inputs, outputs)
+  std::vector<int> waits;            // per entry of `steps`: its writers before it
 };
 
 struct DeviceProgram {
@@ -135,6 +145,10 @@ Status ValidateProgram(const DeviceProgram& program, int num_devices = -1);
 // and the programs cannot deadlock (a consistent global step order); fails
 // with Internal otherwise.
 Status SetMessageWindows(std::vector<DeviceProgram>* programs);
+
+// Per step of `program`: the earlier steps that write a buffer it reads
+// (ProgramScenario::waits counts them).
+std::vector<std::vector<int>> StepWriters(const DeviceProgram& program);
 
 // Fills every program's `scenarios` from `models` (Graph::models; nothing
 // when fewer than two): the steps a model's outputs depend on, followed

@@ -283,6 +283,7 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
     for (int i : sc.steps) sm->add_steps(i);
     for (int v : sc.inputs) sm->add_inputs(v);
     for (int v : sc.outputs) sm->add_outputs(v);
+    for (int w : sc.waits) sm->add_waits(w);
   }
   return m;
 }
@@ -547,11 +548,20 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
     ProgramScenario sc{sm.name(),
                        {sm.steps().begin(), sm.steps().end()},
                        {sm.inputs().begin(), sm.inputs().end()},
-                       {sm.outputs().begin(), sm.outputs().end()}};
+                       {sm.outputs().begin(), sm.outputs().end()},
+                       {sm.waits().begin(), sm.waits().end()}};
     for (size_t k = 0; k < sc.steps.size(); ++k)
       if (sc.steps[k] < 0 || sc.steps[k] >= static_cast<int>(p.steps.size()) ||
           (k > 0 && sc.steps[k] <= sc.steps[k - 1]))
         return Status::DataLoss(origin + ": scenario '" + sc.name + "' names steps out of range or out of order");
+    if (sc.waits.size() != sc.steps.size())
+      return Status::DataLoss(origin + ": scenario '" + sc.name + "' has " + std::to_string(sc.waits.size()) +
+                              " wait counts for " + std::to_string(sc.steps.size()) + " steps");
+    for (size_t k = 0; k < sc.waits.size(); ++k)
+      if (sc.waits[k] < 0 || sc.waits[k] > sc.steps[k])
+        return Status::DataLoss(origin + ": scenario '" + sc.name + "' step " + std::to_string(sc.steps[k]) +
+                                " waits for " + std::to_string(sc.waits[k]) + " steps; it has " +
+                                std::to_string(sc.steps[k]) + " before it");
     p.scenarios.push_back(std::move(sc));
   }
   TS_RETURN_IF_ERROR(ValidateProgram(p).WithContext(origin));

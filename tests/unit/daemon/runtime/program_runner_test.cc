@@ -4,6 +4,7 @@
 // Answers must not change at all: bit-for-bit equality where the arithmetic
 // is the same (same kernels, same order), and the distributed runs stay
 // within the equivalence tests' 1e-5 of the unsplit run.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -471,7 +472,43 @@ TEST_CASE("scenarios survive the program codec and a bad scenario is refused by 
       CHECK(back->scenarios[s].name == p.scenarios[s].name);
       CHECK(back->scenarios[s].steps == p.scenarios[s].steps);
       CHECK(back->scenarios[s].outputs == p.scenarios[s].outputs);
+      CHECK(back->scenarios[s].waits == p.scenarios[s].waits);
     }
+  }
+  // Wait counts that do not match the steps are refused when decoding.
+  {
+    DeviceProgram bad = c.programs[0];
+    REQUIRE(!bad.scenarios[1].waits.empty());
+    bad.scenarios[1].waits.pop_back();
+    std::string plan_id;
+    auto back = ParseProgram(SerializeProgram(bad, "plan"), "test", &plan_id);
+    CHECK(back.status().code() == StatusCode::kDataLoss);
+    CHECK(back.status().message().find("wait counts") != std::string::npos);
+  }
+  // A scenario that skips a step its later step needs (a damaged program):
+  // the later step's wait count is not reached, and the runner refuses it
+  // by name instead of computing from a stale buffer.
+  {
+    DeviceProgram bad = c.programs[0];
+    ProgramScenario& sc = bad.scenarios[1];
+    const auto writers = StepWriters(bad);
+    size_t k = 0;
+    while (k < sc.steps.size() && sc.waits[k] == 0) ++k;
+    REQUIRE(k < sc.steps.size());
+    const int needing = sc.steps[k];
+    const int victim = writers[needing].front();  // a writer of what it reads
+    const auto at = std::find(sc.steps.begin(), sc.steps.end(), victim) - sc.steps.begin();
+    REQUIRE(at < static_cast<long>(sc.steps.size()));
+    sc.steps.erase(sc.steps.begin() + at);
+    sc.waits.erase(sc.waits.begin() + at);
+    auto damaged = ProgramRunner::Create(bad, RunnerOptions());
+    REQUIRE(damaged.ok());
+    std::vector<TensorData> none;
+    Status refused = (*damaged)->Run({}, Inputs(g), &none, 1);
+    INFO(refused.ToString());
+    CHECK(refused.code() == StatusCode::kFailedPrecondition);
+    CHECK(refused.message().find("skips a step it needs") != std::string::npos);
+    CHECK(refused.message().find("step " + std::to_string(needing) + " waits") != std::string::npos);
   }
   auto runner = ProgramRunner::Create(c.programs[0], RunnerOptions());
   REQUIRE(runner.ok());

@@ -225,7 +225,7 @@ TEST_CASE("graphs with an empty constant (a 0 dimension) serialise and parse bac
   CHECK(back->constants.at(empty).values.empty());
 }
 
-TEST_CASE("scenarios, hand-worked: each model's steps on every device, its messages paired") {
+TEST_CASE("scenarios, hand-worked: each model's steps and wait counts on every device, its messages paired") {
   // Device 0 holds the input x (value 0). Step 0 computes a shared layer
   // (value 1); step 1 model a's head (value 2, a's output); step 2 sends
   // value 1 to device 1 as message 7; step 3 receives b's output (value 4)
@@ -275,6 +275,20 @@ TEST_CASE("scenarios, hand-worked: each model's steps on every device, its messa
   CHECK(p[0].scenarios[1].steps == std::vector<int>{0, 2, 3});  // b: shared layer, send, receive its output
   CHECK(p[1].scenarios[1].steps == std::vector<int>{0, 1, 2, 3});
   CHECK(p[0].scenarios[1].outputs == std::vector<int>{4});
+  // Wait counts: the earlier steps writing what a step reads. Device 0:
+  // the head and the Send read value 1 (step 0); device 1: each step reads
+  // what the one before it wrote; Recvs and the model input's reader wait
+  // for no step.
+  CHECK(p[0].scenarios[0].waits == std::vector<int>{0, 1});
+  CHECK(p[0].scenarios[1].waits == std::vector<int>{0, 1, 0});
+  CHECK(p[1].scenarios[1].waits == std::vector<int>{0, 1, 1, 1});
+  CHECK(p[1].scenarios[0].waits.empty());
+  // Two tiles writing one buffer: its reader waits for both; a later
+  // rewrite is not waited for.
+  DeviceProgram tiles;
+  for (int v : {0, 1, 2}) tiles.AddBuffer(v, box, "t" + std::to_string(v));
+  tiles.steps = {compute({0}, {1}), compute({0}, {1}), compute({1}, {2}), compute({0}, {1})};
+  CHECK(StepWriters(tiles) == std::vector<std::vector<int>>{{}, {}, {0, 1}, {}});
   // One model (or none): no scenarios.
   SetScenarios({models[0]}, &p);
   CHECK(p[0].scenarios.empty());
