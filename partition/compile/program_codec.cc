@@ -554,6 +554,12 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
       if (sc.steps[k] < 0 || sc.steps[k] >= static_cast<int>(p.steps.size()) ||
           (k > 0 && sc.steps[k] <= sc.steps[k - 1]))
         return Status::DataLoss(origin + ": scenario '" + sc.name + "' names steps out of range or out of order");
+    if (sc.waits.empty() && !sc.steps.empty()) {
+      // A program written before wait counts existed (a worker resuming one
+      // from its --data-dir): they follow from its steps.
+      const std::vector<std::vector<int>> writers = StepWriters(p);
+      for (int i : sc.steps) sc.waits.push_back(static_cast<int>(writers[i].size()));
+    }
     if (sc.waits.size() != sc.steps.size())
       return Status::DataLoss(origin + ": scenario '" + sc.name + "' has " + std::to_string(sc.waits.size()) +
                               " wait counts for " + std::to_string(sc.steps.size()) + " steps");

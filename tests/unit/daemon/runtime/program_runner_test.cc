@@ -485,6 +485,15 @@ TEST_CASE("scenarios survive the program codec and a bad scenario is refused by 
     CHECK(back.status().code() == StatusCode::kDataLoss);
     CHECK(back.status().message().find("wait counts") != std::string::npos);
   }
+  // A program written before wait counts existed gets them from its steps.
+  {
+    DeviceProgram old = c.programs[0];
+    for (ProgramScenario& sc : old.scenarios) sc.waits.clear();
+    std::string plan_id;
+    auto back = ParseProgram(SerializeProgram(old, "plan"), "test", &plan_id);
+    REQUIRE(back.ok());
+    for (size_t s = 0; s < back->scenarios.size(); ++s) CHECK(back->scenarios[s].waits == c.programs[0].scenarios[s].waits);
+  }
   // A scenario that skips a step its later step needs (a damaged program):
   // the later step's wait count is not reached, and the runner refuses it
   // by name instead of computing from a stale buffer.
