@@ -7,6 +7,7 @@
 // into tiles; --out writes them as a one-device plan, which
 // `tessera run MODEL --plan plan.pb` executes in exactly the printed arena.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -34,6 +35,8 @@ struct OptimizeMemoryOptions {
   bool quiet = false;
   // --parts-search genetic (issue 18 item 4): which layers process in parts.
   std::string parts_search = "greedy";
+  // Which kinds of path the greedy flow tries (memory_flow.h).
+  std::vector<std::string> paths = {"tiles", "parts", "channels"};
   std::string ram;
   double min_fps = 0;
   PartsSearchOptions parts;
@@ -59,8 +62,29 @@ Status WriteOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const s
     l->set_index(static_cast<int32_t>(i + 1));
     l->set_name(graph.nodes[i].name);
     l->set_op(graph.nodes[i].op);
-    l->set_scheme(a.scheme == LayerScheme::kFfmt ? proto::FFMT : proto::WHOLE);
-    l->add_devices(0);
+    switch (a.scheme) {
+      case LayerScheme::kFfmt:
+        l->set_scheme(proto::FFMT);
+        break;
+      case LayerScheme::kFdt1:
+        l->set_scheme(proto::FDT1);
+        break;  // a channel path's slices (memory_flow.h)
+      case LayerScheme::kFdt2:
+        l->set_scheme(proto::FDT2);
+        break;
+      case LayerScheme::kPart:
+        l->set_scheme(proto::PART);
+        break;
+      default:
+        l->set_scheme(proto::WHOLE);
+        break;
+    }
+    if (a.scheme == LayerScheme::kFfmt || a.scheme == LayerScheme::kWhole) {
+      l->add_devices(0);
+    } else {  // one device named once per channel slice
+      for (size_t k = 0; k < a.devices.size(); ++k) l->add_devices(0);
+      l->set_split_axis(a.scheme == LayerScheme::kFdt2 ? "in_channels" : "out_channels");
+    }
     if (a.scheme == LayerScheme::kFfmt) {
       l->add_grid(a.grid_rows);
       l->add_grid(a.grid_cols);
@@ -206,6 +230,10 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
   MemoryFlowOptions fo;
   fo.max_mac_overhead = *overhead;
   fo.memory.threads = o.threads;
+  auto wanted = [&](const char* kind) { return std::find(o.paths.begin(), o.paths.end(), kind) != o.paths.end(); };
+  fo.tiles = wanted("tiles");
+  fo.parts = wanted("parts");
+  fo.channels = wanted("channels");
   if (!o.quiet)
     fo.progress = [](const std::string& line) { std::fprintf(stderr, "optimize-memory: %s\n", line.c_str()); };
   auto r = OptimizeMemory(*graph, fo);
@@ -240,6 +268,8 @@ int RunOptimizeMemory(const OptimizeMemoryOptions& o) {
                             {"last_name", graph->nodes[q.last].name},
                             {"grid", {q.grid_rows, q.grid_cols}},
                             {"parts", q.parts},
+                            {"channel_slices", q.channel_slices > 1 ? q.channel_slices : 0},
+                            {"description", DescribeMemoryPath(*graph, q)},
                             {"critical_value", q.critical},
                             {"arena_bytes", q.arena_bytes}});
     if (!o.out.empty()) j["out"] = o.out;
@@ -289,6 +319,12 @@ void RegisterOptimizeMemoryCommand(CLI::App& app) {
   o->model.AddTo(*cmd);
   cmd->add_option("--max-mac-overhead", o->max_mac_overhead,
                   "Recomputed (halo) MACs allowed, share of the model's: 10%, 0.1, or none")
+      ->capture_default_str();
+  cmd->add_option("--paths", o->paths,
+                  "Kinds of path to try: tiles (FFMT grids, halo MACs), parts (row bands, no MAC added), channels "
+                  "(channel slices SPLIT|FDTO -> PART -> FDTI|CONCAT, no MAC added)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"tiles", "parts", "channels"}))
       ->capture_default_str();
   cmd->add_option("--out", o->out, "Write the result as a one-device plan (run it: tessera run MODEL --plan FILE)");
   cmd->add_option("--threads", o->threads, "Intra-op threads of the run (sizes per-thread scratch)")

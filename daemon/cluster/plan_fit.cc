@@ -131,14 +131,23 @@ Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& lay
   }
   const MemoryFlowResult& r = found->second;
   if (r.paths.empty()) return Status::OK();
+  const PartitionPlan flowed = PlanOf(base, d, r.paths);
   for (const MemoryPath& p : r.paths)
     for (int k = p.first; k <= p.last; ++k) {
+      // The layer as the flow cut it (ToPartitionPlan reads it back): tiles
+      // or row bands on d alone, or a channel slice of a channel path on d.
+      const LayerAssignment& a = flowed.layers[k];
       PlannedLayer& l = plan->layers[k];
-      l.scheme = "ffmt";
-      l.devices = {d};
+      l.scheme = LayerSchemeName(a.scheme);
+      l.devices = a.devices;
       l.split.clear();
-      l.split_axis = p.parts ? "parts" : "rows";
-      l.grid = {p.grid_rows, p.grid_cols};
+      l.grid.clear();
+      if (a.scheme == LayerScheme::kFfmt) {
+        l.split_axis = a.parts ? "parts" : "rows";
+        l.grid = {a.grid_rows, a.grid_cols};
+      } else {
+        l.split_axis = a.scheme == LayerScheme::kFdt2 ? "in_channels" : "out_channels";
+      }
     }
   DeviceLoad& load = plan->loads[d];
   load.tiled_paths = static_cast<int>(r.paths.size());

@@ -23,6 +23,7 @@ Result<DeviceMemory> SizeDeviceProgram(const DeviceProgram& program, const Devic
   m.buffer_bytes = static_cast<int64_t>(prepared->request_bytes());
   m.compute_slots = prepared->compute_slots();
   m.load_peak_bytes = static_cast<int64_t>(prepared->load_peak_bytes());
+  m.step_live_bytes = prepared->live_bytes();
   int64_t io_values = 0;
   for (const auto& [value, b] : program.model_inputs) io_values += program.buffers[b].box.volume();
   for (const auto& [value, b] : program.model_outputs) io_values += program.buffers[b].box.volume();

@@ -62,6 +62,10 @@ struct DeviceMemory {
   // device): the gRPC message, its parsed tensor and the TensorData each
   // hold a copy while a request runs.
   int64_t io_bytes = 0;
+  // One request's live bytes at each step of the program (its buffers alive
+  // there + the step's own working memory; PreparedProgram::live_bytes): what
+  // the one-device memory flow reads its critical values and ties from.
+  std::vector<int64_t> step_live_bytes;
   int64_t request_bytes() const { return buffer_bytes + io_bytes; }  // each request in flight
   int64_t serving_bytes() const { return weight_bytes + compute_slots * working_bytes + in_flight * request_bytes(); }
   int64_t total_bytes() const { return baseline_bytes + std::max(serving_bytes(), load_peak_bytes); }

@@ -28,8 +28,10 @@
 //   under each smaller step of a fixed ladder (0, 1, 2, 5, 10, 25, 50,
 //   100 %); the smallest arena wins (greedy is not monotone in the budget).
 //
-// Not here yet (issue 17 item 3): channel paths (SPLIT / FDTO / PART / FDTI /
-// CONCAT within one device).
+// Channel paths (issue 17 item 3): a chain SPLIT|FDTO -> PART* -> FDTI|CONCAT
+// around a critical value, in N = 2…25 channel slices computed in turn, so
+// the maps inside the chain exist one slice at a time (no MAC added);
+// tried beside the row bands (MemoryFlowOptions::channels).
 #pragma once
 
 #include <cstdint>
@@ -53,9 +55,15 @@ struct MemoryFlowOptions {
   int critical_values = 3;   // largest values at the peak tried per round
   int max_grid = 5;          // grids n×1 and n×n, n = 2…max_grid
   int max_rounds = 32;
+  // Try stretches as FFMT tiles (grids n×1 and n×n).
+  bool tiles = true;
   // Also try stretches processed in parts (row bands, overlaps kept; issue
   // 18 item 3); each budget is then descended with and without them.
   bool parts = true;
+  // Also try channel paths (issue 17 item 3) with these slice counts; each
+  // budget is then descended once more with them (and with parts).
+  bool channels = true;
+  std::vector<int64_t> channel_slices = {2, 3, 4, 6, 8, 12, 16, 25};
   DeviceMemoryOptions memory;  // the runner's threads (per-thread scratch)
   // Called after each descent (one per budget of the ladder) with a one-line
   // summary: progress on long models. Rounds are logged at debug level.
@@ -71,6 +79,13 @@ struct MemoryPath {
   // Processed in parts (issue 18 item 3; LayerAssignment::parts): grid_rows
   // row bands, overlaps kept between bands, no MAC recomputed.
   bool parts = false;
+  // A channel path (issue 17 item 3) when > 1: the stretch computed in this
+  // many channel slices one after the other (program_compiler.cc, "Channel
+  // paths"): first layer FDT1 (fan_out: its output channels) or PART on its
+  // input's channels (SPLIT), PART in between, last layer FDT2 (fan_in: the
+  // partial sums added slice by slice) or PART (CONCAT). No MAC is added.
+  int64_t channel_slices = 0;
+  bool fan_out = false, fan_in = false;
 };
 
 // "layers 12-15 ('a' .. 'b') as 5x5 tiles" or "... in 8 row bands (processed
@@ -115,6 +130,11 @@ struct SizedPlan {
   int64_t weight_bytes = 0;     // as the kernels store them
   int64_t load_peak_bytes = 0;  // weights held at once while loading
   int64_t halo_macs = 0;
+  // The live bytes of every step, largest first: of two plans with the
+  // same need, the one whose steps peak lower elsewhere too (smaller in this
+  // order) leaves the next round more to gain (the flow's ties and
+  // plateau rounds).
+  std::vector<int64_t> live_desc;
   int64_t need() const { return arena_bytes + weight_bytes; }
 };
 Result<SizedPlan> SizeOneDevicePlan(const Graph& graph, const PartitionPlan& plan, const DeviceMemoryOptions& options,

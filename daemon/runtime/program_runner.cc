@@ -580,6 +580,13 @@ size_t PreparedProgram::weight_bytes() const { return layout_->weight_bytes; }
 size_t PreparedProgram::load_peak_bytes() const { return layout_->load_peak_bytes; }
 const std::vector<size_t>& PreparedProgram::step_bytes() const { return layout_->step_bytes; }
 const std::vector<BufferRequest>& PreparedProgram::buffer_requests() const { return layout_->buffer_requests; }
+std::vector<int64_t> PreparedProgram::live_bytes() const {
+  const int steps = static_cast<int>(layout_->step_bytes.size());
+  std::vector<int64_t> live(layout_->step_bytes.begin(), layout_->step_bytes.end());
+  for (const BufferRequest& b : layout_->buffer_requests)
+    for (int s = std::max(b.first, 0); s <= std::min(b.last, steps - 1); ++s) live[s] += static_cast<int64_t>(b.size);
+  return live;
+}
 bool PreparedProgram::ReadsConstant(int subgraph, int value) const {
   // An executor's weight accounting knows which constants its kernels read.
   return layout_->prepared.at(subgraph)->ReadsConstant(value);

@@ -109,6 +109,8 @@ class PreparedProgram {
   const std::vector<size_t>& step_bytes() const;
   // Per buffer, its bytes and the steps it is alive over in the arena.
   const std::vector<BufferRequest>& buffer_requests() const;
+  // The live memory per step: step_bytes() plus every buffer alive there.
+  std::vector<int64_t> live_bytes() const;
   // Whether some kernel still reads constant `value` of subgraph `subgraph`.
   bool ReadsConstant(int subgraph, int value) const;
 

@@ -138,6 +138,12 @@ class Compiler {
         i = j + 1;
         continue;
       }
+      if (OneDeviceSlices(a)) {  // a channel path on one device
+        const int end = ChannelPathEnd(static_cast<int>(i));
+        TS_RETURN_IF_ERROR(CompileChannelPath(static_cast<int>(i), end));
+        i = end + 1;
+        continue;
+      }
       Status st;
       switch (a.scheme) {
         case LayerScheme::kWhole: st = CompileWhole(static_cast<int>(i)); break;
@@ -522,6 +528,39 @@ class Compiler {
     return CompileOutputSlices(n, out_split, /*in_place=*/false);
   }
 
+  // A constant input `v` of PART layer `node` on channel slice `c`: per-channel
+  // constants (BN parameters, depthwise weights, broadcast operands with a
+  // channel axis) are sliced; the rest are copied whole.
+  int PartConstant(const Node& node, int v, const Range1D& c, SubgraphBuilder* sb) const {
+    const Shape& s = g_.values[v].shape;
+    const Shape& ys = g_.values[node.outputs[0]].shape;
+    const int64_t C = g_.values[g_.ActivationInputs(node).at(0)].shape.at(1);
+    const TensorData& data = *g_.ConstantData(v);
+    int64_t axis = -1;
+    if (node.op == "BatchNormalization" || IsDepthwise(g_, node))
+      axis = 0;
+    else if (s.size() + 1 >= ys.size() && ys.size() >= 2) {
+      int64_t a = static_cast<int64_t>(s.size()) - (static_cast<int64_t>(ys.size()) - 1);
+      if (a >= 0 && a < static_cast<int64_t>(s.size()) && s[a] == C) axis = a;
+    }
+    if (axis >= 0 && s.size() > static_cast<size_t>(axis) && s[axis] == C)
+      return sb->Constant(SliceName(g_.values[v].name, axis, c), SliceAxis(data, axis, c.begin, c.end));
+    return sb->CopyConstant(v);
+  }
+
+  // PART layer `node` on channel slice `c`, reading `ins` and writing `out`:
+  // a depthwise conv keeps one group per channel, a flatten of a 1x1 map
+  // gives the slice's features.
+  Node PartClone(const Node& node, std::vector<int> ins, int out, const Range1D& c) const {
+    Node clone = Clone(node, std::move(ins), {out});
+    const Shape& xs = g_.values[g_.ActivationInputs(node).at(0)].shape;
+    const Shape& ys = g_.values[node.outputs[0]].shape;
+    if (IsDepthwise(g_, node)) clone.attrs.Set("group", static_cast<int64_t>(c.size()));
+    if ((node.op == "Reshape" || node.op == "Flatten") && xs.size() == 4 && ys.size() == 2 && clone.op == "Reshape")
+      clone.attrs.Set("shape", std::vector<int64_t>{ys[0], c.size()});
+    return clone;
+  }
+
   // ---- PART ------------------------------------------------------------------
   Status CompilePart(int n) {
     const Node& node = g_.nodes[n];
@@ -530,8 +569,6 @@ class Compiler {
     const int y = node.outputs[0];
     const Shape& ys = g_.values[y].shape;
     const Shape& xs = g_.values[acts[0]].shape;
-    const bool flatten = (node.op == "Reshape" || node.op == "Flatten") && xs.size() == 4 && ys.size() == 2;
-    const bool depthwise = IsDepthwise(g_, node);
     const int64_t C = xs[1];
     std::vector<Range1D> split;
     std::vector<int> devices;
@@ -554,19 +591,7 @@ class Compiler {
         }
         const Shape& s = g_.values[v].shape;
         if (g_.values[v].constant) {
-          // Per-channel constants (BN parameters, depthwise weights, broadcast
-          // operands with a channel axis) are sliced; the rest are copied.
-          const TensorData& data = *g_.ConstantData(v);
-          int64_t axis = -1;
-          if (node.op == "BatchNormalization" || depthwise) axis = 0;
-          else if (s.size() + 1 >= ys.size() && ys.size() >= 2) {
-            int64_t a = static_cast<int64_t>(s.size()) - (static_cast<int64_t>(ys.size()) - 1);
-            if (a >= 0 && a < static_cast<int64_t>(s.size()) && s[a] == C) axis = a;
-          }
-          if (axis >= 0 && s.size() > static_cast<size_t>(axis) && s[axis] == C)
-            ins.push_back(sb.Constant(SliceName(g_.values[v].name, axis, c), SliceAxis(data, axis, c.begin, c.end)));
-          else
-            ins.push_back(sb.CopyConstant(v));
+          ins.push_back(PartConstant(node, v, c, &sb));
           continue;
         }
         Box need = ChannelSlice(s, c.begin, c.end);
@@ -578,10 +603,7 @@ class Compiler {
       out_box.dims[1] = c;
       int out = sb.Value(g_.values[y].name, out_box.shape());
       sb.Output(out);
-      Node clone = Clone(node, ins, {out});
-      if (depthwise) clone.attrs.Set("group", static_cast<int64_t>(c.size()));
-      if (flatten && clone.op == "Reshape") clone.attrs.Set("shape", std::vector<int64_t>{ys[0], c.size()});
-      sb.AddNode(clone);
+      sb.AddNode(PartClone(node, ins, out, c));
       TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
       Piece piece{devices[i], progs_[devices[i]].AddBuffer(y, out_box, g_.values[y].name + "@" + out_box.ToString()),
                   out_box};
@@ -589,6 +611,199 @@ class Compiler {
       pieces.push_back(piece);
     }
     place_[y] = Placement{pieces, {}, true};
+    return Status::OK();
+  }
+
+  // ---- Channel paths on one device (METHODS §6 "Path discovery") -------------
+  // A layer whose channel split names one device N >= 2 times is a slice of
+  // a *channel path*: the run [start, end] of such layers, in the shape
+  //   (FDTO | FDT1 | PART=SPLIT) PART* (FDTI | FDT2 | nothing=CONCAT),
+  // computed slice after slice. Slice k's one step runs every layer of the
+  // path on its channels c_k: the fan-out layer its output channels c_k
+  // (input whole), the PART layers the same channels, the fan-in layer its
+  // partial sum over input channels c_k, added at once to the sum of the
+  // slices before it (sum_k = sum_{k-1} + partial_k; the bias in the first
+  // slice, the activation on the last add). So every tensor inside the
+  // path exists one slice at a time, at most two sums are alive, and no MAC
+  // is added (only the N-1 adds of K values). Without a fan-in at the end
+  // the slices stay pieces and the first reader of the whole output
+  // gathers them (CONCAT).
+  static bool OneDeviceSlices(const LayerAssignment& a) {
+    if (a.scheme == LayerScheme::kWhole || a.scheme == LayerScheme::kFfmt || a.devices.size() < 2) return false;
+    return std::all_of(a.devices.begin(), a.devices.end(), [&](int d) { return d == a.devices[0]; });
+  }
+  static bool FanIn(LayerScheme s) { return s == LayerScheme::kFdti || s == LayerScheme::kFdt2; }
+  static bool FanOut(LayerScheme s) { return s == LayerScheme::kFdto || s == LayerScheme::kFdt1; }
+
+  // The last layer of the channel path that starts at `start`.
+  int ChannelPathEnd(int start) const {
+    int end = start;
+    while (!FanIn(plan_.layers[end].scheme) && end + 1 < static_cast<int>(g_.nodes.size())) {
+      const LayerAssignment& next = plan_.layers[end + 1];
+      if (!OneDeviceSlices(next) || next.devices != plan_.layers[start].devices ||
+          !(next.scheme == LayerScheme::kPart || FanIn(next.scheme)))
+        break;
+      ++end;
+    }
+    return end;
+  }
+
+  Status CompileChannelPath(int start, int end) {
+    const std::string what = "channel path " + LayerName(start) + " .. " + LayerName(end) + " on one device";
+    const int device = plan_.layers[start].devices[0];
+    // The path's shape: every layer after the first reads the one before it,
+    // and nothing but the path reads what the path makes inside it.
+    std::set<int> graph_outputs(g_.outputs.begin(), g_.outputs.end());
+    for (int n = start; n <= end; ++n) {
+      const Node& node = g_.nodes[n];
+      const LayerScheme scheme = plan_.layers[n].scheme;
+      if (node.outputs.size() != 1) return Status::InvalidArgument(what + ": " + LayerName(n) + " has several outputs");
+      if (scheme == LayerScheme::kPart) {
+        TS_RETURN_IF_ERROR(CheckPerChannel(g_, node).WithContext(what));
+      } else {
+        if (!IsWeightSplitLayer(g_, node) || (node.op == "Conv" && node.attrs.Int("group", 1) > 1))
+          return Status::InvalidArgument(what + ": " + LayerName(n) + " (" + LayerSchemeName(scheme) +
+                                         ") must be a Conv with one group or a Gemm with constant weights");
+        if (FanOut(scheme) && n != start)
+          return Status::InvalidArgument(what + ": the fan-out " + LayerName(n) + " must be the path's first layer");
+      }
+      if (n > start && g_.ActivationInputs(node).at(0) != g_.nodes[n - 1].outputs[0])
+        return Status::InvalidArgument(what + ": " + LayerName(n) + " does not read " + LayerName(n - 1));
+      if (n < end) {
+        const int v = node.outputs[0];
+        if (graph_outputs.count(v)) return Status::InvalidArgument(what + ": " + LayerName(n) + " is a model output");
+        for (int c : consumers_[v])
+          if (c != n + 1) return Status::InvalidArgument(what + ": " + LayerName(n) + "'s output is read outside it");
+      }
+    }
+    // The path's channels: the fan-out's outputs, else the first layer's inputs.
+    const Node& first = g_.nodes[start];
+    const bool fan_out = FanOut(plan_.layers[start].scheme);
+    const int64_t C =
+        fan_out ? g_.values[first.inputs.at(1)].shape.at(0) : g_.values[g_.ActivationInputs(first).at(0)].shape.at(1);
+    TS_ASSIGN_OR_RETURN(auto split, SplitOf(start, C));
+    for (int n = start + 1; n <= end; ++n)
+      if (!plan_.layers[n].split.empty() && plan_.layers[n].split != plan_.layers[start].split)
+        return Status::InvalidArgument(what + ": " + LayerName(n) + " has another channel split than " +
+                                       LayerName(start));
+    for (int n = start; n <= end; ++n) {
+      const Node& node = g_.nodes[n];
+      const int64_t channels = FanIn(plan_.layers[n].scheme) ? g_.values[g_.ActivationInputs(node).at(0)].shape.at(1)
+                                                             : g_.values[node.outputs[0]].shape.at(1);
+      if (channels != C)
+        return Status::InvalidArgument(what + ": " + LayerName(n) + " has " + std::to_string(channels) +
+                                       " channels, the path " + std::to_string(C));
+    }
+    const Node& last = g_.nodes[end];
+    const bool fan_in = FanIn(plan_.layers[end].scheme);
+    const int y = last.outputs[0];
+    const Shape& ys = g_.values[y].shape;
+    int first_slice = -1, last_slice = -1;
+    for (size_t k = 0; k < split.size(); ++k)
+      if (split[k].size() > 0) {
+        if (first_slice < 0) first_slice = static_cast<int>(k);
+        last_slice = static_cast<int>(k);
+      }
+
+    std::vector<Piece> pieces;
+    int sum_buffer = -1;  // the running sum of the fan-in's partials
+    for (int k = first_slice; k <= last_slice && k >= 0; ++k) {
+      const Range1D c = split[k];
+      if (c.size() == 0) continue;
+      SubgraphBuilder sb(g_, first.name + "/slice" + std::to_string(c.begin) + "-" + std::to_string(c.end));
+      std::vector<int> bufs;
+      std::map<int, int> sub;  // graph value -> subgraph value (a slice, or the whole fan-out input)
+      auto fetched = [&](int v, const Box& box) -> Result<int> {
+        if (auto it = sub.find(v); it != sub.end()) return it->second;
+        TS_ASSIGN_OR_RETURN(int buf, Fetch(v, device, box));
+        bufs.push_back(buf);
+        return sub[v] = sb.Input(v, box.shape());
+      };
+      for (int n = start; n <= end; ++n) {
+        const Node& node = g_.nodes[n];
+        const LayerScheme scheme = plan_.layers[n].scheme;
+        const int o = node.outputs[0];
+        const Shape& os = g_.values[o].shape;
+        std::vector<int> ins;
+        if (scheme == LayerScheme::kPart) {
+          for (int v : node.inputs) {
+            if (v < 0) {
+              ins.push_back(-1);
+            } else if (g_.values[v].constant) {
+              ins.push_back(PartConstant(node, v, c, &sb));
+            } else {
+              TS_ASSIGN_OR_RETURN(int sv, fetched(v, ChannelSlice(g_.values[v].shape, c.begin, c.end)));
+              ins.push_back(sv);
+            }
+          }
+          Box ob = Box::Full(os);
+          ob.dims[1] = c;
+          const int out = sb.Value(g_.values[o].name, ob.shape());
+          sb.AddNode(PartClone(node, ins, out, c));
+          sub[o] = out;
+          continue;
+        }
+        const int x = node.inputs.at(0);
+        const TensorData& w = *g_.ConstantData(node.inputs.at(1));
+        const TensorData* b = node.inputs.size() > 2 && node.inputs[2] >= 0 ? g_.ConstantData(node.inputs[2]) : nullptr;
+        if (FanOut(scheme)) {  // output channels c, from the whole input
+          TS_ASSIGN_OR_RETURN(int sx, fetched(x, Box::Full(g_.values[x].shape)));
+          ins = {sx, sb.Constant(SliceName(g_.values[node.inputs[1]].name, 0, c), SliceAxis(w, 0, c.begin, c.end))};
+          if (b)
+            ins.push_back(
+                sb.Constant(SliceName(g_.values[node.inputs[2]].name, 0, c), SliceAxis(*b, 0, c.begin, c.end)));
+          const int out = sb.Value(g_.values[o].name, ChannelSlice(os, c.begin, c.end).shape());
+          sb.AddNode(Clone(node, ins, {out}));
+          sub[o] = out;
+          continue;
+        }
+        // Fan-in: the partial sum over input channels c, added to the sum so far.
+        const Shape& xs = g_.values[x].shape;
+        const int64_t per_channel = node.op == "Conv" ? 1 : NumElements(xs) / (xs[0] * xs[1]);
+        TS_ASSIGN_OR_RETURN(int sx, fetched(x, ChannelSlice(xs, c.begin, c.end)));
+        ins = {sx,
+               sb.Constant(SliceName(g_.values[node.inputs[1]].name, 1, {c.begin * per_channel, c.end * per_channel}),
+                           SliceAxis(w, 1, c.begin * per_channel, c.end * per_channel))};
+        const bool first_k = k == first_slice, last_k = k == last_slice;
+        if (first_k && b) ins.push_back(sb.CopyConstant(node.inputs[2]));  // the bias, once
+        const int partial = sb.Value(g_.values[o].name + "/partial", os);
+        Node clone = Clone(node, ins, {partial});
+        if (!(first_k && last_k)) clone.attrs.Erase("activation");  // applied once, on the whole sum
+        sb.AddNode(clone);
+        int result = partial;
+        if (!first_k) {
+          const int before = sb.InputNamed(g_.values[o].name + "/sum", os);
+          bufs.push_back(sum_buffer);
+          result = sb.Value(g_.values[o].name + "/sum" + std::to_string(k), os);
+          Node add{node.name + "/sum" + std::to_string(k), "Add", {before, partial}, {result}, {}};
+          if (last_k)  // an Add may carry any fused activation (op_traits.h)
+            for (const char* attr : {"activation", "act_alpha", "act_beta"})
+              if (node.attrs.Has(attr)) add.attrs.Set(attr, node.attrs.all().at(attr));
+          sb.AddNode(std::move(add));
+        }
+        sub[o] = result;
+      }
+      sb.Output(sub.at(y));
+      TS_ASSIGN_OR_RETURN(Graph step, sb.Finish());
+      Piece piece;
+      if (fan_in) {
+        const bool last_k = k == last_slice;
+        const Box full = Box::Full(ys);
+        piece = {device,
+                 progs_[device].AddBuffer(last_k ? y : -1, full,
+                                          g_.values[y].name + (last_k ? "" : "/sum" + std::to_string(k))),
+                 full};
+        sum_buffer = piece.buffer;
+      } else {
+        Box ob = Box::Full(ys);
+        ob.dims[1] = c;
+        piece = {device, progs_[device].AddBuffer(y, ob, g_.values[y].name + "@" + ob.ToString()), ob};
+        pieces.push_back(piece);
+      }
+      AddCompute(device, std::move(step), bufs, start, StepKind::kCompute, {piece});
+    }
+    if (fan_in) pieces = {{device, sum_buffer, Box::Full(ys)}};
+    place_[y] = Placement{pieces, {}, false};
     return Status::OK();
   }
 

@@ -18,6 +18,13 @@
 //         device order, then bias and activation are applied once.
 //  PART   channel-wise layers run per slice where the slices already are.
 //
+// A channel split that names *one* device N times is a channel path on that
+// device (METHODS §6 "Path discovery", issue 17 item 3): the run
+// (FDTO|FDT1|PART) PART* (FDTI|FDT2)? is computed slice after slice, one step
+// per slice with every layer of the run in it, the fan-in's partial sums
+// added as they come (no slice of the run's inner maps outlives its step;
+// no MAC added). program_compiler.cc "Channel paths" states the rules.
+//
 // Weight-partitioned layers follow METHODS §4's data movement exactly: an
 // FDT layer's input is first collected on the layer's source device unless
 // it reaches the layer *in place* — slices of an FDTO/FDT1/PART output read

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 17 item 3: `tessera optimize-memory` on darknet models and a
-# torchvision export. For each, the
+# torchvision export (all kinds of path, and channel paths alone). For each, the
 # printed arena + weights as stored must shrink (the tiles of a stack keep
 # each weight once), stay within the MAC budget, and be exactly the
 # arena `tessera run MODEL --plan OUT` allocates for the transformed program,
@@ -30,6 +30,19 @@ import torch, torchvision, sys
 m = torchvision.models.mobilenet_v2(weights=None).eval()
 torch.onnx.export(m, torch.randn(1, 3, 224, 224), sys.argv[1], opset_version=13)' "$tmp/mobilenet_v2.onnx" 2> "$tmp/export.err"; then
   check mobilenet_v2 "$tmp/mobilenet_v2.onnx" 1x3x224x224 10%
+  # Channel paths only (issue 17 item 3): inverted residuals in channel
+  # slices (expand FDTO -> depthwise PART -> project FDTI on one device),
+  # no MAC recomputed.
+  check mobilenet_v2-channels "$tmp/mobilenet_v2.onnx" 1x3x224x224 0% shrinks --paths channels
+  "$py" - "$tmp/mobilenet_v2-channels.opt.json" <<'EOF2' || fail=1
+import json, sys
+o = json.load(open(sys.argv[1]))
+paths = o["paths"]
+ok = paths and all(p["channel_slices"] >= 2 for p in paths) and o["halo_macs"] == 0
+print("%s mobilenet_v2-channels: %d channel path(s), %d MACs recomputed: %s" % (
+    "PASS" if ok else "FAIL", len(paths), o["halo_macs"], "; ".join(p["description"] for p in paths)))
+sys.exit(0 if ok else 1)
+EOF2
 else
   echo "FAIL could not export mobilenet_v2: $(tail -3 "$tmp/export.err")"; fail=1
 fi

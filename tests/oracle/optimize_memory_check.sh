@@ -1,4 +1,4 @@
-# Sourced by the optimize-memory tests: check NAME MODEL SHAPE BUDGET runs
+# Sourced by the optimize-memory tests: check NAME MODEL SHAPE BUDGET [EXPECT [OPTIONS...]] runs
 # `tessera optimize-memory --json --out` and `tessera run --plan --json` of
 # the written plan, and checks (PASS/FAIL lines; sets fail=1 on a FAIL):
 # arena + weights as stored and the arena shrink (EXPECT shrinks, the
@@ -6,10 +6,11 @@
 # the run allocates exactly the printed arena, its halo MACs are the printed
 # ones, and its answers equal the unsplit run (max rel. diff <= 1e-5).
 #   requires: $T (tessera binary), $tmp (scratch dir), $py, $fail
-check() {  # NAME MODEL SHAPE BUDGET [EXPECT]
+check() {  # NAME MODEL SHAPE BUDGET [EXPECT [optimize-memory options...]]
   local name=$1 model=$2 shape=$3 budget=$4 expect=${5:-shrinks}
+  shift $(($# < 5 ? $# : 5))
   if ! "$T" optimize-memory "$model" --input-shape "$shape" --max-mac-overhead "$budget" --json --quiet \
-       --out "$tmp/$name.pb" > "$tmp/$name.opt.json" 2> "$tmp/$name.err"; then
+       --out "$tmp/$name.pb" "$@" > "$tmp/$name.opt.json" 2> "$tmp/$name.err"; then
     echo "FAIL $name: optimize-memory exited non-zero: $(cat "$tmp/$name.err")"; fail=1; return
   fi
   if ! "$T" run "$model" --input-shape "$shape" --plan "$tmp/$name.pb" --json > "$tmp/$name.run.json" 2> "$tmp/$name.err"; then

@@ -492,7 +492,8 @@ TEST_CASE("scenarios survive the program codec and a bad scenario is refused by 
     std::string plan_id;
     auto back = ParseProgram(SerializeProgram(old, "plan"), "test", &plan_id);
     REQUIRE(back.ok());
-    for (size_t s = 0; s < back->scenarios.size(); ++s) CHECK(back->scenarios[s].waits == c.programs[0].scenarios[s].waits);
+    for (size_t s = 0; s < back->scenarios.size(); ++s)
+      CHECK(back->scenarios[s].waits == c.programs[0].scenarios[s].waits);
   }
   // A scenario that skips a step its later step needs (a damaged program):
   // the later step's wait count is not reached, and the runner refuses it
