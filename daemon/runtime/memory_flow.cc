@@ -194,11 +194,11 @@ std::optional<MemoryPath> ChannelPathAt(const Graph& g, const std::vector<std::v
 }
 
 // One greedy descent under `budget` (a share of the model's MACs, < 0: none),
-// trying paths processed in parts too when `parts_too`. `seen` caches sized plans
-// across descents.
+// trying tiles (`tiles_too`), paths processed in parts (`parts_too`) and
+// channel paths (`channels_too`). `seen` caches sized plans across descents.
 Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& base, int device,
-                                    const MemoryFlowOptions& options, double budget, bool parts_too, bool channels_too,
-                                    std::map<std::string, SizedPlan>& seen) {
+                                    const MemoryFlowOptions& options, double budget, bool tiles_too, bool parts_too,
+                                    bool channels_too, std::map<std::string, SizedPlan>& seen) {
   const auto t0 = std::chrono::steady_clock::now();
   const int n = static_cast<int>(graph.nodes.size());
   if (base.layers.size() != graph.nodes.size() || device < 0 || device >= base.num_devices)
@@ -230,6 +230,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
   result.weight_before_bytes = current.weight_bytes;
   result.load_peak_before_bytes = current.load_peak_bytes;
   SizedPlan least = current;  // the first state of least need
+  int plateau_rounds = 0;     // rounds in a row that kept the need
   std::vector<MemoryPath> least_paths;
   int least_rounds = 0;
 
@@ -318,7 +319,7 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
             bool parts;
           };
           std::vector<Cut> cuts;
-          if (options.tiles)
+          if (tiles_too)
             for (int g = 2; g <= options.max_grid; ++g) cuts.push_back({g, 1, false}), cuts.push_back({g, g, false});
           if (parts_too) {
             for (int g = 2; g <= options.max_grid; ++g) cuts.push_back({g, 1, true});
@@ -381,11 +382,13 @@ Result<MemoryFlowResult> GreedyFlow(const Graph& graph, const PartitionPlan& bas
     // steps below the peak as much (a plateau: two stretches at the same
     // peak, each of which must be cut before the arena drops); the descent
     // returns the first state of least need, so a plateau that leads
-    // nowhere costs nothing.
+    // nowhere costs nothing but time: at most kPlateauRounds in a row.
+    constexpr int kPlateauRounds = 3;
     const bool pays = best && best->size.need() <= current.need() - needed;
     const bool plateau = channels_too && best && best->size.need() <= current.need() &&
-                         LowerBy(best->size.live_desc, current.live_desc, needed);
+                         plateau_rounds < kPlateauRounds && LowerBy(best->size.live_desc, current.live_desc, needed);
     if (!pays && !plateau) break;
+    plateau_rounds = pays ? 0 : plateau_rounds + 1;
     for (MemoryPath& q : best->paths)
       if (q.first == best->added.first && q.last == best->added.last) q.arena_bytes = best->size.arena_bytes;
     paths = best->paths;
@@ -434,10 +437,8 @@ Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const Partitio
   // budget on the ladder is never beaten by a smaller one. Each budget is
   // descended twice, with and without paths processed in parts (a zero-MAC
   // parts path taken early can block better tiles later: extraction@224
-  // ends at 3648 KiB with parts tried, 1615 KiB without), when allowed, and
-  // with channel paths too, with and without parts (for the same reason:
-  // row bands taken first block channel paths, measured 116 vs 97 KiB on two
-  // inverted residuals; the earlier descents' results stay reachable).
+  // ends at 3648 KiB with parts tried, 1615 KiB without), when allowed; and
+  // channel paths have a descent of their own (below).
   const auto t0 = std::chrono::steady_clock::now();
   // Every candidate is compiled and sized, never run: without weight values
   // no compile copies weight slices (most of the flow's time before).
@@ -452,30 +453,31 @@ Result<MemoryFlowResult> OptimizeDeviceMemory(const Graph& graph, const Partitio
   int rounds = 0;
   struct Descent {
     double budget;
-    bool parts, channels;
+    bool tiles, parts, channels;
   };
   std::vector<Descent> descents;
   for (double b : budgets) {
-    if (options.tiles) descents.push_back({b, false, false});
-    if (options.parts) descents.push_back({b, true, false});
-    // Channel paths add no MAC: with them, the smallest and the user's
-    // budget only (each step of the ladder would double the flow's time).
-    if (options.channels && (b == budgets.front() || b == budgets.back())) {
-      descents.push_back({b, false, true});
-      if (options.parts) descents.push_back({b, true, true});
-    }
+    if (options.tiles) descents.push_back({b, true, false, false});
+    if (options.parts) descents.push_back({b, options.tiles, true, false});
   }
-  for (const auto& [b, parts_too, channels_too] : descents) {
+  // Channel paths add no MAC: one descent of channel paths alone (a few
+  // candidates a round). Mixed with the tile descents they found little
+  // more and doubled the flow's time (densenet121: 11.5 -> 26 s).
+  if (options.channels) descents.push_back({budgets.front(), false, false, true});
+  for (const auto& [b, tiles_too, parts_too, channels_too] : descents) {
     TS_ASSIGN_OR_RETURN(MemoryFlowResult r,
-                        GreedyFlow(shapes, base, device, options, b, parts_too, channels_too, seen));
+                        GreedyFlow(shapes, base, device, options, b, tiles_too, parts_too, channels_too, seen));
     candidates += r.candidates;
     rounds += r.rounds;
     if (options.progress) {
       char line[256];
       std::snprintf(line, sizeof line,
-                    "within %s MACs%s%s: arena %lld + weights %lld bytes, %zu path(s), %.2f %% MACs recomputed",
+                    "within %s MACs, %s: arena %lld + weights %lld bytes, %zu path(s), %.2f %% MACs recomputed",
                     b < 0 ? "unlimited" : (std::to_string(static_cast<int>(std::lround(b * 100))) + " %").c_str(),
-                    parts_too ? ", parts too" : "", channels_too ? ", channel paths too" : "",
+                    channels_too               ? "channel paths"
+                    : (tiles_too && parts_too) ? "tiles and row bands"
+                    : tiles_too                ? "tiles"
+                                               : "row bands",
                     static_cast<long long>(r.arena_after_bytes), static_cast<long long>(r.weight_after_bytes),
                     r.paths.size(), 100.0 * r.mac_overhead());
       options.progress(line);
