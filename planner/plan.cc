@@ -900,9 +900,9 @@ std::string FormatPlanTable(const Plan& plan) {
     if (plan.loads[i].tiled_paths > 0) {
       std::snprintf(
           line, sizeof line,
-          "%s computes %d stretch(es) of its layers as tiles in turn or in row bands to fit its RAM (METHODS §6 memory "
-          "flow; layers marked ffmt on it alone): %lld MACs recomputed, +%.6f s in its time and the "
-          "predicted latency\n",
+          "%s computes %d stretch(es) of its layers as tiles in turn, in row bands or in channel slices to fit its "
+          "RAM (METHODS §6 memory flow; layers marked ffmt on it alone, or fdt1/part/fdt2 naming it once per "
+          "slice): %lld MACs recomputed, +%.6f s in its time and the predicted latency\n",
           plan.cluster.devices[i].name.c_str(), plan.loads[i].tiled_paths,
           static_cast<long long>(plan.loads[i].tiled_halo_macs), plan.loads[i].tiled_halo_s);
       out += line;

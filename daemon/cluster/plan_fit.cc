@@ -166,8 +166,10 @@ Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& lay
     load.tiled_halo_s = extra;
     AddDeviceTime(d, extra, plan);
   }
-  spdlog::info("device {}: {} stretch(es) of its layers as tiles: arena {} -> {} bytes, {} MACs recomputed",
-               plan->cluster.devices[d].name, r.paths.size(), r.arena_before_bytes, r.arena_after_bytes, r.halo_macs);
+  spdlog::info(
+      "device {}: {} stretch(es) of its layers as tiles, row bands or channel slices: arena {} -> {} bytes, "
+      "{} MACs recomputed",
+      plan->cluster.devices[d].name, r.paths.size(), r.arena_before_bytes, r.arena_after_bytes, r.halo_macs);
   return Status::OK();
 }
 
@@ -307,7 +309,8 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
       if (fit.memory_flow && tiled.insert(o.device).second) {
         newly_tiled = true;
         spdlog::info("device {} over its RAM: trying its layers {} (memory flow, METHODS §6)", devices[o.device]->name,
-                     fit.parts_time ? "in parts, chosen by the genetic search" : "as tiles in turn");
+                     fit.parts_time ? "in parts, chosen by the genetic search"
+                                    : "as tiles, row bands or channel slices in turn");
       }
     if (newly_tiled) continue;
     ++attempt;

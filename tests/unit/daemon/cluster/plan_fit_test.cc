@@ -253,6 +253,67 @@ TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memo
   }
 }
 
+TEST_CASE("a device over its RAM can compute inverted blocks in channel slices (channel paths)", "[planner][memory]") {
+  // Issue 17 items 3 and 4: two inverted residuals (8 -> 48 -> 8 channels
+  // at 24x24), where channel paths need the least (memory_flow_test); the
+  // planner's fit cuts them into channel slices on the one device, the
+  // promise fits, the plan file keeps the slices, and the compiled plan
+  // sizes to the promise and answers like the model.
+  const std::string cfg = "/tmp/tessera_plan_fit_channels_" + std::to_string(::getpid()) + ".cfg";
+  {
+    std::ofstream f(cfg);
+    f << "[net]\nheight=24\nwidth=24\nchannels=8\n\n";
+    for (int block = 0; block < 2; ++block)
+      for (const char* conv : {"filters=48\ngroups=1\nsize=1\npad=0\nactivation=relu",
+                               "filters=48\ngroups=48\nsize=3\npad=1\nactivation=relu",
+                               "filters=8\ngroups=1\nsize=1\npad=0\nactivation=leaky"})
+        f << "[convolutional]\nstride=1\n" << conv << "\n\n";
+  }
+  auto g = ImportModel(cfg, ImportOptions());
+  std::filesystem::remove(cfg);
+  REQUIRE(g.ok());
+  const auto layers = ComputeLayerFigures(*g);
+  auto free_plan = PlanWithinMemory(*g, layers, WithRam(1, {1ll << 32}), {}, {});
+  REQUIRE(free_plan.ok());
+  const DeviceLoad& untiled = free_plan->loads[0];
+  auto flow = OptimizeMemory(*g, MemoryFlowOptions());
+  REQUIRE(flow.ok());
+  REQUIRE(flow->arena_after_bytes * 2 < flow->arena_before_bytes);
+  const int64_t ram = untiled.promised_bytes - (untiled.promised_arena_bytes - flow->arena_after_bytes) / 2;
+  auto plan = PlanWithinMemory(*g, layers, WithRam(1, {ram}), {}, {});
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  const DeviceLoad& l = plan->loads[0];
+  CHECK(l.tiled_paths >= 1);
+  CHECK(l.promised_bytes <= ram);
+  CHECK(l.tiled_halo_macs == 0);
+  int sliced = 0;
+  for (const PlannedLayer& layer : plan->layers)
+    if (layer.scheme == "fdt1" || layer.scheme == "part" || layer.scheme == "fdt2") {
+      ++sliced;
+      CHECK(layer.devices.size() >= 2);
+      CHECK(std::count(layer.devices.begin(), layer.devices.end(), 0) == static_cast<int64_t>(layer.devices.size()));
+    }
+  CHECK(sliced >= 3);
+  const PartitionPlan pp = ToPartitionPlan(*plan);
+  auto compiled = CompilePlan(*g, pp);
+  REQUIRE(compiled.ok());
+  auto m = SizeDeviceProgram(compiled->programs[0], {});
+  REQUIRE(m.ok());
+  CHECK(m->total_bytes() == l.promised_bytes);
+  CHECK(RelDiffAgainstModel(*g, compiled->programs, 3) <= 1e-5);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tessera-channels-" + std::to_string(::getpid()) + ".pb")).string();
+  REQUIRE(WritePlanProto(*plan, path).ok());
+  auto loaded = ReadPlanFile(path, *g);
+  std::filesystem::remove(path);
+  REQUIRE(loaded.ok());
+  for (size_t k = 0; k < pp.layers.size(); ++k) {
+    CHECK(loaded->plan.layers[k].scheme == pp.layers[k].scheme);
+    CHECK(loaded->plan.layers[k].devices == pp.layers[k].devices);
+  }
+}
+
 TEST_CASE("a device over its RAM can have its layers in parts chosen by the genetic search", "[planner][memory]") {
   // Issue 18 item 4 with a per-device limit: FitOptions::parts_time set, the
   // device's layers go in row bands (no MAC recomputed) until its promise
