@@ -181,6 +181,53 @@ TEST_CASE("a plan fits every device's ram, or is refused naming the device that 
   }
 }
 
+// A one-device cluster whose ram: lies halfway between the model's promise
+// untiled and the promise with the arena the memory flow reaches: the plan
+// with unlimited ram, and the plan that must fit the device by the flow.
+struct HalfwayPlans {
+  Plan free_plan, plan;
+  int64_t ram = 0;
+};
+HalfwayPlans PlanHalfwayToTheFlow(const Graph& g, const std::vector<LayerFigures>& layers) {
+  auto free_plan = PlanWithinMemory(g, layers, WithRam(1, {1ll << 32}), {}, {});
+  REQUIRE(free_plan.ok());
+  const DeviceLoad& untiled = free_plan->loads[0];
+  auto flow = OptimizeMemory(g, MemoryFlowOptions());
+  REQUIRE(flow.ok());
+  REQUIRE(flow->arena_after_bytes * 2 < flow->arena_before_bytes);
+  const int64_t ram = untiled.promised_bytes - (untiled.promised_arena_bytes - flow->arena_after_bytes) / 2;
+  auto plan = PlanWithinMemory(g, layers, WithRam(1, {ram}), {}, {});
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  CHECK(plan->loads[0].tiled_paths >= 1);
+  CHECK(plan->loads[0].promised_bytes <= ram);
+  return {std::move(*free_plan), std::move(*plan), ram};
+}
+
+// The plan compiles to programs that size to device 0's promise and answer
+// like the model; its plan file keeps every layer's scheme, devices and grid.
+void CheckCompiledAndFiled(const Graph& g, const Plan& plan, const std::string& file) {
+  const PartitionPlan pp = ToPartitionPlan(plan);
+  auto compiled = CompilePlan(g, pp);
+  REQUIRE(compiled.ok());
+  auto m = SizeDeviceProgram(compiled->programs[0], {});
+  REQUIRE(m.ok());
+  CHECK(m->total_bytes() == plan.loads[0].promised_bytes);
+  CHECK(RelDiffAgainstModel(g, compiled->programs, 3) <= 1e-5);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (file + std::to_string(::getpid()) + ".pb")).string();
+  REQUIRE(WritePlanProto(plan, path).ok());
+  auto loaded = ReadPlanFile(path, g);
+  std::filesystem::remove(path);
+  REQUIRE(loaded.ok());
+  for (size_t k = 0; k < pp.layers.size(); ++k) {
+    CHECK(loaded->plan.layers[k].scheme == pp.layers[k].scheme);
+    CHECK(loaded->plan.layers[k].devices == pp.layers[k].devices);
+    CHECK(loaded->plan.layers[k].grid_rows == pp.layers[k].grid_rows);
+    CHECK(loaded->plan.layers[k].grid_cols == pp.layers[k].grid_cols);
+  }
+}
+
 TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memory flow) before work moves",
           "[planner][memory]") {
   // Issue 17 item 4. 5x5 convs (no Winograd: compact weights save nothing)
@@ -201,22 +248,12 @@ TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memo
   std::filesystem::remove(cfg);
   REQUIRE(g.ok());
   const auto layers = ComputeLayerFigures(*g);
-  auto free_plan = PlanWithinMemory(*g, layers, WithRam(1, {1ll << 32}), {}, {});
-  REQUIRE(free_plan.ok());
+  const HalfwayPlans halfway = PlanHalfwayToTheFlow(*g, layers);
+  const Plan* free_plan = &halfway.free_plan;
+  const Plan* plan = &halfway.plan;
   CHECK(free_plan->loads[0].tiled_paths == 0);  // nothing to fit
   const DeviceLoad& untiled = free_plan->loads[0];
-  MemoryFlowOptions mo;
-  auto flow = OptimizeMemory(*g, mo);
-  REQUIRE(flow.ok());
-  REQUIRE(flow->arena_after_bytes * 2 < flow->arena_before_bytes);
-  const int64_t ram = untiled.promised_bytes - (untiled.promised_arena_bytes - flow->arena_after_bytes) / 2;
-
-  auto plan = PlanWithinMemory(*g, layers, WithRam(1, {ram}), {}, {});
-  INFO(plan.status().ToString());
-  REQUIRE(plan.ok());
   const DeviceLoad& l = plan->loads[0];
-  CHECK(l.tiled_paths >= 1);
-  CHECK(l.promised_bytes <= ram);
   // The planner's one-device plan (FFMT / FDTO on one device) is not
   // SingleDevicePlan, so its arena differs a little from optimize-memory's.
   CHECK(l.promised_arena_bytes < untiled.promised_arena_bytes);
@@ -231,26 +268,10 @@ TEST_CASE("a device over its RAM computes stretches of its layers as tiles (memo
   CHECK(FormatPlanTable(*plan).find("as tiles in turn") != std::string::npos);
   CHECK(PlanToJson(*plan)["device_summary"][0]["worker_ram"]["tiled_halo_s"] == Approx(l.tiled_halo_s));
   CHECK(PlanToJson(*plan)["device_summary"][0]["worker_ram"]["tiled_paths"] == l.tiled_paths);
-  // The compiled plan sizes to the promise and answers like the model.
-  const PartitionPlan pp = ToPartitionPlan(*plan);
-  auto compiled = CompilePlan(*g, pp);
-  REQUIRE(compiled.ok());
-  auto m = SizeDeviceProgram(compiled->programs[0], {});
-  REQUIRE(m.ok());
-  CHECK(m->total_bytes() == l.promised_bytes);
-  CHECK(RelDiffAgainstModel(*g, compiled->programs, 3) <= 1e-5);  // measured 0: tiles sum in the whole conv's order
-  // A plan file keeps the tiles (grid on one device), and compiles the same.
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("tessera-tiled-" + std::to_string(::getpid()) + ".pb")).string();
-  REQUIRE(WritePlanProto(*plan, path).ok());
-  auto loaded = ReadPlanFile(path, *g);
-  std::filesystem::remove(path);
-  REQUIRE(loaded.ok());
-  for (size_t k = 0; k < pp.layers.size(); ++k) {
-    CHECK(loaded->plan.layers[k].scheme == pp.layers[k].scheme);
-    CHECK(loaded->plan.layers[k].grid_rows == pp.layers[k].grid_rows);
-    CHECK(loaded->plan.layers[k].grid_cols == pp.layers[k].grid_cols);
-  }
+  // The compiled plan sizes to the promise and answers like the model
+  // (measured 0: tiles sum in the whole conv's order); a plan file keeps the
+  // tiles (grid on one device), and compiles the same.
+  CheckCompiledAndFiled(*g, *plan, "tessera-tiled-");
 }
 
 TEST_CASE("a device over its RAM can compute inverted blocks in channel slices (channel paths)", "[planner][memory]") {
@@ -273,45 +294,18 @@ TEST_CASE("a device over its RAM can compute inverted blocks in channel slices (
   std::filesystem::remove(cfg);
   REQUIRE(g.ok());
   const auto layers = ComputeLayerFigures(*g);
-  auto free_plan = PlanWithinMemory(*g, layers, WithRam(1, {1ll << 32}), {}, {});
-  REQUIRE(free_plan.ok());
-  const DeviceLoad& untiled = free_plan->loads[0];
-  auto flow = OptimizeMemory(*g, MemoryFlowOptions());
-  REQUIRE(flow.ok());
-  REQUIRE(flow->arena_after_bytes * 2 < flow->arena_before_bytes);
-  const int64_t ram = untiled.promised_bytes - (untiled.promised_arena_bytes - flow->arena_after_bytes) / 2;
-  auto plan = PlanWithinMemory(*g, layers, WithRam(1, {ram}), {}, {});
-  INFO(plan.status().ToString());
-  REQUIRE(plan.ok());
-  const DeviceLoad& l = plan->loads[0];
-  CHECK(l.tiled_paths >= 1);
-  CHECK(l.promised_bytes <= ram);
-  CHECK(l.tiled_halo_macs == 0);
+  const HalfwayPlans halfway = PlanHalfwayToTheFlow(*g, layers);
+  const Plan& plan = halfway.plan;
+  CHECK(plan.loads[0].tiled_halo_macs == 0);
   int sliced = 0;
-  for (const PlannedLayer& layer : plan->layers)
+  for (const PlannedLayer& layer : plan.layers)
     if (layer.scheme == "fdt1" || layer.scheme == "part" || layer.scheme == "fdt2") {
       ++sliced;
       CHECK(layer.devices.size() >= 2);
       CHECK(std::count(layer.devices.begin(), layer.devices.end(), 0) == static_cast<int64_t>(layer.devices.size()));
     }
   CHECK(sliced >= 3);
-  const PartitionPlan pp = ToPartitionPlan(*plan);
-  auto compiled = CompilePlan(*g, pp);
-  REQUIRE(compiled.ok());
-  auto m = SizeDeviceProgram(compiled->programs[0], {});
-  REQUIRE(m.ok());
-  CHECK(m->total_bytes() == l.promised_bytes);
-  CHECK(RelDiffAgainstModel(*g, compiled->programs, 3) <= 1e-5);
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("tessera-channels-" + std::to_string(::getpid()) + ".pb")).string();
-  REQUIRE(WritePlanProto(*plan, path).ok());
-  auto loaded = ReadPlanFile(path, *g);
-  std::filesystem::remove(path);
-  REQUIRE(loaded.ok());
-  for (size_t k = 0; k < pp.layers.size(); ++k) {
-    CHECK(loaded->plan.layers[k].scheme == pp.layers[k].scheme);
-    CHECK(loaded->plan.layers[k].devices == pp.layers[k].devices);
-  }
+  CheckCompiledAndFiled(*g, plan, "tessera-channels-");
 }
 
 TEST_CASE("a device over its RAM can have its layers in parts chosen by the genetic search", "[planner][memory]") {
