@@ -90,6 +90,44 @@ inline void GlobalAvgPool(const Layer& l, const float* in, float* out) {
   }
 }
 
+// Segments (METHODS §6, mcu_program.h InPlaceScratchFloats): the conv's
+// output overwrites its input (io), `scratch` holds what is still needed.
+// Pointwise: pixel by pixel, its C inputs copied out first (C <= OC) or its
+// OC outputs computed into scratch and copied in after; out[o, p] lands on
+// in[o, p] only. Depthwise: plane by plane in order, each input plane
+// copied out first; output plane c lands on input planes <= c. Sums run in
+// Conv's order: the answers are Conv's, bit for bit.
+inline void ConvInPlace(const Layer& l, float* io, const float* w, const float* b, float* scratch) {
+  if (IsPointwise(l)) {
+    const uint32_t plane = l.h * l.w;
+    for (uint32_t p = 0; p < plane; ++p) {
+      if (l.c <= l.oc) {
+        for (uint32_t c = 0; c < l.c; ++c) scratch[c] = io[c * plane + p];
+        for (uint32_t o = 0; o < l.oc; ++o) {
+          float acc = b ? b[o] : 0.0f;
+          for (uint32_t c = 0; c < l.c; ++c) acc += scratch[c] * w[o * l.c + c];
+          io[o * plane + p] = ApplyActivation(acc, l.activation);
+        }
+      } else {
+        for (uint32_t o = 0; o < l.oc; ++o) {
+          float acc = b ? b[o] : 0.0f;
+          for (uint32_t c = 0; c < l.c; ++c) acc += io[c * plane + p] * w[o * l.c + c];
+          scratch[o] = ApplyActivation(acc, l.activation);
+        }
+        for (uint32_t o = 0; o < l.oc; ++o) io[o * plane + p] = scratch[o];
+      }
+    }
+    return;
+  }
+  Layer one = l;  // one channel of the depthwise conv
+  one.c = one.oc = one.group = 1;
+  const uint32_t in_plane = l.h * l.w, out_plane = l.oh * l.ow;
+  for (uint32_t c = 0; c < l.c; ++c) {
+    for (uint32_t i = 0; i < in_plane; ++i) scratch[i] = io[c * in_plane + i];
+    Conv(one, scratch, w + c * l.kh * l.kw, b ? b + c : nullptr, io + c * out_plane);
+  }
+}
+
 // Runs every layer of a validated program over the activation region.
 inline void RunProgram(const ProgramView& p, float* act) {
   for (uint32_t i = 0; i < p.header->num_layers; ++i) {
@@ -98,7 +136,13 @@ inline void RunProgram(const ProgramView& p, float* act) {
     const float* b = l.bias == kNoWeights ? nullptr : p.weights + l.bias;
     const uint32_t n = l.oc * l.oh * l.ow;
     switch (l.op) {
-      case kOpConv: Conv(l, act + l.in0, w, b, act + l.out); break;
+      case kOpConv:
+        if (l.out == l.in0) {
+          ConvInPlace(l, act + l.in0, w, b, act + l.in1);
+        } else {
+          Conv(l, act + l.in0, w, b, act + l.out);
+        }
+        break;
       case kOpDense: Dense(l, act + l.in0, w, b, act + l.out); break;
       case kOpMaxPool: Pool(l, act + l.in0, act + l.out, true); break;
       case kOpAvgPool: Pool(l, act + l.in0, act + l.out, false); break;

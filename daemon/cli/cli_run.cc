@@ -39,6 +39,7 @@ struct RunOptions {
   std::string grid = "2x2";  // with --force ffmt: RxC
   std::string arena_layout = "best";  // best | greedy-by-size | milp (METHODS §6)
   double arena_time_limit = 10.0;     // seconds for the MILP
+  bool no_segments = false;           // ExecutorOptions::segments off
 };
 
 // max |a − b| and max |a − b| / max |b| over all outputs (relative to the
@@ -158,6 +159,7 @@ int RunRun(const RunOptions& ro) {
   else if (ro.arena_layout == "milp")
     layout = std::make_unique<MilpArenaLayout>(ro.arena_time_limit, 64);
   eo.arena_layout = layout.get();
+  eo.segments = !ro.no_segments;
   // The single-device run keeps each weight once, in its kernel's form
   // (a planned run still compiles device programs from the graph's weights).
   const bool planned = !ro.plan_path.empty() || !ro.force.empty();
@@ -195,6 +197,7 @@ int RunRun(const RunOptions& ro) {
   j["arena_layout"] = (*ex)->arena_strategy();
   j["arena_lower_bound_bytes"] = (*ex)->arena_lower_bound();
   j["arena_optimal"] = (*ex)->arena_optimal();
+  j["in_place_steps"] = (*ex)->in_place_steps();  // segments: outputs written over their inputs
   j["runs"] = ms.size();
   j["median_ms"] = median;
   j["seconds"] = median / 1000.0;
@@ -248,6 +251,9 @@ int RunRun(const RunOptions& ro) {
                 (*ex)->arena_strategy().c_str(), lb,
                 lb ? 100.0 * (static_cast<double>((*ex)->arena_bytes()) - static_cast<double>(lb)) / lb : 0.0,
                 (*ex)->arena_optimal() ? " (optimal)" : "");
+    if ((*ex)->in_place_steps() > 0)
+      std::printf("segments: %d step(s) write their output over their input (--no-segments to compare)\n",
+                  (*ex)->in_place_steps());
     std::printf("time: %.3f ms median of %zu run(s), %d thread(s), kernels %s (CPU supports %s)\n", median,
                 ms.size(), ro.threads, IsaName(ActiveIsa()), IsaName(DetectedIsa()));
     if (!finite) std::printf("warning: the output contains NaN or infinity\n");
@@ -291,6 +297,8 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--arena-time-limit", ro->arena_time_limit, "Seconds the arena MILP may take")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_flag("--no-segments", ro->no_segments,
+                "Never write a step's output over its input (METHODS §6 segments), e.g. to compare arenas");
   cmd->add_flag("--profile", ro->profile, "Time every node of the timed runs; print the time per op and the slowest nodes");
   cmd->add_option("--plan", ro->plan_path,
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");

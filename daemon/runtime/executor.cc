@@ -49,6 +49,7 @@ struct Executor::Prepared {
   size_t arena_bytes = 0;
   size_t unplanned_bytes = 0;
   std::string arena_strategy;
+  int in_place_steps = 0;
   size_t arena_lower_bound = 0;
   bool arena_optimal = false;
   size_t weight_bytes = 0;
@@ -65,6 +66,7 @@ Executor::~Executor() {
 size_t Executor::arena_bytes() const { return prepared_->arena_bytes; }
 size_t Executor::unplanned_bytes() const { return prepared_->unplanned_bytes; }
 const std::string& Executor::arena_strategy() const { return prepared_->arena_strategy; }
+int Executor::in_place_steps() const { return prepared_->in_place_steps; }
 size_t Executor::arena_lower_bound() const { return prepared_->arena_lower_bound; }
 bool Executor::arena_optimal() const { return prepared_->arena_optimal; }
 size_t Executor::weight_bytes() const { return prepared_->weight_bytes; }
@@ -303,6 +305,29 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
     }
   }
 
+  // Segments (METHODS §6 "Segments", ExecutorOptions::segments): a step
+  // whose kernel may write its output over input k (Kernel::InPlaceInput)
+  // is a candidate when nothing reads that input after the step, the step
+  // reads it once, and neither is a graph input or output;
+  // PlanWithSegments (arena_layout.h) keeps the merges that shrink the arena.
+  struct Segment {
+    int in = -1, out = -1;
+  };
+  std::vector<Segment> segment(p->steps.size());
+  bool any_segment = false;
+  for (size_t s = 0; s < p->steps.size() && p->options.segments; ++s) {
+    const Node& node = *p->steps[s].node;
+    const int k = p->steps[s].kernel->InPlaceInput();
+    if (k < 0 || k >= static_cast<int>(node.inputs.size()) || node.outputs.size() != 1) continue;
+    const int in = node.inputs[k], out = node.outputs[0];
+    if (in < 0 || graph.values[in].constant || std::count(node.inputs.begin(), node.inputs.end(), in) != 1) continue;
+    if (p->input_index[in] >= 0 || p->output_index[in] >= 0 || p->input_index[out] >= 0 || p->output_index[out] >= 0)
+      continue;
+    if (last[in] != static_cast<int>(s) + 1 || first[out] != static_cast<int>(s) + 1) continue;
+    segment[s] = {in, out};
+    any_segment = true;
+  }
+
   // 3. Offsets (METHODS §6 arena layout), checked before use.
   const BestOfGreedyLayout default_layout(kAlign);
   const ArenaLayout& layout = p->options.arena_layout ? *p->options.arena_layout : default_layout;
@@ -311,27 +336,40 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
     std::vector<int> request_value;  // value id, or -(step+1) for a scratch buffer
     ArenaPlan plan;
     size_t unplanned_bytes = 0;
+    int merges = 0;  // segments: steps whose output takes their input's buffer
   };
   auto lay_out = [&](bool in_place) {
     Laid l;
     const std::vector<int>& f = in_place ? first_in_place : first;
     const std::vector<int>& e = in_place ? last_in_place : last;
+    std::vector<int> request_of(nv, -1);
     for (size_t v = 0; v < nv; ++v) {
       if (graph.values[v].constant || e[v] < 0 || f[v] == INT_MAX) continue;
       if (external && (p->input_index[v] >= 0 || p->output_index[v] >= 0)) continue;
       if (in_place && alias_of[v] >= 0) continue;  // inside its concat's output
+      request_of[v] = static_cast<int>(l.requests.size());
       l.requests.push_back({ValueBytes(graph.values[v]), f[v], e[v]});
       l.request_value.push_back(static_cast<int>(v));
       l.unplanned_bytes += ValueBytes(graph.values[v]);
     }
+    std::vector<SegmentCandidate> candidates;
     for (size_t s = 0; s < p->steps.size(); ++s) {
-      if (p->steps[s].scratch_bytes == 0) continue;
+      const Segment& g = segment[s];
+      const bool candidate = g.in >= 0 && request_of[g.in] >= 0 && request_of[g.out] >= 0 &&
+                             !(in_place && (holds_inputs[g.in] || holds_inputs[g.out]));  // placed with its concat
+      if (p->steps[s].scratch_bytes == 0 && !candidate) continue;
       const int step = static_cast<int>(s) + 1;
+      if (candidate)
+        candidates.push_back({static_cast<size_t>(request_of[g.in]), static_cast<size_t>(request_of[g.out]),
+                              l.requests.size(), p->steps[s].kernel->InPlaceScratchBytes()});
       l.requests.push_back({p->steps[s].scratch_bytes, step, step});
       l.request_value.push_back(-static_cast<int>(s) - 1);
       l.unplanned_bytes += p->steps[s].scratch_bytes;
     }
-    l.plan = layout.Plan(l.requests);
+    SegmentPlan sp = PlanWithSegments(layout, l.requests, candidates);
+    l.requests = std::move(sp.requests);
+    l.plan = std::move(sp.plan);
+    l.merges = sp.merges;
     return l;
   };
   Laid laid = lay_out(false);
@@ -348,11 +386,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
   p->arena_lower_bound = plan.lower_bound ? plan.lower_bound : LiveBytesLowerBound(requests);
   p->arena_optimal = plan.optimal || plan.size <= p->arena_lower_bound;
   p->offsets.assign(nv, kNoOffset);
+  p->in_place_steps = laid.merges;
   for (size_t r = 0; r < requests.size(); ++r) {
-    if (laid.request_value[r] >= 0)
-      p->offsets[laid.request_value[r]] = plan.offsets[r];
-    else
-      p->steps[-laid.request_value[r] - 1].scratch_offset = plan.offsets[r];
+    if (laid.request_value[r] >= 0) {
+      p->offsets[laid.request_value[r]] = plan.offsets[r];  // a merged output: its input's (segments)
+    } else {
+      Prepared::Step& step = p->steps[-laid.request_value[r] - 1];
+      step.scratch_bytes = requests[r].size;  // a merged step's in-place scratch
+      step.scratch_offset = plan.offsets[r];
+    }
   }
   for (size_t v = 0; in_place && v < nv; ++v)
     if (alias_of[v] >= 0 && p->offsets[alias_of[v]] != kNoOffset) p->offsets[v] = p->offsets[alias_of[v]] + alias_at[v];

@@ -55,6 +55,12 @@ struct ExecutorOptions {
   // The arena layout (borrowed, must outlive Create); nullptr: the default
   // BestOfGreedyLayout, the one the planner's promise uses.
   const ArenaLayout* arena_layout = nullptr;
+  // Segments (METHODS §6): a step whose kernel can write its output over an
+  // input nothing reads later (Kernel::InPlaceInput: elementwise ops,
+  // pointwise and depthwise convs) may get one buffer for both, where that
+  // shrinks the arena (PlanWithSegments, partition/graph/arena_layout.h
+  // chooses which). false: never.
+  bool segments = true;
   // Weight forms shared with other executors of the same device program
   // (kernels/weight_forms.h; borrowed, used only during Create); nullptr:
   // the executor shares forms between its own kernels only.
@@ -105,6 +111,8 @@ class Executor {
   // The layout that placed the arena, its lower bound (largest live sum) and
   // whether the arena is proven smallest (METHODS §6).
   const std::string& arena_strategy() const;
+  // Steps whose output overwrites their input in the chosen layout (segments).
+  int in_place_steps() const;
   size_t arena_lower_bound() const;
   bool arena_optimal() const;
   // Bytes of constant weights the kernels read while running: those they

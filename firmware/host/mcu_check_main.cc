@@ -1,6 +1,7 @@
 // tessera_mcu_check: proves the MCU path end to end (issue 6).
 //
-//  1. builds a model (the keyword-spotting CNN, or a graph of the other MCU
+//  1. builds a model (the keyword-spotting CNN, its depthwise-separable
+//     variant whose convs run in place (segments), or a graph of the other MCU
 //     ops) with seeded weights and input, runs it with the host executor
 //     (daemon/runtime/executor.h: the oracle);
 //  2. compiles it to the compact MCU program and runs the firmware's own
@@ -189,7 +190,11 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
 }
 
 Status Main(const Args& args) {
-  Graph graph = args.model == "ops" ? MakeMcuOpsGraph() : MakeKeywordSpottingGraph();
+  if (args.model != "kws" && args.model != "ops" && args.model != "dscnn")
+    return Status::InvalidArgument("--model must be kws, ops or dscnn (got '" + args.model + "')");
+  Graph graph = args.model == "ops"     ? MakeMcuOpsGraph()
+                : args.model == "dscnn" ? MakeDsCnnGraph()
+                                        : MakeKeywordSpottingGraph();
   TS_RETURN_IF_ERROR(graph.Validate());
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -209,8 +214,9 @@ Status Main(const Args& args) {
   options.input_messages[graph.inputs[0]] = input_message;
   options.output_messages[graph.outputs[0]] = output_message;
   TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(graph, options));
-  std::printf("model: %s macs=%lld program_bytes=%zu activation_bytes=%u arena_bytes=%zu\n", graph.name.c_str(),
-              (long long)image.macs, image.bytes.size(), image.activation_floats * 4, image.arena_bytes());
+  std::printf("model: %s macs=%lld program_bytes=%zu activation_bytes=%u arena_bytes=%zu in_place_layers=%d\n",
+              graph.name.c_str(), (long long)image.macs, image.bytes.size(), image.activation_floats * 4,
+              image.arena_bytes(), image.in_place_layers);
 
   TS_ASSIGN_OR_RETURN(std::vector<float> host_mcu, RunOnHostInterpreter(image, input.values));
   double rel = MaxRelError(host_mcu, want[0].values);
@@ -244,7 +250,7 @@ int main(int argc, char** argv) {
     else if (a == "--runs") args.runs = std::stoi(next());
     else {
       std::fprintf(stderr,
-                   "usage: tessera_mcu_check [--model kws|ops] [--serial PTY] [--baud N] [--faults P] "
+                   "usage: tessera_mcu_check [--model kws|ops|dscnn] [--serial PTY] [--baud N] [--faults P] "
                    "[--tolerance T] [--runs N]\n");
       return 2;
     }

@@ -60,7 +60,7 @@ class McuProgramWriter {
   // Emits the layers of `graph`. `offset[v]`: where value v lives in the
   // activation region (UINT32_MAX: not placed yet — allocated here).
   Status EmitGraph(const Graph& graph, std::vector<uint32_t>& offset);
-  McuProgramImage Finish(uint32_t plan_id) const;
+  McuProgramImage Finish(uint32_t plan_id, bool segments) const;
 
  private:
   uint32_t AddWeights(const Graph& graph, int value) {
@@ -83,7 +83,8 @@ class McuProgramWriter {
   std::vector<BufferRequest> buffers_;  // virtual buffers: size in bytes, first/last layer
   std::vector<uint32_t> io_;            // virtual buffers sent or received
   struct Operands {
-    uint32_t in0, in1, out;  // virtual buffers (in1: kNoBuffer)
+    uint32_t in0, in1, out;         // virtual buffers (in1: kNoBuffer)
+    int64_t in_place_scratch = -1;  // floats the layer needs to run in place; -1: it cannot
   };
   static constexpr uint32_t kNoBuffer = UINT32_MAX;
   std::vector<Operands> operands_;  // per layer
@@ -162,6 +163,13 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
     }
     const int step = static_cast<int>(layers_.size());
     Operands o{place(xs[0]), l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};
+    // Segments: what the layer needs to run in place (mcu_program.h; a
+    // conv's in1, unused otherwise, will name its scratch).
+    if (l.op == kOpRelu || l.op == kOpAdd) {
+      o.in_place_scratch = 0;
+    } else if (l.op == kOpConv && InPlaceScratchFloats(l) > 0) {
+      o.in_place_scratch = static_cast<int64_t>(InPlaceScratchFloats(l));
+    }
     Touch(o.in0, step);
     if (o.in1 != kNoBuffer) Touch(o.in1, step);
     Touch(o.out, step);
@@ -171,21 +179,47 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
   return Status::OK();
 }
 
-McuProgramImage McuProgramWriter::Finish(uint32_t plan_id) const {
+McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const {
   using namespace mcu;
   // Lifetimes over the layers 0..L-1; inputs and outputs span them all.
   const int last = std::max<int>(0, static_cast<int>(layers_.size()) - 1);
   std::vector<BufferRequest> requests = buffers_;
   for (BufferRequest& r : requests)
     if (r.first == kUnused) r.first = r.last = 0;
-  for (uint32_t b : io_) requests[b].first = 0, requests[b].last = last;
-  const ArenaPlan plan = BestOfGreedyLayout(sizeof(float)).Plan(requests);
-  auto at = [&](uint32_t b) { return static_cast<uint32_t>(plan.offsets[b] / sizeof(float)); };
+  std::vector<bool> io(buffers_.size(), false);
+  for (uint32_t b : io_) requests[b].first = 0, requests[b].last = last, io[b] = true;
+  // Segments (METHODS §6): a layer that can run in place over an operand
+  // it reads last, neither sent nor received, is a candidate; its scratch
+  // is one more request alive at that layer only (size 0 unless merged).
+  std::vector<SegmentCandidate> candidates;
+  std::vector<int> candidate_of(layers_.size(), -1);
+  std::vector<size_t> scratch_of(layers_.size(), 0);
+  for (size_t k = 0; segments && k < layers_.size(); ++k) {
+    const Operands& o = operands_[k];
+    if (o.in_place_scratch < 0 || io[o.out] || requests[o.out].first != static_cast<int>(k)) continue;
+    uint32_t in = kNoBuffer;
+    for (uint32_t x : {o.in0, o.in1})  // Add: either operand
+      if (in == kNoBuffer && x != kNoBuffer && x != o.out && !io[x] && requests[x].last == static_cast<int>(k) &&
+          (x == o.in0 || layers_[k].op == kOpAdd) && o.in0 != o.in1)
+        in = x;
+    if (in == kNoBuffer) continue;
+    scratch_of[k] = requests.size();
+    requests.push_back({0, static_cast<int>(k), static_cast<int>(k)});
+    candidate_of[k] = static_cast<int>(candidates.size());
+    candidates.push_back({in, o.out, scratch_of[k], static_cast<size_t>(o.in_place_scratch) * sizeof(float)});
+  }
+  const SegmentPlan laid = PlanWithSegments(BestOfGreedyLayout(sizeof(float)), requests, candidates);
+  const ArenaPlan& plan = laid.plan;
+  auto at = [&](size_t b) { return static_cast<uint32_t>(plan.offsets[b] / sizeof(float)); };
   std::vector<Layer> layers = layers_;
   for (size_t k = 0; k < layers.size(); ++k) {
     layers[k].in0 = at(operands_[k].in0);
     if (operands_[k].in1 != kNoBuffer) layers[k].in1 = at(operands_[k].in1);
     layers[k].out = at(operands_[k].out);
+    // A merged conv: its output is at its input (the plan gave them one
+    // offset) and in1 names its scratch.
+    if (candidate_of[k] >= 0 && laid.merged[candidate_of[k]] && layers[k].op == kOpConv)
+      layers[k].in1 = at(scratch_of[k]);
   }
   std::vector<IoEntry> inputs = inputs_, outputs = outputs_;
   for (IoEntry& e : inputs) e.offset = at(e.offset);
@@ -202,6 +236,7 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id) const {
   McuProgramImage image;
   image.activation_floats = act;
   image.macs = macs_;
+  image.in_place_layers = laid.merges;
   auto append = [&](const void* p, size_t n) { image.bytes.append(static_cast<const char*>(p), n); };
   append(&h, sizeof h);
   append(inputs.data(), inputs.size() * sizeof(IoEntry));
@@ -230,7 +265,7 @@ Result<McuProgramImage> BuildMcuProgram(const Graph& graph, const McuProgramOpti
     if (offset[v] == UINT32_MAX) return Status::InvalidArgument("graph output '" + graph.values[v].name + "' is never computed");
     writer.AddOutput(MessageFor(options.output_messages, v), offset[v], NumElements(graph.values[v].shape));
   }
-  return writer.Finish(options.plan_id);
+  return writer.Finish(options.plan_id, options.segments);
 }
 
 Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuProgramOptions& options) {
@@ -275,7 +310,7 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
   }
   for (auto [value, buffer] : program.model_outputs)
     writer.AddOutput(MessageFor(options.output_messages, value), buffer_offset[buffer], program.buffers[buffer].box.volume());
-  return writer.Finish(options.plan_id);
+  return writer.Finish(options.plan_id, options.segments);
 }
 
 namespace {
@@ -345,6 +380,21 @@ Graph MakeKeywordSpottingGraph(uint32_t seed) {
   y = b.Pool("pool2", "MaxPool", y, 2);
   y = b.Conv("conv3", y, 32, 3, 1, true);
   y = b.Dense("fc", y, 12);
+  b.g.outputs = {y};
+  return std::move(b.g);
+}
+
+Graph MakeDsCnnGraph(uint32_t seed) {
+  GraphBuilder b(seed);
+  b.g.name = "kws_dscnn";
+  int x = b.g.AddValue("mfcc", {1, 1, 32, 8});
+  b.g.inputs = {x};
+  int y = b.Conv("conv", x, 32, 3, 1, true);
+  y = b.Conv("depthwise", y, 32, 3, 32, true);
+  y = b.Conv("pointwise", y, 32, 1, 1, true);
+  int gap = b.g.AddValue("gap", {1, 32, 1, 1});
+  b.g.AddNode(Node{"gap", "GlobalAveragePool", {y}, {gap}, {}});
+  y = b.Dense("fc", gap, 12);
   b.g.outputs = {y};
   return std::move(b.g);
 }

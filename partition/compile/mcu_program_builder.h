@@ -19,12 +19,17 @@ struct McuProgramOptions {
   // Message id of each graph input / output value on the UART link
   // (default: the value id).
   std::map<int, uint32_t> input_messages, output_messages;
+  // Segments (METHODS §6): pointwise/depthwise convs, Relu and Add may write
+  // their output over an input nothing reads later, where that shrinks the
+  // activation region (partition/graph/arena_layout.h PlanWithSegments).
+  bool segments = true;
 };
 
 struct McuProgramImage {
   std::string bytes;               // the program, 4-byte words
   uint32_t activation_floats = 0;  // activation region the firmware places after it
   int64_t macs = 0;
+  int in_place_layers = 0;  // layers that write their output over their input (segments)
   // Static arena a device needs for this program.
   size_t arena_bytes() const { return bytes.size() + size_t{4} * activation_floats; }
 };
@@ -48,5 +53,9 @@ Graph MakeKeywordSpottingGraph(uint32_t seed = 1);
 // A small graph exercising the other MCU ops: depthwise conv, average pool,
 // residual Add, Relu, global average pool, dense.
 Graph MakeMcuOpsGraph(uint32_t seed = 2);
+// The keyword-spotting CNN of issue 17 (depthwise-separable, DS-CNN style):
+// input [1,1,32,8] -> conv3x3(32)+relu -> depthwise3x3+relu ->
+// pointwise(32)+relu -> global average pool -> dense(12), seeded weights.
+Graph MakeDsCnnGraph(uint32_t seed = 3);
 
 }  // namespace tessera

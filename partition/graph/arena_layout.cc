@@ -104,6 +104,74 @@ ArenaPlan BestOfGreedyLayout::Plan(const std::vector<BufferRequest>& buffers) co
   return best;
 }
 
+SegmentPlan PlanWithSegments(const ArenaLayout& layout, const std::vector<BufferRequest>& requests,
+                             const std::vector<SegmentCandidate>& candidates) {
+  const size_t n = requests.size(), m = candidates.size();
+  // Lays out with the candidates `on` merged.
+  auto lay_out = [&](const std::vector<bool>& on) {
+    SegmentPlan sp;
+    sp.requests = requests;
+    sp.merged = on;
+    std::vector<size_t> root(n);
+    std::iota(root.begin(), root.end(), 0);
+    for (size_t c = 0; c < m; ++c) {
+      if (!on[c]) continue;
+      const SegmentCandidate& k = candidates[c];
+      const size_t r = root[k.in];  // candidates in step order: the input's own merges are done
+      BufferRequest& into = sp.requests[r];
+      into.size = std::max(into.size, requests[k.out].size);
+      into.first = std::min(into.first, requests[k.out].first);
+      into.last = std::max(into.last, requests[k.out].last);
+      root[k.out] = r;
+      sp.requests[k.out].size = 0;
+      sp.requests[k.scratch].size = k.in_place_scratch;
+      ++sp.merges;
+    }
+    sp.plan = layout.Plan(sp.requests);
+    for (size_t i = 0; i < n; ++i)
+      if (root[i] != i) sp.plan.offsets[i] = sp.plan.offsets[root[i]];
+    return sp;
+  };
+  SegmentPlan best = lay_out(std::vector<bool>(m, false));
+  if (m == 0) return best;
+  const size_t without = best.plan.size;
+  const SegmentPlan plain = best;
+  std::vector<bool> all(m, true), equal(m, false);
+  for (size_t c = 0; c < m; ++c) equal[c] = requests[candidates[c].in].size == requests[candidates[c].out].size;
+  for (const auto* on : {&equal, &all}) {
+    SegmentPlan sp = lay_out(*on);
+    if (sp.merges > best.merges && sp.plan.size < best.plan.size) best = std::move(sp);
+  }
+  // The candidate whose output is candidate c's input (chains), or m.
+  std::vector<size_t> feeder(m, m);
+  for (size_t c = 0; c < m; ++c)
+    for (size_t f = 0; f < c; ++f)
+      if (candidates[f].out == candidates[c].in) feeder[c] = f;
+  constexpr size_t kFlipsPerPass = 64;  // bounds the layouts tried on a large graph
+  struct Pass {
+    bool on, chains, keep_equal;
+  };
+  std::vector<bool> chosen = best.merged;
+  for (const Pass pass : {Pass{true, false, false}, Pass{true, true, true}, Pass{false, false, true}}) {
+    size_t flips_tried = 0;
+    for (size_t c = 0; c < m && flips_tried < kFlipsPerPass; ++c) {
+      if (chosen[c] == pass.on) continue;
+      ++flips_tried;
+      std::vector<size_t> flips = {c};
+      for (size_t f = feeder[c]; pass.chains && f < m && !chosen[f]; f = feeder[f]) flips.push_back(f);
+      for (size_t f : flips) chosen[f] = pass.on;
+      SegmentPlan sp = lay_out(chosen);
+      if (sp.plan.size < best.plan.size || (pass.keep_equal && sp.plan.size == best.plan.size)) {
+        best = std::move(sp);
+      } else {
+        for (size_t f : flips) chosen[f] = !pass.on;
+      }
+    }
+  }
+  if (best.plan.size >= without) return plain;  // no merge pays: the plain kernels run
+  return best;
+}
+
 Status CheckNoOverlap(const std::vector<BufferRequest>& buffers, const ArenaPlan& plan) {
   if (plan.offsets.size() != buffers.size()) return Status::Internal("arena plan has the wrong number of offsets");
   for (size_t i = 0; i < buffers.size(); ++i) {

@@ -95,6 +95,37 @@ class BestOfGreedyLayout final : public ArenaLayout {
   const size_t alignment_;
 };
 
+// Segments (METHODS §6 "Segments"): a step that can write its output over
+// an input nothing reads after it may keep both in one buffer, of the larger
+// size, alive from the input's first step to the output's last; the step
+// then needs `in_place_scratch` bytes of scratch instead of its usual.
+// Merges chain (a relu after a pointwise conv after a depthwise one share
+// one buffer). A merge is not free: an expanding 1x1 conv makes its input's
+// buffer as large as its output for the input's whole life.
+struct SegmentCandidate {
+  size_t in = 0, out = 0;       // request indices: the step's input and output
+  size_t scratch = 0;           // request index of the step's scratch (size 0 if it has none)
+  size_t in_place_scratch = 0;  // bytes of that scratch when the step is merged
+};
+
+struct SegmentPlan {
+  // Over the caller's requests: a merged output's size is 0 and its offset
+  // its input's; the input's buffer has the merged size and lifetime; a
+  // merged step's scratch has its in-place size.
+  std::vector<BufferRequest> requests;
+  ArenaPlan plan;
+  std::vector<bool> merged;  // per candidate
+  int merges = 0;
+};
+
+// Chooses the merges that shrink `layout`'s arena: all equal-sized ones, all,
+// then passes over single candidates: on if the arena shrinks; on together
+// with the candidates whose outputs feed it (a chain pays only whole) unless
+// the arena grows; off unless it grows. None when none pays. Candidates must
+// come in step order; `requests` hold every scratch request they name.
+SegmentPlan PlanWithSegments(const ArenaLayout& layout, const std::vector<BufferRequest>& requests,
+                             const std::vector<SegmentCandidate>& candidates);
+
 // True when a and b are alive at a common step.
 inline bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
   return a.first <= b.last && b.first <= a.last;

@@ -4,7 +4,8 @@
 # tessera_mcu_check drives it through the real UartLink serial-port path:
 # STATUS, PROGRAM upload of the keyword-spotting CNN (~0.85 M MACs), input,
 # output compared with the host executor (max rel <= 1e-5), a tensor of
-# another plan refused; then the same over a relay injecting byte faults,
+# another plan refused; the DS-CNN keyword spotter whose depthwise and
+# pointwise convs run in place (firmware ConvInPlace); then the same over a relay injecting byte faults,
 # where the firmware's selective-repeat receiver must have kept frames past a
 # gap (STATUS held_frames > 0, checked by tessera_mcu_check --faults).
 # Args: <tessera binary> <build dir>. Exit 77 (a failure) only without qemu-system-arm.
@@ -47,6 +48,12 @@ halt() { kill "$QEMU_PID" 2>/dev/null || true; wait "$QEMU_PID" 2>/dev/null || t
 echo "== clean line, 115200 baud"
 boot
 "$CHECK" --model kws --serial "$PTY" --baud 115200 --runs 2
+halt
+
+echo "== depthwise-separable KWS whose convs write over their input (segments, issue 17 item 5)"
+boot
+"$CHECK" --model dscnn --serial "$PTY" --baud 921600 --runs 1 | tee "$WORK/dscnn.txt"
+grep -q 'in_place_layers=2' "$WORK/dscnn.txt" || { echo "FAIL: the DS-CNN program has no in-place layers"; exit 1; }
 halt
 
 echo "== noisy line: corrupt/drop/duplicate 5e-5 per byte each way"

@@ -122,6 +122,28 @@ inline uint64_t InputFloats(const Layer& l) { return uint64_t(l.c) * l.h * l.w; 
 inline uint64_t OutputFloats(const Layer& l) { return uint64_t(l.oc) * l.oh * l.ow; }
 }  // namespace detail
 
+// Segments (METHODS §6 "Segments"): a conv whose output starts where its
+// input does (out == in0) writes each output segment over input it has
+// consumed, through a scratch region of InPlaceScratchFloats at in1
+// (firmware/mcu_kernels.h ConvInPlace):
+//   pointwise (1x1, stride 1, no pad, group 1): one pixel's min(C, OC) values;
+//   depthwise (group == C == OC, output plane no larger): one input plane.
+// 0: the conv cannot run in place. Relu and Add are elementwise: any of
+// their operands may be their output, with no scratch.
+inline bool IsPointwise(const Layer& l) {
+  return l.kh == 1 && l.kw == 1 && l.sh == 1 && l.sw == 1 && l.pad_top == 0 && l.pad_left == 0 && l.group == 1 &&
+         l.oh == l.h && l.ow == l.w;
+}
+inline bool IsDepthwise(const Layer& l) {
+  return l.group == l.c && l.c == l.oc && uint64_t(l.oh) * l.ow <= uint64_t(l.h) * l.w;
+}
+inline uint64_t InPlaceScratchFloats(const Layer& l) {
+  if (l.op != kOpConv) return 0;
+  if (IsPointwise(l)) return l.c < l.oc ? l.c : l.oc;
+  if (IsDepthwise(l)) return uint64_t(l.h) * l.w;
+  return 0;
+}
+
 // Checks that every read and write of every layer stays inside the
 // activation region and the weight block, so a corrupted or hostile program
 // can never make the interpreter touch memory outside them.
@@ -157,6 +179,11 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t are
           return kErrProgramLayer;
         if (!Inside(l.weight, uint64_t(l.oc) * (l.c / l.group) * l.kh * l.kw, wts)) return kErrProgramLayer;
         if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;
+        if (l.out == l.in0) {  // in place: a kind that can, and its scratch beside the buffer
+          const uint64_t scratch = InPlaceScratchFloats(l), buffer = in > out ? in : out;
+          if (scratch == 0 || !Inside(l.in1, scratch, act)) return kErrProgramLayer;
+          if (l.in1 < l.in0 + buffer && l.in0 < l.in1 + scratch) return kErrProgramLayer;
+        }
         break;
       }
       case kOpDense:

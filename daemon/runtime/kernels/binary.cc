@@ -165,6 +165,16 @@ class BroadcastKernel final : public Kernel {
     auto act = FusedActivation::FromAttributes(ctx.node.attrs);
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
     act_ = *act;
+    // Segments (kernel.h): every output element reads only the same element
+    // of an operand with the output's shape, so the output may overwrite
+    // the first such operand; not a later one of a variadic fold, which
+    // reads y after the first step wrote it.
+    in_place_input_ = -1;
+    if (ctx.input_shapes[0] == out) {
+      in_place_input_ = 0;
+    } else if (inputs_ == 2 && ctx.input_shapes[1] == out) {
+      in_place_input_ = 1;
+    }
     steps_.clear();
     if (inputs_ >= 2) {
       steps_.push_back(PlanStep(0, ctx.input_shapes[0], 1, ctx.input_shapes[1], out));
@@ -172,6 +182,8 @@ class BroadcastKernel final : public Kernel {
     }
     return Status::OK();
   }
+
+  int InPlaceInput() const override { return in_place_input_; }
 
   void Eval(const EvalContext& ctx) const override {
     float* y = ctx.outputs[0];
@@ -223,6 +235,7 @@ class BroadcastKernel final : public Kernel {
  private:
   BinaryOp op_ = BinaryOp::kAdd;
   int inputs_ = 0;
+  int in_place_input_ = -1;
   int64_t size_ = 0;
   FusedActivation act_;
   std::vector<BroadcastStep> steps_;

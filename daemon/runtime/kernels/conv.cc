@@ -137,6 +137,22 @@ class ConvKernel final : public Kernel {
       col_hi_.resize(kw_);
       for (int64_t j = 0; j < kw_; ++j) ValidRange(j * dw_ - pl_, sw_, w_, ow_, &col_lo_[j], &col_hi_[j]);
     }
+    // Segments (METHODS §6): with batch 1 the output may overwrite its input.
+    //  * pointwise (group 1, constant weights): Y[O, HW] = W · X[C, HW] a
+    //    block of pixel columns at a time; out[o, p] lands on in[o, p] of the
+    //    same pixel only, so a block's min(C, O) rows go through scratch;
+    //  * depthwise, one output per input channel: output plane c lands on
+    //    input planes <= c, and plane c is already copied into the
+    //    polyphase scratch. A smaller output plane (stride 2) also lands on
+    //    earlier planes, which only a single worker taking planes in order
+    //    has consumed: then only when prepared for one thread.
+    in_place_ = kNoInPlace;
+    if (n_ == 1 && strategy_ == kPointwise && group_ == 1 && ConstantOrNull(ctx, 1) != nullptr) {
+      in_place_ = kPointwiseInPlace;
+    } else if (strategy_ == kDepthwise && og_ == 1 &&
+               (oh_ * ow_ == h_ * w_ || (oh_ * ow_ < h_ * w_ && prepared_threads_ == 1))) {
+      in_place_ = kDepthwiseInPlace;
+    }
     packed_.reset();
     repacks_weights_ = false;
     owned_bytes_ = 0;
@@ -181,6 +197,12 @@ class ConvKernel final : public Kernel {
     return static_cast<size_t>(prepared_threads_ * cg_ * kh_ * kw_ * tile_) * sizeof(float);
   }
 
+  int InPlaceInput() const override { return in_place_ == kNoInPlace ? -1 : 0; }
+  size_t InPlaceScratchBytes() const override {
+    if (in_place_ != kPointwiseInPlace) return ScratchBytes();
+    return static_cast<size_t>(prepared_threads_ * std::min(c_, o_) * InPlaceColumns()) * sizeof(float);
+  }
+
   // Packed (im2col, pointwise) and Winograd-transformed weights replace the
   // graph's: Eval reads them only on the unpacked and depthwise paths.
   bool ReadsConstantInEval(int input) const override { return input != 1 || !repacks_weights_; }
@@ -212,6 +234,12 @@ class ConvKernel final : public Kernel {
         EvalDepthwise(ctx);
         return;
       case kPointwise:
+        if (ctx.outputs[0] == ctx.inputs[0]) {
+          EvalPointwiseInPlace(ctx);
+          return;
+        }
+        EvalGemm(ctx);
+        return;
       case kIm2col:
         EvalGemm(ctx);
         return;
@@ -509,6 +537,40 @@ class ConvKernel final : public Kernel {
     });
   }
 
+  // Pixel columns per block of an in-place pointwise conv: the scratch is
+  // min(C, O) rows of this many, per thread. Wide enough for the
+  // microkernels' vectors, narrow enough to stay a small part of a plane.
+  int64_t InPlaceColumns() const { return std::min<int64_t>(oh_ * ow_, 32); }
+
+  // Pointwise with y == x (segments, InPlaceInput): each block of pixel
+  // columns [p0, p0 + len) reads in[:, block] and writes out[:, block], and
+  // out[o, p] overlaps in[o, p] only. C <= O: the block's inputs are copied
+  // to scratch first and the GEMM writes the arena; C > O: the GEMM reads
+  // the arena into scratch, which is copied out after. Blocks are disjoint,
+  // so threads take whole blocks.
+  void EvalPointwiseInPlace(const EvalContext& ctx) const {
+    float* y = ctx.outputs[0];
+    const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
+    const int64_t plane = oh_ * ow_, cols = InPlaceColumns();
+    const int64_t rows = std::min(c_, o_);
+    const int64_t blocks = (plane + cols - 1) / cols;
+    const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+    const int workers = static_cast<int>(std::min<int64_t>(threads, blocks));
+    ParallelFor(workers, workers, [&](int64_t worker) {
+      float* s = ctx.scratch + worker * rows * cols;
+      for (int64_t b = blocks * worker / workers; b < blocks * (worker + 1) / workers; ++b) {
+        const int64_t p0 = b * cols, len = std::min(cols, plane - p0);
+        if (c_ <= o_) {
+          for (int64_t c = 0; c < c_; ++c) std::memcpy(s + c * len, y + c * plane + p0, sizeof(float) * len);
+          PackedGemm((*packed_)[0], s, len, len, y + p0, plane, bias, act_, 1);
+        } else {
+          PackedGemm((*packed_)[0], y + p0, plane, len, s, len, bias, act_, 1);
+          for (int64_t o = 0; o < o_; ++o) std::memcpy(y + o * plane + p0, s + o * len, sizeof(float) * len);
+        }
+      }
+    });
+  }
+
   // Depthwise planes are evaluated in "polyphase" form: the zero-padded
   // input plane is split by (row mod stride, column mod stride) into
   // sh·sw sub-planes of width ws, so every tap (i, j) of output position
@@ -618,6 +680,8 @@ class ConvKernel final : public Kernel {
   }
 
   Strategy strategy_ = kIm2col;
+  enum InPlace { kNoInPlace, kPointwiseInPlace, kDepthwiseInPlace };
+  InPlace in_place_ = kNoInPlace;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, o_ = 0, group_ = 1, cg_ = 0, og_ = 0;
   int64_t kh_ = 0, kw_ = 0, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0, pb_ = 0, pr_ = 0;
   int64_t oh_ = 0, ow_ = 0;

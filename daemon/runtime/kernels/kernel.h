@@ -101,6 +101,14 @@ class Kernel {
   // a block at a time (KernelContext::streamed_inputs). Must not depend on
   // Prepare: it is asked before.
   virtual bool StreamsConstant(int input) const { return false; }
+  // Segments (METHODS §6 "Segments"), valid after a successful Prepare: the
+  // activation input whose buffer Eval may overwrite with its output, or -1.
+  // The executor may then give output 0 the same arena offset as that input
+  // (when nothing reads the input later) and the step InPlaceScratchBytes()
+  // of scratch instead of ScratchBytes(); Eval sees the two pointers equal
+  // and writes each output segment only over input it has consumed.
+  virtual int InPlaceInput() const { return -1; }
+  virtual size_t InPlaceScratchBytes() const { return ScratchBytes(); }
   virtual void Eval(const EvalContext& ctx) const = 0;
 };
 

@@ -126,6 +126,9 @@ class UnaryKernel final : public Kernel {
     return CheckOutputShape(ctx, 0, ctx.input_shapes[0]);
   }
 
+  // Segments (kernel.h): element i of the output reads element i of the input only.
+  int InPlaceInput() const override { return 0; }
+
   void Eval(const EvalContext& ctx) const override {
     const int64_t chunks = (size_ + kChunk - 1) / kChunk;
     ParallelFor(chunks, (ctx.threads > 1 && chunks > 1) ? ctx.threads : 1, [&](int64_t c) {

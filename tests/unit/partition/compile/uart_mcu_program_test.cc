@@ -106,6 +106,68 @@ TEST_CASE("mcu program: activations reuse the region by liveness", "[mcu]") {
   CHECK((in.offset + in.count <= out.offset || out.offset + out.count <= in.offset));
 }
 
+// Issue 17 item 5 on the firmware (METHODS §6 "Segments"): the DS-CNN
+// keyword spotter, input 256 floats and output 12 (alive throughout), conv
+// A 8192, depthwise B 8192, pointwise C 8192, pool 32. Apart, the largest
+// live sum is at the depthwise: 268 + A + B = 16652 floats. In place, the
+// depthwise writes over A through one 256-float plane of scratch and the
+// pointwise over it through 32 floats (one pixel's channels): 268 + 8192 +
+// 256 = 8716 floats at the depthwise, and nowhere more.
+TEST_CASE("mcu program: depthwise and pointwise convs write over their input", "[mcu][segments]") {
+  const Graph g = MakeDsCnnGraph();
+  McuProgramOptions apart_options;
+  apart_options.segments = false;
+  auto apart = BuildMcuProgram(g, apart_options);
+  auto merged = BuildMcuProgram(g, McuProgramOptions{});
+  REQUIRE(apart.ok());
+  REQUIRE(merged.ok());
+  CHECK(apart->activation_floats == 16652);
+  CHECK(merged->activation_floats == 8716);
+  CHECK(apart->in_place_layers == 0);
+  CHECK(merged->in_place_layers == 2);
+  const std::vector<float> input = SeededInput(g.values[g.inputs[0]].shape, 4);
+  std::vector<std::vector<float>> answers;
+  for (const McuProgramImage* image : {&*apart, &*merged}) {
+    HostArena arena;
+    REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+    const mcu::IoEntry& in = arena.view.inputs[0];
+    std::memcpy(arena.act() + in.offset, input.data(), input.size() * sizeof(float));
+    mcu::RunProgram(arena.view, arena.act());
+    const mcu::IoEntry& out = arena.view.outputs[0];
+    answers.emplace_back(arena.act() + out.offset, arena.act() + out.offset + out.count);
+    CHECK(arena.GuardIntact());
+    CHECK(MaxRel(answers.back(), Reference(g, input)) <= 1e-5);
+  }
+  CHECK(answers[0] == answers[1]);  // ConvInPlace sums in Conv's order: bit for bit
+  // The MCU-ops graph: its depthwise, residual Add and Relu may merge too.
+  auto ops = BuildMcuProgram(MakeMcuOpsGraph(), McuProgramOptions{});
+  REQUIRE(ops.ok());
+  McuProgramOptions ops_apart;
+  ops_apart.segments = false;
+  CHECK(ops->activation_floats <= BuildMcuProgram(MakeMcuOpsGraph(), ops_apart)->activation_floats);
+}
+
+TEST_CASE("mcu program: an in-place conv must be a kind that can, with its scratch beside it", "[mcu][segments]") {
+  auto image = BuildMcuProgram(MakeDsCnnGraph(), McuProgramOptions{});
+  REQUIRE(image.ok());
+  HostArena arena;
+  REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+  const size_t layers_at = sizeof(mcu::ProgramHeader) + 2 * sizeof(mcu::IoEntry);
+  auto layer = [&](std::string& bytes, int k) {
+    return reinterpret_cast<mcu::Layer*>(&bytes[layers_at + k * sizeof(mcu::Layer)]);
+  };
+  std::string bad = image->bytes;
+  REQUIRE(layer(bad, 1)->out == layer(bad, 1)->in0);  // the depthwise runs in place
+  layer(bad, 1)->in1 = layer(bad, 1)->in0;            // scratch over its own buffer
+  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
+  bad = image->bytes;
+  layer(bad, 0)->out = layer(bad, 0)->in0;  // the 3x3 conv cannot run in place
+  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
+  bad = image->bytes;
+  layer(bad, 2)->in1 = image->activation_floats;  // scratch past the region
+  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
+}
+
 TEST_CASE("mcu program: the arena is checked before anything runs", "[mcu]") {
   auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
   REQUIRE(image.ok());
