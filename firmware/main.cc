@@ -10,7 +10,8 @@
 //   sending:   stop-and-wait per frame (its replies are small), per-boot
 //              session, retransmission on timeout;
 //   PROGRAM message  -> stored in the static arena, validated, plan adopted
-//   STATUS request   -> McuStatus reply (state, plan id, free RAM, counters)
+//   STATUS request   -> McuStatus reply (state, plan id, free RAM, counters,
+//                       the last run's ticks in all and per layer)
 //   DATA (inputs)    -> written into the activation region; when every input
 //                       of the program has arrived the program runs and each
 //                       output goes back as a DATA message
@@ -105,7 +106,10 @@ struct Worker {
   // counters
   uint32_t state = mcu::kStateIdle, last_error = mcu::kErrNone;
   uint32_t runs = 0, last_run_ms = 0, bad_frames = 0, refused = 0, held = 0;
+  uint32_t last_run_ticks = 0;
 } g;
+uint32_t g_layer_ticks[mcu::kMaxTimedLayers];  // per layer of the last run (RunProgram)
+uint32_t Ticks();                              // below SysTick_Handler
 
 bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 
@@ -305,12 +309,22 @@ void SendStatus() {
   s.bad_frames = g.bad_frames;
   s.refused_frames = g.refused;
   s.held_frames = g.held;
-  SendMessage(wire::kFrameStatus, g.status_message, reinterpret_cast<const uint8_t*>(&s), sizeof s);
+  s.tick_hz = kSysClockHz;
+  s.last_run_ticks = g.last_run_ticks;
+  const uint32_t layers = g.loaded && g.runs > 0 ? g.program.header->num_layers : 0;
+  s.timed_layers = layers < mcu::kMaxTimedLayers ? layers : mcu::kMaxTimedLayers;
+  // The reply: the struct, then the per-layer ticks of the last run.
+  static uint8_t reply[sizeof(mcu::McuStatus) + 4 * mcu::kMaxTimedLayers];
+  memcpy(reply, &s, sizeof s);
+  memcpy(reply + sizeof s, g_layer_ticks, 4 * s.timed_layers);
+  SendMessage(wire::kFrameStatus, g.status_message, reply, sizeof s + 4 * s.timed_layers);
 }
 
 void RunAndReply() {
   uint32_t start = g_ms;
-  mcu::RunProgram(g.program, g.act);
+  const uint32_t ticks = Ticks();
+  mcu::RunProgram(g.program, g.act, Ticks, g_layer_ticks, mcu::kMaxTimedLayers);
+  g.last_run_ticks = Ticks() - ticks;
   g.last_run_ms = g_ms - start;
   ++g.runs;
   g.inputs_ready = 0;
@@ -324,6 +338,18 @@ void RunAndReply() {
 }  // namespace
 
 extern "C" void SysTick_Handler() { g_ms = g_ms + 1; }
+
+namespace {
+// SysTick ticks since boot (kSysClockHz; wraps after ~171 s): whole
+// milliseconds from the interrupt count plus the down-counter's progress,
+// read again when a millisecond passed in between.
+uint32_t Ticks() {
+  for (;;) {
+    const uint32_t ms = g_ms, cvr = kSysTick->cvr;
+    if (ms == g_ms) return ms * (kSysTick->rvr + 1) + (kSysTick->rvr - cvr);
+  }
+}
+}  // namespace
 
 int main() {
   HardwareInit();

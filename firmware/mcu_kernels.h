@@ -129,7 +129,13 @@ inline void ConvInPlace(const Layer& l, float* io, const float* w, const float* 
 }
 
 // Runs every layer of a validated program over the activation region.
-inline void RunProgram(const ProgramView& p, float* act) {
+// With `clock` (a free-running tick counter): layer_ticks[k] gets layer k's
+// ticks, k < max_timed; later layers add to the last word.
+inline void RunProgram(const ProgramView& p, float* act, uint32_t (*clock)() = nullptr, uint32_t* layer_ticks = nullptr,
+                       uint32_t max_timed = 0) {
+  if (clock)
+    for (uint32_t k = 0; k < max_timed; ++k) layer_ticks[k] = 0;
+  uint32_t before = clock ? clock() : 0;
   for (uint32_t i = 0; i < p.header->num_layers; ++i) {
     const Layer& l = p.layers[i];
     const float* w = l.weight == kNoWeights ? nullptr : p.weights + l.weight;
@@ -154,6 +160,11 @@ inline void RunProgram(const ProgramView& p, float* act) {
         for (uint32_t k = 0; k < n; ++k) act[l.out + k] = ApplyActivation(act[l.in0 + k] + act[l.in1 + k], l.activation);
         break;
       default: break;  // rejected by ValidateProgram
+    }
+    if (clock && max_timed > 0) {
+      const uint32_t now = clock();
+      layer_ticks[i < max_timed ? i : max_timed - 1] += now - before;  // unsigned: wraps cleanly
+      before = now;
     }
   }
 }

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/cli/cli.h"
+#include "daemon/cli/cli_calibrate_mcu.h"
 #include "daemon/cli/cli_model_options.h"
 #include "daemon/runtime/executor.h"
 #include "daemon/runtime/kernels/isa.h"
@@ -240,7 +241,26 @@ void RegisterCalibrateCommand(CLI::App& app) {
   cmd->add_option("--out", co->out, "Write a device preset file (YAML list, as in configs/devices/) here");
   cmd->add_option("--name", co->name, "Preset name in --out (default: this host's name)");
   cmd->add_flag("--json", co->json, "Print the figures as JSON");
-  cmd->callback([co] {
+  // --mcu: the same for a microcontroller worker on a UART (issue 16 item 5).
+  auto mo = std::make_shared<McuCalibrateOptions>();
+  cmd->add_option("--mcu", mo->port,
+                  "Calibrate the microcontroller worker on this UART instead (a QEMU -serial pty, /dev/ttyUSB0): "
+                  "cycles per MAC per op kind from its per-layer SysTick counts");
+  cmd->add_option("--baud", mo->baud, "--mcu: the UART's baud rate")->capture_default_str();
+  cmd->add_option("--cpu-hz", mo->cpu_hz, "--mcu: the MCU's clock for the device file (default: its tick clock)");
+  cmd->add_option("--icount-shift", mo->icount_shift,
+                  "--mcu under QEMU -icount shift=S: turns ticks into guest instructions (not Cortex-M4 cycles)")
+      ->check(CLI::Range(0, 10));
+  cmd->add_option("--ram", mo->ram, "--mcu: the MCU's RAM for the device file (e.g. 64KiB)");
+  cmd->add_option("--flash", mo->flash, "--mcu: the MCU's flash for the device file (e.g. 128KiB)");
+  cmd->callback([co, mo] {
+    if (!mo->port.empty()) {
+      mo->out = co->out;
+      mo->name = co->name;
+      mo->json = co->json;
+      if (int rc = RunCalibrateMcu(*mo, co->model)) throw CLI::RuntimeError(rc);
+      return;
+    }
     if (int rc = RunCalibrate(*co)) throw CLI::RuntimeError(rc);
   });
 }

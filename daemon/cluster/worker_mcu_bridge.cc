@@ -45,11 +45,11 @@ Result<mcu::McuStatus> McuBridge::QueryStatus(std::chrono::milliseconds timeout)
     return Status::Unavailable(who + " does not answer STATUS: " + bytes.status().message() +
                                " (is the firmware running and the port right?)");
   mcu::McuStatus s;
-  if (bytes->size() != sizeof s)
-    return Status::DataLoss(who + " sent a STATUS reply of " + std::to_string(bytes->size()) + " bytes, expected " +
-                            std::to_string(sizeof s));
-  std::memcpy(&s, bytes->data(), sizeof s);
-  if (s.magic != mcu::kStatusMagic) return Status::DataLoss(who + " sent a STATUS reply without its magic");
+  uint32_t layer_ticks[mcu::kMaxTimedLayers], layers = 0;
+  if (!mcu::DecodeStatusReply(bytes->data(), bytes->size(), &s, layer_ticks, mcu::kMaxTimedLayers, &layers))
+    return Status::DataLoss(who + " sent a STATUS reply of " + std::to_string(bytes->size()) +
+                            " bytes that is not a status (expected " + std::to_string(sizeof s) +
+                            " bytes + 4 per timed layer, and its magic)");
   std::lock_guard<std::mutex> lock(status_mu_);
   last_status_ = s;
   has_status_ = true;

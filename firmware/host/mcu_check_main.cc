@@ -17,6 +17,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +47,7 @@ struct Args {
   double faults = 0;
   double tolerance = 1e-5;
   int runs = 2;
+  int icount_shift = -1;  // QEMU's -icount shift, to turn ticks into instructions (-1: not under -icount)
 };
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
@@ -77,14 +79,40 @@ Result<std::vector<float>> RunOnHostInterpreter(const McuProgramImage& image, co
   return std::vector<float>(act + out.offset, act + out.offset + out.count);
 }
 
-Result<mcu::McuStatus> QueryStatus(UartLink& link, uint32_t id) {
+Result<mcu::McuStatus> QueryStatus(UartLink& link, uint32_t id, std::vector<uint32_t>* layer_ticks = nullptr) {
   TS_RETURN_IF_ERROR(link.SendTyped(wire::kFrameStatus, id, ""));
   TS_ASSIGN_OR_RETURN(std::string bytes, link.RecvTyped(wire::kFrameStatus, id, 10s));
   mcu::McuStatus s;
-  if (bytes.size() != sizeof s) return Status::DataLoss("status reply of " + std::to_string(bytes.size()) + " bytes");
-  std::memcpy(&s, bytes.data(), sizeof s);
-  if (s.magic != mcu::kStatusMagic) return Status::DataLoss("status reply without its magic");
+  uint32_t ticks[mcu::kMaxTimedLayers], layers = 0;
+  if (!mcu::DecodeStatusReply(bytes.data(), bytes.size(), &s, ticks, mcu::kMaxTimedLayers, &layers))
+    return Status::DataLoss("status reply of " + std::to_string(bytes.size()) + " bytes is not a status");
+  if (layer_ticks) layer_ticks->assign(ticks, ticks + layers);
   return s;
+}
+
+// What layer k of a program computes: its kind and MACs (as the builder counts them).
+std::pair<std::string, int64_t> LayerKindAndMacs(const mcu::Layer& l) {
+  switch (l.op) {
+    case mcu::kOpConv: {
+      const int64_t macs = int64_t(l.oc) * l.oh * l.ow * (l.c / l.group) * l.kh * l.kw;
+      if (l.group == l.c && l.c == l.oc && l.group > 1) return {"depthwise", macs};
+      return {l.kh == 1 && l.kw == 1 ? "pointwise" : "conv", macs};
+    }
+    case mcu::kOpDense:
+      return {"dense", int64_t(l.oc) * l.c * l.h * l.w};
+    case mcu::kOpMaxPool:
+      return {"maxpool", 0};
+    case mcu::kOpAvgPool:
+      return {"avgpool", 0};
+    case mcu::kOpGlobalAvgPool:
+      return {"global_avgpool", 0};
+    case mcu::kOpRelu:
+      return {"relu", 0};
+    case mcu::kOpAdd:
+      return {"add", 0};
+    default:
+      return {"?", 0};
+  }
 }
 
 void PrintStatus(const char* when, const mcu::McuStatus& s) {
@@ -96,6 +124,48 @@ void PrintStatus(const char* when, const mcu::McuStatus& s) {
 }
 
 Status Check(bool ok, const std::string& what) { return ok ? Status::OK() : Status::Internal(what); }
+
+// The last run's ticks per layer (issue 16 item 5). Under QEMU with
+// -icount shift=S (--icount-shift S) a tick is (1e9 / tick_hz) / 2^S
+// instructions: QEMU counts guest instructions, not Cortex-M4 cycles (no
+// pipeline, flash wait states or FPU latencies are modelled).
+Status PrintTicks(const Args& args, const McuProgramImage& image, const mcu::McuStatus& s,
+                  const std::vector<uint32_t>& layer_ticks) {
+  TS_RETURN_IF_ERROR(Check(s.tick_hz > 0 && s.last_run_ticks > 0, "the MCU reports no run time in ticks"));
+  const uint32_t num_layers = reinterpret_cast<const mcu::ProgramHeader*>(image.bytes.data())->num_layers;
+  TS_RETURN_IF_ERROR(Check(
+      layer_ticks.size() == std::min(num_layers, mcu::kMaxTimedLayers),
+      "the MCU reports " + std::to_string(layer_ticks.size()) + " timed layers for " + std::to_string(num_layers)));
+  const double per_tick = args.icount_shift >= 0 ? 1e9 / s.tick_hz / std::ldexp(1.0, args.icount_shift) : 0;
+  const auto* layers = reinterpret_cast<const mcu::Layer*>(
+      image.bytes.data() + sizeof(mcu::ProgramHeader) +
+      sizeof(mcu::IoEntry) * (reinterpret_cast<const mcu::ProgramHeader*>(image.bytes.data())->num_inputs +
+                              reinterpret_cast<const mcu::ProgramHeader*>(image.bytes.data())->num_outputs));
+  uint64_t sum = 0;
+  for (size_t k = 0; k < layer_ticks.size(); ++k) {
+    const auto [kind, macs] = LayerKindAndMacs(layers[k]);
+    sum += layer_ticks[k];
+    std::printf("mcu_layer_%zu: kind=%s macs=%lld ticks=%u", k, kind.c_str(), (long long)macs, layer_ticks[k]);
+    if (per_tick > 0) {
+      const double instructions = layer_ticks[k] * per_tick;
+      std::printf(" instructions=%.0f", instructions);
+      if (macs > 0) std::printf(" instructions_per_mac=%.2f", instructions / macs);
+    }
+    std::printf("\n");
+  }
+  std::printf("mcu_run: ticks=%u tick_hz=%u layers_sum=%llu macs=%lld", s.last_run_ticks, s.tick_hz,
+              (unsigned long long)sum, (long long)image.macs);
+  if (per_tick > 0)
+    std::printf(
+        " instructions=%.0f instructions_per_mac=%.2f (QEMU -icount shift=%d: guest instructions, not "
+        "Cortex-M4 cycles)",
+        s.last_run_ticks * per_tick, s.last_run_ticks * per_tick / std::max<int64_t>(1, image.macs), args.icount_shift);
+  std::printf("\n");
+  // The layers' ticks add up to the run's, up to the clock reads between them.
+  TS_RETURN_IF_ERROR(Check(sum <= s.last_run_ticks && sum * 100 >= uint64_t(s.last_run_ticks) * 95,
+                           "the per-layer ticks do not add up to the run's"));
+  return Status::OK();
+}
 
 Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t plan_id, const std::vector<float>& input,
                      const std::vector<float>& want, uint32_t input_message, uint32_t output_message) {
@@ -161,8 +231,10 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
     worst = std::max(worst, rel);
     std::printf("mcu_inference_%d: latency_s=%.3f max_rel=%.3g\n", run, latency, rel);
   }
-  TS_ASSIGN_OR_RETURN(mcu::McuStatus after, QueryStatus(*link, 3));
+  std::vector<uint32_t> layer_ticks;
+  TS_ASSIGN_OR_RETURN(mcu::McuStatus after, QueryStatus(*link, 3, &layer_ticks));
   PrintStatus("after", after);
+  TS_RETURN_IF_ERROR(PrintTicks(args, image, after, layer_ticks));
   UartLinkCounters c = link->counters();
   std::printf("host_link: frames_sent=%llu retransmissions=%llu (fast %llu) bad_frames=%llu (%s) duplicates=%llu\n",
               (unsigned long long)c.frames_sent, (unsigned long long)c.retransmissions,
@@ -190,11 +262,12 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
 }
 
 Status Main(const Args& args) {
-  if (args.model != "kws" && args.model != "ops" && args.model != "dscnn")
-    return Status::InvalidArgument("--model must be kws, ops or dscnn (got '" + args.model + "')");
-  Graph graph = args.model == "ops"     ? MakeMcuOpsGraph()
-                : args.model == "dscnn" ? MakeDsCnnGraph()
-                                        : MakeKeywordSpottingGraph();
+  if (args.model != "kws" && args.model != "ops" && args.model != "dscnn" && args.model != "mlperf-dscnn")
+    return Status::InvalidArgument("--model must be kws, ops, dscnn or mlperf-dscnn (got '" + args.model + "')");
+  Graph graph = args.model == "ops"            ? MakeMcuOpsGraph()
+                : args.model == "dscnn"        ? MakeDsCnnGraph()
+                : args.model == "mlperf-dscnn" ? MakeMlperfDsCnnGraph()
+                                               : MakeKeywordSpottingGraph();
   TS_RETURN_IF_ERROR(graph.Validate());
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -248,10 +321,13 @@ int main(int argc, char** argv) {
     else if (a == "--faults") args.faults = std::stod(next());
     else if (a == "--tolerance") args.tolerance = std::stod(next());
     else if (a == "--runs") args.runs = std::stoi(next());
+    else if (a == "--icount-shift")
+      args.icount_shift = std::stoi(next());
     else {
-      std::fprintf(stderr,
-                   "usage: tessera_mcu_check [--model kws|ops|dscnn] [--serial PTY] [--baud N] [--faults P] "
-                   "[--tolerance T] [--runs N]\n");
+      std::fprintf(
+          stderr,
+          "usage: tessera_mcu_check [--model kws|ops|dscnn|mlperf-dscnn] [--serial PTY] [--baud N] [--faults P] "
+          "[--tolerance T] [--runs N] [--icount-shift S]\n");
       return 2;
     }
   }

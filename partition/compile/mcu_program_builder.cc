@@ -399,6 +399,34 @@ Graph MakeDsCnnGraph(uint32_t seed) {
   return std::move(b.g);
 }
 
+Graph MakeMlperfDsCnnGraph(uint32_t seed) {
+  GraphBuilder b(seed);
+  b.g.name = "mlperf_dscnn";
+  const int x = b.g.AddValue("mfcc", {1, 1, 49, 10});
+  b.g.inputs = {x};
+  // conv 10x4, stride 2, "same" padding: 49x10 -> 25x5 (pads top 4, bottom 5, left 1, right 1).
+  const int w = b.Constant("conv1.weight", {64, 1, 10, 4}, 1.0f / std::sqrt(40.0f));
+  const int bias = b.Constant("conv1.bias", {64}, 0.1f);
+  int y = b.g.AddValue("conv1", {1, 64, 25, 5});
+  Node n{"conv1", "Conv", {x, w, bias}, {y}, {}};
+  n.attrs.Set("kernel_shape", std::vector<int64_t>{10, 4});
+  n.attrs.Set("strides", std::vector<int64_t>{2, 2});
+  n.attrs.Set("pads", std::vector<int64_t>{4, 1, 5, 1});
+  n.attrs.Set("dilations", std::vector<int64_t>{1, 1});
+  n.attrs.Set("group", int64_t{1});
+  n.attrs.Set("activation", std::string("relu"));
+  b.g.AddNode(std::move(n));
+  for (int block = 1; block <= 4; ++block) {
+    y = b.Conv("dw" + std::to_string(block), y, 64, 3, 64, true);
+    y = b.Conv("pw" + std::to_string(block), y, 64, 1, 1, true);
+  }
+  const int gap = b.g.AddValue("gap", {1, 64, 1, 1});
+  b.g.AddNode(Node{"gap", "GlobalAveragePool", {y}, {gap}, {}});
+  y = b.Dense("fc", gap, 12);
+  b.g.outputs = {y};
+  return std::move(b.g);
+}
+
 Graph MakeMcuOpsGraph(uint32_t seed) {
   GraphBuilder b(seed);
   b.g.name = "mcu_ops";

@@ -57,5 +57,10 @@ Graph MakeMcuOpsGraph(uint32_t seed = 2);
 // input [1,1,32,8] -> conv3x3(32)+relu -> depthwise3x3+relu ->
 // pointwise(32)+relu -> global average pool -> dense(12), seeded weights.
 Graph MakeDsCnnGraph(uint32_t seed = 3);
+// MLPerf Tiny's keyword-spotting DS-CNN as published (BatchNorm folded, no
+// softmax): input [1,1,49,10] -> conv 10x4 stride 2 "same" (64)+relu ->
+// 4 x (depthwise 3x3 + relu, pointwise 64 + relu) -> global average pool ->
+// dense(12); ~2.66 M MACs, seeded weights. bench/mcu times it.
+Graph MakeMlperfDsCnnGraph(uint32_t seed = 4);
 
 }  // namespace tessera

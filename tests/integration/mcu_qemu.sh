@@ -5,9 +5,12 @@
 # STATUS, PROGRAM upload of the keyword-spotting CNN (~0.85 M MACs), input,
 # output compared with the host executor (max rel <= 1e-5), a tensor of
 # another plan refused; the DS-CNN keyword spotter whose depthwise and
-# pointwise convs run in place (firmware ConvInPlace); then the same over a relay injecting byte faults,
-# where the firmware's selective-repeat receiver must have kept frames past a
-# gap (STATUS held_frames > 0, checked by tessera_mcu_check --faults).
+# pointwise convs run in place (firmware ConvInPlace); under -icount, the
+# per-layer ticks of MLPerf's DS-CNN in STATUS and `tessera calibrate --mcu`
+# writing instructions per MAC per op kind; then the same over a relay
+# injecting byte faults, where the firmware's selective-repeat receiver must
+# have kept frames past a gap (STATUS held_frames > 0, checked by
+# tessera_mcu_check --faults).
 # Args: <tessera binary> <build dir>. Exit 77 (a failure) only without qemu-system-arm.
 set -euo pipefail
 BUILD=${2:-build}
@@ -22,28 +25,17 @@ if [[ ! -f $FW || ! -x $CHECK ]]; then
 fi
 [[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
 
+TESSERA=${1:-build/tessera}
 WORK=$(mktemp -d)
-QEMU_PID=
+# shellcheck source=../../firmware/host/qemu_mcu.sh
+source "$(dirname "$0")/../../firmware/host/qemu_mcu.sh"
 cleanup() {
-  if [[ -n $QEMU_PID ]]; then kill "$QEMU_PID" 2>/dev/null || true; wait "$QEMU_PID" 2>/dev/null || true; fi
+  mcu_halt
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-boot() {  # starts QEMU, sets QEMU_PID and PTY
-  qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty \
-    -kernel "$FW" >"$WORK/qemu.log" 2>&1 &
-  QEMU_PID=$!
-  PTY=
-  for _ in $(seq 100); do
-    PTY=$(grep -o '/dev/pts/[0-9]*' "$WORK/qemu.log" | head -1 || true)
-    [[ -n $PTY ]] && break
-    sleep 0.05
-  done
-  [[ -n $PTY ]] || { echo "FAIL: QEMU did not report its serial pty"; cat "$WORK/qemu.log"; exit 1; }
-  echo "qemu pid $QEMU_PID, UART0 on $PTY"
-}
-halt() { kill "$QEMU_PID" 2>/dev/null || true; wait "$QEMU_PID" 2>/dev/null || true; QEMU_PID=; }
+boot() { mcu_boot; }
+halt() { mcu_halt; }
 
 echo "== clean line, 115200 baud"
 boot
@@ -55,6 +47,32 @@ boot
 "$CHECK" --model dscnn --serial "$PTY" --baud 921600 --runs 1 | tee "$WORK/dscnn.txt"
 grep -q 'in_place_layers=2' "$WORK/dscnn.txt" || { echo "FAIL: the DS-CNN program has no in-place layers"; exit 1; }
 halt
+
+echo "== cycles (issue 16 item 5): QEMU -icount shift=0, per-layer ticks in STATUS"
+ICOUNT="-icount shift=0"
+boot
+# MLPerf Tiny's DS-CNN: the per-layer ticks must add up to the run's (checked by tessera_mcu_check)
+"$CHECK" --model mlperf-dscnn --serial "$PTY" --baud 921600 --runs 1 --icount-shift 0 | tee "$WORK/cycles.txt"
+grep -q '^mcu_layer_8: kind=pointwise' "$WORK/cycles.txt" || { echo "FAIL: no per-layer counts"; exit 1; }
+halt
+boot
+# tessera calibrate --mcu: instructions per MAC per op kind into a device file the planner reads
+"$TESSERA" calibrate firmware/models/kws_cnn.cfg --mcu "$PTY" --baud 921600 --icount-shift 0 \
+  --ram 256KiB --flash 1MiB --name qemu-m4 --out "$WORK/mcu.yaml" --json | tee "$WORK/calibrate.json"
+halt
+python3 - "$WORK/calibrate.json" "$WORK/mcu.yaml" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["unit"] == "instructions", j
+# A float MAC is at least a load, a load and a multiply-add on the M4; the
+# plain loops of the firmware spend more on indexing, but not 100 per MAC.
+assert 3 <= j["per_mac"] <= 100, j["per_mac"]
+assert "conv" in j["kinds"] and "dense" in j["kinds"], j["kinds"]
+text = open(sys.argv[2]).read()
+assert "cycles_per_mac" in text and "macs_per_s_by_kind" in text and "INSTRUCTIONS" in text, text
+print("calibrate --mcu: %.2f instructions per MAC" % j["per_mac"])
+PY
+ICOUNT=
 
 echo "== noisy line: corrupt/drop/duplicate 5e-5 per byte each way"
 boot

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace tessera::mcu {
 
@@ -76,8 +77,34 @@ struct McuStatus {
   uint32_t bad_frames;       // dropped by the frame decoder
   uint32_t refused_frames;   // tensors of another plan / not expected
   uint32_t held_frames;      // reliable frames kept past a gap until it was filled (selective repeat)
+  // Compute time of the last run (issue 16 item 5) in ticks of a clock of
+  // tick_hz (SysTick on the processor clock: on a Cortex-M board one tick
+  // is one CPU cycle; under QEMU with -icount shift=S one instruction
+  // advances the clock by 2^S ns, so a tick is tick_hz⁻¹ s of that virtual
+  // time). timed_layers per-layer counts follow this struct in the reply
+  // (layer k's in word k; layers past kMaxTimedLayers add to the last word).
+  uint32_t tick_hz;
+  uint32_t last_run_ticks;
+  uint32_t timed_layers;
 };
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
+constexpr uint32_t kMaxTimedLayers = 64;
+
+// A STATUS reply: the McuStatus, then its per-layer ticks (at most
+// max_layers are copied to layer_ticks; *layers gets how many were sent).
+// False when the size or the magic is wrong.
+inline bool DecodeStatusReply(const void* bytes, uint64_t n, McuStatus* status, uint32_t* layer_ticks,
+                              uint32_t max_layers, uint32_t* layers) {
+  if (n < sizeof(McuStatus)) return false;
+  memcpy(status, bytes, sizeof(McuStatus));
+  if (status->magic != kStatusMagic || status->timed_layers > kMaxTimedLayers ||
+      n != sizeof(McuStatus) + uint64_t(status->timed_layers) * 4)
+    return false;
+  const uint32_t k = status->timed_layers < max_layers ? status->timed_layers : max_layers;
+  memcpy(layer_ticks, static_cast<const uint8_t*>(bytes) + sizeof(McuStatus), size_t{k} * 4);
+  *layers = status->timed_layers;
+  return true;
+}
 
 // Frames the firmware keeps past a gap on its UART (selective repeat,
 // frame_codec.h): each slot holds one frame header and kMaxPayload bytes,

@@ -168,6 +168,52 @@ TEST_CASE("mcu program: an in-place conv must be a kind that can, with its scrat
   CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
 }
 
+uint32_t g_fake_clock = 0;
+uint32_t FakeClock() { return g_fake_clock += 10; }  // each read: 10 ticks later
+
+TEST_CASE("mcu program: each layer's ticks are counted, later layers into the last word", "[mcu][cycles]") {
+  // Issue 16 item 5: RunProgram reads the clock once before the first layer
+  // and once after each, so with a clock that moves 10 ticks per read every
+  // layer gets 10; with 3 words for the 6 KWS layers the last word sums 4.
+  auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
+  REQUIRE(image.ok());
+  HostArena arena;
+  REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+  REQUIRE(arena.view.header->num_layers == 6);
+  uint32_t ticks[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+  mcu::RunProgram(arena.view, arena.act(), FakeClock, ticks, 8);
+  for (int k = 0; k < 6; ++k) CHECK(ticks[k] == 10);
+  CHECK(ticks[6] == 0);  // zeroed: no such layer
+  mcu::RunProgram(arena.view, arena.act(), FakeClock, ticks, 3);
+  CHECK(ticks[0] == 10);
+  CHECK(ticks[1] == 10);
+  CHECK(ticks[2] == 40);
+}
+
+TEST_CASE("mcu program: a STATUS reply is the status and its per-layer ticks", "[mcu][cycles]") {
+  mcu::McuStatus s{};
+  s.magic = mcu::kStatusMagic;
+  s.tick_hz = 25000000;
+  s.last_run_ticks = 90;
+  s.timed_layers = 3;
+  std::string reply(reinterpret_cast<const char*>(&s), sizeof s);
+  for (uint32_t t : {20u, 30u, 40u}) reply.append(reinterpret_cast<const char*>(&t), 4);
+  mcu::McuStatus got{};
+  uint32_t ticks[mcu::kMaxTimedLayers] = {}, layers = 0;
+  REQUIRE(mcu::DecodeStatusReply(reply.data(), reply.size(), &got, ticks, mcu::kMaxTimedLayers, &layers));
+  CHECK(layers == 3);
+  CHECK(ticks[2] == 40);
+  CHECK(got.last_run_ticks == 90);
+  CHECK_FALSE(mcu::DecodeStatusReply(reply.data(), reply.size() - 4, &got, ticks, mcu::kMaxTimedLayers, &layers));
+  std::string bad = reply;
+  bad[0] ^= 1;  // the magic
+  CHECK_FALSE(mcu::DecodeStatusReply(bad.data(), bad.size(), &got, ticks, mcu::kMaxTimedLayers, &layers));
+  s.timed_layers = mcu::kMaxTimedLayers + 1;  // more than any firmware sends
+  std::string many(reinterpret_cast<const char*>(&s), sizeof s);
+  many.append(4 * (mcu::kMaxTimedLayers + 1), '\0');
+  CHECK_FALSE(mcu::DecodeStatusReply(many.data(), many.size(), &got, ticks, mcu::kMaxTimedLayers, &layers));
+}
+
 TEST_CASE("mcu program: the arena is checked before anything runs", "[mcu]") {
   auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
   REQUIRE(image.ok());
