@@ -13,26 +13,90 @@ namespace tessera::mcu {
 
 inline float ApplyActivation(float v, uint32_t act) { return (act == kActRelu && v < 0.0f) ? 0.0f : v; }
 
+// Taps k in [0, taps) whose input position base + k·step lies in [0, size):
+// [*lo, *hi) (empty when *hi <= *lo).
+inline void ValidTaps(int32_t base, int32_t step, int32_t size, int32_t taps, int32_t* lo, int32_t* hi) {
+  *lo = base >= 0 ? 0 : (-base + step - 1) / step;
+  *hi = size - 1 - base < 0 ? 0 : (size - 1 - base) / step + 1;
+  if (*hi > taps) *hi = taps;
+}
+
+// One pixel of a 1x1 conv: dst[o·ds] = act(b[o] + Σ_c x[c·xs] · w[o·C + c])
+// for every output channel o, four at a time (each x loaded once for four
+// multiply-adds), channels summed in order.
+inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const float* w, const float* b, float* dst,
+                           uint32_t ds) {
+  const uint32_t C = l.c;
+  uint32_t o = 0;
+  for (; o + 4 <= l.oc; o += 4) {
+    const float *w0 = w + o * C, *w1 = w0 + C, *w2 = w1 + C, *w3 = w2 + C;
+    float a0 = b ? b[o] : 0.0f, a1 = b ? b[o + 1] : 0.0f, a2 = b ? b[o + 2] : 0.0f, a3 = b ? b[o + 3] : 0.0f;
+    for (uint32_t c = 0; c < C; ++c) {
+      const float v = x[c * xs];
+      a0 += v * w0[c];
+      a1 += v * w1[c];
+      a2 += v * w2[c];
+      a3 += v * w3[c];
+    }
+    dst[o * ds] = ApplyActivation(a0, l.activation);
+    dst[(o + 1) * ds] = ApplyActivation(a1, l.activation);
+    dst[(o + 2) * ds] = ApplyActivation(a2, l.activation);
+    dst[(o + 3) * ds] = ApplyActivation(a3, l.activation);
+  }
+  for (; o < l.oc; ++o) {
+    float acc = b ? b[o] : 0.0f;
+    for (uint32_t c = 0; c < C; ++c) acc += x[c * xs] * w[o * C + c];
+    dst[o * ds] = ApplyActivation(acc, l.activation);
+  }
+}
+
+// A 1x1 conv (mcu_program.h IsPointwise), a pixel at a time. Every output
+// still sums bias, then its input channels in order, as the general loop
+// below does.
+inline void PointwiseConv(const Layer& l, const float* in, const float* w, const float* b, float* out) {
+  const uint32_t plane = l.h * l.w;
+  for (uint32_t p = 0; p < plane; ++p) PointwisePixel(l, in + p, plane, w, b, out + p, plane);
+}
+
+// Per output value: bias, then input channels in order, each over its valid
+// taps row by row (the padding's taps add nothing and are not visited), so
+// the inner loop has no bounds test (bench/mcu: MLPerf's DS-CNN 26.9 ->
+// 21.3 M instructions; its 10x4 conv 20.9 -> 9.5 per MAC).
 inline void Conv(const Layer& l, const float* in, const float* w, const float* b, float* out) {
+  if (IsPointwise(l)) {
+    PointwiseConv(l, in, w, b, out);
+    return;
+  }
   const int32_t cg = int32_t(l.c / l.group), og = int32_t(l.oc / l.group);
-  const int32_t H = int32_t(l.h), W = int32_t(l.w);
+  const int32_t H = int32_t(l.h), W = int32_t(l.w), KH = int32_t(l.kh), KW = int32_t(l.kw);
+  const int32_t dh = int32_t(l.dh), dw = int32_t(l.dw);
+  const uint32_t plane_size = uint32_t(H * W), taps = uint32_t(KH * KW);
+  // Output columns whose taps all lie inside the row: no division for them.
+  const int32_t sw = int32_t(l.sw), pl = int32_t(l.pad_left);
+  const int32_t span = W - 1 - (KW - 1) * dw + pl;
+  const int32_t inner_lo = (pl + sw - 1) / sw;
+  int32_t inner_hi = span < 0 ? 0 : span / sw + 1;
+  if (inner_hi > int32_t(l.ow)) inner_hi = int32_t(l.ow);
   for (int32_t oc = 0; oc < int32_t(l.oc); ++oc) {
     const int32_t g = oc / og;
-    const float* wo = w + uint32_t(oc) * uint32_t(cg) * l.kh * l.kw;
+    const float* wo = w + uint32_t(oc) * uint32_t(cg) * taps;
+    const float* planes = in + uint32_t(g * cg) * plane_size;
     for (int32_t oy = 0; oy < int32_t(l.oh); ++oy) {
+      const int32_t iy0 = oy * int32_t(l.sh) - int32_t(l.pad_top);
+      int32_t ky_lo, ky_hi;
+      ValidTaps(iy0, dh, H, KH, &ky_lo, &ky_hi);
       for (int32_t ox = 0; ox < int32_t(l.ow); ++ox) {
+        const int32_t ix0 = ox * sw - pl;
+        int32_t kx_lo = 0, kx_hi = KW;
+        if (ox < inner_lo || ox >= inner_hi) ValidTaps(ix0, dw, W, KW, &kx_lo, &kx_hi);
         float acc = b ? b[oc] : 0.0f;
         for (int32_t ic = 0; ic < cg; ++ic) {
-          const float* plane = in + uint32_t(g * cg + ic) * uint32_t(H * W);
-          const float* wk = wo + uint32_t(ic) * l.kh * l.kw;
-          for (int32_t ky = 0; ky < int32_t(l.kh); ++ky) {
-            const int32_t iy = oy * int32_t(l.sh) - int32_t(l.pad_top) + ky * int32_t(l.dh);
-            if (iy < 0 || iy >= H) continue;
-            for (int32_t kx = 0; kx < int32_t(l.kw); ++kx) {
-              const int32_t ix = ox * int32_t(l.sw) - int32_t(l.pad_left) + kx * int32_t(l.dw);
-              if (ix < 0 || ix >= W) continue;
-              acc += plane[iy * W + ix] * wk[ky * int32_t(l.kw) + kx];
-            }
+          const float* plane = planes + uint32_t(ic) * plane_size;
+          const float* wk = wo + uint32_t(ic) * taps;
+          for (int32_t ky = ky_lo; ky < ky_hi; ++ky) {
+            const float* row = plane + (iy0 + ky * dh) * W + ix0;
+            const float* wr = wk + ky * KW;
+            for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += row[kx * dw] * wr[kx];
           }
         }
         out[(uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow + uint32_t(ox)] = ApplyActivation(acc, l.activation);
@@ -101,19 +165,11 @@ inline void ConvInPlace(const Layer& l, float* io, const float* w, const float* 
   if (IsPointwise(l)) {
     const uint32_t plane = l.h * l.w;
     for (uint32_t p = 0; p < plane; ++p) {
-      if (l.c <= l.oc) {
+      if (l.c <= l.oc) {  // the pixel's inputs out first, then its outputs over them
         for (uint32_t c = 0; c < l.c; ++c) scratch[c] = io[c * plane + p];
-        for (uint32_t o = 0; o < l.oc; ++o) {
-          float acc = b ? b[o] : 0.0f;
-          for (uint32_t c = 0; c < l.c; ++c) acc += scratch[c] * w[o * l.c + c];
-          io[o * plane + p] = ApplyActivation(acc, l.activation);
-        }
-      } else {
-        for (uint32_t o = 0; o < l.oc; ++o) {
-          float acc = b ? b[o] : 0.0f;
-          for (uint32_t c = 0; c < l.c; ++c) acc += io[c * plane + p] * w[o * l.c + c];
-          scratch[o] = ApplyActivation(acc, l.activation);
-        }
+        PointwisePixel(l, scratch, 1, w, b, io + p, plane);
+      } else {  // its outputs into scratch, then over its inputs
+        PointwisePixel(l, io + p, plane, w, b, scratch, 1);
         for (uint32_t o = 0; o < l.oc; ++o) io[o * plane + p] = scratch[o];
       }
     }
