@@ -15,8 +15,10 @@
 //   DATA (inputs)    -> written into the activation region; when every input
 //                       of the program has arrived the program runs and each
 //                       output goes back as a DATA message
-// Memory: one static arena (TESSERA_MCU_ARENA_BYTES) holding the program
-// (with its weights) followed by its activation region; no heap at all.
+// Memory: the program (layers and weights) in a flash region
+// (TESSERA_MCU_FLASH_BYTES, in the FLASH memory of the linker script),
+// written once as the PROGRAM message arrives and only read afterwards; its
+// activations in one static RAM arena (TESSERA_MCU_ARENA_BYTES); no heap.
 // Outside the arena: the frame decoder (~2.1 KiB), the transmit buffers
 // (~2.1 KiB) and the receive slots (kRxSlots x ~1.05 KiB = ~4.2 KiB).
 // RX is polled: QEMU's UART model holds the host back until a byte is read;
@@ -31,6 +33,9 @@
 
 #ifndef TESSERA_MCU_ARENA_BYTES
 #define TESSERA_MCU_ARENA_BYTES (256 * 1024)
+#endif
+#ifndef TESSERA_MCU_FLASH_BYTES
+#define TESSERA_MCU_FLASH_BYTES (1024 * 1024)
 #endif
 
 namespace {
@@ -71,7 +76,11 @@ void PutBytes(const uint8_t* p, size_t n) {
 }
 
 // --- state -------------------------------------------------------------------
-alignas(8) uint8_t g_arena[TESSERA_MCU_ARENA_BYTES];
+alignas(8) uint8_t g_arena[TESSERA_MCU_ARENA_BYTES];  // activations (RAM)
+// The program's flash region (mps2_an386.ld: .flash_store in FLASH, not
+// loaded). On a board this is erased and programmed once per deploy; here
+// it is written only by OnProgramChunk.
+__attribute__((section(".flash_store"))) alignas(8) uint8_t g_flash[TESSERA_MCU_FLASH_BYTES];
 wire::FrameDecoder g_decoder;
 uint8_t g_tx_scratch[wire::kMaxRawFrame];
 uint8_t g_tx_frame[wire::kMaxEncodedFrame];
@@ -147,22 +156,22 @@ void OnProgramChunk(const wire::FrameHeader& h, const uint8_t* payload) {
     g.inputs_ready = 0;
     g.run_pending = false;
   }
-  if (h.total > sizeof(g_arena)) {
+  if (h.total > sizeof(g_flash)) {
     if (h.offset == 0) Fail(mcu::kErrProgramTooLarge);
     return;
   }
   if (h.offset != g.program_bytes) return;  // in-order link: cannot happen
-  memcpy(g_arena + h.offset, payload, h.length);
+  memcpy(g_flash + h.offset, payload, h.length);  // programming the flash region
   g.program_bytes += h.length;
   if (g.program_bytes != h.total) return;
   mcu::ProgramView view;
-  uint32_t err = mcu::ValidateProgram(g_arena, h.total, sizeof(g_arena), &view);
+  uint32_t err = mcu::ValidateProgram(g_flash, h.total, sizeof(g_arena), &view);
   if (err != mcu::kErrNone) {
     Fail(err);
     return;
   }
   g.program = view;
-  g.act = reinterpret_cast<float*>(g_arena + ((h.total + 7u) & ~7u));
+  g.act = reinterpret_cast<float*>(g_arena);
   g.plan_id = view.header->plan_id;
   g.loaded = true;
   g.state = mcu::kStateLoaded;
@@ -301,8 +310,9 @@ void SendStatus() {
   s.state = g.state;
   s.plan_id = g.loaded ? g.plan_id : 0;
   s.arena_bytes = sizeof(g_arena);
-  uint32_t used = g.loaded ? ((g.program.bytes + 7u) & ~7u) + g.program.header->activation_floats * 4u : 0;
-  s.free_bytes = sizeof(g_arena) - used;
+  s.free_bytes = sizeof(g_arena) - (g.loaded ? g.program.header->activation_floats * 4u : 0);
+  s.flash_bytes = sizeof(g_flash);
+  s.flash_free_bytes = sizeof(g_flash) - (g.loaded ? g.program.bytes : 0);
   s.last_error = g.last_error;
   s.runs = g.runs;
   s.last_run_ms = g.last_run_ms;

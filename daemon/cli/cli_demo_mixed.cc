@@ -123,6 +123,8 @@ void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
   (*row)["mcu_status_present"] = reply->has_mcu();
   (*row)["mcu_arena_bytes"] = m.arena_bytes();
   (*row)["mcu_free_ram_bytes"] = m.free_bytes();
+  (*row)["mcu_flash_bytes"] = m.flash_bytes();  // program and weights, in flash (issue 16 item 3)
+  (*row)["mcu_flash_free_bytes"] = m.flash_free_bytes();
   (*row)["mcu_used_bytes"] = reply->memory_bytes();
   (*row)["mcu_runs"] = m.runs();
   (*row)["mcu_last_run_ms"] = m.last_run_ms();

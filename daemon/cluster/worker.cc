@@ -686,6 +686,8 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
     m->set_last_error(s.last_error);
     m->set_runs(s.runs);
     m->set_last_run_ms(s.last_run_ms);
+    m->set_flash_bytes(s.flash_bytes);
+    m->set_flash_free_bytes(s.flash_free_bytes);
   }
   reply->set_weight_bytes(loaded->weight_bytes);
   reply->set_working_bytes(loaded->working_bytes);

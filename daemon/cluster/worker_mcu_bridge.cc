@@ -81,9 +81,12 @@ Result<McuLoadInfo> McuBridge::Load(const DeviceProgram& program, const std::str
 
   std::lock_guard<std::mutex> run_lock(run_mu_);
   TS_ASSIGN_OR_RETURN(mcu::McuStatus before, QueryStatus(std::chrono::seconds(10)));
-  if (image.arena_bytes() > before.arena_bytes)
-    return Status::ResourceExhausted(who + ": the program needs " + std::to_string(image.arena_bytes()) +
-                                     " bytes of arena, the MCU has " + std::to_string(before.arena_bytes));
+  if (image.flash_bytes() > before.flash_bytes)
+    return Status::ResourceExhausted(who + ": the program and its weights need " + std::to_string(image.flash_bytes()) +
+                                     " bytes of flash, the MCU has " + std::to_string(before.flash_bytes));
+  if (image.ram_bytes() > before.arena_bytes)
+    return Status::ResourceExhausted(who + ": the activations need " + std::to_string(image.ram_bytes()) +
+                                     " bytes of RAM, the MCU's arena has " + std::to_string(before.arena_bytes));
   const auto t0 = std::chrono::steady_clock::now();
   TS_RETURN_IF_ERROR(link_->SendTyped(wire::kFrameProgram, 1, image.bytes).WithContext(who));
   // Upload time is bytes * 10 / baud; allow three times that plus slack.
@@ -98,11 +101,14 @@ Result<McuLoadInfo> McuBridge::Load(const DeviceProgram& program, const std::str
                                       ", error " + std::to_string(after.last_error) + ", plan " +
                                       std::to_string(after.plan_id) + " (want " + std::to_string(mo.plan_id) + ")");
   link_->set_plan_id(mo.plan_id);
-  spdlog::info("mcu bridge {}: loaded plan {} ({} program bytes in {:.2f} s, {} MACs), free RAM {} of {} bytes",
-               options_.name, plan_id, image.bytes.size(), upload_s, image.macs, after.free_bytes, after.arena_bytes);
+  spdlog::info(
+      "mcu bridge {}: loaded plan {} ({} program bytes in {:.2f} s, {} MACs), free RAM {} of {} bytes, free flash {} "
+      "of {} bytes",
+      options_.name, plan_id, image.bytes.size(), upload_s, image.macs, after.free_bytes, after.arena_bytes,
+      after.flash_free_bytes, after.flash_bytes);
   McuLoadInfo info;
   info.program_bytes = static_cast<int64_t>(image.bytes.size());
-  info.arena_bytes = static_cast<int64_t>(image.arena_bytes());
+  info.arena_bytes = static_cast<int64_t>(image.ram_bytes());
   info.macs = image.macs;
   info.status = after;
   return info;

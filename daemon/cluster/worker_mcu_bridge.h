@@ -36,7 +36,7 @@ struct McuBridgeOptions {
 // What the MCU holds after a load.
 struct McuLoadInfo {
   int64_t program_bytes = 0;  // the compact program, weights included
-  int64_t arena_bytes = 0;    // program + activations the firmware places
+  int64_t arena_bytes = 0;    // activations the firmware places in its RAM arena (the program is in flash)
   int64_t macs = 0;
   mcu::McuStatus status{};    // STATUS right after the load
 };

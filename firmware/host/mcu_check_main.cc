@@ -65,12 +65,13 @@ double MaxRelError(const std::vector<float>& got, const std::vector<float>& want
 }
 
 Result<std::vector<float>> RunOnHostInterpreter(const McuProgramImage& image, const std::vector<float>& input) {
-  // The firmware's arena, 8-byte aligned, program first.
+  // The program (the firmware's flash region), then its activations (its RAM arena), 8-byte aligned.
   size_t program_aligned = (image.bytes.size() + 7) & ~size_t{7};
   std::vector<uint64_t> arena((program_aligned + 4 * size_t{image.activation_floats}) / 8 + 1);
   std::memcpy(arena.data(), image.bytes.data(), image.bytes.size());
   mcu::ProgramView view;
-  uint32_t err = mcu::ValidateProgram(arena.data(), static_cast<uint32_t>(image.bytes.size()), arena.size() * 8, &view);
+  uint32_t err =
+      mcu::ValidateProgram(arena.data(), static_cast<uint32_t>(image.bytes.size()), image.ram_bytes(), &view);
   if (err != mcu::kErrNone) return Status::Internal("host interpreter rejected the program: error " + std::to_string(err));
   float* act = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(arena.data()) + program_aligned);
   std::memcpy(act + view.inputs[0].offset, input.data(), input.size() * 4);
@@ -117,10 +118,10 @@ std::pair<std::string, int64_t> LayerKindAndMacs(const mcu::Layer& l) {
 
 void PrintStatus(const char* when, const mcu::McuStatus& s) {
   std::printf(
-      "mcu_status_%s: state=%u plan=%08x arena=%u free=%u error=%u runs=%u last_run_ms=%u bad_frames=%u "
-      "refused=%u held=%u\n",
-      when, s.state, s.plan_id, s.arena_bytes, s.free_bytes, s.last_error, s.runs, s.last_run_ms, s.bad_frames,
-      s.refused_frames, s.held_frames);
+      "mcu_status_%s: state=%u plan=%08x ram=%u free=%u flash=%u flash_free=%u error=%u runs=%u last_run_ms=%u "
+      "bad_frames=%u refused=%u held=%u\n",
+      when, s.state, s.plan_id, s.arena_bytes, s.free_bytes, s.flash_bytes, s.flash_free_bytes, s.last_error, s.runs,
+      s.last_run_ms, s.bad_frames, s.refused_frames, s.held_frames);
 }
 
 Status Check(bool ok, const std::string& what) { return ok ? Status::OK() : Status::Internal(what); }
@@ -207,9 +208,10 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
   TS_RETURN_IF_ERROR(Check(loaded.state == mcu::kStateLoaded && loaded.plan_id == plan_id,
                            "the MCU did not load the program (state " + std::to_string(loaded.state) + ", error " +
                                std::to_string(loaded.last_error) + ")"));
-  TS_RETURN_IF_ERROR(Check(loaded.free_bytes == loaded.arena_bytes - (((image.bytes.size() + 7) & ~size_t{7}) +
-                                                                      4 * size_t{image.activation_floats}),
-                           "the MCU reports free RAM that disagrees with the program's arena size"));
+  TS_RETURN_IF_ERROR(Check(loaded.free_bytes == loaded.arena_bytes - image.ram_bytes(),
+                           "the MCU reports free RAM that disagrees with the program's activations"));
+  TS_RETURN_IF_ERROR(Check(loaded.flash_free_bytes == loaded.flash_bytes - image.flash_bytes(),
+                           "the MCU reports free flash that disagrees with the program's size"));
 
   // A tensor for another plan is refused, counted, and never computed on.
   link->set_plan_id(plan_id ^ 0x5A5A5A5A);
@@ -287,9 +289,10 @@ Status Main(const Args& args) {
   options.input_messages[graph.inputs[0]] = input_message;
   options.output_messages[graph.outputs[0]] = output_message;
   TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(graph, options));
-  std::printf("model: %s macs=%lld program_bytes=%zu activation_bytes=%u arena_bytes=%zu in_place_layers=%d\n",
-              graph.name.c_str(), (long long)image.macs, image.bytes.size(), image.activation_floats * 4,
-              image.arena_bytes(), image.in_place_layers);
+  std::printf(
+      "model: %s macs=%lld flash_bytes=%zu (program and weights) ram_bytes=%zu (activations) "
+      "in_place_layers=%d\n",
+      graph.name.c_str(), (long long)image.macs, image.flash_bytes(), image.ram_bytes(), image.in_place_layers);
 
   TS_ASSIGN_OR_RETURN(std::vector<float> host_mcu, RunOnHostInterpreter(image, input.values));
   double rel = MaxRelError(host_mcu, want[0].values);

@@ -30,8 +30,10 @@ struct McuProgramImage {
   uint32_t activation_floats = 0;  // activation region the firmware places after it
   int64_t macs = 0;
   int in_place_layers = 0;  // layers that write their output over their input (segments)
-  // Static arena a device needs for this program.
-  size_t arena_bytes() const { return bytes.size() + size_t{4} * activation_floats; }
+  // What the firmware holds (issue 16 item 3): the program with its
+  // weights in its flash region, the activations in its RAM arena.
+  size_t flash_bytes() const { return bytes.size(); }
+  size_t ram_bytes() const { return size_t{4} * activation_floats; }
 };
 
 // NotSupported naming the node for ops / attributes the MCU cannot run;

@@ -37,6 +37,10 @@ assert len(mcus) == 2, mcus
 for d in mcus:
     assert d.get("mcu_status_present"), d
     assert 0 < d["mcu_free_ram_bytes"] < d["mcu_arena_bytes"], d
+    # weights in flash, activations in RAM (issue 16 item 3): the program
+    # written to flash holds at least the device's weights
+    assert 0 < d["mcu_flash_free_bytes"] < d["mcu_flash_bytes"], d
+    assert d["mcu_flash_bytes"] - d["mcu_flash_free_bytes"] >= d["weight_bytes"], d
     assert d["mcu_runs"] >= j["requests"], d
 print("PASS: %d requests, max rel %.3g, latency %.1f ms (predicted %.1f ms)"
       % (j["requests"], j["max_rel_diff"], j["latency_ms"], j["predicted_latency_ms"]))

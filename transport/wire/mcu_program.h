@@ -69,8 +69,8 @@ struct McuStatus {
   uint32_t magic;            // kStatusMagic
   uint32_t state;            // McuState
   uint32_t plan_id;          // of the loaded program (0: none)
-  uint32_t arena_bytes;      // the static arena
-  uint32_t free_bytes;       // arena not used by program + activations
+  uint32_t arena_bytes;      // the RAM arena (activations)
+  uint32_t free_bytes;       // RAM arena not used by the program's activations
   uint32_t last_error;       // McuError
   uint32_t runs;             // completed inferences
   uint32_t last_run_ms;      // duration of the last run (SysTick)
@@ -86,6 +86,10 @@ struct McuStatus {
   uint32_t tick_hz;
   uint32_t last_run_ticks;
   uint32_t timed_layers;
+  // The flash region the program (layers and weights) is written to once
+  // when it arrives, read-only afterwards (issue 16 item 3).
+  uint32_t flash_bytes;
+  uint32_t flash_free_bytes;
 };
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
 constexpr uint32_t kMaxTimedLayers = 64;
@@ -116,11 +120,11 @@ enum McuState : uint32_t { kStateIdle = 0, kStateLoaded = 1, kStateError = 2 };
 
 enum McuError : uint32_t {
   kErrNone = 0,
-  kErrProgramTooLarge,     // program + activations exceed the arena
-  kErrProgramMagic,        // not a program / wrong version
-  kErrProgramTruncated,    // sizes in the header exceed the bytes received
-  kErrProgramLayer,        // a layer reads or writes outside its regions, or an unknown op
-  kErrTensorRefused,       // a tensor of another plan, or of the wrong size
+  kErrProgramTooLarge,   // the program exceeds the flash region, or its activations the RAM arena
+  kErrProgramMagic,      // not a program / wrong version
+  kErrProgramTruncated,  // sizes in the header exceed the bytes received
+  kErrProgramLayer,      // a layer reads or writes outside its regions, or an unknown op
+  kErrTensorRefused,     // a tensor of another plan, or of the wrong size
 };
 
 // A validated program: pointers into the caller's (aligned) bytes.
@@ -173,9 +177,10 @@ inline uint64_t InPlaceScratchFloats(const Layer& l) {
 
 // Checks that every read and write of every layer stays inside the
 // activation region and the weight block, so a corrupted or hostile program
-// can never make the interpreter touch memory outside them.
+// can never make the interpreter touch memory outside them. The program
+// itself (in flash) is `bytes`; its activations need `ram_bytes` of RAM.
 // `bytes` must be 4-byte aligned. Returns kErrNone and fills `view` on success.
-inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t arena_bytes, ProgramView* view) {
+inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram_bytes, ProgramView* view) {
   using namespace detail;
   if (nbytes < sizeof(ProgramHeader)) return kErrProgramTruncated;
   const auto* h = static_cast<const ProgramHeader*>(bytes);
@@ -183,7 +188,7 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t are
   uint64_t need = sizeof(ProgramHeader) + uint64_t(h->num_inputs + uint64_t(h->num_outputs)) * sizeof(IoEntry) +
                   uint64_t(h->num_layers) * sizeof(Layer) + uint64_t(h->weight_floats) * 4;
   if (h->num_inputs > 64 || h->num_outputs > 64 || h->num_layers > 4096 || need != nbytes) return kErrProgramTruncated;
-  if (need + uint64_t(h->activation_floats) * 4 > arena_bytes) return kErrProgramTooLarge;
+  if (uint64_t(h->activation_floats) * 4 > ram_bytes) return kErrProgramTooLarge;
   const uint8_t* p = static_cast<const uint8_t*>(bytes) + sizeof(ProgramHeader);
   ProgramView v;
   v.header = h;

@@ -17,19 +17,20 @@
 namespace tessera {
 namespace {
 
-// The firmware's arena: program, then activations, then a guard band.
+// The firmware's memory on the host: the program (its flash region), then
+// the activations (its RAM arena of `ram_bytes`), then a guard band.
 struct HostArena {
   static constexpr size_t kGuardFloats = 1024;
   std::vector<uint64_t> words;
   size_t program_aligned = 0, limit = 0;
   mcu::ProgramView view;
 
-  uint32_t Load(const std::string& program, size_t arena_bytes) {
+  uint32_t Load(const std::string& program, size_t ram_bytes) {
     program_aligned = (program.size() + 7) & ~size_t{7};
-    limit = arena_bytes;
-    words.assign(arena_bytes / 8 + kGuardFloats / 2 + 1, 0x7FC000007FC00000ull);  // NaN fill
+    limit = program_aligned + ram_bytes;
+    words.assign(limit / 8 + kGuardFloats / 2 + 1, 0x7FC000007FC00000ull);  // NaN fill
     std::memcpy(words.data(), program.data(), program.size());
-    return mcu::ValidateProgram(words.data(), static_cast<uint32_t>(program.size()), arena_bytes, &view);
+    return mcu::ValidateProgram(words.data(), static_cast<uint32_t>(program.size()), ram_bytes, &view);
   }
   float* act() { return reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(words.data()) + program_aligned); }
   bool GuardIntact() const {
@@ -74,7 +75,7 @@ TEST_CASE("mcu kernels match the host executor", "[mcu]") {
     auto image = BuildMcuProgram(g, McuProgramOptions{});
     REQUIRE(image.ok());
     HostArena arena;
-    REQUIRE(arena.Load(image->bytes, image->arena_bytes() + 8) == mcu::kErrNone);
+    REQUIRE(arena.Load(image->bytes, image->ram_bytes() + 8) == mcu::kErrNone);
     auto input = SeededInput(g.values[g.inputs[0]].shape, 3);
     std::memcpy(arena.act() + arena.view.inputs[0].offset, input.data(), input.size() * 4);
     mcu::RunProgram(arena.view, arena.act());
@@ -99,7 +100,7 @@ TEST_CASE("mcu program: activations reuse the region by liveness", "[mcu]") {
   REQUIRE(image.ok());
   CHECK(image->activation_floats == 10262);
   HostArena arena;
-  REQUIRE(arena.Load(image->bytes, image->arena_bytes() + 8) == mcu::kErrNone);
+  REQUIRE(arena.Load(image->bytes, image->ram_bytes() + 8) == mcu::kErrNone);
   // Inputs and outputs never share bytes with each other or with a layer's operands.
   const mcu::IoEntry& in = arena.view.inputs[0];
   const mcu::IoEntry& out = arena.view.outputs[0];
@@ -129,7 +130,7 @@ TEST_CASE("mcu program: depthwise and pointwise convs write over their input", "
   std::vector<std::vector<float>> answers;
   for (const McuProgramImage* image : {&*apart, &*merged}) {
     HostArena arena;
-    REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+    REQUIRE(arena.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
     const mcu::IoEntry& in = arena.view.inputs[0];
     std::memcpy(arena.act() + in.offset, input.data(), input.size() * sizeof(float));
     mcu::RunProgram(arena.view, arena.act());
@@ -151,7 +152,7 @@ TEST_CASE("mcu program: an in-place conv must be a kind that can, with its scrat
   auto image = BuildMcuProgram(MakeDsCnnGraph(), McuProgramOptions{});
   REQUIRE(image.ok());
   HostArena arena;
-  REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+  REQUIRE(arena.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
   const size_t layers_at = sizeof(mcu::ProgramHeader) + 2 * sizeof(mcu::IoEntry);
   auto layer = [&](std::string& bytes, int k) {
     return reinterpret_cast<mcu::Layer*>(&bytes[layers_at + k * sizeof(mcu::Layer)]);
@@ -159,13 +160,13 @@ TEST_CASE("mcu program: an in-place conv must be a kind that can, with its scrat
   std::string bad = image->bytes;
   REQUIRE(layer(bad, 1)->out == layer(bad, 1)->in0);  // the depthwise runs in place
   layer(bad, 1)->in1 = layer(bad, 1)->in0;            // scratch over its own buffer
-  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
+  CHECK(arena.Load(bad, image->ram_bytes()) == mcu::kErrProgramLayer);
   bad = image->bytes;
   layer(bad, 0)->out = layer(bad, 0)->in0;  // the 3x3 conv cannot run in place
-  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
+  CHECK(arena.Load(bad, image->ram_bytes()) == mcu::kErrProgramLayer);
   bad = image->bytes;
   layer(bad, 2)->in1 = image->activation_floats;  // scratch past the region
-  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramLayer);
+  CHECK(arena.Load(bad, image->ram_bytes()) == mcu::kErrProgramLayer);
 }
 
 uint32_t g_fake_clock = 0;
@@ -178,7 +179,7 @@ TEST_CASE("mcu program: each layer's ticks are counted, later layers into the la
   auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
   REQUIRE(image.ok());
   HostArena arena;
-  REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+  REQUIRE(arena.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
   REQUIRE(arena.view.header->num_layers == 6);
   uint32_t ticks[8] = {7, 7, 7, 7, 7, 7, 7, 7};
   mcu::RunProgram(arena.view, arena.act(), FakeClock, ticks, 8);
@@ -218,11 +219,11 @@ TEST_CASE("mcu program: the arena is checked before anything runs", "[mcu]") {
   auto image = BuildMcuProgram(MakeKeywordSpottingGraph(), {});
   REQUIRE(image.ok());
   HostArena arena;
-  CHECK(arena.Load(image->bytes, image->arena_bytes() - 4) == mcu::kErrProgramTooLarge);
-  CHECK(arena.Load(image->bytes.substr(0, image->bytes.size() - 4), image->arena_bytes()) == mcu::kErrProgramTruncated);
+  CHECK(arena.Load(image->bytes, image->ram_bytes() - 4) == mcu::kErrProgramTooLarge);
+  CHECK(arena.Load(image->bytes.substr(0, image->bytes.size() - 4), image->ram_bytes()) == mcu::kErrProgramTruncated);
   std::string bad = image->bytes;
   bad[0] ^= 1;
-  CHECK(arena.Load(bad, image->arena_bytes()) == mcu::kErrProgramMagic);
+  CHECK(arena.Load(bad, image->ram_bytes()) == mcu::kErrProgramMagic);
 }
 
 TEST_CASE("mcu program: unsupported ops are named", "[mcu]") {
@@ -251,7 +252,7 @@ TEST_CASE("fuzz: corrupted programs are rejected or stay inside the arena", "[mc
       else bytes[at] = static_cast<char>(rng());
     }
     HostArena arena;
-    if (arena.Load(bytes, image->arena_bytes()) != mcu::kErrNone) continue;
+    if (arena.Load(bytes, image->ram_bytes()) != mcu::kErrNone) continue;
     ++accepted;
     mcu::RunProgram(arena.view, arena.act());
     REQUIRE(arena.GuardIntact());
@@ -278,7 +279,7 @@ TEST_CASE("mcu program from a compiled pipeline plan, bridged like a via worker 
   auto image = BuildMcuProgram(compiled->programs[1], opt);
   REQUIRE(image.ok());
   HostArena arena;
-  REQUIRE(arena.Load(image->bytes, image->arena_bytes()) == mcu::kErrNone);
+  REQUIRE(arena.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
   REQUIRE(arena.view.header->num_inputs == 1);
   REQUIRE(arena.view.header->num_outputs == 1);
 
