@@ -147,32 +147,14 @@ SegmentPlan PlanWithSegments(const ArenaLayout& layout, const std::vector<Buffer
   for (size_t c = 0; c < m; ++c)
     for (size_t f = 0; f < c; ++f)
       if (candidates[f].out == candidates[c].in) feeder[c] = f;
-  // Flips are tried only for candidates whose step is crowded (live bytes
-  // there at least 3/4 of the busiest step's, apart), busiest first, at
-  // most kFlipsPerPass a pass: a merge elsewhere cannot lower the peak, and
-  // every flip is a layout (the memory flow sizes hundreds of programs).
-  constexpr size_t kFlipsPerPass = 16;
-  int last_step = 0;
-  for (const BufferRequest& r : requests) last_step = std::max(last_step, r.last);
-  std::vector<size_t> live(static_cast<size_t>(last_step) + 1, 0);
-  for (const BufferRequest& r : requests)
-    for (int t = std::max(0, r.first); t <= r.last; ++t) live[t] += r.size;
-  const size_t busiest = *std::max_element(live.begin(), live.end());
-  std::vector<size_t> order;
-  for (size_t c = 0; c < m; ++c)
-    if (4 * live[std::max(0, requests[candidates[c].scratch].first)] >= 3 * busiest) order.push_back(c);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return live[std::max(0, requests[candidates[a].scratch].first)] >
-           live[std::max(0, requests[candidates[b].scratch].first)];
-  });
+  constexpr size_t kFlipsPerPass = 64;  // bounds the layouts tried on a large graph
   struct Pass {
     bool on, chains, keep_equal;
   };
   std::vector<bool> chosen = best.merged;
   for (const Pass pass : {Pass{true, false, false}, Pass{true, true, true}, Pass{false, false, true}}) {
     size_t flips_tried = 0;
-    for (size_t c : order) {
-      if (flips_tried >= kFlipsPerPass) break;
+    for (size_t c = 0; c < m && flips_tried < kFlipsPerPass; ++c) {
       if (chosen[c] == pass.on) continue;
       ++flips_tried;
       std::vector<size_t> flips = {c};
