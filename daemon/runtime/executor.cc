@@ -314,7 +314,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
     int in = -1, out = -1;
   };
   std::vector<Segment> segment(p->steps.size());
-  bool any_segment = false;
   for (size_t s = 0; s < p->steps.size() && p->options.segments; ++s) {
     const Node& node = *p->steps[s].node;
     const int k = p->steps[s].kernel->InPlaceInput();
@@ -325,7 +324,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const Exe
       continue;
     if (last[in] != static_cast<int>(s) + 1 || first[out] != static_cast<int>(s) + 1) continue;
     segment[s] = {in, out};
-    any_segment = true;
   }
 
   // 3. Offsets (METHODS §6 arena layout), checked before use.

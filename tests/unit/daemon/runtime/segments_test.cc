@@ -140,8 +140,8 @@ void CompareInPlace(const Attributes& attrs, const Shape& x_shape, const Shape& 
   graph.outputs = {y};
   graph.AddNode(Node{"conv", "Conv", {x, w}, {y}, attrs});
   std::unique_ptr<Kernel> kernel = FindKernel("Conv")();
-  KernelContext ctx{graph,  graph.nodes.back(), {x_shape, w_shape}, {y_shape}, {nullptr, graph.ConstantData(w)},
-                    threads};
+  KernelContext ctx{graph, graph.nodes.back(), {x_shape, w_shape}, {y_shape}, {nullptr, graph.ConstantData(w)}};
+  ctx.threads = threads;
   REQUIRE(kernel->Prepare(ctx).ok());
   REQUIRE(kernel->InPlaceInput() == 0);
   auto aligned = [](std::vector<float>& v) {
