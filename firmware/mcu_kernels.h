@@ -85,8 +85,34 @@ inline void Conv(const Layer& l, const float* in, const float* w, const float* b
       const int32_t iy0 = oy * int32_t(l.sh) - int32_t(l.pad_top);
       int32_t ky_lo, ky_hi;
       ValidTaps(iy0, dh, H, KH, &ky_lo, &ky_hi);
+      // One input channel per output, 3x3, undilated, all rows inside: the
+      // inner columns take their nine taps unrolled with the weights in
+      // registers (depthwise convs; same order of sums as the loop below).
+      const bool unrolled = cg == 1 && KH == 3 && KW == 3 && dh == 1 && dw == 1 && ky_lo == 0 && ky_hi == 3;
+      const float w0 = unrolled ? wo[0] : 0.0f, w1 = unrolled ? wo[1] : 0.0f, w2 = unrolled ? wo[2] : 0.0f;
+      const float w3 = unrolled ? wo[3] : 0.0f, w4 = unrolled ? wo[4] : 0.0f, w5 = unrolled ? wo[5] : 0.0f;
+      const float w6 = unrolled ? wo[6] : 0.0f, w7 = unrolled ? wo[7] : 0.0f, w8 = unrolled ? wo[8] : 0.0f;
+      const float bias = b ? b[oc] : 0.0f;
+      float* out_row = out + (uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow;
       for (int32_t ox = 0; ox < int32_t(l.ow); ++ox) {
         const int32_t ix0 = ox * sw - pl;
+        if (unrolled && ox >= inner_lo && ox < inner_hi) {
+          const float* r0 = planes + iy0 * W + ix0;
+          const float* r1 = r0 + W;
+          const float* r2 = r1 + W;
+          float acc = bias;
+          acc += r0[0] * w0;
+          acc += r0[1] * w1;
+          acc += r0[2] * w2;
+          acc += r1[0] * w3;
+          acc += r1[1] * w4;
+          acc += r1[2] * w5;
+          acc += r2[0] * w6;
+          acc += r2[1] * w7;
+          acc += r2[2] * w8;
+          out_row[ox] = ApplyActivation(acc, l.activation);
+          continue;
+        }
         int32_t kx_lo = 0, kx_hi = KW;
         if (ox < inner_lo || ox >= inner_hi) ValidTaps(ix0, dw, W, KW, &kx_lo, &kx_hi);
         float acc = b ? b[oc] : 0.0f;
