@@ -328,21 +328,35 @@ struct GraphBuilder {
     for (float& v : d.values) v = u(rng);
     return g.AddConstant(name, std::move(d));
   }
-  int Conv(const std::string& name, int x, int64_t oc, int64_t k, int64_t group, bool relu) {
+  // A conv of a kh x kw kernel, `stride` both ways, pads {top, left, bottom, right}.
+  int Conv(const std::string& name, int x, int64_t oc, int64_t kh, int64_t kw, int64_t stride,
+           std::vector<int64_t> pads, int64_t group, bool relu) {
     const Shape s = g.values[x].shape;  // a copy: adding constants grows g.values
-    int64_t c = s[1], pad = k / 2;
-    int w = Constant(name + ".weight", {oc, c / group, k, k}, 1.0f / std::sqrt(float(c / group * k * k)));
+    const int64_t c = s[1];
+    const int64_t oh = (s[2] + pads[0] + pads[2] - kh) / stride + 1, ow = (s[3] + pads[1] + pads[3] - kw) / stride + 1;
+    int w = Constant(name + ".weight", {oc, c / group, kh, kw}, 1.0f / std::sqrt(float(c / group * kh * kw)));
     int b = Constant(name + ".bias", {oc}, 0.1f);
-    int y = g.AddValue(name, {1, oc, s[2], s[3]});
+    int y = g.AddValue(name, {1, oc, oh, ow});
     Node n{name, "Conv", {x, w, b}, {y}, {}};
-    n.attrs.Set("kernel_shape", std::vector<int64_t>{k, k});
-    n.attrs.Set("strides", std::vector<int64_t>{1, 1});
-    n.attrs.Set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+    n.attrs.Set("kernel_shape", std::vector<int64_t>{kh, kw});
+    n.attrs.Set("strides", std::vector<int64_t>{stride, stride});
+    n.attrs.Set("pads", std::move(pads));
     n.attrs.Set("dilations", std::vector<int64_t>{1, 1});
     n.attrs.Set("group", group);
     if (relu) n.attrs.Set("activation", std::string("relu"));
     g.AddNode(std::move(n));
     return y;
+  }
+  // A k x k conv, stride 1, "same" padding.
+  int Conv(const std::string& name, int x, int64_t oc, int64_t k, int64_t group, bool relu) {
+    return Conv(name, x, oc, k, k, 1, {k / 2, k / 2, k / 2, k / 2}, group, relu);
+  }
+  // Global average pool, then a dense layer of `out`.
+  int PoolAndDense(int x, int64_t out) {
+    const Shape s = g.values[x].shape;
+    const int gap = g.AddValue("gap", {1, s[1], 1, 1});
+    g.AddNode(Node{"gap", "GlobalAveragePool", {x}, {gap}, {}});
+    return Dense("fc", gap, out);
   }
   int Pool(const std::string& name, const std::string& op, int x, int64_t k) {
     const Shape s = g.values[x].shape;  // a copy: adding constants grows g.values
@@ -387,15 +401,12 @@ Graph MakeKeywordSpottingGraph(uint32_t seed) {
 Graph MakeDsCnnGraph(uint32_t seed) {
   GraphBuilder b(seed);
   b.g.name = "kws_dscnn";
-  int x = b.g.AddValue("mfcc", {1, 1, 32, 8});
+  const int x = b.g.AddValue("mfcc", {1, 1, 32, 8});
   b.g.inputs = {x};
   int y = b.Conv("conv", x, 32, 3, 1, true);
   y = b.Conv("depthwise", y, 32, 3, 32, true);
   y = b.Conv("pointwise", y, 32, 1, 1, true);
-  int gap = b.g.AddValue("gap", {1, 32, 1, 1});
-  b.g.AddNode(Node{"gap", "GlobalAveragePool", {y}, {gap}, {}});
-  y = b.Dense("fc", gap, 12);
-  b.g.outputs = {y};
+  b.g.outputs = {b.PoolAndDense(y, 12)};
   return std::move(b.g);
 }
 
@@ -405,25 +416,12 @@ Graph MakeMlperfDsCnnGraph(uint32_t seed) {
   const int x = b.g.AddValue("mfcc", {1, 1, 49, 10});
   b.g.inputs = {x};
   // conv 10x4, stride 2, "same" padding: 49x10 -> 25x5 (pads top 4, bottom 5, left 1, right 1).
-  const int w = b.Constant("conv1.weight", {64, 1, 10, 4}, 1.0f / std::sqrt(40.0f));
-  const int bias = b.Constant("conv1.bias", {64}, 0.1f);
-  int y = b.g.AddValue("conv1", {1, 64, 25, 5});
-  Node n{"conv1", "Conv", {x, w, bias}, {y}, {}};
-  n.attrs.Set("kernel_shape", std::vector<int64_t>{10, 4});
-  n.attrs.Set("strides", std::vector<int64_t>{2, 2});
-  n.attrs.Set("pads", std::vector<int64_t>{4, 1, 5, 1});
-  n.attrs.Set("dilations", std::vector<int64_t>{1, 1});
-  n.attrs.Set("group", int64_t{1});
-  n.attrs.Set("activation", std::string("relu"));
-  b.g.AddNode(std::move(n));
+  int y = b.Conv("conv1", x, 64, 10, 4, 2, {4, 1, 5, 1}, 1, true);
   for (int block = 1; block <= 4; ++block) {
     y = b.Conv("dw" + std::to_string(block), y, 64, 3, 64, true);
     y = b.Conv("pw" + std::to_string(block), y, 64, 1, 1, true);
   }
-  const int gap = b.g.AddValue("gap", {1, 64, 1, 1});
-  b.g.AddNode(Node{"gap", "GlobalAveragePool", {y}, {gap}, {}});
-  y = b.Dense("fc", gap, 12);
-  b.g.outputs = {y};
+  b.g.outputs = {b.PoolAndDense(y, 12)};
   return std::move(b.g);
 }
 
