@@ -250,7 +250,20 @@ int RunMixedDemo(const DemoOptions& d) {
   if (d.mcu != 2) return ReportError(kWhat, Status::InvalidArgument("--mcu supports 2 MCUs (2 Linux workers + 2 MCUs)"));
   std::string firmware;
   if (int rc = CheckEmulator(&firmware)) return rc;
-  Graph graph = MakeKeywordSpottingGraph();
+  // The default: the keyword-spotting CNN the firmware is sized for; --model
+  // any model the planner can place on the MCUs and workers (a layer the
+  // firmware cannot run fails its program build, naming the node).
+  Graph graph;
+  if (d.model == kDefaultDemoModel) {
+    graph = MakeKeywordSpottingGraph();
+  } else {
+    ModelOptions mo;
+    mo.model_path = d.model;
+    mo.input_shapes = d.input_shapes;
+    auto loaded = LoadModel(mo);
+    if (!loaded.ok()) return ReportError(kWhat, loaded.status());
+    graph = std::move(*loaded);
+  }
   if (Status st = graph.Validate(); !st.ok()) return ReportError(kWhat, st);
   auto ref = demo::RunReference(graph, 1, std::min(d.requests, 4), 1);  // the oracle: the whole model here
   if (!ref.ok()) return ReportError(kWhat, ref.status());

@@ -45,3 +45,18 @@ for d in mcus:
 print("PASS: %d requests, max rel %.3g, latency %.1f ms (predicted %.1f ms)"
       % (j["requests"], j["max_rel_diff"], j["latency_ms"], j["predicted_latency_ms"]))
 PY
+
+# --model: the depthwise-separable KWS cfg (issue 16 item 6, issue 17 item 5):
+# its depthwise and pointwise convs run in place on an MCU, answers checked.
+rc=0
+TESSERA_MCU_FIRMWARE=$FW timeout 120 "$TESSERA" --log-level warn demo --mcu 2 --model firmware/models/ds_cnn.cfg \
+  --requests 3 --json >"$OUT" || rc=$?
+if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo --mcu 2 --model ds_cnn.cfg exited $rc"; exit 1; fi
+/usr/bin/python3 - "$OUT" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["all_match"] is True and j["answered"] == j["requests"], j
+mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
+assert all(d["mcu_runs"] >= j["requests"] for d in mcus), mcus
+print("PASS: ds_cnn.cfg on 2 MCUs: %d requests, max rel %.3g" % (j["requests"], j["max_rel_diff"]))
+PY
