@@ -39,18 +39,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// STATUS round trip with the per-layer ticks of the last run.
-Result<mcu::McuStatus> QueryMcuStatus(UartLink& link, uint32_t id, std::vector<uint32_t>* layer_ticks) {
-  TS_RETURN_IF_ERROR(link.SendTyped(wire::kFrameStatus, id, ""));
-  TS_ASSIGN_OR_RETURN(std::string bytes, link.RecvTyped(wire::kFrameStatus, id, 10s));
-  mcu::McuStatus s;
-  uint32_t ticks[mcu::kMaxTimedLayers], layers = 0;
-  if (!mcu::DecodeStatusReply(bytes.data(), bytes.size(), &s, ticks, mcu::kMaxTimedLayers, &layers))
-    return Status::DataLoss("the MCU's STATUS reply (" + std::to_string(bytes.size()) + " bytes) is not a status");
-  layer_ticks->assign(ticks, ticks + layers);
-  return s;
-}
-
 }  // namespace
 
 int RunCalibrateMcu(const McuCalibrateOptions& co, const ModelOptions& model) {
@@ -96,7 +84,7 @@ int RunCalibrateMcu(const McuCalibrateOptions& co, const ModelOptions& model) {
   if (auto st = (*link)->SendTyped(wire::kFrameProgram, 1, image->bytes); !st.ok()) return ReportError("calibrate", st);
   if (auto st = (*link)->Flush(300s); !st.ok()) return ReportError("calibrate", st);
   std::vector<uint32_t> ticks;
-  auto loaded = QueryMcuStatus(**link, 1, &ticks);
+  auto loaded = QueryMcuStatus(**link, 1, 10s, &ticks);
   if (!loaded.ok()) return ReportError("calibrate", loaded.status());
   if (loaded->state != mcu::kStateLoaded || loaded->plan_id != po.plan_id)
     return ReportError("calibrate", Status::FailedPrecondition("the MCU did not load the program (state " +
@@ -117,7 +105,7 @@ int RunCalibrateMcu(const McuCalibrateOptions& co, const ModelOptions& model) {
     diff = std::max(diff, std::fabs(double(g) - w[i]));
     scale = std::max(scale, std::fabs(double(w[i])));
   }
-  auto after = QueryMcuStatus(**link, 2, &ticks);
+  auto after = QueryMcuStatus(**link, 2, 10s, &ticks);
   if (!after.ok()) return ReportError("calibrate", after.status());
   if (after->tick_hz == 0 || ticks.size() != std::min<size_t>(layer_node.size(), mcu::kMaxTimedLayers))
     return ReportError("calibrate", Status::DataLoss("the MCU reports no per-layer ticks (firmware too old?)"));

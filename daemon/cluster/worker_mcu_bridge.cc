@@ -39,17 +39,13 @@ Result<mcu::McuStatus> McuBridge::QueryStatus(std::chrono::milliseconds timeout)
     id = next_status_id_++;
   }
   const std::string who = "MCU " + options_.name + " on " + options_.serial;
-  TS_RETURN_IF_ERROR(link_->SendTyped(wire::kFrameStatus, id, "").WithContext(who));
-  auto bytes = link_->RecvTyped(wire::kFrameStatus, id, timeout);
-  if (!bytes.ok())
-    return Status::Unavailable(who + " does not answer STATUS: " + bytes.status().message() +
+  auto got = QueryMcuStatus(*link_, id, timeout);
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kDataLoss) return got.status().WithContext(who + " sent ");
+    return Status::Unavailable(who + " does not answer STATUS: " + got.status().message() +
                                " (is the firmware running and the port right?)");
-  mcu::McuStatus s;
-  uint32_t layer_ticks[mcu::kMaxTimedLayers], layers = 0;
-  if (!mcu::DecodeStatusReply(bytes->data(), bytes->size(), &s, layer_ticks, mcu::kMaxTimedLayers, &layers))
-    return Status::DataLoss(who + " sent a STATUS reply of " + std::to_string(bytes->size()) +
-                            " bytes that is not a status (expected " + std::to_string(sizeof s) +
-                            " bytes + 4 per timed layer, and its magic)");
+  }
+  const mcu::McuStatus s = *got;
   std::lock_guard<std::mutex> lock(status_mu_);
   last_status_ = s;
   has_status_ = true;

@@ -81,14 +81,7 @@ Result<std::vector<float>> RunOnHostInterpreter(const McuProgramImage& image, co
 }
 
 Result<mcu::McuStatus> QueryStatus(UartLink& link, uint32_t id, std::vector<uint32_t>* layer_ticks = nullptr) {
-  TS_RETURN_IF_ERROR(link.SendTyped(wire::kFrameStatus, id, ""));
-  TS_ASSIGN_OR_RETURN(std::string bytes, link.RecvTyped(wire::kFrameStatus, id, 10s));
-  mcu::McuStatus s;
-  uint32_t ticks[mcu::kMaxTimedLayers], layers = 0;
-  if (!mcu::DecodeStatusReply(bytes.data(), bytes.size(), &s, ticks, mcu::kMaxTimedLayers, &layers))
-    return Status::DataLoss("status reply of " + std::to_string(bytes.size()) + " bytes is not a status");
-  if (layer_ticks) layer_ticks->assign(ticks, ticks + layers);
-  return s;
+  return QueryMcuStatus(link, id, 10s, layer_ticks);
 }
 
 // What layer k of a program computes: its kind and MACs (as the builder counts them).

@@ -320,6 +320,13 @@ struct GraphBuilder {
   std::mt19937 rng;
   explicit GraphBuilder(uint32_t seed) : rng(seed) {}
 
+  // Names the graph and adds its one input.
+  int Input(const std::string& graph_name, const std::string& name, Shape shape) {
+    g.name = graph_name;
+    const int x = g.AddValue(name, std::move(shape));
+    g.inputs = {x};
+    return x;
+  }
   int Constant(const std::string& name, Shape shape, float scale) {
     TensorData d;
     d.shape = shape;
@@ -385,9 +392,7 @@ struct GraphBuilder {
 
 Graph MakeKeywordSpottingGraph(uint32_t seed) {
   GraphBuilder b(seed);
-  b.g.name = "kws_cnn";
-  int x = b.g.AddValue("mfcc", {1, 1, 49, 10});
-  b.g.inputs = {x};
+  const int x = b.Input("kws_cnn", "mfcc", {1, 1, 49, 10});
   int y = b.Conv("conv1", x, 16, 3, 1, true);
   y = b.Pool("pool1", "MaxPool", y, 2);
   y = b.Conv("conv2", y, 32, 3, 1, true);
@@ -400,9 +405,7 @@ Graph MakeKeywordSpottingGraph(uint32_t seed) {
 
 Graph MakeDsCnnGraph(uint32_t seed) {
   GraphBuilder b(seed);
-  b.g.name = "kws_dscnn";
-  const int x = b.g.AddValue("mfcc", {1, 1, 32, 8});
-  b.g.inputs = {x};
+  const int x = b.Input("kws_dscnn", "mfcc", {1, 1, 32, 8});
   int y = b.Conv("conv", x, 32, 3, 1, true);
   y = b.Conv("depthwise", y, 32, 3, 32, true);
   y = b.Conv("pointwise", y, 32, 1, 1, true);
@@ -412,9 +415,7 @@ Graph MakeDsCnnGraph(uint32_t seed) {
 
 Graph MakeMlperfDsCnnGraph(uint32_t seed) {
   GraphBuilder b(seed);
-  b.g.name = "mlperf_dscnn";
-  const int x = b.g.AddValue("mfcc", {1, 1, 49, 10});
-  b.g.inputs = {x};
+  const int x = b.Input("mlperf_dscnn", "mfcc", {1, 1, 49, 10});
   // conv 10x4, stride 2, "same" padding: 49x10 -> 25x5 (pads top 4, bottom 5, left 1, right 1).
   int y = b.Conv("conv1", x, 64, 10, 4, 2, {4, 1, 5, 1}, 1, true);
   for (int block = 1; block <= 4; ++block) {
@@ -427,9 +428,7 @@ Graph MakeMlperfDsCnnGraph(uint32_t seed) {
 
 Graph MakeMcuOpsGraph(uint32_t seed) {
   GraphBuilder b(seed);
-  b.g.name = "mcu_ops";
-  int x = b.g.AddValue("image", {1, 8, 12, 12});
-  b.g.inputs = {x};
+  const int x = b.Input("mcu_ops", "image", {1, 8, 12, 12});
   int a = b.Conv("conv", x, 8, 3, 1, false);
   int d = b.Conv("depthwise", a, 8, 3, 8, true);
   int s = b.g.AddValue("residual", {1, 8, 12, 12});

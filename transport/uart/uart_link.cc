@@ -671,4 +671,18 @@ uint32_t PlanIdHash(const std::string& plan_id) {
   return folded ? folded : 1u;
 }
 
+Result<mcu::McuStatus> QueryMcuStatus(UartLink& link, uint32_t id, std::chrono::milliseconds timeout,
+                                      std::vector<uint32_t>* layer_ticks) {
+  TS_RETURN_IF_ERROR(link.SendTyped(wire::kFrameStatus, id, ""));
+  TS_ASSIGN_OR_RETURN(std::string bytes, link.RecvTyped(wire::kFrameStatus, id, timeout));
+  mcu::McuStatus s;
+  uint32_t ticks[mcu::kMaxTimedLayers], layers = 0;
+  if (!mcu::DecodeStatusReply(bytes.data(), bytes.size(), &s, ticks, mcu::kMaxTimedLayers, &layers))
+    return Status::DataLoss("a STATUS reply of " + std::to_string(bytes.size()) +
+                            " bytes that is not a status (expected " + std::to_string(sizeof s) +
+                            " bytes + 4 per timed layer, and its magic)");
+  if (layer_ticks) layer_ticks->assign(ticks, ticks + std::min(layers, mcu::kMaxTimedLayers));
+  return s;
+}
+
 }  // namespace tessera

@@ -42,10 +42,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "util/status.h"
-#include "transport/wire/frame.h"
 #include "transport/link.h"
+#include "transport/wire/frame.h"
+#include "transport/wire/mcu_program.h"
+#include "util/status.h"
 
 namespace tessera {
 
@@ -124,5 +126,12 @@ class UartLink final : public Link {
 
 // FNV-1a of the plan's bytes folded to 32 bits, never 0 (0 means "no plan").
 uint32_t PlanIdHash(const std::string& plan_id);
+
+// A STATUS round trip with an MCU worker on `link` (message id `id`): its
+// McuStatus, and with `layer_ticks` the last run's per-layer ticks
+// (transport/wire/mcu_program.h DecodeStatusReply). DataLoss when the reply
+// is not a status; the link's error when none arrives within `timeout`.
+Result<mcu::McuStatus> QueryMcuStatus(UartLink& link, uint32_t id, std::chrono::milliseconds timeout,
+                                      std::vector<uint32_t>* layer_ticks = nullptr);
 
 }  // namespace tessera
