@@ -38,17 +38,21 @@ struct Epilogue {
   float alpha = 0.f, beta = 0.f;
 };
 
-// C[rows × n] = A_panel[rows × k] · B[k × n] (+ bias[r]), then the epilogue
-// applied to the accumulators before the single store. B has row stride
-// ldb, C row stride ldc.
+// C[rows × n] = A[rows × k] · B[k × n] (+ bias[r]), then the epilogue
+// applied to the accumulators before the final store. A is a run of
+// ⌈rows / kPanelRows⌉ consecutive packed panels (panel p at a + p·k·kPanelRows).
+// B has row stride ldb, C row stride ldc. A level whose panels_per_call is
+// 1 takes one panel per call (rows ≤ kPanelRows); 0 means any number
+// (microkernels_gemm_blocked.inc: B is packed in blocks of rows on the
+// stack and reused by every panel of the run).
 struct GemmPanelArgs {
-  const float* a = nullptr;  // one panel, k × kPanelRows floats
+  const float* a = nullptr;  // the run's first panel, k × kPanelRows floats each
   const float* b = nullptr;
   int64_t ldb = 0;
   int64_t k = 0, n = 0;
   float* c = nullptr;
   int64_t ldc = 0;
-  int rows = 0;                  // 1..kPanelRows valid rows of this panel
+  int rows = 0;                  // valid rows of the run (≤ kPanelRows · panels)
   const float* bias = nullptr;   // `rows` values, or nullptr
   Epilogue epilogue;
 };
@@ -90,6 +94,8 @@ struct Microkernels {
   // x[i] = 1 / (1 + e^−x[i]), or x[i] times that (SiLU) when times_input;
   // relative error < 1e-6 (microkernels_logistic.inc).
   void (*logistic)(float* x, int64_t n, bool times_input);
+  // Panels one gemm_panel call may take: 0 = any (K-blocked levels), 1 = one.
+  int64_t panels_per_call = 1;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

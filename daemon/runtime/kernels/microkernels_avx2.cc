@@ -36,7 +36,7 @@ inline __m256 HardSigmoid(__m256 x, const Epilogue& e) {
 }
 
 // The epilogue (microkernels.h) on one vector of results.
-// Always inlined: a call from GemmTile would spill its live accumulators.
+// Always inlined: a call from BlockTile would spill its live accumulators.
 __attribute__((always_inline)) inline __m256 Finish(__m256 x, const Epilogue& e) {
   switch (e.kind) {
     case Epilogue::kNone:
@@ -65,20 +65,22 @@ inline float Sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// rows [r0, r0 + 4) of the panel (those < g.rows stored), NV whole vectors
-// of columns (a narrower tail goes to GemmColumns).
+// kc steps of half a panel (ap, rows of kPanelRows floats) times NV packed
+// vectors of B columns (bp, NV·kLanes floats per row): the tile of
+// microkernels_gemm_blocked.inc. 12 accumulators + 3 B vectors + 1 broadcast.
 template <int NV>
-inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, float* __restrict c) {
+inline void BlockTile(const float* __restrict ap, const float* __restrict bp, int64_t kc, float* __restrict c,
+                      int64_t ldc, int rows, bool first, bool last, const float* bias, const Epilogue& e) {
   __m256 acc[kHalfRows][NV];
 #pragma GCC unroll 4
   for (int r = 0; r < kHalfRows; ++r)
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
-  const float* __restrict ap = g.a + r0;
-  for (int64_t i = 0; i < g.k; ++i) {
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = first || r >= rows ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + v * kLanes);
+  for (int64_t i = 0; i < kc; ++i) {
     __m256 bv[NV];
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + v * kLanes);
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(bp + v * kLanes);
 #pragma GCC unroll 4
     for (int r = 0; r < kHalfRows; ++r) {
       const __m256 av = _mm256_broadcast_ss(ap + r);
@@ -86,25 +88,28 @@ inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, 
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
     ap += kPanelRows;
-    b += g.ldb;
+    bp += NV * kLanes;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kHalfRows; ++r) {
-    if (r0 + r >= g.rows) break;
-    const __m256 bias_v = _mm256_set1_ps(g.bias ? g.bias[r0 + r] : 0.f);
-    float* cr = c + (r0 + r) * g.ldc;
+    if (r >= rows) break;
+    float* cr = c + r * ldc;
+    if (!last) {
 #pragma GCC unroll 3
-    for (int v = 0; v < NV; ++v) {
-      _mm256_storeu_ps(cr + v * kLanes, Finish(_mm256_add_ps(acc[r][v], bias_v), g.epilogue));
+      for (int v = 0; v < NV; ++v) _mm256_storeu_ps(cr + v * kLanes, acc[r][v]);
+      continue;
     }
+    const __m256 bias_v = _mm256_set1_ps(bias ? bias[r] : 0.f);
+#pragma GCC unroll 3
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(cr + v * kLanes, Finish(_mm256_add_ps(acc[r][v], bias_v), e));
   }
 }
 
 // Columns [col, col + J) of one panel with the panel's 8 rows as the vector:
 // acc[j] = Σ_i A_panel[i][0..8) · B[i][col + j]. For the column tail past
-// the last whole vector (a 7x7 or 1x1 plane), where GemmTile would spend
+// the last whole vector (a 7x7 or 1x1 plane), where BlockTile would spend
 // two half-panels of FMAs per step of k on a few lanes; here it is J FMAs.
-// Same products summed in the same order as GemmTile.
+// Same products summed in the same order as BlockTile.
 template <int J>
 void GemmColumns(const GemmPanelArgs& g, int64_t col) {
   __m256 acc[J];
@@ -151,19 +156,10 @@ void GemmColumnsAny(const GemmPanelArgs& g, int64_t col, int64_t count) {
   }
 }
 
-void GemmPanel(const GemmPanelArgs& g) {
-  constexpr int64_t kTile = 3 * kLanes;
-  const int64_t full = g.n / kTile, rest = g.n - full * kTile;
-  const int vectors = static_cast<int>(rest / kLanes);  // whole vectors past the full tiles
-  const int64_t narrow = rest % kLanes;                 // columns left for GemmColumns
-  for (int r0 = 0; r0 < g.rows; r0 += kHalfRows) {
-    for (int64_t t = 0; t < full; ++t) GemmTile<3>(g, r0, g.b + t * kTile, g.c + t * kTile);
-    const int64_t col = full * kTile;
-    if (vectors == 1) GemmTile<1>(g, r0, g.b + col, g.c + col);
-    if (vectors == 2) GemmTile<2>(g, r0, g.b + col, g.c + col);
-  }
-  if (narrow > 0) GemmColumnsAny(g, full * kTile + vectors * kLanes, narrow);
-}
+void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t count) { GemmColumnsAny(g, col, count); }
+
+constexpr int kTileVectors = 3;
+#include "daemon/runtime/kernels/microkernels_gemm_blocked.inc"
 
 // Four vectors of positions per step: each accumulator is a chain of T
 // dependent FMAs, and four chains hide more of the FMA latency than two.
@@ -284,7 +280,7 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& Avx2Microkernels() {
-  static const Microkernels k{Isa::kAvx2, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
+  static const Microkernels k{Isa::kAvx2, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0};
   return k;
 }
 

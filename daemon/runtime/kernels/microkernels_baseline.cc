@@ -52,31 +52,33 @@ __attribute__((always_inline)) inline Vec Finish(Vec x, const Epilogue& e) {
 }
 inline float FinishScalar(float x, const Epilogue& e) { return e.kind == Epilogue::kNone ? x : Finish(Splat(x), e)[0]; }
 
-// Rows [r0, r0 + 4) × 12 columns starting at b / c.
-inline void GemmTile(const GemmPanelArgs& g, int r0, const float* __restrict b, float* __restrict c) {
-  Vec acc[kHalfRows][kVectors] = {};
-  const float* __restrict ap = g.a + r0;
-  for (int64_t i = 0; i < g.k; ++i) {
-    Vec bv[kVectors];
-    for (int v = 0; v < kVectors; ++v) bv[v] = Load(b + v * kLanes);
+// kc steps of half a panel times NV packed vectors of B columns: the tile
+// of microkernels_gemm_blocked.inc (4 rows × 3 vectors at most).
+template <int NV>
+inline void BlockTile(const float* __restrict ap, const float* __restrict bp, int64_t kc, float* __restrict c,
+                      int64_t ldc, int rows, bool first, bool last, const float* bias, const Epilogue& e) {
+  Vec acc[kHalfRows][NV];
+  for (int r = 0; r < kHalfRows; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = first || r >= rows ? Splat(0.f) : Load(c + r * ldc + v * kLanes);
+  for (int64_t i = 0; i < kc; ++i) {
+    Vec bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = Load(bp + v * kLanes);
     for (int r = 0; r < kHalfRows; ++r) {
       const Vec av = Splat(ap[r]);
-      for (int v = 0; v < kVectors; ++v) acc[r][v] += av * bv[v];
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
     }
     ap += kPanelRows;
-    b += g.ldb;
+    bp += NV * kLanes;
   }
-  for (int r = 0; r < kHalfRows && r0 + r < g.rows; ++r) {
-    const Vec bias_v = Splat(g.bias ? g.bias[r0 + r] : 0.f);
-    float* cr = c + (r0 + r) * g.ldc;
-    for (int v = 0; v < kVectors; ++v) {
-      Store(cr + v * kLanes, Finish(acc[r][v] + bias_v, g.epilogue));
-    }
+  for (int r = 0; r < kHalfRows && r < rows; ++r) {
+    float* cr = c + r * ldc;
+    const Vec bias_v = Splat(last && bias ? bias[r] : 0.f);
+    for (int v = 0; v < NV; ++v) Store(cr + v * kLanes, last ? Finish(acc[r][v] + bias_v, e) : acc[r][v]);
   }
 }
 
-// The last n < 12 columns, one at a time.
-void GemmColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
+// The last n < 4 columns, one at a time.
+void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
   for (int64_t j = col; j < col + n; ++j) {
     float acc[kPanelRows] = {};
     const float* ap = g.a;
@@ -92,13 +94,8 @@ void GemmColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
   }
 }
 
-void GemmPanel(const GemmPanelArgs& g) {
-  constexpr int64_t kTile = kVectors * kLanes;
-  const int64_t full = g.n / kTile;
-  for (int r0 = 0; r0 < g.rows; r0 += kHalfRows)
-    for (int64_t t = 0; t < full; ++t) GemmTile(g, r0, g.b + t * kTile, g.c + t * kTile);
-  if (g.n > full * kTile) GemmColumns(g, full * kTile, g.n - full * kTile);
-}
+constexpr int kTileVectors = kVectors;
+#include "daemon/runtime/kernels/microkernels_gemm_blocked.inc"
 
 void DepthwiseTaps(const DepthwiseTapArgs& d) {
   int64_t q = 0;
@@ -134,7 +131,7 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& BaselineMicrokernels() {
-  static const Microkernels k{Isa::kBaseline, &GemmPanel, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic};
+  static const Microkernels k{Isa::kBaseline, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0};
   return k;
 }
 

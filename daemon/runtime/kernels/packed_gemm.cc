@@ -79,19 +79,41 @@ void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, f
   // The activations of CNNs run on the accumulators; the rest (tanh, elu,
   // darknet's) are rare in conv models: applied to the stored rows.
   const bool post_activation = !EpilogueFor(act, &base.epilogue);
-  const auto gemm_panel = a.kernels().gemm_panel;
+  const Microkernels& kernels = a.kernels();
+  // Rows [r0, r1) (whole panels but the last) × columns [c0, c1) of C.
+  auto block = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const int64_t step = kernels.panels_per_call == 0 ? r1 - r0 : kernels.panels_per_call * PackedMatrix::kRows;
+    for (int64_t r = r0; r < r1; r += step) {
+      GemmPanelArgs g = base;
+      g.a = a.Panel(r / PackedMatrix::kRows);
+      g.b = b + c0;
+      g.n = c1 - c0;
+      g.rows = static_cast<int>(std::min(step, r1 - r));
+      g.c = c + r * ldc + c0;
+      g.bias = bias ? bias + r : nullptr;
+      kernels.gemm_panel(g);
+    }
+    if (post_activation)
+      for (int64_t r = r0; r < r1; ++r) act.Apply(c + r * ldc + c0, static_cast<size_t>(c1 - c0));
+  };
   // A parallel region costs microseconds: products smaller than that (an
   // SE block's 1x1 convs on a 1x1 map) stay on one thread.
-  const bool parallel = threads > 1 && panels > 1 && m * n * k >= (1 << 17);
-  ParallelFor(panels, parallel ? threads : 1, [&](int64_t p) {
-    GemmPanelArgs g = base;
-    g.a = a.Panel(p);
-    g.rows = static_cast<int>(std::min<int64_t>(PackedMatrix::kRows, m - p * PackedMatrix::kRows));
-    g.c = c + p * PackedMatrix::kRows * ldc;
-    g.bias = bias ? bias + p * PackedMatrix::kRows : nullptr;
-    gemm_panel(g);
-    if (post_activation)
-      for (int r = 0; r < g.rows; ++r) act.Apply(g.c + r * ldc, static_cast<size_t>(n));
+  const int workers = threads > 1 && panels > 1 && m * n * k >= (1 << 17) ? threads : 1;
+  if (workers == 1) return block(0, m, 0, n);
+  // Each worker packs the B blocks it reads (microkernels.h), so workers
+  // take runs of whole panels when there are enough to go round, else
+  // ranges of columns (multiples of 48, whole tiles on every level).
+  if (panels >= 2 * workers || n < 96 * workers) {
+    ParallelFor(workers, workers, [&](int64_t w) {
+      const int64_t p0 = panels * w / workers, p1 = panels * (w + 1) / workers;
+      if (p0 < p1) block(p0 * PackedMatrix::kRows, std::min(m, p1 * PackedMatrix::kRows), 0, n);
+    });
+    return;
+  }
+  const int64_t chunks = (n + 47) / 48;
+  ParallelFor(workers, workers, [&](int64_t w) {
+    const int64_t c0 = chunks * w / workers * 48, c1 = std::min(n, chunks * (w + 1) / workers * 48);
+    if (c0 < c1) block(0, m, c0, c1);
   });
 }
 
