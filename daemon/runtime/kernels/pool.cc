@@ -7,10 +7,14 @@
 // padding. Both sizes are accepted — the graph's output shape decides, and a
 // window that sees no input yields -inf (max) or 0 (average).
 //
-// Eval copies each input plane into per-thread scratch with its padding
-// (-inf for max, 0 for average; large enough for ceil-mode overhang), then
-// runs branch-free window loops whose inner loop over output columns
-// vectorises. The average's divisor is separable (taps counted per
+// Max pooling is separable and exact in any order: per output row, the
+// maximum over the window's input rows (contiguous passes over the input,
+// no padded copy; padding and ceil-mode overhang are -inf in the row
+// buffer), then over its columns (stride 2 de-interleaved into two
+// contiguous phases first). Average pooling copies each input plane into
+// per-thread scratch with zero padding (large enough for ceil-mode
+// overhang), then runs branch-free window loops whose inner loop over
+// output columns vectorises; its divisor is separable (taps counted per
 // dimension), so Prepare tabulates 1/divisor per output row and column.
 #include <algorithm>
 #include <cstring>
@@ -18,7 +22,9 @@
 
 #include <omp.h>
 
+#include "daemon/runtime/kernels/isa.h"
 #include "daemon/runtime/kernels/kernel_factories.h"
+#include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/parallel_for.h"
 
@@ -123,6 +129,7 @@ class PoolKernel : public Kernel {
     padded_h_ = std::max(h_ + pads[0] + pads[2], (oh_ - 1) * sh_ + (kh_ - 1) * dh_ + 1);
     padded_w_ = std::max(w_ + pads[1] + pads[3], (ow_ - 1) * sw_ + (kw_ - 1) * dw_ + 1);
     threads_ = std::max(1, ctx.threads);
+    microkernels_ = &MicrokernelsFor(ActiveIsa());
     inv_row_.resize(oh_);
     inv_col_.resize(ow_);
     for (int64_t o = 0; o < oh_; ++o) inv_row_[o] = rows[o].divisor > 0 ? 1.f / rows[o].divisor : 0.f;
@@ -130,9 +137,7 @@ class PoolKernel : public Kernel {
     return CheckOutputShape(ctx, 0, {n_, c_, oh_, ow_});
   }
 
-  size_t ScratchBytes() const override {
-    return static_cast<size_t>(threads_ * padded_h_ * padded_w_) * sizeof(float);
-  }
+  size_t ScratchBytes() const override { return static_cast<size_t>(threads_ * PerThreadFloats()) * sizeof(float); }
 
   void Eval(const EvalContext& ctx) const override {
     const float* x = ctx.inputs[0];
@@ -140,17 +145,72 @@ class PoolKernel : public Kernel {
     const int64_t planes = n_ * c_;
     const int threads = std::max(1, std::min(ctx.threads, threads_));
     ParallelFor(planes, threads, [&](int64_t p) {
-      float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * padded_h_ * padded_w_;
+      float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * PerThreadFloats();
+      if (is_max_) return MaxPlane(x + p * h_ * w_, padded, y + p * oh_ * ow_);
       PadPlane(x + p * h_ * w_, padded);
       PoolPlane(padded, y + p * oh_ * ow_);
     });
   }
 
  private:
-  // Copies one input plane into `padded` with the padding value around it
-  // (-inf for max, 0 for average), so windows need no bounds checks.
+  // Average pooling: the padded plane. Max pooling: three padded rows,
+  // the window rows' maximum and its two column phases.
+  int64_t PerThreadFloats() const { return is_max_ ? 3 * padded_w_ : padded_h_ * padded_w_; }
+
+  // Max pooling of one input plane x through the row buffer `rows`
+  // (3 · padded_w_ floats), reading the window's input rows in place: no
+  // padded copy of the plane. Results are identical to the window loop
+  // (max is exact in any order). squeezenet1_0's three 3×3/2 pools, one
+  // thread, AVX2 EPYC: 3.6–4.0 ms as strided window loops, 1.6–1.8 ms so.
+  void MaxPlane(const float* x, float* rows, float* y) const {
+    constexpr float kLowest = -std::numeric_limits<float>::infinity();
+    float* vm = rows;
+    float* even = rows + padded_w_;
+    float* odd = even + padded_w_;
+    const int64_t width = padded_w_;
+    std::fill(vm, vm + pl_, kLowest);  // padding and ceil-mode overhang stay -inf
+    std::fill(vm + pl_ + w_, vm + width, kLowest);
+    for (int64_t oh = 0; oh < oh_; ++oh) {
+      // vm[pl_ + c] = max over the window's rows inside the input of x[r][c].
+      bool any = false;
+      for (int64_t i = 0; i < kh_; ++i) {
+        const int64_t r = oh * sh_ - pt_ + i * dh_;
+        if (r < 0 || r >= h_) continue;
+        const float* src = x + r * w_;
+        float* dst = vm + pl_;
+        if (!any) {
+          std::memcpy(dst, src, sizeof(float) * w_);
+          any = true;
+          continue;
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < w_; ++c) dst[c] = std::max(dst[c], src[c]);
+      }
+      if (!any) std::fill(vm + pl_, vm + pl_ + w_, kLowest);
+      float* yr = y + oh * ow_;
+      const int64_t n = ow_;
+      if (sw_ == 2 && dw_ == 1) {  // tap j reads phase j % 2 at ow + j / 2
+        microkernels_->deinterleave(vm, width, even, odd);
+        std::memcpy(yr, even, sizeof(float) * n);
+        for (int64_t j = 1; j < kw_; ++j) {
+          const float* src = (j % 2 == 0 ? even : odd) + j / 2;
+#pragma omp simd
+          for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::max(yr[ow], src[ow]);
+        }
+        continue;
+      }
+      for (int64_t ow = 0; ow < n; ++ow) yr[ow] = vm[ow * sw_];
+      for (int64_t j = 1; j < kw_; ++j) {
+        const float* src = vm + j * dw_;
+        for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::max(yr[ow], src[ow * sw_]);
+      }
+    }
+  }
+
+  // Copies one input plane into `padded` with zeros around it, so the
+  // average's windows need no bounds checks.
   void PadPlane(const float* x, float* padded) const {
-    const float fill = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+    const float fill = 0.f;
     std::fill(padded, padded + pt_ * padded_w_, fill);
     for (int64_t r = 0; r < h_; ++r) {
       float* row = padded + (pt_ + r) * padded_w_;
@@ -161,32 +221,25 @@ class PoolKernel : public Kernel {
     std::fill(padded + (pt_ + h_) * padded_w_, padded + padded_h_ * padded_w_, fill);
   }
 
-  // One output plane: taps outer, output columns inner (vectorised).
+  // One output plane of average pooling: taps outer, output columns inner
+  // (vectorised).
   void PoolPlane(const float* padded, float* y) const {
     const int64_t sw = sw_, n = ow_;
     for (int64_t oh = 0; oh < oh_; ++oh) {
       float* yr = y + oh * ow_;
       const float* base = padded + oh * sh_ * padded_w_;
-      const float init = is_max_ ? -std::numeric_limits<float>::infinity() : 0.f;
-      for (int64_t ow = 0; ow < n; ++ow) yr[ow] = init;
+      for (int64_t ow = 0; ow < n; ++ow) yr[ow] = 0.f;
       for (int64_t i = 0; i < kh_; ++i) {
         for (int64_t j = 0; j < kw_; ++j) {
           const float* src = base + i * dh_ * padded_w_ + j * dw_;
-          if (is_max_) {
 #pragma omp simd
-            for (int64_t ow = 0; ow < n; ++ow) yr[ow] = std::max(yr[ow], src[ow * sw]);
-          } else {
-#pragma omp simd
-            for (int64_t ow = 0; ow < n; ++ow) yr[ow] += src[ow * sw];
-          }
+          for (int64_t ow = 0; ow < n; ++ow) yr[ow] += src[ow * sw];
         }
       }
-      if (!is_max_) {
-        const float row_scale = inv_row_[oh];
-        const float* col_scale = inv_col_.data();
+      const float row_scale = inv_row_[oh];
+      const float* col_scale = inv_col_.data();
 #pragma omp simd
-        for (int64_t ow = 0; ow < n; ++ow) yr[ow] *= row_scale * col_scale[ow];
-      }
+      for (int64_t ow = 0; ow < n; ++ow) yr[ow] *= row_scale * col_scale[ow];
     }
   }
 
@@ -195,6 +248,7 @@ class PoolKernel : public Kernel {
   int64_t kh_ = 1, kw_ = 1, sh_ = 1, sw_ = 1, dh_ = 1, dw_ = 1, pt_ = 0, pl_ = 0;
   int64_t padded_h_ = 0, padded_w_ = 0;  // covers every window, ceil-mode overhang included
   int threads_ = 1;
+  const Microkernels* microkernels_ = nullptr;
   // Average pooling: 1/divisor factors per output row and column (the
   // divisor is separable: taps counted per dimension).
   std::vector<float> inv_row_, inv_col_;
