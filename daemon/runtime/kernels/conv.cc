@@ -10,6 +10,16 @@
 //    output columns vectorises; a GEMM of K = kH·kW would waste the packing.
 //  * general — im2col of one group into scratch, then one Eigen GEMM
 //    Y_g[O/g, OH·OW] = W_g[O/g, C/g·kH·kW] · col[C/g·kH·kW, OH·OW].
+//    With constant weights on a K-blocked ISA level, and when its scratch is
+//    at most twice the im2col tile's, the im2col matrix is implicit instead
+//    ("indirect"): the group's input planes are copied once into the
+//    polyphase layout of the depthwise path, where row (c, i, j) of the
+//    im2col matrix over the flat output (OH rows of the sub-plane width,
+//    junk columns included) is the plane shifted by a constant offset. The
+//    GEMM reads B through those offsets (GemmPanelArgs::b_rows) into its
+//    packed blocks, a tile of flat columns at a time, and the valid columns
+//    are copied out. No im2col pass, and a grouped conv's small groups no
+//    longer pay for one (resnext50's 3×3/g32 convs).
 // The GEMM paths run in column tiles of OH·OW sized to stay in L2 (im2col
 // tile, output tile); bias and activation are applied to each output tile
 // right after its GEMM, while it is still in cache. With several threads the
@@ -115,6 +125,7 @@ class ConvKernel final : public Kernel {
     prepared_threads_ = std::max(1, ctx.threads);
     microkernels_ = &MicrokernelsFor(ActiveIsa());
     wino_min_channels_ = a.Int("winograd_min_channels", 96);
+    indirect_allowed_ = a.Int("indirect_im2col", 1) != 0;  // tests compare both general paths
     // A device short of RAM keeps weights at their raw size (graph.h).
     const bool compact_weights = a.Int("compact_weights", 0) != 0;
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
@@ -154,6 +165,7 @@ class ConvKernel final : public Kernel {
       in_place_ = kDepthwiseInPlace;
     }
     packed_.reset();
+    indirect_ = false;
     repacks_weights_ = false;
     owned_bytes_ = 0;
     made_form_ = false;
@@ -181,6 +193,7 @@ class ConvKernel final : public Kernel {
         },
         &made_form_);
     TS_RETURN_IF_ERROR(read);
+    ChooseIndirect();
     if (made_form_)
       owned_bytes_ = strategy_ == kWinograd ? 16 * PackedMatrix::BytesFor(o_, c_)
                                             : static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
@@ -193,8 +206,9 @@ class ConvKernel final : public Kernel {
              sizeof(float);
     if (strategy_ == kDepthwise)  // polyphase input plane and flat output per thread
       return static_cast<size_t>(prepared_threads_ * DepthwiseScratchFloats()) * sizeof(float);
-    if (strategy_ != kIm2col) return 0;  // one im2col tile per thread
-    return static_cast<size_t>(prepared_threads_ * cg_ * kh_ * kw_ * tile_) * sizeof(float);
+    if (strategy_ != kIm2col) return 0;
+    if (indirect_) return static_cast<size_t>(IndirectScratchFloats()) * sizeof(float);
+    return static_cast<size_t>(Im2colScratchFloats()) * sizeof(float);  // one im2col tile per thread
   }
 
   int InPlaceInput() const override { return in_place_ == kNoInPlace ? -1 : 0; }
@@ -241,7 +255,10 @@ class ConvKernel final : public Kernel {
         EvalGemm(ctx);
         return;
       case kIm2col:
-        EvalGemm(ctx);
+        if (indirect_)
+          EvalIndirect(ctx);
+        else
+          EvalGemm(ctx);
         return;
       case kWinograd:
         EvalWinograd(ctx);
@@ -482,7 +499,7 @@ class ConvKernel final : public Kernel {
   // stay in L2, so bias/activation run on cached rows and im2col never
   // streams the whole expanded input through memory.
   static int64_t TileColumns(int64_t k, int64_t rows, int64_t plane) {
-    constexpr int64_t kBudgetFloats = 128 * 1024;  // 512 KiB per operand
+    constexpr int64_t kBudgetFloats = 128 * 1024;  // EXPERIMENT
     int64_t t = std::min(kBudgetFloats / std::max<int64_t>(k, 1), kBudgetFloats / std::max<int64_t>(rows, 1));
     t = std::max<int64_t>(256, t);
     if (t >= plane) return plane;
@@ -535,6 +552,89 @@ class ConvKernel final : public Kernel {
       }
       for (int64_t o = 0; o < og_; ++o) FinishRow(yg + o * plane + p0, len, bias ? bias[g * og_ + o] : 0.f);
     });
+  }
+
+  int64_t Im2colScratchFloats() const { return prepared_threads_ * cg_ * kh_ * kw_ * tile_; }
+
+  // Flat output columns per GEMM of the indirect path: 8 AVX2 tiles; a
+  // C tile of og_ rows this wide per thread.
+  static constexpr int64_t kIndirectColumns = 192;
+  int64_t PolyphaseFloats() const { return sh_ * sw_ * dw_sub_size_; }  // one channel's sub-planes
+  // Group 1: the input's polyphase planes, shared by the threads, and a C
+  // tile per thread. Groups: each thread polyphases its own groups.
+  int64_t IndirectScratchFloats() const {
+    if (group_ == 1) return c_ * PolyphaseFloats() + prepared_threads_ * og_ * indirect_cols_;
+    return prepared_threads_ * (cg_ * PolyphaseFloats() + og_ * indirect_cols_);
+  }
+
+  // Called by Prepare once the weights are known to be packed (or would
+  // be: shapes only): the indirect path when the level takes an indirect B
+  // and its scratch stays within twice the im2col tile's. Large planes
+  // (yolov2's 608² layers) keep im2col: their padded copy would cost far
+  // more memory than one tile.
+  void ChooseIndirect() {
+    indirect_ = false;
+    if (strategy_ != kIm2col || !repacks_weights_ || microkernels_->panels_per_call != 0 || !indirect_allowed_) return;
+    PrepareDepthwise();  // the polyphase geometry (dw_*), the same for any conv
+    indirect_cols_ = std::min<int64_t>(oh_ * dw_sub_w_, kIndirectColumns);
+    if (IndirectScratchFloats() > 2 * Im2colScratchFloats()) return;
+    b_rows_.clear();
+    for (int64_t c = 0; c < cg_; ++c)
+      for (int64_t offset : dw_tap_offsets_) b_rows_.push_back(c * PolyphaseFloats() + offset);
+    indirect_ = true;
+  }
+
+  void EvalIndirect(const EvalContext& ctx) const {
+    const float* x = ctx.inputs[0];
+    const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
+    const int64_t per_channel = PolyphaseFloats();
+    const int64_t tiles = (oh_ * dw_sub_w_ + indirect_cols_ - 1) / indirect_cols_;
+    const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* xn = x + n * c_ * h_ * w_;
+      float* yn = ctx.outputs[0] + n * o_ * oh_ * ow_;
+      if (group_ == 1) {
+        float* poly = ctx.scratch;
+        float* c_tiles = poly + c_ * per_channel;
+        ParallelFor(c_, threads, [&](int64_t c) { PolyphasePlane(xn + c * h_ * w_, poly + c * per_channel, true); });
+        const bool tile_parallel = threads > 1 && tiles >= 2 * threads;
+        ParallelFor(tiles, tile_parallel ? threads : 1, [&](int64_t t) {
+          float* ct = c_tiles + static_cast<int64_t>(omp_get_thread_num()) * og_ * indirect_cols_;
+          IndirectTile(0, poly, t, ct, yn, bias, tile_parallel ? 1 : threads);
+        });
+        continue;
+      }
+      // One contiguous run of groups per worker, each with its own scratch.
+      const int workers = static_cast<int>(std::min<int64_t>(threads, group_));
+      ParallelFor(workers, workers, [&](int64_t worker) {
+        float* poly = ctx.scratch + worker * (cg_ * per_channel + og_ * indirect_cols_);
+        float* ct = poly + cg_ * per_channel;
+        bool clear = true;  // the zeros around each plane are written once
+        for (int64_t g = group_ * worker / workers; g < group_ * (worker + 1) / workers; ++g) {
+          for (int64_t c = 0; c < cg_; ++c) PolyphasePlane(xn + (g * cg_ + c) * h_ * w_, poly + c * per_channel, clear);
+          clear = false;
+          for (int64_t t = 0; t < tiles; ++t) IndirectTile(g, poly, t, ct, yn, bias, 1);
+        }
+      });
+    }
+  }
+
+  // Flat columns [t·cols, +cols) of group g: the GEMM into the C tile ct,
+  // then each output row's valid columns into y.
+  void IndirectTile(int64_t g, const float* poly, int64_t t, float* ct, float* yn, const float* bias,
+                    int gemm_threads) const {
+    const int64_t ws = dw_sub_w_, plane = oh_ * ow_;
+    const int64_t q0 = t * indirect_cols_, len = std::min(indirect_cols_, oh_ * ws - q0);
+    PackedGemm((*packed_)[g], poly + q0, 0, len, ct, len, bias ? bias + g * og_ : nullptr, act_, gemm_threads,
+               b_rows_.data());
+    for (int64_t o = 0; o < og_; ++o) {
+      float* yo = yn + (g * og_ + o) * plane;
+      const float* co = ct + o * len - q0;  // indexed by flat column
+      for (int64_t oh = q0 / ws; oh * ws < q0 + len; ++oh) {
+        const int64_t b = std::max(q0, oh * ws), e = std::min(q0 + len, oh * ws + ow_);
+        if (b < e) std::memcpy(yo + oh * ow_ + (b - oh * ws), co + b, sizeof(float) * (e - b));
+      }
+    }
   }
 
   // Pixel columns per block of an in-place pointwise conv: the scratch is
@@ -699,6 +799,12 @@ class ConvKernel final : public Kernel {
   int64_t tiles_h_ = 0, tiles_w_ = 0, wino_chunk_ = 1;
   int64_t wino_min_channels_ = 96;  // tests lower it through attr "winograd_min_channels"
   bool has_bias_ = false;
+  // The indirect im2col (ChooseIndirect): B's row offsets into one group's
+  // polyphase planes, and flat columns per GEMM.
+  bool indirect_ = false;
+  bool indirect_allowed_ = true;
+  std::vector<int64_t> b_rows_;
+  int64_t indirect_cols_ = 0;
   FusedActivation act_;
   bool act_in_epilogue_ = true;  // act_ is applied by the depthwise microkernel (epilogue_)
   Epilogue epilogue_;

@@ -55,6 +55,10 @@ struct GemmPanelArgs {
   int rows = 0;                  // valid rows of the run (≤ kPanelRows · panels)
   const float* bias = nullptr;   // `rows` values, or nullptr
   Epilogue epilogue;
+  // An indirect B (levels with panels_per_call 0 only): row i of B is at
+  // b + b_rows[i] and ldb is unused. The conv's implicit im2col (conv.cc):
+  // row (c, i, j) of the im2col matrix is a shifted view of the padded input.
+  const int64_t* b_rows = nullptr;
 };
 
 // out[q] = bias + Σ_t kernel[t] · poly[q + offsets[t]] for q in [0, count),
@@ -94,7 +98,8 @@ struct Microkernels {
   // x[i] = 1 / (1 + e^−x[i]), or x[i] times that (SiLU) when times_input;
   // relative error < 1e-6 (microkernels_logistic.inc).
   void (*logistic)(float* x, int64_t n, bool times_input);
-  // Panels one gemm_panel call may take: 0 = any (K-blocked levels), 1 = one.
+  // Panels one gemm_panel call may take: 0 = any (K-blocked levels, which
+  // also take an indirect B, GemmPanelArgs::b_rows), 1 = one.
   int64_t panels_per_call = 1;
 };
 

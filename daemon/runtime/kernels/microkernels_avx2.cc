@@ -105,6 +105,9 @@ inline void BlockTile(const float* __restrict ap, const float* __restrict bp, in
   }
 }
 
+// Row i of B (microkernels.h: through b_rows when the caller gives them).
+inline const float* BRow(const GemmPanelArgs& g, int64_t i) { return g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb; }
+
 // Columns [col, col + J) of one panel with the panel's 8 rows as the vector:
 // acc[j] = Σ_i A_panel[i][0..8) · B[i][col + j]. For the column tail past
 // the last whole vector (a 7x7 or 1x1 plane), where BlockTile would spend
@@ -116,13 +119,12 @@ void GemmColumns(const GemmPanelArgs& g, int64_t col) {
 #pragma GCC unroll 8
   for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
   const float* __restrict ap = g.a;
-  const float* __restrict b = g.b + col;
   for (int64_t i = 0; i < g.k; ++i) {
+    const float* __restrict b = BRow(g, i) + col;
     const __m256 av = _mm256_loadu_ps(ap);
 #pragma GCC unroll 8
     for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + j), acc[j]);
     ap += kPanelRows;
-    b += g.ldb;
   }
   alignas(32) float t[J][kPanelRows];
   float bias[kPanelRows] = {};

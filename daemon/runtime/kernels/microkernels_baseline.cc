@@ -82,9 +82,8 @@ void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
   for (int64_t j = col; j < col + n; ++j) {
     float acc[kPanelRows] = {};
     const float* ap = g.a;
-    const float* b = g.b + j;
     for (int64_t i = 0; i < g.k; ++i) {
-      const float bv = b[i * g.ldb];
+      const float bv = (g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb)[j];
       for (int r = 0; r < kPanelRows; ++r) acc[r] += ap[r] * bv;
       ap += kPanelRows;
     }

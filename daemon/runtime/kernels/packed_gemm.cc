@@ -66,8 +66,8 @@ bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue) {
   return true;
 }
 
-void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
-                const float* bias, const FusedActivation& act, int threads) {
+void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc, const float* bias,
+                const FusedActivation& act, int threads, const int64_t* b_rows) {
   const int64_t m = a.rows(), k = a.depth();
   const int64_t panels = (m + PackedMatrix::kRows - 1) / PackedMatrix::kRows;
   GemmPanelArgs base;
@@ -76,6 +76,7 @@ void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, f
   base.k = k;
   base.n = n;
   base.ldc = ldc;
+  base.b_rows = b_rows;
   // The activations of CNNs run on the accumulators; the rest (tanh, elu,
   // darknet's) are rare in conv models: applied to the stored rows.
   const bool post_activation = !EpilogueFor(act, &base.epilogue);

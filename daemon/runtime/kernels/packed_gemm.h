@@ -59,7 +59,9 @@ bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue);
 // C = A·B + bias, then `act`. B: k×n, row stride ldb; C: m×n, row stride ldc.
 // bias may be nullptr. threads > 1 splits the row panels over OpenMP threads
 // (pass 1 inside an enclosing parallel region).
-void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc,
-                const float* bias, const FusedActivation& act, int threads);
+// b_rows (optional; only when a.kernels().panels_per_call == 0): row i of B
+// is at b + b_rows[i] instead of b + i·ldb (an indirect B, microkernels.h).
+void PackedGemm(const PackedMatrix& a, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc, const float* bias,
+                const FusedActivation& act, int threads, const int64_t* b_rows = nullptr);
 
 }  // namespace tessera

@@ -80,8 +80,11 @@ Attributes ConvAttributes(const ConvCase& k) {
   return a;
 }
 
-void CheckConv(const ConvCase& k, std::mt19937& rng, int threads = 1, int64_t winograd_min_channels = 96) {
-  INFO(k.Describe() << " threads " << threads);
+// indirect = false forbids the implicit im2col (conv.cc, attribute
+// "indirect_im2col"), so both general paths are checked on the same shapes.
+void CheckConv(const ConvCase& k, std::mt19937& rng, int threads = 1, int64_t winograd_min_channels = 96,
+               bool indirect = true) {
+  INFO(k.Describe() << " threads " << threads << " indirect " << indirect);
   auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
   auto w = RandomValues(k.o * (k.c / k.group) * k.kh * k.kw, rng);
   auto b = RandomValues(k.o, rng);
@@ -90,6 +93,7 @@ void CheckConv(const ConvCase& k, std::mt19937& rng, int threads = 1, int64_t wi
   if (k.bias) inputs.push_back(testing::Weights({k.o}, b));
   Attributes attrs = ConvAttributes(k);
   attrs.Set("winograd_min_channels", winograd_min_channels);
+  if (!indirect) attrs.Set("indirect_im2col", int64_t{0});
   auto run = RunNode("Conv", attrs, inputs, {{k.n, k.o, k.OutH(), k.OutW()}}, threads);
   REQUIRE(run.status.ok());
   ExpectClose(run.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
@@ -147,12 +151,12 @@ ConvCase RandomCase(std::mt19937& rng, int kind) {
 
 TEST_CASE("dense convolution matches the direct reference over random shapes", "[kernels][conv]") {
   std::mt19937 rng(11);
-  for (int i = 0; i < 60; ++i) CheckConv(RandomCase(rng, 0), rng);
+  for (int i = 0; i < 60; ++i) CheckConv(RandomCase(rng, 0), rng, 1, 96, i % 2 == 0);
 }
 
 TEST_CASE("grouped convolution matches the direct reference", "[kernels][conv]") {
   std::mt19937 rng(12);
-  for (int i = 0; i < 40; ++i) CheckConv(RandomCase(rng, 1), rng);
+  for (int i = 0; i < 40; ++i) CheckConv(RandomCase(rng, 1), rng, 1, 96, i % 2 == 0);
 }
 
 TEST_CASE("depthwise convolution matches the direct reference, with channel multiplier", "[kernels][conv]") {
@@ -168,7 +172,7 @@ TEST_CASE("pointwise 1x1 convolution matches the direct reference", "[kernels][c
 TEST_CASE("convolution gives the same result with two threads", "[kernels][conv]") {
   std::mt19937 rng(15);
   for (int kind = 0; kind < 4; ++kind)
-    for (int i = 0; i < 5; ++i) CheckConv(RandomCase(rng, kind), rng, 2);
+    for (int i = 0; i < 5; ++i) CheckConv(RandomCase(rng, kind), rng, 2, 96, i % 2 == 0);
 }
 
 // SiLU, hard sigmoid and hard swish run in the microkernels' epilogues
@@ -210,6 +214,7 @@ TEST_CASE("large planes split into GEMM tiles give the same result, serial and t
   deep_pointwise.kh = deep_pointwise.kw = 1;
   for (int threads : {1, 2}) {
     CheckConv(wide, rng, threads);
+    CheckConv(wide, rng, threads, 96, false);
     CheckConv(deep_pointwise, rng, threads);
   }
 }
