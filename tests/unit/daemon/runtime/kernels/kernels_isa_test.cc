@@ -69,6 +69,24 @@ double ApplyEpilogue(double x, const Epilogue& e) {
   return x;
 }
 
+// C = A·B + bias over all of `packed`'s rows (its first panel onward).
+GemmPanelArgs PanelArgs(const PackedMatrix& packed, const std::vector<float>& b, int64_t ldb, int64_t n,
+                        std::vector<float>& c, int64_t ldc, int64_t rows, const std::vector<float>& bias,
+                        const Epilogue& epilogue) {
+  GemmPanelArgs g;
+  g.a = packed.Panel(0);
+  g.b = b.data();
+  g.ldb = ldb;
+  g.k = packed.depth();
+  g.n = n;
+  g.c = c.data();
+  g.ldc = ldc;
+  g.rows = static_cast<int>(rows);
+  g.bias = bias.data();
+  g.epilogue = epilogue;
+  return g;
+}
+
 TEST_CASE("isa names parse back and the detected level is supported", "[kernels][isa]") {
   for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
     auto parsed = ParseIsa(IsaName(isa));
@@ -102,17 +120,7 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
             packed.Pack(a.data(), rows, k, k);
             // Sentinels around C catch stores outside the rows × n block.
             std::vector<float> c(static_cast<size_t>(kPanelRows * ldc), 7.f), want = c;
-            GemmPanelArgs g;
-            g.a = packed.Panel(0);
-            g.b = b.data();
-            g.ldb = ldb;
-            g.k = k;
-            g.n = n;
-            g.c = c.data();
-            g.ldc = ldc;
-            g.rows = static_cast<int>(rows);
-            g.bias = bias.data();
-            g.epilogue = epilogue;
+            const GemmPanelArgs g = PanelArgs(packed, b, ldb, n, c, ldc, rows, bias, epilogue);
             mk.gemm_panel(g);
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t j = 0; j < n; ++j) {
@@ -150,17 +158,7 @@ TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference 
             PackedMatrix packed;
             packed.Pack(a.data(), rows, k, k);
             std::vector<float> c(static_cast<size_t>((panels * kPanelRows + 1) * ldc), 7.f), want = c, one = c;
-            GemmPanelArgs g;
-            g.a = packed.Panel(0);
-            g.b = b.data();
-            g.ldb = ldb;
-            g.k = k;
-            g.n = n;
-            g.c = c.data();
-            g.ldc = ldc;
-            g.rows = static_cast<int>(rows);
-            g.bias = bias.data();
-            g.epilogue = epilogue;
+            const GemmPanelArgs g = PanelArgs(packed, b, ldb, n, c, ldc, rows, bias, epilogue);
             mk.gemm_panel(g);
             for (int64_t p = 0; p < panels; ++p) {
               GemmPanelArgs gp = g;
