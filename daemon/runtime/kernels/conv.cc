@@ -165,7 +165,7 @@ class ConvKernel final : public Kernel {
       in_place_ = kDepthwiseInPlace;
     }
     packed_.reset();
-    indirect_ = false;
+    indirect_ = indirect_eligible_ = false;
     repacks_weights_ = false;
     owned_bytes_ = 0;
     made_form_ = false;
@@ -207,8 +207,10 @@ class ConvKernel final : public Kernel {
     if (strategy_ == kDepthwise)  // polyphase input plane and flat output per thread
       return static_cast<size_t>(prepared_threads_ * DepthwiseScratchFloats()) * sizeof(float);
     if (strategy_ != kIm2col) return 0;
-    if (indirect_) return static_cast<size_t>(IndirectScratchFloats()) * sizeof(float);
-    return static_cast<size_t>(Im2colScratchFloats()) * sizeof(float);  // one im2col tile per thread
+    // One im2col tile per thread, or the indirect path's (ChooseIndirect).
+    const int64_t floats =
+        indirect_eligible_ ? std::max(IndirectScratchFloats(), Im2colScratchFloats()) : Im2colScratchFloats();
+    return static_cast<size_t>(floats) * sizeof(float);
   }
 
   int InPlaceInput() const override { return in_place_ == kNoInPlace ? -1 : 0; }
@@ -568,16 +570,21 @@ class ConvKernel final : public Kernel {
   }
 
   // Called by Prepare once the weights are known to be packed (or would
-  // be: shapes only): the indirect path when the level takes an indirect B
-  // and its scratch stays within twice the im2col tile's. Large planes
-  // (yolov2's 608² layers) keep im2col: their padded copy would cost far
-  // more memory than one tile.
+  // be: shapes only): the indirect path when its scratch stays within
+  // twice the im2col tile's and the level takes an indirect B. Large
+  // planes (yolov2's 608² layers) keep im2col: their padded copy would cost
+  // far more memory than one tile. The scratch a kernel asks for depends on
+  // the shapes only, never on the ISA level (ScratchBytes: the larger of the
+  // two when the shapes allow both), so a plan's memory promise made on one
+  // machine holds on a worker with another CPU.
   void ChooseIndirect() {
-    indirect_ = false;
-    if (strategy_ != kIm2col || !repacks_weights_ || microkernels_->panels_per_call != 0 || !indirect_allowed_) return;
+    indirect_ = indirect_eligible_ = false;
+    if (strategy_ != kIm2col || !repacks_weights_ || !indirect_allowed_) return;
     PrepareDepthwise();  // the polyphase geometry (dw_*), the same for any conv
     indirect_cols_ = std::min<int64_t>(oh_ * dw_sub_w_, kIndirectColumns);
     if (IndirectScratchFloats() > 2 * Im2colScratchFloats()) return;
+    indirect_eligible_ = true;
+    if (microkernels_->panels_per_call != 0) return;  // the level's GEMM reads B in place only
     b_rows_.clear();
     for (int64_t c = 0; c < cg_; ++c)
       for (int64_t offset : dw_tap_offsets_) b_rows_.push_back(c * PolyphaseFloats() + offset);
@@ -802,6 +809,7 @@ class ConvKernel final : public Kernel {
   // The indirect im2col (ChooseIndirect): B's row offsets into one group's
   // polyphase planes, and flat columns per GEMM.
   bool indirect_ = false;
+  bool indirect_eligible_ = false;  // the shapes allow it (on some ISA level)
   bool indirect_allowed_ = true;
   std::vector<int64_t> b_rows_;
   int64_t indirect_cols_ = 0;

@@ -57,7 +57,8 @@ class PackedMatrix {
 bool EpilogueFor(const FusedActivation& act, Epilogue* epilogue);
 
 // C = A·B + bias, then `act`. B: k×n, row stride ldb; C: m×n, row stride ldc.
-// bias may be nullptr. threads > 1 splits the row panels over OpenMP threads
+// bias may be nullptr. threads > 1 splits runs of row panels (or, with few
+// panels, ranges of columns) over OpenMP threads
 // (pass 1 inside an enclosing parallel region).
 // b_rows (optional; only when a.kernels().panels_per_call == 0): row i of B
 // is at b + b_rows[i] instead of b + i·ldb (an indirect B, microkernels.h).

@@ -92,10 +92,11 @@ Graph SmallCnn() {
   g.name = "alloc_cnn";
   const int x = g.AddValue("x", {1, 16, 40, 40});
   g.inputs = {x};
-  int y = AddConv(g, "conv3x3", x, 16, 64, 3, 1, 40, rng);              // im2col
+  int y = AddConv(g, "conv3x3", x, 16, 64, 3, 1, 40, rng);              // im2col, implicit on K-blocked levels
   y = AddConv(g, "pointwise", y, 64, 128, 1, 1, 40, rng);               // 1x1
   y = AddConv(g, "winograd", y, 128, 128, 3, 1, 40, rng, 16);           // Winograd F(2x2,3x3)
   y = AddConv(g, "depthwise", y, 128, 128, 3, 128, 40, rng);            // depthwise
+  y = AddConv(g, "grouped", y, 128, 128, 3, 32, 40, rng);               // 32 groups of 4 (resnext's)
   Node pool;
   pool.name = "gap";
   pool.op = "GlobalAveragePool";
@@ -137,6 +138,27 @@ TEST_CASE("Executor::Run allocates nothing after warm-up", "[kernels][executor][
     REQUIRE(st.ok());
     CHECK(g_allocations.load() == 0);
     CHECK(outputs[0].values == first);  // and the reused outputs hold the same answer
+  }
+  REQUIRE(SetActiveIsa(initial).ok());
+}
+
+// A plan's memory promise is made on the planner's machine and must hold
+// on a worker with another CPU: the arena (kernel scratch included, e.g.
+// the conv's implicit im2col, conv.cc) depends on the shapes, not on the
+// ISA level the kernels run at.
+TEST_CASE("the arena is the same on every ISA level", "[kernels][executor][isa]") {
+  const Graph graph = SmallCnn();
+  const Isa initial = ActiveIsa();
+  for (int threads : {1, 2}) {
+    size_t first = 0;
+    for (Isa isa : SupportedIsas()) {
+      INFO("ISA " << IsaName(isa) << " threads " << threads);
+      REQUIRE(SetActiveIsa(isa).ok());
+      auto ex = Executor::Create(graph, {threads});
+      REQUIRE(ex.ok());
+      if (first == 0) first = (*ex)->arena_bytes();
+      CHECK((*ex)->arena_bytes() == first);
+    }
   }
   REQUIRE(SetActiveIsa(initial).ok());
 }
