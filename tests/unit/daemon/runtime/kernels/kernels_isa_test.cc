@@ -69,6 +69,18 @@ double ApplyEpilogue(double x, const Epilogue& e) {
   return x;
 }
 
+// want[r·ldc + j] = epilogue(bias[r] + Σ_i a[r·k + i] · b[i·ldb + j]), in double.
+void ReferenceProduct(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& bias,
+                      int64_t rows, int64_t k, int64_t n, int64_t ldb, int64_t ldc, const Epilogue& epilogue,
+                      std::vector<float>* want) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bias[r];
+      for (int64_t i = 0; i < k; ++i) acc += double(a[r * k + i]) * b[i * ldb + j];
+      (*want)[r * ldc + j] = static_cast<float>(ApplyEpilogue(acc, epilogue));
+    }
+}
+
 // C = A·B + bias over all of `packed`'s rows (its first panel onward).
 GemmPanelArgs PanelArgs(const PackedMatrix& packed, const std::vector<float>& b, int64_t ldb, int64_t n,
                         std::vector<float>& c, int64_t ldc, int64_t rows, const std::vector<float>& bias,
@@ -122,12 +134,7 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
             std::vector<float> c(static_cast<size_t>(kPanelRows * ldc), 7.f), want = c;
             const GemmPanelArgs g = PanelArgs(packed, b, ldb, n, c, ldc, rows, bias, epilogue);
             mk.gemm_panel(g);
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t j = 0; j < n; ++j) {
-                double acc = bias[r];
-                for (int64_t i = 0; i < k; ++i) acc += double(a[r * k + i]) * b[i * ldb + j];
-                want[r * ldc + j] = static_cast<float>(ApplyEpilogue(acc, epilogue));
-              }
+            ReferenceProduct(a, b, bias, rows, k, n, ldb, ldc, epilogue, &want);
             CheckClose(c, want);
           }
   }
@@ -168,12 +175,7 @@ TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference 
               gp.rows = static_cast<int>(std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
               mk.gemm_panel(gp);
             }
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t j = 0; j < n; ++j) {
-                double acc = bias[r];
-                for (int64_t i = 0; i < k; ++i) acc += double(a[r * k + i]) * b[i * ldb + j];
-                want[r * ldc + j] = static_cast<float>(ApplyEpilogue(acc, epilogue));
-              }
+            ReferenceProduct(a, b, bias, rows, k, n, ldb, ldc, epilogue, &want);
             CheckClose(c, want);  // the 7s past the last row and column are still there
             REQUIRE(c == one);
           }
