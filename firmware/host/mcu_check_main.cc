@@ -155,9 +155,17 @@ Status PrintTicks(const Args& args, const McuProgramImage& image, const mcu::Mcu
         "Cortex-M4 cycles)",
         s.last_run_ticks * per_tick, s.last_run_ticks * per_tick / std::max<int64_t>(1, image.macs), args.icount_shift);
   std::printf("\n");
-  // The layers' ticks add up to the run's, up to the clock reads between them.
-  TS_RETURN_IF_ERROR(Check(sum <= s.last_run_ticks && sum * 100 >= uint64_t(s.last_run_ticks) * 95,
-                           "the per-layer ticks do not add up to the run's"));
+  // The layers are sub-intervals of the run, so their ticks never exceed the
+  // run's. Under -icount the clock is the guest's instruction count, and the
+  // layers must cover the run up to the clock reads between them (>= 95 %).
+  // Without -icount QEMU's clock is the host's: a host pause (a loaded CI
+  // machine) or a UART interrupt on a noisy line that falls between two
+  // layers is counted by the run only, so the cover is printed, not checked.
+  TS_RETURN_IF_ERROR(Check(sum <= s.last_run_ticks, "the per-layer ticks add up to more than the run's"));
+  const double cover = double(sum) / double(s.last_run_ticks);
+  std::printf("mcu_layers_cover: %.3f of the run's ticks%s\n", cover, per_tick > 0 ? "" : " (host clock: not checked)");
+  if (per_tick > 0)
+    TS_RETURN_IF_ERROR(Check(cover >= 0.95, "the per-layer ticks cover less than 95 % of the run's under -icount"));
   return Status::OK();
 }
 
