@@ -12,9 +12,10 @@
 //   PROGRAM message  -> stored in the static arena, validated, plan adopted
 //   STATUS request   -> McuStatus reply (state, plan id, free RAM, counters,
 //                       the last run's ticks in all and per layer)
-//   DATA (inputs)    -> written into the activation region; when every input
-//                       of the program has arrived the program runs and each
-//                       output goes back as a DATA message
+//   DATA (inputs)    -> written into the activation region; the program runs
+//                       in phases (mcu_program.h): each layer once the inputs
+//                       of its phase have arrived, each output as a DATA
+//                       message as soon as the layers before it have run
 // Memory: the program (layers and weights) in a flash region
 // (TESSERA_MCU_FLASH_BYTES, in the FLASH memory of the linker script),
 // written once as the PROGRAM message arrives and only read afterwards; its
@@ -109,7 +110,10 @@ struct Worker {
   uint32_t program_bytes = 0;  // received so far
   float* act = nullptr;
   uint64_t inputs_ready = 0;
-  bool run_pending = false;
+  // the run in progress (phases): next layer to run, next output to send
+  uint32_t next_layer = 0, next_output = 0;
+  bool running = false;
+  uint32_t run_ticks = 0, run_ms = 0;  // compute time of the run so far
   bool status_pending = false;
   uint32_t status_message = 0;
   // counters
@@ -117,8 +121,9 @@ struct Worker {
   uint32_t runs = 0, last_run_ms = 0, bad_frames = 0, refused = 0, held = 0;
   uint32_t last_run_ticks = 0;
 } g;
-uint32_t g_layer_ticks[mcu::kMaxTimedLayers];  // per layer of the last run (RunProgram)
-uint32_t Ticks();                              // below SysTick_Handler
+uint32_t g_layer_ticks[mcu::kMaxTimedLayers];      // per layer of the last complete run
+uint32_t g_run_layer_ticks[mcu::kMaxTimedLayers];  // per layer of the run in progress
+uint32_t Ticks();                                  // below SysTick_Handler
 
 bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 
@@ -154,7 +159,8 @@ void OnProgramChunk(const wire::FrameHeader& h, const uint8_t* payload) {
     g.last_error = mcu::kErrNone;
     g.program_bytes = 0;
     g.inputs_ready = 0;
-    g.run_pending = false;
+    g.running = false;
+    g.next_layer = g.next_output = 0;
   }
   if (h.total > sizeof(g_flash)) {
     if (h.offset == 0) Fail(mcu::kErrProgramTooLarge);
@@ -191,9 +197,6 @@ void OnTensorChunk(const wire::FrameHeader& h, const uint8_t* payload) {
     // Validated: in.offset + in.count <= activation_floats; decoder: offset + length <= total.
     memcpy(reinterpret_cast<uint8_t*>(g.act + in.offset) + h.offset, payload, h.length);
     if (h.offset + h.length == h.total) g.inputs_ready |= uint64_t{1} << i;
-    if (g.inputs_ready == (ph.num_inputs >= 64 ? ~uint64_t{0} : (uint64_t{1} << ph.num_inputs) - 1)) {
-      g.run_pending = true;
-    }
     return;
   }
   ++g.refused;
@@ -330,19 +333,47 @@ void SendStatus() {
   SendMessage(wire::kFrameStatus, g.status_message, reply, sizeof s + 4 * s.timed_layers);
 }
 
-void RunAndReply() {
-  uint32_t start = g_ms;
-  const uint32_t ticks = Ticks();
-  mcu::RunProgram(g.program, g.act, Ticks, g_layer_ticks, mcu::kMaxTimedLayers);
-  g.last_run_ticks = Ticks() - ticks;
-  g.last_run_ms = g_ms - start;
-  ++g.runs;
-  g.inputs_ready = 0;
+// Advances the run in progress as far as the inputs that have arrived
+// allow (mcu_program.h phases): sends the outputs due before the next layer,
+// runs every layer whose phase's inputs are complete, and ends the run after
+// the last output. A run starts when the first phase's inputs are complete.
+void Advance() {
   const mcu::ProgramHeader& ph = *g.program.header;
-  for (uint32_t i = 0; i < ph.num_outputs; ++i) {
-    const mcu::IoEntry& out = g.program.outputs[i];
-    SendMessage(wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act + out.offset), out.count * 4u);
+  if (ph.num_inputs == 0) return;  // an idle device's program: nothing to run
+  if (!g.running) {
+    if (!mcu::InputsReadyFor(g.program, g.inputs_ready, 0)) return;
+    g.running = true;
+    g.next_layer = g.next_output = 0;
+    g.run_ticks = g.run_ms = 0;
+    for (uint32_t& t : g_run_layer_ticks) t = 0;
   }
+  for (;;) {
+    while (g.next_output < ph.num_outputs && g.program.outputs[g.next_output].layer <= g.next_layer) {
+      const mcu::IoEntry& out = g.program.outputs[g.next_output++];
+      SendMessage(wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act + out.offset), out.count * 4u);
+    }
+    if (g.next_layer >= ph.num_layers && g.next_output >= ph.num_outputs) break;
+    // The layers whose inputs are all here, as one timed stretch.
+    uint32_t end = g.next_layer;
+    while (end < ph.num_layers && mcu::InputsReadyFor(g.program, g.inputs_ready, end) &&
+           (g.next_output >= ph.num_outputs || g.program.outputs[g.next_output].layer > end))
+      ++end;
+    if (end == g.next_layer) return;  // waiting for the next phase's inputs
+    const uint32_t start_ms = g_ms, start = Ticks();
+    mcu::RunLayers(g.program, g.act, g.next_layer, end, Ticks, g_run_layer_ticks, mcu::kMaxTimedLayers);
+    g.run_ticks += Ticks() - start;
+    g.run_ms += g_ms - start_ms;
+    g.next_layer = end;
+    // Every input has been read once the last layer ran: the next request's
+    // may arrive while the last outputs are being sent.
+    if (g.next_layer >= ph.num_layers) g.inputs_ready = 0;
+  }
+  g.running = false;
+  if (ph.num_layers == 0) g.inputs_ready = 0;
+  g.last_run_ticks = g.run_ticks;
+  g.last_run_ms = g.run_ms;
+  memcpy(g_layer_ticks, g_run_layer_ticks, sizeof g_layer_ticks);
+  ++g.runs;
 }
 
 }  // namespace
@@ -370,9 +401,6 @@ int main() {
       g.status_pending = false;
       SendStatus();
     }
-    if (g.run_pending && g.loaded) {
-      g.run_pending = false;
-      RunAndReply();
-    }
+    if (g.loaded) Advance();
   }
 }

@@ -210,15 +210,14 @@ inline void ConvInPlace(const Layer& l, float* io, const float* w, const float* 
   }
 }
 
-// Runs every layer of a validated program over the activation region.
-// With `clock` (a free-running tick counter): layer_ticks[k] gets layer k's
-// ticks, k < max_timed; later layers add to the last word.
-inline void RunProgram(const ProgramView& p, float* act, uint32_t (*clock)() = nullptr, uint32_t* layer_ticks = nullptr,
-                       uint32_t max_timed = 0) {
-  if (clock)
-    for (uint32_t k = 0; k < max_timed; ++k) layer_ticks[k] = 0;
+// Runs layers [begin, end) of a validated program over the activation
+// region (one phase of a run, mcu_program.h). With `clock` (a free-running
+// tick counter): layer_ticks[k] gets layer k's ticks, k < max_timed; later
+// layers add to the last word.
+inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t end, uint32_t (*clock)() = nullptr,
+                      uint32_t* layer_ticks = nullptr, uint32_t max_timed = 0) {
   uint32_t before = clock ? clock() : 0;
-  for (uint32_t i = 0; i < p.header->num_layers; ++i) {
+  for (uint32_t i = begin; i < end && i < p.header->num_layers; ++i) {
     const Layer& l = p.layers[i];
     const float* w = l.weight == kNoWeights ? nullptr : p.weights + l.weight;
     const float* b = l.bias == kNoWeights ? nullptr : p.weights + l.bias;
@@ -241,6 +240,9 @@ inline void RunProgram(const ProgramView& p, float* act, uint32_t (*clock)() = n
       case kOpAdd:
         for (uint32_t k = 0; k < n; ++k) act[l.out + k] = ApplyActivation(act[l.in0 + k] + act[l.in1 + k], l.activation);
         break;
+      case kOpCopy:
+        memcpy(act + l.out, act + l.in0, size_t{n} * sizeof(float));
+        break;
       default: break;  // rejected by ValidateProgram
     }
     if (clock && max_timed > 0) {
@@ -249,6 +251,15 @@ inline void RunProgram(const ProgramView& p, float* act, uint32_t (*clock)() = n
       before = now;
     }
   }
+}
+
+// Runs every layer (a program's phases back to back: the host tests that
+// hold every input at once).
+inline void RunProgram(const ProgramView& p, float* act, uint32_t (*clock)() = nullptr, uint32_t* layer_ticks = nullptr,
+                       uint32_t max_timed = 0) {
+  if (clock)
+    for (uint32_t k = 0; k < max_timed; ++k) layer_ticks[k] = 0;
+  RunLayers(p, act, 0, p.header->num_layers, clock, layer_ticks, max_timed);
 }
 
 }  // namespace tessera::mcu

@@ -428,7 +428,9 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_option("--requests", d->requests, "Inferences to send")->capture_default_str()->check(CLI::Range(1, 1000000));
   cmd->add_option("--clients", d->clients, "Concurrent clients")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--objective", d->objective, "Planner objective")->capture_default_str();
-  cmd->add_option("--force", d->force, "Use a forced plan (ffmt|fdto|fdti|pairs|pipeline) instead of the planner");
+  cmd->add_option("--force", d->force,
+                  "Use a forced plan (ffmt|fdto|fdti|pairs|pipeline) instead of the planner; with --mcu 2 the split "
+                  "layers run on the MCUs too (tiles and weight slices, in phases)");
   cmd->add_option("--ram", d->ram,
                   "ram: of every worker, e.g. 56MiB: the planner fits the plan into it (compact weights, layers as "
                   "tiles in turn, less work on it) or the demo stops naming the device short of it");

@@ -20,6 +20,7 @@
 #include "daemon/cli/demo_support.h"
 #include "daemon/cluster/gateway.h"
 #include "daemon/cluster/gateway_plan.h"
+#include "partition/compile/forced_plan.h"
 #include "partition/compile/mcu_program_builder.h"
 #include "partition/compile/program_compiler.h"
 #include "planner/cluster.h"
@@ -114,6 +115,29 @@ Result<CompiledPlan> CompileMixedPlan(const Graph& graph, const MixedCluster& mc
   return CompilePlan(graph, pp);
 }
 
+// --force SCHEME: every layer the scheme can cut split over all four
+// devices, the MCUs included (issue 16 item 4: FFMT tiles and FDT slices on
+// MCUs, run in phases); the rest whole on w1. Not the planner's choice, so
+// no predicted latency.
+Result<CompiledPlan> CompileForcedMixedPlan(const Graph& graph, const MixedCluster& mc, const std::string& scheme_name,
+                                            std::string* plan_id, MixedPlacement* placement, std::string* text) {
+  TS_ASSIGN_OR_RETURN(ForcedScheme scheme, ParseForcedScheme(scheme_name));
+  ForcedPlanOptions fo;
+  fo.devices = mc.cluster.size();
+  fo.grid_rows = fo.devices;
+  TS_ASSIGN_OR_RETURN(PartitionPlan pp, MakeForcedPlan(graph, scheme, fo));
+  *plan_id = "mixed-forced-" + scheme_name;
+  placement->forced = true;
+  placement->note = "forced " + scheme_name + " over every device (--force; not the planner's plan, no prediction)";
+  for (size_t j = 0; j < graph.nodes.size() && j < pp.layers.size(); ++j) {
+    const LayerAssignment& a = pp.layers[j];
+    std::string devices;
+    for (int d : a.devices) devices += (devices.empty() ? "" : "+") + mc.cluster.devices[d].name;
+    *text += (j ? ", " : "") + graph.nodes[j].name + ":" + LayerSchemeName(a.scheme) + "@" + devices;
+  }
+  return CompilePlan(graph, pp);
+}
+
 // The MCU's own figures from its STATUS frame, through the owning worker
 // (Worker.GetStatus of the bridge).
 void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
@@ -182,24 +206,27 @@ struct MixedReport {
 
 void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r,
                     int devices) {
-  nlohmann::json j = {{"devices", devices},
-                      {"linux_workers", 2},
-                      {"mcus", 2},
-                      {"model", graph.name},
-                      {"requests", d.requests},
-                      {"answered", r.tally.answered},
-                      {"all_match", r.tally.AllMatch(d.requests)},
-                      {"max_rel_diff", r.tally.max_rel},
-                      {"latency_ms", demo::Median(r.tally.latencies_ms)},
-                      {"predicted_latency_ms", placement.cost.latency_s * 1e3},
-                      {"single_device_latency_ms", r.single_ms},
-                      {"plan_id", r.plan_id},
-                      {"forced_pipeline", placement.forced},
-                      {"placement_note", placement.note},
-                      {"placement", r.placement_text},
-                      {"deploy_seconds", r.deploy_s},
-                      {"device_memory", r.memory},
-                      {"links", r.links}};
+  nlohmann::json j = {
+      {"devices", devices},
+      {"linux_workers", 2},
+      {"mcus", 2},
+      {"model", graph.name},
+      {"requests", d.requests},
+      {"answered", r.tally.answered},
+      {"all_match", r.tally.AllMatch(d.requests)},
+      {"max_rel_diff", r.tally.max_rel},
+      {"latency_ms", demo::Median(r.tally.latencies_ms)},
+      {"predicted_latency_ms",
+       placement.cost.latency_s > 0 ? nlohmann::json(placement.cost.latency_s * 1e3) : nlohmann::json(nullptr)},
+      {"single_device_latency_ms", r.single_ms},
+      {"plan_id", r.plan_id},
+      {"forced_pipeline", placement.forced && d.force.empty()},
+      {"forced_scheme", d.force.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.force)},
+      {"placement_note", placement.note},
+      {"placement", r.placement_text},
+      {"deploy_seconds", r.deploy_s},
+      {"device_memory", r.memory},
+      {"links", r.links}};
   if (!r.tally.first_error.empty()) j["error"] = r.tally.first_error;
   std::printf("%s\n", j.dump(1).c_str());
 }
@@ -239,8 +266,10 @@ void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacem
   PrintMixedDevices(r);
   std::printf("\nrequests: %d answered of %d, %d match the single-device run (max rel diff %.3g)\n", r.tally.answered,
               d.requests, r.tally.matched, r.tally.max_rel);
-  std::printf("latency: predicted %.1f ms, measured %.1f ms median (single device in this process: %.3f ms)\n",
-              placement.cost.latency_s * 1e3, demo::Median(r.tally.latencies_ms), r.single_ms);
+  const std::string predicted =
+      placement.cost.latency_s > 0 ? std::to_string(placement.cost.latency_s * 1e3) + " ms" : "none (forced plan)";
+  std::printf("latency: predicted %s, measured %.1f ms median (single device in this process: %.3f ms)\n",
+              predicted.c_str(), demo::Median(r.tally.latencies_ms), r.single_ms);
   if (!r.tally.first_error.empty()) std::printf("first error: %s\n", r.tally.first_error.c_str());
 }
 
@@ -276,9 +305,18 @@ int RunMixedDemo(const DemoOptions& d) {
   demo::InstallSignalHandlers();
   auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads);
   if (!mc.ok()) return ReportError(kWhat, mc.status());
-  auto placement = PlaceMixed(graph, mc->cluster);
-  if (!placement.ok()) return ReportError(kWhat, placement.status());
-  auto compiled = CompileMixedPlan(graph, *mc, *placement, &report.plan_id);
+  Result<MixedPlacement> placement = MixedPlacement{};
+  Result<CompiledPlan> compiled = Status::Internal("not compiled");
+  if (d.force.empty()) {
+    placement = PlaceMixed(graph, mc->cluster);
+    if (!placement.ok()) return ReportError(kWhat, placement.status());
+    compiled = CompileMixedPlan(graph, *mc, *placement, &report.plan_id);
+    for (size_t j = 0; j < graph.nodes.size(); ++j)
+      report.placement_text +=
+          (j ? ", " : "") + graph.nodes[j].name + "@" + mc->cluster.devices[placement->device_of_layer[j]].name;
+  } else {
+    compiled = CompileForcedMixedPlan(graph, *mc, d.force, &report.plan_id, &*placement, &report.placement_text);
+  }
   if (!compiled.ok()) return ReportError(kWhat, compiled.status());
   const auto expected_link_bytes = PlannedLinkBytes(compiled->programs);
 
@@ -303,9 +341,6 @@ int RunMixedDemo(const DemoOptions& d) {
   }
   report.memory = MixedMemory(*mc, *deployed);
   report.links = MixedLinks(*(*local)->gateway, *mc, expected_link_bytes, report.tally.answered);
-  for (size_t j = 0; j < graph.nodes.size(); ++j)
-    report.placement_text += (j ? ", " : "") + graph.nodes[j].name + "@" +
-                             mc->cluster.devices[placement->device_of_layer[j]].name;
   if (d.json)
     PrintMixedJson(graph, d, *placement, report, mc->cluster.size());
   else

@@ -121,23 +121,25 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
       return Status::Internal("MCU " + options_.name + " has no link to device " + std::to_string(d));
     return peers[d];
   };
-  // The MCU runs when every input has arrived (firmware/main.cc), so all
-  // Recv steps are relayed first, then every Send step in program order.
+  // The MCU runs its program in phases (transport/wire/mcu_program.h): each
+  // step is relayed in program order, so a tensor the MCU sends (a partial
+  // sum) reaches its peer before the bridge waits for the tensor that
+  // depends on it (the merged map of the next layer).
   for (const auto& s : program.steps) {
-    if (s.kind != StepKind::kRecv) continue;
-    TS_ASSIGN_OR_RETURN(Link * from, peer_link(s.peer));
-    TS_ASSIGN_OR_RETURN(std::string bytes, from->Recv(s.message, Remaining(deadline)));
-    TS_RETURN_IF_ERROR(link_->Send(s.message, std::move(bytes))
-                           .WithContext("relaying message " + std::to_string(s.message) + " to MCU " + options_.name));
-  }
-  for (const auto& s : program.steps) {
-    if (s.kind != StepKind::kSend) continue;
-    TS_ASSIGN_OR_RETURN(Link * to, peer_link(s.peer));
-    auto bytes = link_->Recv(s.message, Remaining(deadline));
-    if (!bytes.ok())
-      return bytes.status().WithContext("waiting for message " + std::to_string(s.message) + " from MCU " +
-                                        options_.name + " (" + options_.serial + ")");
-    TS_RETURN_IF_ERROR(to->Send(s.message, std::move(*bytes)));
+    if (s.kind == StepKind::kRecv) {
+      TS_ASSIGN_OR_RETURN(Link * from, peer_link(s.peer));
+      TS_ASSIGN_OR_RETURN(std::string bytes, from->Recv(s.message, Remaining(deadline)));
+      TS_RETURN_IF_ERROR(
+          link_->Send(s.message, std::move(bytes))
+              .WithContext("relaying message " + std::to_string(s.message) + " to MCU " + options_.name));
+    } else if (s.kind == StepKind::kSend) {
+      TS_ASSIGN_OR_RETURN(Link * to, peer_link(s.peer));
+      auto bytes = link_->Recv(s.message, Remaining(deadline));
+      if (!bytes.ok())
+        return bytes.status().WithContext("waiting for message " + std::to_string(s.message) + " from MCU " +
+                                          options_.name + " (" + options_.serial + ")");
+      TS_RETURN_IF_ERROR(to->Send(s.message, std::move(*bytes)));
+    }
   }
   return Status::OK();
 }

@@ -104,6 +104,8 @@ std::pair<std::string, int64_t> LayerKindAndMacs(const mcu::Layer& l) {
       return {"relu", 0};
     case mcu::kOpAdd:
       return {"add", 0};
+    case mcu::kOpCopy:
+      return {"copy", 0};
     default:
       return {"?", 0};
   }

@@ -49,17 +49,46 @@ class McuProgramWriter {
     buffers_.push_back({static_cast<size_t>(floats) * sizeof(float), kUnused, kUnused});
     return static_cast<uint32_t>(buffers_.size() - 1);
   }
-  void AddInput(uint32_t message, uint32_t buffer, int64_t count) {
-    inputs_.push_back({message, buffer, static_cast<uint32_t>(count)});
+  // The phase of an input or output is the number of layers emitted before
+  // it (mcu_program.h): received before the next layer runs / sent after
+  // the layers so far.
+  // `start`: the first float of the tensor inside the buffer (a part of
+  // it that is contiguous, e.g. a channel range of an NCHW map).
+  void AddInput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0) {
+    inputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers()});
+    input_starts_.push_back(static_cast<uint32_t>(start));
     io_.push_back(buffer);
   }
-  void AddOutput(uint32_t message, uint32_t buffer, int64_t count) {
-    outputs_.push_back({message, buffer, static_cast<uint32_t>(count)});
+  void AddOutput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0) {
+    outputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers()});
+    output_starts_.push_back(static_cast<uint32_t>(start));
     io_.push_back(buffer);
   }
+  uint32_t num_layers() const { return static_cast<uint32_t>(layers_.size()); }
+  // The phase of the last input (0 when none).
+  uint32_t last_input_layer() const { return inputs_.empty() ? 0 : inputs_.back().layer; }
+  bool has_inputs() const { return !inputs_.empty(); }
+  bool has_outputs() const { return !outputs_.empty(); }
   // Emits the layers of `graph`. `offset[v]`: where value v lives in the
   // activation region (UINT32_MAX: not placed yet — allocated here).
   Status EmitGraph(const Graph& graph, std::vector<uint32_t>& offset);
+  // A copy of `count` contiguous floats from buffer `src` at `src_start` to
+  // buffer `dst` at `dst_start` (a program's local Copy step).
+  void AddCopy(uint32_t src, int64_t src_start, uint32_t dst, int64_t dst_start, int64_t count) {
+    mcu::Layer l{};
+    l.op = mcu::kOpCopy;
+    l.c = l.oc = static_cast<uint32_t>(count);
+    l.h = l.w = l.oh = l.ow = 1;
+    l.weight = l.bias = mcu::kNoWeights;
+    const int step = static_cast<int>(layers_.size());
+    Operands o{src, kNoBuffer, dst};
+    o.in0_start = static_cast<uint32_t>(src_start);
+    o.out_start = static_cast<uint32_t>(dst_start);
+    Touch(src, step);
+    Touch(dst, step);
+    operands_.push_back(o);
+    layers_.push_back(l);
+  }
   McuProgramImage Finish(uint32_t plan_id, bool segments) const;
 
  private:
@@ -78,13 +107,15 @@ class McuProgramWriter {
     r.last = std::max(r.last, step);
   }
   std::vector<mcu::IoEntry> inputs_, outputs_;
+  std::vector<uint32_t> input_starts_, output_starts_;
   std::vector<mcu::Layer> layers_;
   std::vector<float> weights_;
   std::vector<BufferRequest> buffers_;  // virtual buffers: size in bytes, first/last layer
   std::vector<uint32_t> io_;            // virtual buffers sent or received
   struct Operands {
-    uint32_t in0, in1, out;         // virtual buffers (in1: kNoBuffer)
-    int64_t in_place_scratch = -1;  // floats the layer needs to run in place; -1: it cannot
+    uint32_t in0, in1, out;                 // virtual buffers (in1: kNoBuffer)
+    int64_t in_place_scratch = -1;          // floats the layer needs to run in place; -1: it cannot
+    uint32_t in0_start = 0, out_start = 0;  // float offsets inside in0 / out (kOpCopy)
   };
   static constexpr uint32_t kNoBuffer = UINT32_MAX;
   std::vector<Operands> operands_;  // per layer
@@ -213,17 +244,17 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
   auto at = [&](size_t b) { return static_cast<uint32_t>(plan.offsets[b] / sizeof(float)); };
   std::vector<Layer> layers = layers_;
   for (size_t k = 0; k < layers.size(); ++k) {
-    layers[k].in0 = at(operands_[k].in0);
+    layers[k].in0 = at(operands_[k].in0) + operands_[k].in0_start;
     if (operands_[k].in1 != kNoBuffer) layers[k].in1 = at(operands_[k].in1);
-    layers[k].out = at(operands_[k].out);
+    layers[k].out = at(operands_[k].out) + operands_[k].out_start;
     // A merged conv: its output is at its input (the plan gave them one
     // offset) and in1 names its scratch.
     if (candidate_of[k] >= 0 && laid.merged[candidate_of[k]] && layers[k].op == kOpConv)
       layers[k].in1 = at(scratch_of[k]);
   }
   std::vector<IoEntry> inputs = inputs_, outputs = outputs_;
-  for (IoEntry& e : inputs) e.offset = at(e.offset);
-  for (IoEntry& e : outputs) e.offset = at(e.offset);
+  for (size_t k = 0; k < inputs.size(); ++k) inputs[k].offset = at(inputs[k].offset) + input_starts_[k];
+  for (size_t k = 0; k < outputs.size(); ++k) outputs[k].offset = at(outputs[k].offset) + output_starts_[k];
   const uint32_t act = static_cast<uint32_t>((plan.size + sizeof(float) - 1) / sizeof(float));
   ProgramHeader h{kProgramMagic,
                   kProgramVersion,
@@ -244,6 +275,37 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
   append(layers.data(), layers.size() * sizeof(Layer));
   append(weights_.data(), weights_.size() * sizeof(float));
   return image;
+}
+
+// Where `box` (relative to a buffer of `shape`) starts in the buffer's
+// row-major floats, when its floats are one contiguous run there: every
+// dimension before the first partial one has extent 1 and every one after
+// it is whole. -1 otherwise.
+int64_t ContiguousStart(const Shape& shape, const Box& box) {
+  if (box.dims.size() != shape.size()) return -1;
+  size_t first_partial = shape.size();
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (box.dims[k].begin != 0 || box.dims[k].end != shape[k]) {
+      first_partial = k;
+      break;
+    }
+  if (first_partial == shape.size()) return 0;  // the whole buffer
+  for (size_t k = 0; k < first_partial; ++k)    // whole dimensions before it: only of size 1
+    if (shape[k] != 1) return -1;
+  for (size_t k = first_partial + 1; k < shape.size(); ++k)
+    if (box.dims[k].begin != 0 || box.dims[k].end != shape[k]) return -1;
+  int64_t start = 0;
+  for (size_t k = 0; k < shape.size(); ++k) start = start * shape[k] + box.dims[k].begin;
+  return start;
+}
+
+// ContiguousStart of `box` in buffer `b`, or NotSupported naming both.
+Result<int64_t> StartIn(const DeviceProgram& program, int b, const Box& box, const std::string& what) {
+  const int64_t start = ContiguousStart(program.buffers[b].shape(), box);
+  if (start < 0)
+    return Status::NotSupported(what + " a part of a buffer that is not one contiguous run of floats (" +
+                                box.ToString() + " of " + program.buffers[b].name + ")");
+  return start;
 }
 
 uint32_t MessageFor(const std::map<int, uint32_t>& messages, int value) {
@@ -274,27 +336,29 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
   std::vector<uint32_t> buffer_offset;
   for (const ProgramBuffer& b : program.buffers) buffer_offset.push_back(writer.Allocate(b.box.volume()));
   for (auto [value, buffer] : program.model_inputs)
-    writer.AddInput(MessageFor(options.input_messages, value), buffer_offset[buffer], program.buffers[buffer].box.volume());
-  bool sent = false;
+    writer.AddInput(MessageFor(options.input_messages, value), buffer_offset[buffer],
+                    program.buffers[buffer].box.volume());
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const ProgramStep& s = program.steps[i];
     const std::string at = me + " step " + std::to_string(i) + " (" + StepKindName(s.kind) + ")";
     switch (s.kind) {
-      case StepKind::kRecv:
-        if (sent)
-          return Status::NotSupported(at + ": receives after sending; an MCU receives all its inputs, computes, then sends");
-        if (s.dst_box.volume() != program.buffers[s.dst_buffer].box.volume())
-          return Status::NotSupported(at + ": receives into part of a buffer");
-        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume());
+      // A Recv after a Send too: the MCU runs its program in phases
+      // (METHODS §4's FDT rounds: send a partial sum, receive the next
+      // layer's input).
+      case StepKind::kRecv: {
+        TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.dst_buffer, s.dst_box, at + ": receives into"));
+        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume(), start);
         break;
-      case StepKind::kSend:
-        if (s.src_box.volume() != program.buffers[s.src_buffer].box.volume())
-          return Status::NotSupported(at + ": sends part of a buffer");
-        writer.AddOutput(static_cast<uint32_t>(s.message), buffer_offset[s.src_buffer], s.src_box.volume());
-        sent = true;
+      }
+      case StepKind::kSend: {
+        TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.src_buffer, s.src_box, at + ": sends"));
+        writer.AddOutput(static_cast<uint32_t>(s.message), buffer_offset[s.src_buffer], s.src_box.volume(), start);
         break;
+      }
       case StepKind::kCompute:
       case StepKind::kMerge: {
+        if (!writer.has_inputs())
+          return Status::NotSupported(at + ": computes before receiving anything; an MCU's run starts with a tensor");
         const Graph& g = program.subgraphs.at(s.subgraph);
         std::vector<uint32_t> offset(g.values.size(), UINT32_MAX);
         for (size_t k = 0; k < g.inputs.size() && k < s.inputs.size(); ++k) offset[g.inputs[k]] = buffer_offset[s.inputs[k]];
@@ -304,12 +368,24 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
         if (!st.ok()) return st.WithContext(at + ": ");
         break;
       }
-      case StepKind::kCopy:
-        return Status::NotSupported(at + ": local copies between boxes");
+      case StepKind::kCopy: {
+        TS_ASSIGN_OR_RETURN(const int64_t from, StartIn(program, s.src_buffer, s.src_box, at + ": copies from"));
+        TS_ASSIGN_OR_RETURN(const int64_t to, StartIn(program, s.dst_buffer, s.dst_box, at + ": copies into"));
+        if (!writer.has_inputs())
+          return Status::NotSupported(at + ": copies before receiving anything; an MCU's run starts with a tensor");
+        writer.AddCopy(buffer_offset[s.src_buffer], from, buffer_offset[s.dst_buffer], to, s.src_box.volume());
+        break;
+      }
     }
   }
   for (auto [value, buffer] : program.model_outputs)
     writer.AddOutput(MessageFor(options.output_messages, value), buffer_offset[buffer], program.buffers[buffer].box.volume());
+  // No inputs: an idle MCU's empty program (the plan gives it nothing), or
+  // sends without receiving, which the MCU cannot start.
+  if (!writer.has_inputs() && (writer.num_layers() > 0 || writer.has_outputs()))
+    return Status::NotSupported(me + ": sends without receiving anything; an MCU's run starts with a tensor");
+  if (writer.num_layers() > 0 && writer.last_input_layer() >= writer.num_layers())
+    return Status::NotSupported(me + ": receives a tensor after its last layer, which nothing reads");
   return writer.Finish(options.plan_id, options.segments);
 }
 

@@ -60,3 +60,29 @@ mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
 assert all(d["mcu_runs"] >= j["requests"] for d in mcus), mcus
 print("PASS: ds_cnn.cfg on 2 MCUs: %d requests, max rel %.3g" % (j["requests"], j["max_rel_diff"]))
 PY
+
+# --force: weight slices on the MCUs (issue 16 item 4). FDTI splits every
+# conv's input channels over w1, w2, mcu1 and mcu2: each MCU receives its
+# channel slice, sends its partial sum to w1, receives the merged map of the
+# next layer and goes on (the program's phases). FDTO gathers output-channel
+# slices into a part of a buffer and copies its own in (MCU <-> MCU through
+# the bridges). Every answer equals the single-device run.
+for scheme in fdti fdto; do
+  rc=0
+  TESSERA_MCU_FIRMWARE=$FW timeout 150 "$TESSERA" --log-level warn demo --mcu 2 --force $scheme --requests 3 --json \
+    >"$OUT" || rc=$?
+  if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo --mcu 2 --force $scheme exited $rc"; exit 1; fi
+  /usr/bin/python3 - "$OUT" "$scheme" <<'PY'
+import json, sys
+j, scheme = json.load(open(sys.argv[1])), sys.argv[2]
+assert j["all_match"] is True and j["answered"] == j["requests"], j
+assert j["max_rel_diff"] <= 1e-5, j["max_rel_diff"]
+assert j["forced_scheme"] == scheme and j["predicted_latency_ms"] is None, j
+# the split layers run on the MCUs too
+assert "conv2:%s@w1+w2+mcu1+mcu2" % scheme in j["placement"], j["placement"]
+mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
+assert len(mcus) == 2 and all(d["mcu_runs"] >= j["requests"] for d in mcus), mcus
+print("PASS: --force %s on 2 Linux workers + 2 MCUs: %d requests, max rel %.3g, %.0f ms"
+      % (scheme, j["requests"], j["max_rel_diff"], j["latency_ms"]))
+PY
+done

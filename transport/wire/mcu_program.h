@@ -1,13 +1,19 @@
 // The compact MCU program (issue 6): what a microcontroller worker runs.
-// Header-only and freestanding (<stdint.h>/<stddef.h> only: the arm-none-eabi toolchain ships no C++ library): the host builds it
-// (partition/compile/mcu_program_builder.h), the firmware validates and runs it,
-// and host tests run the very same interpreter against the host executor.
+// Header-only and freestanding (<stdint.h>/<stddef.h> only: the arm-none-eabi toolchain ships no C++ library): the host
+// builds it (partition/compile/mcu_program_builder.h), the firmware validates and runs it, and host tests run the very
+// same interpreter against the host executor.
 //
 // Layout: little-endian 32-bit words, 4-byte aligned, no pointers.
 //   ProgramHeader
 //   IoEntry  inputs[num_inputs]     tensors received (DATA frames, message id)
-//   IoEntry  outputs[num_outputs]   tensors sent back after a run
+//   IoEntry  outputs[num_outputs]   tensors sent (DATA frames)
 //   Layer    layers[num_layers]     executed in order
+// A run is a sequence of *phases* (version 2): each IoEntry names the layer
+// it belongs before. Layer L runs once every input of layer <= L has
+// arrived; an output of layer L is sent once layers 0..L-1 have run, before
+// layer L. So an MCU can receive, compute, send and receive again within one
+// request: the FDT rounds of METHODS §4 (send a partial sum, receive the
+// merged map of the next layer) and FFMT stacks after other layers.
 //   float    weights[weight_floats]
 // Activations live in one region of `activation_floats` floats placed by the
 // firmware right after the program in its static arena; every offset below is
@@ -23,17 +29,18 @@
 namespace tessera::mcu {
 
 constexpr uint32_t kProgramMagic = 0x504D5354;  // "TSMP"
-constexpr uint32_t kProgramVersion = 1;
+constexpr uint32_t kProgramVersion = 2;
 constexpr uint32_t kNoWeights = 0xFFFFFFFFu;
 
 enum LayerOp : uint32_t {
-  kOpConv = 1,           // NCHW conv, groups (depthwise: group == C == OC), dilation
-  kOpDense = 2,          // out[o] = b[o] + Σ W[o, i] x[i], x = the C·H·W input flattened
+  kOpConv = 1,   // NCHW conv, groups (depthwise: group == C == OC), dilation
+  kOpDense = 2,  // out[o] = b[o] + Σ W[o, i] x[i], x = the C·H·W input flattened
   kOpMaxPool = 3,
-  kOpAvgPool = 4,        // `group` field = count_include_pad
+  kOpAvgPool = 4,  // `group` field = count_include_pad
   kOpGlobalAvgPool = 5,
   kOpRelu = 6,
-  kOpAdd = 7,            // out = in0 + in1 (same size)
+  kOpAdd = 7,   // out = in0 + in1 (same size)
+  kOpCopy = 8,  // out = in0, c·h·w floats (a part of one buffer into a part of another)
 };
 
 enum Activation : uint32_t { kActNone = 0, kActRelu = 1 };
@@ -49,6 +56,7 @@ struct IoEntry {
   uint32_t message;  // message id on the link
   uint32_t offset;   // float index in the activation region
   uint32_t count;    // floats
+  uint32_t layer;    // the phase: received before layer `layer` runs / sent after layers 0..layer-1
 };
 
 struct Layer {
@@ -61,7 +69,7 @@ struct Layer {
   uint32_t weight, bias;   // float offsets into the weight block (bias: kNoWeights = none)
 };
 
-static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 12 && sizeof(Layer) == 88,
+static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 16 && sizeof(Layer) == 88,
               "the program layout is fixed: 32-bit words only");
 
 // Reply to a STATUS request (frame type kFrameStatus), little-endian words.
@@ -200,6 +208,19 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   const uint64_t act = h->activation_floats, wts = h->weight_floats;
   for (uint32_t i = 0; i < h->num_inputs + h->num_outputs; ++i)
     if (!Inside(v.inputs[i].offset, v.inputs[i].count, act)) return kErrProgramLayer;
+  // Phases: a run starts with an input of layer 0; inputs come before a
+  // layer that exists; both lists are in phase order; the last layer's
+  // outputs are sent at the end (layer == num_layers). A program without
+  // inputs is an idle device's: no layers, no outputs, it never runs.
+  if (h->num_inputs == 0 && (h->num_layers > 0 || h->num_outputs > 0)) return kErrProgramLayer;
+  if (h->num_inputs > 0 && v.inputs[0].layer != 0) return kErrProgramLayer;
+  for (uint32_t i = 0; i < h->num_inputs; ++i)
+    if (v.inputs[i].layer >= (h->num_layers > 0 ? h->num_layers : 1) ||
+        (i > 0 && v.inputs[i].layer < v.inputs[i - 1].layer))
+      return kErrProgramLayer;
+  for (uint32_t i = 0; i < h->num_outputs; ++i)
+    if (v.outputs[i].layer > h->num_layers || (i > 0 && v.outputs[i].layer < v.outputs[i - 1].layer))
+      return kErrProgramLayer;
   for (uint32_t i = 0; i < h->num_layers; ++i) {
     const Layer& l = v.layers[i];
     const uint64_t in = InputFloats(l), out = OutputFloats(l);
@@ -235,12 +256,23 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
       case kOpAdd:
         if (out != in || !Inside(l.in1, in, act)) return kErrProgramLayer;
         break;
+      case kOpCopy:  // disjoint runs: memcpy
+        if (out != in || (l.in0 < l.out + out && l.out < l.in0 + in)) return kErrProgramLayer;
+        break;
       default:
         return kErrProgramLayer;
     }
   }
   *view = v;
   return kErrNone;
+}
+
+// Whether every input of a layer <= `layer` has arrived (`ready`: bit i set
+// once input i is complete).
+inline bool InputsReadyFor(const ProgramView& p, uint64_t ready, uint32_t layer) {
+  for (uint32_t i = 0; i < p.header->num_inputs && p.inputs[i].layer <= layer; ++i)
+    if (!(ready >> i & 1u)) return false;
+  return true;
 }
 
 }  // namespace tessera::mcu
