@@ -429,7 +429,7 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_option("--clients", d->clients, "Concurrent clients")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--objective", d->objective, "Planner objective")->capture_default_str();
   cmd->add_option("--force", d->force,
-                  "Use a forced plan (ffmt|fdto|fdti|pairs|pipeline) instead of the planner; with --mcu 2 the split "
+                  "Use a forced plan (ffmt|fdto|fdti|pairs|pipeline) instead of the planner; with --mcu the split "
                   "layers run on the MCUs too (tiles and weight slices, in phases)");
   cmd->add_option("--ram", d->ram,
                   "ram: of every worker, e.g. 56MiB: the planner fits the plan into it (compact weights, layers as "
@@ -437,9 +437,12 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_flag("--keep", d->keep, "Keep the demo's temporary directory (plan, worker data)");
   cmd->add_flag("--json", d->json, "Print JSON");
   cmd->add_option("--mcu", d->mcu,
-                  "Mixed cluster: 2 Linux workers each owning one QEMU-emulated MCU (only 2 is supported), "
-                  "keyword-spotting CNN, latency objective on the STM32 presets")
-      ->check(CLI::Range(0, 2));
+                  "Mixed cluster: 2 Linux workers owning N QEMU-emulated MCUs in turn (1-4), keyword-spotting CNN "
+                  "(or --model), latency objective on the STM32 presets (or --force)")
+      ->check(CLI::Range(0, 4));
+  cmd->add_option("--mcu-preset", d->mcu_preset,
+                  "With --mcu: every MCU's preset (../devices stm32.yaml, e.g. STM32F401RB); default STM32H743ZI and "
+                  "STM32F446RE in turn. The plan must fit its flash and RAM");
   cmd->add_flag("--unplug", d->unplug,
                 "Kill the last worker (SIGKILL) half-way through the requests: the gateway fails over to the others "
                 "and every request must still be answered correctly");

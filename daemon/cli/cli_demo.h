@@ -20,7 +20,8 @@ struct DemoOptions {
   std::string force;  // a forced scheme instead of the planner
   bool json = false;
   bool keep = false;
-  int mcu = 0;          // > 0: the mixed Linux + MCU cluster under QEMU (issue 6)
+  int mcu = 0;             // > 0: the mixed Linux + MCU cluster under QEMU (issue 6), this many MCUs
+  std::string mcu_preset;  // every MCU's preset ("" = STM32H743ZI and STM32F446RE in turn)
   bool unplug = false;  // SIGKILL the last worker half-way; the gateway fails over
   // ram: of every worker ("" = unlimited): the planner fits the plan into it
   // (compact weights, layers as tiles in turn, less work; plan_fit.h).

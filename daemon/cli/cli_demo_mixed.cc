@@ -1,4 +1,4 @@
-// `tessera demo --mcu 2`: the mixed Linux + MCU cluster (issue 6).
+// `tessera demo --mcu N`: the mixed Linux + MCU cluster (issue 6, issue 16 item 6).
 //
 // Two worker processes w1, w2 on loopback; two QEMU mps2-an386 machines run
 // the MCU firmware with their UART0 on a pty; w1 owns mcu1 and w2 owns mcu2
@@ -56,7 +56,7 @@ int CheckEmulator(std::string* firmware) {
 }
 
 // The MCU bridges' addresses the workers wrote after their own (NAME=ADDRESS lines).
-Result<std::map<std::string, std::string>> ReadBridgeAddresses(const std::string& dir) {
+Result<std::map<std::string, std::string>> ReadBridgeAddresses(const std::string& dir, int mcus) {
   std::map<std::string, std::string> mcu_address;
   for (int w = 1; w <= 2; ++w) {
     std::ifstream in(dir + "/w" + std::to_string(w) + ".port");
@@ -65,30 +65,42 @@ Result<std::map<std::string, std::string>> ReadBridgeAddresses(const std::string
     while (std::getline(in, line))
       if (const size_t eq = line.find('='); eq != std::string::npos) mcu_address[line.substr(0, eq)] = line.substr(eq + 1);
   }
-  if (!mcu_address.count("mcu1") || !mcu_address.count("mcu2"))
-    return Status::Unavailable("the workers did not report their MCU bridges (see " + dir + ")");
+  for (int m = 1; m <= mcus; ++m)
+    if (!mcu_address.count("mcu" + std::to_string(m)))
+      return Status::Unavailable("the workers did not report the bridge of mcu" + std::to_string(m) + " (see " + dir +
+                                 ")");
   return mcu_address;
 }
 
-// Boots the two MCUs and the workers that own them; the cluster of
-// configs/mixed-2linux-2mcu.yaml with this run's addresses and ptys.
-Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::string& dir, int threads) {
+// Boots `mcus` MCUs and the two workers that own them (mcu1 via w1, mcu2
+// via w2, mcu3 via w1, ...); the cluster of configs/mixed-2linux-2mcu.yaml
+// with this run's addresses and ptys. `preset` ("": STM32H743ZI and
+// STM32F446RE in turn) sets every MCU's flash, RAM and speed.
+Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::string& dir, int threads, int mcus,
+                                       const std::string& preset) {
   std::vector<std::string> ptys;
-  for (int m = 1; m <= 2; ++m) {
+  for (int m = 1; m <= mcus; ++m) {
     TS_ASSIGN_OR_RETURN(std::string pty, demo::BootQemuMcu(firmware, dir + "/qemu-mcu" + std::to_string(m) + ".log"));
     ptys.push_back(pty);
   }
   const std::string baud = std::to_string(kBaud);
-  TS_ASSIGN_OR_RETURN(auto addresses, demo::StartWorkers(2, dir, threads, {{"--mcu", "mcu1=" + ptys[0] + "@" + baud},
-                                                                          {"--mcu", "mcu2=" + ptys[1] + "@" + baud}}));
-  TS_ASSIGN_OR_RETURN(auto mcu_address, ReadBridgeAddresses(dir));
+  std::vector<std::vector<std::string>> worker_args(2);
+  for (int m = 1; m <= mcus; ++m) {
+    worker_args[(m - 1) % 2].push_back("--mcu");
+    worker_args[(m - 1) % 2].push_back("mcu" + std::to_string(m) + "=" + ptys[m - 1] + "@" + baud);
+  }
+  TS_ASSIGN_OR_RETURN(auto addresses, demo::StartWorkers(2, dir, threads, worker_args));
+  TS_ASSIGN_OR_RETURN(auto mcu_address, ReadBridgeAddresses(dir, mcus));
   const std::string linux_board = ", ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 }\n";
-  const std::string yaml =
+  std::string yaml =
       "devices:\n"
-      "  - { name: w1, kind: linux, address: " + addresses[0] + linux_board +
-      "  - { name: w2, kind: linux, address: " + addresses[1] + linux_board +
-      "  - { name: mcu1, kind: mcu, preset: STM32H743ZI, serial: " + ptys[0] + ", baud: " + baud + ", via: w1 }\n"
-      "  - { name: mcu2, kind: mcu, preset: STM32F446RE, serial: " + ptys[1] + ", baud: " + baud + ", via: w2 }\n"
+      "  - { name: w1, kind: linux, address: " +
+      addresses[0] + linux_board + "  - { name: w2, kind: linux, address: " + addresses[1] + linux_board;
+  for (int m = 1; m <= mcus; ++m)
+    yaml += "  - { name: mcu" + std::to_string(m) +
+            ", kind: mcu, preset: " + (preset.empty() ? (m % 2 ? "STM32H743ZI" : "STM32F446RE") : preset) +
+            ", serial: " + ptys[m - 1] + ", baud: " + baud + ", via: w" + std::to_string((m - 1) % 2 + 1) + " }\n";
+  yaml +=
       "links:\n"
       "  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
   MixedCluster mc;
@@ -96,6 +108,29 @@ Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::s
   for (const auto& dev : mc.cluster.devices)
     mc.endpoints.push_back({dev.name, dev.kind == DeviceKind::kMcu ? mcu_address[dev.name] : dev.address});
   return mc;
+}
+
+// What each MCU will hold (issue 16 item 6): its program built here, as the
+// bridge will build it, against its preset's flash and RAM. ResourceExhausted
+// naming the device, the need and the preset when it does not fit.
+Result<std::map<int, McuProgramImage>> McuPromises(const MixedCluster& mc, const CompiledPlan& compiled) {
+  std::map<int, McuProgramImage> images;
+  for (int i = 0; i < mc.cluster.size(); ++i) {
+    const Device& dev = mc.cluster.devices[i];
+    if (dev.kind != DeviceKind::kMcu) continue;
+    TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(compiled.programs[i], McuProgramOptions{}));
+    const std::string preset = dev.preset.empty() ? "its ram:/flash:" : "preset " + dev.preset;
+    if (static_cast<int64_t>(image.flash_bytes()) > dev.flash_bytes)
+      return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.flash_bytes()) +
+                                       " bytes of flash (program and weights); " + preset + " has " +
+                                       std::to_string(dev.flash_bytes));
+    if (static_cast<int64_t>(image.ram_bytes()) > dev.ram_bytes)
+      return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.ram_bytes()) +
+                                       " bytes of RAM (activations); " + preset + " has " +
+                                       std::to_string(dev.ram_bytes));
+    images[i] = std::move(image);
+  }
+  return images;
 }
 
 // Whole layers on the devices of `placement`; the plan id names them.
@@ -158,7 +193,12 @@ void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
   (*row)["uart_retransmissions"] = reply->uart().retransmissions();
 }
 
-nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDevice>& deployed) {
+// Each MCU's flash and RAM: promised (its program built here), the preset's,
+// and what its STATUS reports (flash: the region's used bytes; RAM: the
+// arena's). *as_promised: every MCU reports exactly its promise.
+nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDevice>& deployed,
+                           const std::map<int, McuProgramImage>& promises, bool* as_promised) {
+  *as_promised = true;
   nlohmann::json mem = nlohmann::json::array();
   for (size_t i = 0; i < mc.endpoints.size(); ++i) {
     const auto& dev = mc.cluster.devices[i];
@@ -172,6 +212,22 @@ nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDev
       row["via"] = dev.via;
       row["serial"] = dev.serial;
       AddMcuStatus(mc.endpoints[i].address, &row);
+      const McuProgramImage& promise = promises.at(static_cast<int>(i));
+      row["preset"] = dev.preset;
+      row["preset_flash_bytes"] = dev.flash_bytes;
+      row["preset_ram_bytes"] = dev.ram_bytes;
+      row["promised_flash_bytes"] = promise.flash_bytes();
+      row["promised_ram_bytes"] = promise.ram_bytes();
+      if (row.contains("mcu_flash_bytes")) {
+        row["reported_flash_bytes"] =
+            row["mcu_flash_bytes"].get<int64_t>() - row["mcu_flash_free_bytes"].get<int64_t>();
+        row["reported_ram_bytes"] = row["mcu_arena_bytes"].get<int64_t>() - row["mcu_free_ram_bytes"].get<int64_t>();
+      }
+      const bool kept = row.contains("reported_flash_bytes") &&
+                        row["reported_flash_bytes"].get<int64_t>() == static_cast<int64_t>(promise.flash_bytes()) &&
+                        row["reported_ram_bytes"].get<int64_t>() == static_cast<int64_t>(promise.ram_bytes());
+      row["memory_as_promised"] = kept;
+      *as_promised = *as_promised && kept;
     }
     mem.push_back(row);
   }
@@ -202,6 +258,7 @@ struct MixedReport {
   double deploy_s = 0, single_ms = 0;
   std::string plan_id, placement_text;
   nlohmann::json memory, links;
+  bool memory_as_promised = false;  // every MCU's STATUS flash and RAM == its program's
 };
 
 void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r,
@@ -209,7 +266,8 @@ void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlaceme
   nlohmann::json j = {
       {"devices", devices},
       {"linux_workers", 2},
-      {"mcus", 2},
+      {"mcus", d.mcu},
+      {"mcu_memory_as_promised", r.memory_as_promised},
       {"model", graph.name},
       {"requests", d.requests},
       {"answered", r.tally.answered},
@@ -258,8 +316,8 @@ void PrintMixedDevices(const MixedReport& r) {
 }
 
 void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r) {
-  std::printf("tessera demo --mcu 2 — %s on 2 Linux workers + 2 QEMU mps2-an386 MCUs (UART %u baud via ptys)\n",
-              graph.name.c_str(), kBaud);
+  std::printf("tessera demo --mcu %d — %s on 2 Linux workers + %d QEMU mps2-an386 MCUs (UART %u baud via ptys)\n",
+              d.mcu, graph.name.c_str(), d.mcu, kBaud);
   if (!placement.planner_table.empty()) std::printf("\nplanner (latency objective):\n%s", placement.planner_table.c_str());
   std::printf("\n%s\nplacement: %s\n", placement.note.c_str(), r.placement_text.c_str());
   std::printf("plan %s deployed in %.2f s (MCU programs over the UART)\n\n", r.plan_id.c_str(), r.deploy_s);
@@ -270,13 +328,27 @@ void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacem
       placement.cost.latency_s > 0 ? std::to_string(placement.cost.latency_s * 1e3) + " ms" : "none (forced plan)";
   std::printf("latency: predicted %s, measured %.1f ms median (single device in this process: %.3f ms)\n",
               predicted.c_str(), demo::Median(r.tally.latencies_ms), r.single_ms);
+  for (const auto& row : r.memory) {
+    if (!row.contains("promised_flash_bytes")) continue;
+    auto num = [&](const char* key) {
+      return row.contains(key) ? std::to_string(row[key].get<int64_t>()) : std::string("?");
+    };
+    std::printf(
+        "%s (%s): flash %s B promised, %s B in STATUS (preset %s B); RAM %s B promised, %s B in STATUS "
+        "(preset %s B)%s\n",
+        row["device"].get<std::string>().c_str(), row["preset"].get<std::string>().c_str(),
+        num("promised_flash_bytes").c_str(), num("reported_flash_bytes").c_str(), num("preset_flash_bytes").c_str(),
+        num("promised_ram_bytes").c_str(), num("reported_ram_bytes").c_str(), num("preset_ram_bytes").c_str(),
+        row["memory_as_promised"].get<bool>() ? "" : "  NOT AS PROMISED");
+  }
   if (!r.tally.first_error.empty()) std::printf("first error: %s\n", r.tally.first_error.c_str());
 }
 
 }  // namespace
 
 int RunMixedDemo(const DemoOptions& d) {
-  if (d.mcu != 2) return ReportError(kWhat, Status::InvalidArgument("--mcu supports 2 MCUs (2 Linux workers + 2 MCUs)"));
+  if (d.mcu < 1 || d.mcu > 4)
+    return ReportError(kWhat, Status::InvalidArgument("--mcu takes 1 to 4 MCUs (QEMU boards on this machine)"));
   std::string firmware;
   if (int rc = CheckEmulator(&firmware)) return rc;
   // The default: the keyword-spotting CNN the firmware is sized for; --model
@@ -303,7 +375,7 @@ int RunMixedDemo(const DemoOptions& d) {
   if (!demo_dir.ok()) return ReportError(kWhat, demo_dir.status());
   demo::ChildProcesses children;
   demo::InstallSignalHandlers();
-  auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads);
+  auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads, d.mcu, d.mcu_preset);
   if (!mc.ok()) return ReportError(kWhat, mc.status());
   Result<MixedPlacement> placement = MixedPlacement{};
   Result<CompiledPlan> compiled = Status::Internal("not compiled");
@@ -318,6 +390,8 @@ int RunMixedDemo(const DemoOptions& d) {
     compiled = CompileForcedMixedPlan(graph, *mc, d.force, &report.plan_id, &*placement, &report.placement_text);
   }
   if (!compiled.ok()) return ReportError(kWhat, compiled.status());
+  auto promises = McuPromises(*mc, *compiled);
+  if (!promises.ok()) return ReportError(kWhat, promises.status());
   const auto expected_link_bytes = PlannedLinkBytes(compiled->programs);
 
   const auto td = std::chrono::steady_clock::now();
@@ -339,13 +413,13 @@ int RunMixedDemo(const DemoOptions& d) {
                                           &outputs, &ms);
     report.tally.Record(st, outputs, ref->outputs[k], ms);
   }
-  report.memory = MixedMemory(*mc, *deployed);
+  report.memory = MixedMemory(*mc, *deployed, *promises, &report.memory_as_promised);
   report.links = MixedLinks(*(*local)->gateway, *mc, expected_link_bytes, report.tally.answered);
   if (d.json)
     PrintMixedJson(graph, d, *placement, report, mc->cluster.size());
   else
     PrintMixedTable(graph, d, *placement, report);
-  return report.tally.AllMatch(d.requests) ? 0 : 2;
+  return report.tally.AllMatch(d.requests) && report.memory_as_promised ? 0 : 2;
 }
 
 }  // namespace tessera

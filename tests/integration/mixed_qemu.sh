@@ -61,28 +61,42 @@ assert all(d["mcu_runs"] >= j["requests"] for d in mcus), mcus
 print("PASS: ds_cnn.cfg on 2 MCUs: %d requests, max rel %.3g" % (j["requests"], j["max_rel_diff"]))
 PY
 
-# --force: weight slices on the MCUs (issue 16 item 4). FDTI splits every
-# conv's input channels over w1, w2, mcu1 and mcu2: each MCU receives its
-# channel slice, sends its partial sum to w1, receives the merged map of the
-# next layer and goes on (the program's phases). FDTO gathers output-channel
-# slices into a part of a buffer and copies its own in (MCU <-> MCU through
-# the bridges). Every answer equals the single-device run.
-for scheme in fdti fdto; do
+# --force: weight slices on the MCUs (issue 16 item 4), and N MCUs of a
+# chosen preset (item 6). FDTI splits every conv's input channels over the
+# workers and the MCUs: each MCU receives its channel slice, sends its
+# partial sum to w1, receives the merged map of the next layer and goes on
+# (the program's phases). FDTO gathers output-channel slices into a part of
+# a buffer and copies its own in (MCU <-> MCU through the bridges).
+# --mcu-preset STM32F401RB (128 KiB flash, 64 KiB RAM): the planner's own
+# placement within it. Every answer equals the single-device run, and every
+# MCU's flash and RAM in STATUS equal what the demo promised (its program).
+for run in "3 fdti -" "2 fdto -" "2 - STM32F401RB"; do
+  read -r n scheme preset <<<"$run"
+  args=(--mcu "$n")
+  [[ $scheme != - ]] && args+=(--force "$scheme")
+  [[ $preset != - ]] && args+=(--mcu-preset "$preset")
   rc=0
-  TESSERA_MCU_FIRMWARE=$FW timeout 150 "$TESSERA" --log-level warn demo --mcu 2 --force $scheme --requests 3 --json \
-    >"$OUT" || rc=$?
-  if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo --mcu 2 --force $scheme exited $rc"; exit 1; fi
-  /usr/bin/python3 - "$OUT" "$scheme" <<'PY'
+  TESSERA_MCU_FIRMWARE=$FW timeout 180 "$TESSERA" --log-level warn demo "${args[@]}" --requests 2 --json >"$OUT" || rc=$?
+  if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo ${args[*]} exited $rc"; exit 1; fi
+  /usr/bin/python3 - "$OUT" "$n" "$scheme" "$preset" <<'PY'
 import json, sys
-j, scheme = json.load(open(sys.argv[1])), sys.argv[2]
+j, n, scheme, preset = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 assert j["all_match"] is True and j["answered"] == j["requests"], j
 assert j["max_rel_diff"] <= 1e-5, j["max_rel_diff"]
-assert j["forced_scheme"] == scheme and j["predicted_latency_ms"] is None, j
-# the split layers run on the MCUs too
-assert "conv2:%s@w1+w2+mcu1+mcu2" % scheme in j["placement"], j["placement"]
+assert j["mcus"] == n and j["mcu_memory_as_promised"] is True, j
 mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
-assert len(mcus) == 2 and all(d["mcu_runs"] >= j["requests"] for d in mcus), mcus
-print("PASS: --force %s on 2 Linux workers + 2 MCUs: %d requests, max rel %.3g, %.0f ms"
-      % (scheme, j["requests"], j["max_rel_diff"], j["latency_ms"]))
+assert len(mcus) == n and all(d["mcu_runs"] >= j["requests"] for d in mcus), mcus
+for d in mcus:
+    assert d["reported_flash_bytes"] == d["promised_flash_bytes"] <= d["preset_flash_bytes"], d
+    assert d["reported_ram_bytes"] == d["promised_ram_bytes"] <= d["preset_ram_bytes"], d
+    if preset != "-":
+        assert d["preset"] == preset, d
+if scheme != "-":
+    assert j["forced_scheme"] == scheme and j["predicted_latency_ms"] is None, j
+    devices = "+".join(["w1", "w2"] + ["mcu%d" % (k + 1) for k in range(n)])
+    assert "conv2:%s@%s" % (scheme, devices) in j["placement"], j["placement"]   # split over the MCUs too
+print("PASS: --mcu %d --force %s --mcu-preset %s: %d requests, max rel %.3g, %.0f ms; MCU flash/RAM as promised: %s"
+      % (n, scheme, preset, j["requests"], j["max_rel_diff"], j["latency_ms"],
+         ", ".join("%s %d/%d B" % (d["device"], d["promised_flash_bytes"], d["promised_ram_bytes"]) for d in mcus)))
 PY
 done
