@@ -321,9 +321,8 @@ namespace {
 // Serves one request of an MCU program on a host arena as the firmware does
 // (firmware/main.cc Advance): phase by phase, the outputs due before the
 // next layer are sent, then the next phase's inputs are received and its
-// layers run. `order` gets the order of every send and receive.
-Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<uint64_t, Link*>& peer_of,
-                       std::vector<std::string>* order) {
+// layers run.
+Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<uint64_t, Link*>& peer_of) {
   auto link_for = [&](uint32_t message) -> Link* {
     auto it = peer_of.find(message);
     return it == peer_of.end() ? nullptr : it->second;
@@ -333,7 +332,6 @@ Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<
   for (;;) {
     while (next_out < h.num_outputs && view.outputs[next_out].layer <= layer) {
       const mcu::IoEntry out = view.outputs[next_out++];
-      order->push_back("send " + std::to_string(out.message) + " after layer " + std::to_string(layer));
       Link* link = link_for(out.message);
       if (!link) return Status::Internal("no peer for message " + std::to_string(out.message));
       TS_RETURN_IF_ERROR(
@@ -347,7 +345,6 @@ Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<
       auto bytes = link->Recv(in.message, std::chrono::seconds(10));
       if (!bytes.ok()) return bytes.status();
       if (bytes->size() != in.count * 4) return Status::Internal("input of the wrong size");
-      order->push_back("recv " + std::to_string(in.message) + " before layer " + std::to_string(layer));
       std::memcpy(act + in.offset, bytes->data(), bytes->size());
     }
     mcu::RunLayers(view, act, layer, layer + 1);
@@ -413,7 +410,6 @@ TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]
       REQUIRE(runner.ok());
       const auto input = SeededInput(g.values[g.inputs[0]].shape, 9);
       std::vector<Status> served(c.devices);
-      std::vector<std::vector<std::string>> order(c.devices);
       std::vector<std::thread> mcus;
       for (int d = 1; d < c.devices; ++d)
         mcus.emplace_back([&, d] {
@@ -422,7 +418,7 @@ TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]
           for (const ProgramStep& st : compiled->programs[d].steps)
             if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv)
               peer_of[static_cast<uint64_t>(st.message)] = links[d][st.peer].get();
-          served[d] = ServeMcuRequest(arenas[d].view, arenas[d].act(), peer_of, &order[d]);
+          served[d] = ServeMcuRequest(arenas[d].view, arenas[d].act(), peer_of);
         });
       std::vector<Link*> peers(c.devices, nullptr);
       for (int d = 1; d < c.devices; ++d) peers[d] = links[0][d].get();
