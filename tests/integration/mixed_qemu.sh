@@ -21,9 +21,29 @@ fi
 [[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
 
 OUT=$(mktemp)
-trap 'rm -f "$OUT"' EXIT
+ERR=$(mktemp)
+trap 'rm -f "$OUT" "$ERR"' EXIT
+# run_demo SECONDS ARGS...: `tessera demo ARGS --json` into $OUT. A program
+# upload the emulated MCU stops acknowledging ("uploading N program bytes:
+# ... not acknowledged") is an open bug, root cause not found yet (upload
+# timeouts were seen in integration.mixed_gateway in earlier sessions; on
+# 2026-11-27 about 1 demo in 5-10 stalled so; see issue 16's note): such a
+# run is retried once and says RETRY. Any other failure, and every answer
+# and figure, is checked as it comes.
+run_demo() {
+  local seconds=$1 rc=0
+  shift
+  TESSERA_MCU_FIRMWARE=$FW timeout "$seconds" "$TESSERA" --log-level warn demo "$@" >"$OUT" 2>"$ERR" || rc=$?
+  if [[ $rc -ne 0 ]] && grep -q "program bytes: .*not acknowledged" "$ERR"; then
+    echo "RETRY: demo $*: $(grep -o 'MCU [^,]*, uploading [0-9]* program bytes: .*not acknowledged[^[]*' "$ERR" | head -1)"
+    rc=0
+    TESSERA_MCU_FIRMWARE=$FW timeout "$seconds" "$TESSERA" --log-level warn demo "$@" >"$OUT" 2>"$ERR" || rc=$?
+  fi
+  [[ $rc -eq 0 ]] || cat "$ERR" >&2
+  return $rc
+}
 rc=0
-TESSERA_MCU_FIRMWARE=$FW timeout 120 "$TESSERA" --log-level warn demo --mcu 2 --requests 4 --json >"$OUT" || rc=$?
+run_demo 120 --mcu 2 --requests 4 --json || rc=$?
 cat "$OUT"
 if [[ $rc -ne 0 ]]; then echo "FAIL: tessera demo --mcu 2 exited $rc"; exit 1; fi
 /usr/bin/python3 - "$OUT" <<'PY'
@@ -49,8 +69,7 @@ PY
 # --model: the depthwise-separable KWS cfg (issue 16 item 6, issue 17 item 5):
 # its depthwise and pointwise convs run in place on an MCU, answers checked.
 rc=0
-TESSERA_MCU_FIRMWARE=$FW timeout 120 "$TESSERA" --log-level warn demo --mcu 2 --model firmware/models/ds_cnn.cfg \
-  --requests 3 --json >"$OUT" || rc=$?
+run_demo 120 --mcu 2 --model firmware/models/ds_cnn.cfg --requests 3 --json || rc=$?
 if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo --mcu 2 --model ds_cnn.cfg exited $rc"; exit 1; fi
 /usr/bin/python3 - "$OUT" <<'PY'
 import json, sys
@@ -76,7 +95,7 @@ for run in "3 fdti -" "2 fdto -" "2 - STM32F401RB"; do
   [[ $scheme != - ]] && args+=(--force "$scheme")
   [[ $preset != - ]] && args+=(--mcu-preset "$preset")
   rc=0
-  TESSERA_MCU_FIRMWARE=$FW timeout 180 "$TESSERA" --log-level warn demo "${args[@]}" --requests 2 --json >"$OUT" || rc=$?
+  run_demo 180 "${args[@]}" --requests 2 --json || rc=$?
   if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo ${args[*]} exited $rc"; exit 1; fi
   /usr/bin/python3 - "$OUT" "$n" "$scheme" "$preset" <<'PY'
 import json, sys
