@@ -300,6 +300,8 @@ struct UartLink::State {
           return;
         }
         rto = std::min(rto * 3 / 2, std::chrono::milliseconds(kMaxRtoMs));  // back off
+        spdlog::debug("uart {}: sequence {} not acknowledged, retry {}, rto now {} ms ({} in flight)", options.device,
+                      unacked.front().sequence, retries, rto.count(), unacked.size());
       }
       Pump();
       Tick();
