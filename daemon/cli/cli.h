@@ -19,5 +19,6 @@ void RegisterInferCommand(CLI::App& app);    // cli_infer.cc
 void RegisterCertsCommand(CLI::App& app);    // cli_certs.cc
 void RegisterCalibrateCommand(CLI::App& app);       // cli_calibrate.cc
 void RegisterOptimizeMemoryCommand(CLI::App& app);  // cli_optimize_memory.cc
+void RegisterQuantizeCommand(CLI::App& app);        // cli_quantize.cc
 
 }  // namespace tessera

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   tessera::RegisterCertsCommand(app);
   tessera::RegisterCalibrateCommand(app);
   tessera::RegisterOptimizeMemoryCommand(app);
+  tessera::RegisterQuantizeCommand(app);
 
   // A verb that fails throws CLI::RuntimeError(exit_code) after printing its
   // one-line error; app.exit() returns that code without printing more.

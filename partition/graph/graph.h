@@ -59,6 +59,11 @@
 //    Gelu (y = x·½·(1 + erf(x/√2)); attr approximate "none" | "tanh" as ONNX
 //    opset 20; PyTorch's exported erf subgraph is fused into it at import,
 //    onnx_pattern_fusion.h), Slice (also every output of Split)).
+//    QuantizeDequantize (not ONNX: attrs scale, zero_point, qmin, qmax;
+//    y = (saturate(round_half_even(x / scale) + zero_point) − zero_point)·scale,
+//    what ONNX's QuantizeLinear followed by DequantizeLinear computes. A QDQ
+//    model imports as its float graph with these steps where it quantizes
+//    activations, weights dequantized at import; partition/graph/quantization.h).
 //    darknet-only ops: "Reorg" (attrs stride,
 //    reverse), "Region" (attrs num, classes, coords, softmax, background,
 //    anchors, mask, darknet_layer, tree_groups (softmax tree, [region]

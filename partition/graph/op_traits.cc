@@ -52,6 +52,8 @@ const std::map<std::string, OpTraits>& Table() {
       {"Erf", {kPointwise, kPerChannel}},
       {"Gelu", {kPointwise, kPerChannel}},
       {"Softplus", {kPointwise, kPerChannel}},
+      // A QDQ model's quantization step (quantization.h): element-wise.
+      {"QuantizeDequantize", {kPointwise, kPerChannel}},
       {"Abs", {kPointwise, kPerChannel}},
       {"Neg", {kPointwise, kPerChannel}},
       {"Exp", {kPointwise, kPerChannel}},

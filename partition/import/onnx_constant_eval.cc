@@ -1,5 +1,7 @@
 #include "partition/import/onnx_constant_eval.h"
 
+#include "partition/graph/quantization.h"
+
 #include "util/limits.h"
 
 #include <algorithm>
@@ -188,7 +190,9 @@ const std::set<std::string>& EvaluableOps() {
                                             "ReduceSum",
                                             "ReduceMin",
                                             "ReduceMax",
-                                            "ReduceMean"};
+                                            "ReduceMean",
+                                            "DequantizeLinear",
+                                            "QuantizeLinear"};
   return ops;
 }
 
@@ -744,6 +748,63 @@ Result<Shape> ResolveReshape(const Shape& input, const std::vector<int64_t>& tar
   return out;
 }
 
+// DequantizeLinear / QuantizeLinear of constants (issue 16 item 1): a QDQ
+// model's int8 weights and int32 biases become float32 weights at import.
+// Scale and zero point are scalars or 1-D along `axis` (default 1, opset 13+);
+// arithmetic in float32 and rounding as quantization.h.
+Result<std::vector<ConstTensor>> FoldQuantizeLinear(const onnx::NodeProto& node,
+                                                    const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const bool dequantize = node.op_type() == "DequantizeLinear";
+  const ConstTensor& x = *in[0];
+  const ConstTensor& scale = *in[1];
+  const ConstTensor* zp = in.size() > 2 ? in[2] : nullptr;
+  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  int64_t axis = -1;  // per tensor
+  if (scale.data.size() != 1) {
+    if (scale.dims.size() != 1) return Invalid(node, "scale must be a scalar or 1-D");
+    TS_ASSIGN_OR_RETURN(axis, NormalizeAxis(node, AttrInt(node, "axis", 1), rank));
+    if (x.dims[axis] != scale.dims[0])
+      return Invalid(node, "scale has " + std::to_string(scale.dims[0]) + " values but axis " + std::to_string(axis) +
+                               " has " + std::to_string(x.dims[axis]));
+  }
+  if (zp != nullptr && zp->data.size() != scale.data.size())
+    return Invalid(node, "zero point and scale have different sizes");
+  int32_t qtype = zp != nullptr ? zp->elem_type : static_cast<int32_t>(TensorProto::UINT8);
+  if (dequantize) qtype = x.elem_type;
+  QuantGrid g;
+  switch (qtype) {
+    case TensorProto::INT8:
+      g.qmin = -128, g.qmax = 127;
+      break;
+    case TensorProto::UINT8:
+      g.qmin = 0, g.qmax = 255;
+      break;
+    case TensorProto::INT32:
+      if (!dequantize) return Status::NotSupported("QuantizeLinear: to int32 is not evaluated at import");
+      break;
+    default:
+      return Status::NotSupported(node.op_type() + ": element type " + ElemTypeName(qtype) +
+                                  " (int8, uint8 and int32 biases are supported)");
+  }
+  int64_t inner = 1;
+  for (int64_t i = axis + 1; axis >= 0 && i < rank; ++i) inner *= x.dims[i];
+  const int64_t channels = axis >= 0 ? x.dims[axis] : 1;
+  ConstTensor out;
+  out.dims = x.dims;
+  out.elem_type = dequantize ? static_cast<int32_t>(TensorProto::FLOAT) : qtype;
+  out.data.resize(x.data.size());
+  for (size_t k = 0; k < x.data.size(); ++k) {
+    const size_t c = axis >= 0 ? static_cast<size_t>((static_cast<int64_t>(k) / inner) % channels) : 0;
+    g.scale = static_cast<float>(scale.data[c]);
+    g.zero_point = zp != nullptr ? static_cast<int32_t>(zp->data[c]) : 0;
+    if (!(g.scale > 0) || !std::isfinite(g.scale)) return Invalid(node, "scale must be positive and finite");
+    out.data[k] = dequantize ? DequantizeCode(static_cast<int32_t>(x.data[k]), g)
+                             : QuantizeToCode(static_cast<float>(x.data[k]), g);
+  }
+  return std::vector<ConstTensor>{std::move(out)};
+}
+
 Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& node,
                                                       const std::vector<const ConstTensor*>& in, int64_t opset) {
   const std::string& op = node.op_type();
@@ -771,6 +832,7 @@ Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& nod
     return SingleOutput(Transpose(node, *in[0]));
   }
   if (op == "ConstantOfShape") return FoldConstantOfShape(node, in);
+  if (op == "DequantizeLinear" || op == "QuantizeLinear") return FoldQuantizeLinear(node, in);
   if (op == "Range") return FoldRange(node, in);
   if (op == "Expand") return FoldExpand(node, in);
   if (op == "Tile") return FoldTile(node, in);

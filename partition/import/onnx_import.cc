@@ -44,10 +44,12 @@
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
+#include "partition/graph/quantization.h"
 #include "partition/import/model_import.h"
 #include "partition/import/onnx_constant_eval.h"
 #include "partition/import/onnx_pattern_fusion.h"
 #include "partition/import/onnx_producer_folds.h"
+#include "partition/import/onnx_qlinear.h"
 #include "partition/import/onnx_tensor.h"
 #include "partition/import/onnx_weightless_reader.h"
 
@@ -110,7 +112,9 @@ const std::set<std::string>& KnownOps() {
                                             "Transpose",
                                             "Split",
                                             "ConvTranspose",
-                                            "LayerNormalization"};
+                                            "LayerNormalization",
+                                            "QuantizeLinear",
+                                            "DequantizeLinear"};
   return ops;
 }
 
@@ -224,6 +228,13 @@ class OnnxModelImporter {
   Status TranslateSplit(const onnx::NodeProto& node, const std::string& name);
   Status TranslateConcatOrTranspose(const onnx::NodeProto& node, const std::string& name);
   Status TranslatePassThrough(const onnx::NodeProto& node, const std::string& name);
+  // QDQ (quantization.h): QuantizeLinear of an activation becomes
+  // QuantizeDequantize, whose output stands for the int8 codes; a
+  // DequantizeLinear of it with the same grid is another name for it.
+  Status TranslateQuantize(const onnx::NodeProto& node, const std::string& name);
+  Status TranslateDequantize(const onnx::NodeProto& node);
+  // Scale, zero point and range of a Q/DQ node (inputs 1 and 2).
+  Result<QuantGrid> GridOf(const onnx::NodeProto& node, bool dequantize);
   // Opset < 7 forms rewritten to today's numpy broadcasting (in place).
   Status ApplyLegacyBroadcast(const onnx::NodeProto& node, const std::string& name, Attributes* a,
                               std::vector<int>* inputs);
@@ -300,6 +311,7 @@ class OnnxModelImporter {
   std::unordered_set<std::string> runtime_inputs_;
   std::unordered_set<std::string> used_names_;          // read by some node or a graph output
   std::unordered_map<std::string, std::string> alias_;  // Identity/Dropout output -> its input
+  std::unordered_map<std::string, QuantGrid> quant_grid_;  // QuantizeLinear output -> its grid
   std::unordered_map<std::string, int> value_ids_;
   std::unordered_set<std::string> node_names_;
   std::unordered_set<std::string> value_names_;  // every ONNX value name, and the intermediates added
@@ -1793,6 +1805,88 @@ Status OnnxModelImporter::TranslatePassThrough(const onnx::NodeProto& node, cons
   return Status::OK();
 }
 
+Result<QuantGrid> OnnxModelImporter::GridOf(const onnx::NodeProto& node, bool dequantize) {
+  if (node.input_size() < 2 || node.input(1).empty())
+    return NodeError(StatusCode::kInvalidArgument, node, "needs a scale (input 1)");
+  for (int i = 1; i < 3 && i < node.input_size(); ++i)
+    if (!node.input(i).empty() && !IsConst(node.input(i)))
+      return NodeError(StatusCode::kNotSupported, node,
+                       std::string(i == 1 ? "the scale" : "the zero point") + " must be a constant");
+  TS_ASSIGN_OR_RETURN(const ConstTensor* scale, Const(node.input(1)));
+  if (scale->data.size() != 1)
+    return NodeError(StatusCode::kNotSupported, node,
+                     "the scale has " + std::to_string(scale->data.size()) +
+                         " values; activations are quantized per tensor (per-axis grids are for constant weights)");
+  QuantGrid g;
+  g.scale = static_cast<float>(scale->data[0]);
+  if (!(g.scale > 0) || !std::isfinite(g.scale))
+    return NodeError(StatusCode::kInvalidArgument, node,
+                     "the scale must be positive and finite, is " + std::to_string(scale->data[0]));
+  int32_t type = TensorProto::UINT8;  // ONNX: no zero point means uint8, zero point 0
+  if (node.input_size() > 2 && !node.input(2).empty()) {
+    TS_ASSIGN_OR_RETURN(const ConstTensor* zp, Const(node.input(2)));
+    if (zp->data.size() != 1)
+      return NodeError(StatusCode::kInvalidArgument, node, "the zero point must be a scalar like the scale");
+    g.zero_point = static_cast<int32_t>(zp->data[0]);
+    type = zp->elem_type;
+  }
+  if (dequantize) {
+    auto it = infos_.find(Resolve(node.input(0)));
+    if (it != infos_.end() && it->second.elem_type != 0) type = it->second.elem_type;
+  }
+  if (type == TensorProto::INT8) {
+    g.qmin = -128, g.qmax = 127;
+  } else if (type == TensorProto::UINT8) {
+    g.qmin = 0, g.qmax = 255;
+  } else {
+    return NodeError(StatusCode::kNotSupported, node,
+                     "quantizes to " + ElemTypeName(type) + "; activations may be int8 or uint8");
+  }
+  if (g.zero_point < g.qmin || g.zero_point > g.qmax)
+    return NodeError(StatusCode::kInvalidArgument, node,
+                     "zero point " + std::to_string(g.zero_point) + " is outside its type's range");
+  return g;
+}
+
+Status OnnxModelImporter::TranslateQuantize(const onnx::NodeProto& node, const std::string& name) {
+  TS_ASSIGN_OR_RETURN(QuantGrid g, GridOf(node, false));
+  TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
+  const std::string& out = node.output(0);
+  if (value_ids_.count(out))
+    return NodeError(StatusCode::kInvalidArgument, node, "value '" + out + "' is produced twice");
+  TS_ASSIGN_OR_RETURN(Shape shape, StaticShape(node, out));
+  // The int8 codes are held as the float32 values they stand for.
+  const int y = graph_.AddValue(out, shape);
+  value_ids_[out] = y;
+  quant_grid_[out] = g;
+  Attributes a;
+  a.Set("scale", static_cast<double>(g.scale));
+  a.Set("zero_point", static_cast<int64_t>(g.zero_point));
+  a.Set("qmin", static_cast<int64_t>(g.qmin));
+  a.Set("qmax", static_cast<int64_t>(g.qmax));
+  AddNode(name, "QuantizeDequantize", {x}, {y}, std::move(a));
+  return Status::OK();
+}
+
+Status OnnxModelImporter::TranslateDequantize(const onnx::NodeProto& node) {
+  const std::string q = Resolve(node.input(0));
+  auto it = quant_grid_.find(q);
+  if (it == quant_grid_.end())
+    return NodeError(StatusCode::kNotSupported, node,
+                     "dequantizes '" + q +
+                         "', which no QuantizeLinear, QLinearConv or QLinearMatMul of this model produces "
+                         "(tessera's graph inputs are float32; quantize them inside the model)");
+  TS_ASSIGN_OR_RETURN(QuantGrid g, GridOf(node, true));
+  const QuantGrid& has = it->second;
+  if (std::fabs(g.scale - has.scale) > 1e-6f * has.scale || g.zero_point != has.zero_point)
+    return NodeError(StatusCode::kNotSupported, node,
+                     "dequantizes '" + q + "' with scale " + std::to_string(g.scale) + ", zero point " +
+                         std::to_string(g.zero_point) + " but it was quantized with scale " +
+                         std::to_string(has.scale) + ", zero point " + std::to_string(has.zero_point));
+  alias_[node.output(0)] = q;
+  return Status::OK();
+}
+
 Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) {
   TS_RETURN_IF_ERROR(CheckTranslatable(node));
   translating_sources_.clear();
@@ -1828,6 +1922,8 @@ Status OnnxModelImporter::TranslateNode(const onnx::NodeProto& node, int index) 
   if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin")
     return TranslateReduce(node, name);
   if (op == "Concat" || op == "Transpose") return TranslateConcatOrTranspose(node, name);
+  if (op == "QuantizeLinear") return TranslateQuantize(node, name);
+  if (op == "DequantizeLinear") return TranslateDequantize(node);
   if (PassThroughOps().count(op)) return TranslatePassThrough(node, name);
   (void)index;
   return NodeError(StatusCode::kNotSupported, node, "operator '" + op + "' is not supported by tessera");
@@ -1857,10 +1953,13 @@ Status OnnxModelImporter::BuildGraph() {
   for (int i = 0; i < g.node_size(); ++i) TS_RETURN_IF_ERROR(TranslateNode(g.node(i), i));
   for (const auto& o : g.output()) {
     const std::string name = Resolve(o.name());
-    auto info = infos_.find(name);
+    // The output's own type: a DequantizeLinear output is float32 even though
+    // it names the int8 value it dequantizes.
+    auto info = infos_.find(o.name());
     if (info != infos_.end() && info->second.elem_type != 0 && info->second.elem_type != TensorProto::FLOAT)
       return Status::NotSupported(origin_ + ": output '" + o.name() + "' has element type " +
-                                  ElemTypeName(info->second.elem_type) + "; tessera runs float32 models only");
+                                  ElemTypeName(info->second.elem_type) +
+                                  "; tessera's outputs are float32 (end a quantized model with DequantizeLinear)");
     auto it = value_ids_.find(name);
     if (it == value_ids_.end() && IsConst(name))
       return Status::NotSupported(origin_ + ": output '" + o.name() +
@@ -1911,6 +2010,7 @@ Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStrea
   // inputs; folded constants are not, so lift old models to IR 4 semantics.
   if (model_.ir_version() < 4) model_.set_ir_version(4);
   TS_RETURN_IF_ERROR(ReadOpset());
+  TS_RETURN_IF_ERROR(onnx_import::ExpandQLinearOps(&model_, origin_));
   TS_RETURN_IF_ERROR(CheckPositiveAttributes());
   TS_RETURN_IF_ERROR(FixInputShapes());
   {

@@ -65,6 +65,7 @@ constexpr KernelEntry kKernelTable[] = {
     {"Slice", MakeSliceKernel},
     {"Softmax", MakeSoftmaxKernel},
     {"Softplus", MakeUnaryKernel},
+    {"QuantizeDequantize", MakeUnaryKernel},
     {"Sqrt", MakeUnaryKernel},
     {"Squeeze", MakeCopyKernel},
     {"Sub", MakeBroadcastKernel},

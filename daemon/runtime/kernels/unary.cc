@@ -6,7 +6,9 @@
 // = x·½·(1 + erf(x/√2)), or "tanh"; also what the importer fuses PyTorch's
 // exported erf subgraph into, graph.h). Output has the input's shape. Eigen
 // array expressions give vectorised exp/tanh/logistic; erf is std::erf per
-// element (Eigen's erf lives in its unsupported module).
+// element (Eigen's erf lives in its unsupported module). QuantizeDequantize
+// (attrs scale, zero_point, qmin, qmax) puts x on its int8/uint8 grid
+// (partition/graph/quantization.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -17,6 +19,7 @@
 #include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/parallel_for.h"
+#include "partition/graph/quantization.h"
 
 namespace tessera {
 namespace {
@@ -42,6 +45,7 @@ enum class UnaryOp {
   kErf,
   kGelu,
   kGeluTanh,
+  kQuantizeDequantize,
 };
 
 struct UnaryOpName {
@@ -69,6 +73,7 @@ constexpr UnaryOpName kUnaryOps[] = {
     {"Ceil", UnaryOp::kCeil},
     {"Erf", UnaryOp::kErf},
     {"Gelu", UnaryOp::kGelu},
+    {"QuantizeDequantize", UnaryOp::kQuantizeDequantize},
 };
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
@@ -117,6 +122,16 @@ class UnaryKernel final : public Kernel {
             return NodeNotSupported(ctx, std::string(i == 1 ? "min" : "max") + " must be a constant scalar");
           (i == 1 ? alpha_ : beta_) = bound->values[0];
         }
+        break;
+      }
+      case UnaryOp::kQuantizeDequantize: {
+        grid_.scale = static_cast<float>(a.Float("scale", 0.0));
+        grid_.zero_point = static_cast<int32_t>(a.Int("zero_point", 0));
+        grid_.qmin = static_cast<int32_t>(a.Int("qmin", -128));
+        grid_.qmax = static_cast<int32_t>(a.Int("qmax", 127));
+        if (!(grid_.scale > 0) || !std::isfinite(grid_.scale) || grid_.qmin > grid_.qmax ||
+            grid_.zero_point < grid_.qmin || grid_.zero_point > grid_.qmax)
+          return NodeNotSupported(ctx, "needs a positive scale and qmin <= zero_point <= qmax");
         break;
       }
       default:
@@ -174,11 +189,16 @@ class UnaryKernel final : public Kernel {
       case UnaryOp::kGeluTanh:
         y = 0.5f * x * (1.f + (kSqrt2OverPi * (x + 0.044715f * x.cube())).tanh());
         break;
+      // quantization.h: the value the int8 code of x stands for.
+      case UnaryOp::kQuantizeDequantize:
+        for (int64_t i = 0; i < n; ++i) out[i] = QuantizeDequantize(in[i], grid_);
+        break;
     }
   }
 
   UnaryOp op_ = UnaryOp::kRelu;
   float alpha_ = 0.f, beta_ = 0.f;
+  QuantGrid grid_;
   void (*logistic_)(float*, int64_t, bool) = MicrokernelsFor(ActiveIsa()).logistic;
   int64_t size_ = 0;
 };

@@ -1100,3 +1100,192 @@ TEST_CASE("onnx: a Gemm operand of rank 1 is refused before ONNX's shape inferen
 }
 
 }  // namespace tessera
+
+// ---- Quantized models (issue 16 item 1, partition/graph/quantization.h) ----
+
+namespace tessera {
+namespace {
+
+void Int8s(OnnxModelBuilder& b, const std::string& name, const std::vector<int64_t>& dims,
+           const std::vector<int8_t>& values, int32_t type = onnx::TensorProto::INT8) {
+  auto* t = b.model().mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (int64_t d : dims) t->add_dims(d);
+  t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size()));
+}
+
+void Int32s(OnnxModelBuilder& b, const std::string& name, const std::vector<int64_t>& dims,
+            const std::vector<int32_t>& values) {
+  auto* t = b.model().mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT32);
+  for (int64_t d : dims) t->add_dims(d);
+  for (int32_t v : values) t->add_int32_data(v);
+}
+
+TensorData Tensor(const Shape& shape, std::vector<float> values) {
+  TensorData t;
+  t.shape = shape;
+  t.values = std::move(values);
+  return t;
+}
+
+// x (1, 2, 2, 2) -> Q/DQ (0.5, zp 3) -> Conv 1x1 (int8 weights per channel,
+// int32 bias) -> Q/DQ (0.25, zp -5) -> y; `qlinear` spells the conv as one
+// QLinearConv instead.
+OnnxModelBuilder QuantizedConv(bool qlinear) {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 2, 2});
+  b.Floats("xs", {}, {0.5f});
+  Int8s(b, "xz", {}, {3});
+  b.Floats("ys", {}, {0.25f});
+  Int8s(b, "yz", {}, {-5});
+  Int8s(b, "wq", {2, 2, 1, 1}, {2, -1, /**/ 4, 3});
+  b.Floats("ws", {2}, {0.5f, 0.125f});
+  Int8s(b, "wz", {2}, {0, 0});
+  Int32s(b, "bq", {2}, {3, -8});  // scale xs·ws = {0.25, 0.0625}: bias {0.75, -0.5}
+  b.Node("QuantizeLinear", {"x", "xs", "xz"}, {"xq"}, "quant_x");
+  if (qlinear) {
+    b.Node("QLinearConv", {"xq", "xs", "xz", "wq", "ws", "wz", "ys", "yz", "bq"}, {"yq"}, "conv");
+  } else {
+    b.Floats("bs", {2}, {0.25f, 0.0625f});
+    b.Node("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"}, "dq_x");
+    SetInt(b.Node("DequantizeLinear", {"wq", "ws", "wz"}, {"wd"}, "dq_w"), "axis", 0);
+    SetInt(b.Node("DequantizeLinear", {"bq", "bs"}, {"bd"}, "dq_b"), "axis", 0);
+    b.Node("Conv", {"xd", "wd", "bd"}, {"c"}, "conv");
+    b.Node("QuantizeLinear", {"c", "ys", "yz"}, {"yq"}, "quant_y");
+  }
+  b.Node("DequantizeLinear", {"yq", "ys", "yz"}, {"y"}, "dq_y");
+  b.Output("y");
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("onnx QDQ: a QuantizeLinear/DequantizeLinear pair rounds half to even and saturates as ONNX says",
+          "[onnx][quantized]") {
+  for (const bool uint8 : {false, true}) {
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 8});
+    b.Floats("s", {}, {0.5f});
+    if (!uint8) Int8s(b, "z", {}, {3});
+    std::vector<std::string> q_in = {"x", "s"};
+    if (!uint8) q_in.push_back("z");
+    b.Node("QuantizeLinear", q_in, {"q"}, "q");
+    b.Node("DequantizeLinear", {"q", "s", uint8 ? "" : "z"}, {"y"}, "dq");
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE(g.ok());
+    REQUIRE(Ops(*g) == std::vector<std::string>{"QuantizeDequantize"});
+    CHECK(g->nodes[0].attrs.Float("scale") == 0.5);
+    CHECK(g->nodes[0].attrs.Int("qmin") == (uint8 ? 0 : -128));
+    CHECK(g->nodes[0].attrs.Int("qmax") == (uint8 ? 255 : 127));
+    // x / 0.5: 2.5 -> 2 and 3.5 -> 4 (half to even), -2.5 -> -2, 0.5 -> 0;
+    // 400 and -200 saturate. int8 zero point 3: code = r + 3, y = (code - 3)·0.5.
+    const std::vector<float> x = {1.25f, 1.75f, -1.25f, 0.25f, 200.f, -100.f, 0.74f, -0.76f};
+    const std::vector<float> want_int8 = {1.0f, 2.0f, -1.0f, 0.0f, 62.0f, -65.5f, 0.5f, -1.0f};
+    const std::vector<float> want_uint8 = {1.0f, 2.0f, 0.0f, 0.0f, 127.5f, 0.0f, 0.5f, 0.0f};
+    CHECK(Run(*g, {Tensor({1, 8}, x)}) == (uint8 ? want_uint8 : want_int8));
+  }
+}
+
+TEST_CASE("onnx QDQ: int8 weights and int32 biases fold to float, and the conv runs on dequantized values",
+          "[onnx][quantized]") {
+  auto g = Import(QuantizedConv(false));
+  REQUIRE(g.ok());
+  REQUIRE(Ops(*g) == std::vector<std::string>{"QuantizeDequantize", "Conv", "QuantizeDequantize"});
+  const Node& conv = g->nodes[1];
+  CHECK(ConstInput(*g, conv, 1).values == std::vector<float>{1.0f, -0.5f, 0.5f, 0.375f});
+  CHECK(ConstInput(*g, conv, 2).values == std::vector<float>{0.75f, -0.5f});
+  CHECK(g->nodes[2].attrs.Float("scale") == 0.25);
+  CHECK(g->nodes[2].attrs.Int("zero_point") == -5);
+  // By hand: x = {1, 2, 3, 100 | -1, 0.3, 0.2, 2} on the 0.5 grid (zp 3;
+  // 100 saturates at (127 - 3)·0.5 = 62; 0.3 -> 0.6 -> 1 -> 0.5; 0.2 -> 0).
+  const std::vector<float> x = {1, 2, 3, 100, -1, 0.3f, 0.2f, 2};
+  const float a[4] = {1, 2, 3, 62}, c[4] = {-1, 0.5f, 0, 2};
+  std::vector<float> want(8);
+  for (int p = 0; p < 4; ++p) {
+    const float y0 = 1.0f * a[p] - 0.5f * c[p] + 0.75f, y1 = 0.5f * a[p] + 0.375f * c[p] - 0.5f;
+    // Output grid 0.25, zp -5: codes saturate at 127 -> (127 + 5)·0.25 = 33.
+    want[p] = std::min(std::nearbyint(y0 / 0.25f), 132.f) * 0.25f;
+    want[4 + p] = std::min(std::nearbyint(y1 / 0.25f), 132.f) * 0.25f;
+  }
+  CHECK(want[3] == 33.0f);  // the saturated case is exercised
+  CHECK(Run(*g, {Tensor({1, 2, 2, 2}, x)}) == want);
+}
+
+TEST_CASE("onnx QDQ: QLinearConv imports as the same graph as its QDQ spelling", "[onnx][quantized]") {
+  auto qdq = Import(QuantizedConv(false));
+  auto qlinear = Import(QuantizedConv(true));
+  REQUIRE(qdq.ok());
+  REQUIRE(qlinear.ok());
+  REQUIRE(Ops(*qlinear) == Ops(*qdq));
+  CHECK(qlinear->nodes[1].name == "conv");
+  CHECK(ConstInput(*qlinear, qlinear->nodes[1], 1).values == ConstInput(*qdq, qdq->nodes[1], 1).values);
+  CHECK(ConstInput(*qlinear, qlinear->nodes[1], 2).values == ConstInput(*qdq, qdq->nodes[1], 2).values);
+  const TensorData x = Tensor({1, 2, 2, 2}, {0.1f, -2, 7, 3.3f, 1, -0.6f, 2.2f, -9});
+  CHECK(Run(*qlinear, {x}) == Run(*qdq, {x}));
+}
+
+TEST_CASE("onnx QDQ: what tessera cannot run is refused by name", "[onnx][quantized]") {
+  SECTION("an int8 graph input") {
+    OnnxModelBuilder b(13);
+    b.Input("xq", {1, 4}, onnx::TensorProto::INT8);
+    b.Floats("s", {}, {0.5f});
+    b.Node("DequantizeLinear", {"xq", "s"}, {"y"}, "dq");
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().message(), Catch::Contains("int8"));
+  }
+  SECTION("per-axis activation grids") {
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 2, 2, 2});
+    b.Floats("s", {2}, {0.5f, 0.25f});
+    Int8s(b, "z", {2}, {0, 0});
+    SetInt(b.Node("QuantizeLinear", {"x", "s", "z"}, {"q"}, "q"), "axis", 1);
+    SetInt(b.Node("DequantizeLinear", {"q", "s", "z"}, {"y"}, "dq"), "axis", 1);
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().message(), Catch::Contains("'q' (QuantizeLinear)") && Catch::Contains("per tensor"));
+  }
+  SECTION("dequantizing with another grid") {
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 4});
+    b.Floats("s", {}, {0.5f});
+    b.Floats("s2", {}, {0.25f});
+    b.Node("QuantizeLinear", {"x", "s"}, {"q"}, "q");
+    b.Node("DequantizeLinear", {"q", "s2"}, {"y"}, "dq");
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().message(),
+               Catch::Contains("'dq' (DequantizeLinear)") && Catch::Contains("but it was quantized with scale 0.5"));
+  }
+  SECTION("an int8 graph output") {
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 4});
+    b.Floats("s", {}, {0.5f});
+    Int8s(b, "z", {}, {0});
+    b.Node("QuantizeLinear", {"x", "s", "z"}, {"q"}, "q");
+    b.Output("q", onnx::TensorProto::INT8);
+    auto g = Import(b);
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().message(), Catch::Contains("output 'q'") && Catch::Contains("end a quantized model"));
+  }
+  SECTION("a QLinearConv with inputs missing (the checker's message, naming the node)") {
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 2, 2, 2});
+    b.Floats("s", {}, {0.5f});
+    b.Node("QuantizeLinear", {"x", "s"}, {"q"}, "q");
+    b.Node("QLinearConv", {"q", "s"}, {"y"}, "qconv");
+    b.Output("y");
+    auto g = Import(b);
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().message(), Catch::Contains("qconv") && Catch::Contains("QLinearConv"));
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# `tessera quantize` on the MLPerf-Tiny models (issue 16 items 1 and 2):
+# DS-CNN keyword spotting, MobileNetV1-0.25 visual wake words, ResNet-8 CIFAR
+# and the FC autoencoder, built by tests/oracle/export_mlperf_tiny.py (PyTorch,
+# seeded weights). For each model:
+#   1. `tessera run` of the float model equals PyTorch (rel <= 1e-4);
+#   2. `tessera quantize --calibration DIR --weight-bits 7` (8 seeded N(0,1)
+#      inputs) writes a QDQ model; the max |quantized - float| it prints is
+#      re-measured with onnxruntime-node (float model vs QDQ model at
+#      optimisation level disabled, the reference QDQ semantics) on the same
+#      inputs: equal to 1e-3 relative (tessera's and onnxruntime's float runs
+#      differ by ~1e-6);
+#   3. `tessera run` of the QDQ model against onnxruntime at level all (its
+#      int8 kernels: QLinearConv, QGemm, QLinearAdd, ...) and at level
+#      disabled: at most 1 step of the output grid apart (measured: 0 on all
+#      four). 7-bit weights: onnxruntime's int8 kernels overflow 16-bit pair
+#      sums with 8-bit weights on x86 without VNNI (tests/integration/qdq_oracle.sh);
+#   4. the QDQ model split over devices (`tessera run --force fdti|fdto|ffmt
+#      --devices 2`, a latency plan on 3) answers within 1 output step of the
+#      unsplit run: FDTI adds the partial sums in another order before the one
+#      quantization, which may move a value across a rounding tie (measured:
+#      0 here; 1 step on DS-CNN FDTI calibrated on --random 16); the other
+#      schemes compute the same sums;
+#   5. an 8-bit (default) quantization of DS-CNN runs the same in tessera as
+#      onnxruntime's reference semantics (0 steps), and a model below opset 13
+#      is refused by name.
+#
+#   quantize_mlperf_tiny.sh TESSERA BUILD_DIR
+# Exit 0 all pass, 1 any failure, 77 skipped (no torch/onnx or onnxruntime-node).
+set -u
+tessera=${1:?usage: quantize_mlperf_tiny.sh TESSERA BUILD_DIR}
+build=${2:?usage: quantize_mlperf_tiny.sh TESSERA BUILD_DIR}
+build=$(mkdir -p "$build" && cd "$build" && pwd) || exit 1
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+oracle=$repo/tests/oracle
+python=/usr/bin/python3
+out=$build/mlperf_tiny
+models=(ds_cnn_kws mobilenet_v1_025_vww resnet8_cifar fc_autoencoder)
+
+if ! "$python" -c "import torch, numpy, onnx" 2>/dev/null; then
+  echo "SKIP: $python lacks torch/numpy/onnx (deploy/install-deps.sh installs them)"
+  exit 77
+fi
+node_path=$("$oracle/install_ort.sh" "$build/npm")
+rc=$?
+if [[ $rc == 77 ]]; then echo "SKIP: onnxruntime-node unavailable"; exit 77; fi
+[[ $rc == 0 ]] || { echo "FAIL: install_ort.sh exited $rc"; exit 1; }
+export NODE_PATH=$node_path
+ort() { node "$oracle/ort_run.js" "$@" >/dev/null; }
+
+mkdir -p "$out"
+stamp=$(sha256sum "$oracle/export_mlperf_tiny.py" | cut -d' ' -f1)
+have=1
+for m in "${models[@]}"; do [[ -f $out/$m.onnx ]] || have=0; done
+if [[ $have == 1 && -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]]; then
+  echo "using cached models in $out"
+else
+  rm -f "$out/.stamp"
+  "$python" "$oracle/export_mlperf_tiny.py" "$out" || { echo "FAIL: export_mlperf_tiny.py"; exit 1; }
+  echo "$stamp" >"$out/.stamp"
+fi
+
+failed=0
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+
+for m in "${models[@]}"; do
+  f=$out/$m.onnx q=$out/$m.int8.onnx cal=$out/$m.calibration
+  # 1. float model against PyTorch.
+  if ! "$tessera" run "$f" --input "$out/$m.input.npy" --output "$out/$m.tessera.npy" >/dev/null 2>"$out/$m.log"; then
+    fail "$m: tessera run (float): $(tail -1 "$out/$m.log")"; continue
+  fi
+  line=$("$python" "$oracle/compare_npy.py" "$out/$m.tessera.npy" "$out/$m.output.npy" --tol 1e-4) ||
+    { fail "$m float vs torch: $line"; continue; }
+  echo "PASS $m float vs PyTorch: $line"
+  # 2. quantize on 8 given inputs; re-measure its printed cost with onnxruntime.
+  rm -rf "$cal" && mkdir -p "$cal"
+  "$python" - "$f" "$cal" <<'PY' || { fail "$m: making calibration inputs"; continue; }
+import sys, numpy as np, onnx
+m = onnx.load(sys.argv[1])
+shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+rng = np.random.default_rng(20240601)
+for i in range(8):
+    np.save(f"{sys.argv[2]}/sample{i}.npy", rng.standard_normal(shape).astype(np.float32))
+PY
+  if ! "$tessera" quantize "$f" --calibration "$cal" --weight-bits 7 --out "$q" --json >"$out/$m.quantize.json" \
+       2>"$out/$m.log"; then
+    fail "$m: tessera quantize: $(tail -1 "$out/$m.log")"; continue
+  fi
+  measured=0
+  for i in $(seq 0 7); do
+    ort "$f" --input "$cal/sample$i.npy" --output "$cal/float$i.npy" &&
+      ort "$q" --opt disabled --input "$cal/sample$i.npy" --output "$cal/qdq$i.npy" || { measured=-1; break; }
+  done
+  [[ $measured == 0 ]] || { fail "$m: onnxruntime could not run the float or QDQ model"; continue; }
+  if ! line=$("$python" - "$out/$m.quantize.json" "$cal" <<'PY'
+import json, sys, numpy as np
+j = json.load(open(sys.argv[1]))
+worst = max(float(np.abs(np.load(f"{sys.argv[2]}/qdq{i}.npy").astype(np.float64)
+                         - np.load(f"{sys.argv[2]}/float{i}.npy")).max()) for i in range(8))
+said = j["outputs"][0]["max_abs_diff_vs_float"]
+ok = abs(said - worst) <= 1e-3 * worst + 1e-6 and j["weights_quantized"] > 0 and j["activations_quantized"] > 0 \
+     and j["quantized_weight_bytes"] < j["float_weight_bytes"] / 3
+print(f"printed max |int8 - float| {said:.6g}, onnxruntime's {worst:.6g}; {j['activations_quantized']} activations, "
+      f"{j['weights_quantized']} weights, {j['float_weight_bytes']} -> {j['quantized_weight_bytes']} weight bytes")
+sys.exit(0 if ok else 1)
+PY
+  ); then fail "$m quantize figures: $line"; continue; fi
+  echo "PASS $m quantize: $line"
+  # 3. the QDQ model against onnxruntime's int8 kernels and its reference.
+  "$tessera" run "$q" --input "$out/$m.input.npy" --output "$out/$m.int8.tessera.npy" >/dev/null 2>"$out/$m.log" ||
+    { fail "$m: tessera run (int8): $(tail -1 "$out/$m.log")"; continue; }
+  for opt in all disabled; do
+    ort "$q" --opt "$opt" --input "$out/$m.input.npy" --output "$out/$m.int8.ort-$opt.npy" ||
+      { fail "$m: onnxruntime --opt $opt"; continue; }
+    if line=$("$python" "$oracle/qdq_lsb.py" "$q" "$out/$m.int8.tessera.npy" "$out/$m.int8.ort-$opt.npy"); then
+      echo "PASS $m int8 vs onnxruntime (opt $opt): $line"
+    else
+      fail "$m int8 vs onnxruntime (opt $opt): $line"
+    fi
+  done
+  # 4. split over devices: within one output step of the unsplit run.
+  step=$("$python" -c "
+import sys; sys.path.insert(0, '$oracle'); import onnx, qdq_lsb
+m = onnx.load('$q'); print(qdq_lsb.output_step(m, m.graph.output[0].name))")
+  for force in "fdti" "fdto" "ffmt --grid 2x1"; do
+    j=$("$tessera" run "$q" --force $force --devices 2 --input "$out/$m.input.npy" --json 2>"$out/$m.log") ||
+      { fail "$m --force $force: $(tail -1 "$out/$m.log")"; continue; }
+    d=$(echo "$j" | "$python" -c "import json,sys; print(json.load(sys.stdin)['max_abs_diff'])")
+    if "$python" -c "import sys; sys.exit(0 if $d <= $step * 1.001 else 1)"; then
+      echo "PASS $m int8 --force $force on 2 devices: max |diff| $d vs unsplit (step $step)"
+    else
+      fail "$m int8 --force $force: max |diff| $d > one output step $step"
+    fi
+  done
+done
+
+# 5. 8-bit weights (the default) against onnxruntime's reference semantics, and errors.
+m=ds_cnn_kws
+if "$tessera" quantize "$out/$m.onnx" --random 4 --out "$out/$m.w8.onnx" >/dev/null 2>"$out/w8.log" &&
+   "$tessera" run "$out/$m.w8.onnx" --input "$out/$m.input.npy" --output "$out/$m.w8.tessera.npy" >/dev/null 2>&1 &&
+   ort "$out/$m.w8.onnx" --opt disabled --input "$out/$m.input.npy" --output "$out/$m.w8.ort.npy" &&
+   line=$("$python" "$oracle/qdq_lsb.py" "$out/$m.w8.onnx" "$out/$m.w8.tessera.npy" "$out/$m.w8.ort.npy" --max-lsb 0); then
+  echo "PASS $m 8-bit weights vs onnxruntime (opt disabled): $line"
+else
+  fail "$m 8-bit weights: ${line:-$(tail -1 "$out/w8.log")}"
+fi
+"$python" - "$out/$m.onnx" "$out/old_opset.onnx" <<'PY'
+import sys, onnx
+m = onnx.load(sys.argv[1])
+for o in m.opset_import:
+    if o.domain in ("", "ai.onnx"): o.version = 12
+onnx.save(m, sys.argv[2])
+PY
+if err=$("$tessera" quantize "$out/old_opset.onnx" --random 2 --out "$out/never.onnx" 2>&1); then
+  fail "quantize accepted an opset-12 model"
+elif [[ $err == *"opset 12"*"opset 13"* && ! -e $out/never.onnx ]]; then
+  echo "PASS opset 12 refused: ${err##*error: }"
+else
+  fail "opset-12 error unclear: $err"
+fi
+if err=$("$tessera" quantize "$out/$m.onnx" --out "$out/never.onnx" 2>&1); then
+  fail "quantize ran without calibration inputs"
+elif [[ $err == *"--random"*"--calibration"* ]]; then
+  echo "PASS no calibration refused: ${err##*error: }"
+else
+  fail "no-calibration error unclear: $err"
+fi
+
+[[ $failed == 0 ]] && echo "all passed" && exit 0
+echo "$failed failure(s)"
+exit 1
