@@ -797,7 +797,9 @@ Result<std::vector<ConstTensor>> FoldQuantizeLinear(const onnx::NodeProto& node,
   for (size_t k = 0; k < x.data.size(); ++k) {
     const size_t c = axis >= 0 ? static_cast<size_t>((static_cast<int64_t>(k) / inner) % channels) : 0;
     g.scale = static_cast<float>(scale.data[c]);
-    g.zero_point = zp != nullptr ? static_cast<int32_t>(zp->data[c]) : 0;
+    const double z = zp != nullptr ? zp->data[c] : 0.0;
+    if (!(z >= -2147483648.0 && z <= 2147483647.0)) return Invalid(node, "zero point out of range");
+    g.zero_point = static_cast<int32_t>(z);
     if (!(g.scale > 0) || !std::isfinite(g.scale)) return Invalid(node, "scale must be positive and finite");
     out.data[k] = dequantize ? DequantizeCode(static_cast<int32_t>(x.data[k]), g)
                              : QuantizeToCode(static_cast<float>(x.data[k]), g);

@@ -1827,6 +1827,8 @@ Result<QuantGrid> OnnxModelImporter::GridOf(const onnx::NodeProto& node, bool de
     TS_ASSIGN_OR_RETURN(const ConstTensor* zp, Const(node.input(2)));
     if (zp->data.size() != 1)
       return NodeError(StatusCode::kInvalidArgument, node, "the zero point must be a scalar like the scale");
+    if (!(zp->data[0] >= -2147483648.0 && zp->data[0] <= 2147483647.0))
+      return NodeError(StatusCode::kInvalidArgument, node, "the zero point is out of range");
     g.zero_point = static_cast<int32_t>(zp->data[0]);
     type = zp->elem_type;
   }
