@@ -13,6 +13,24 @@ namespace tessera::mcu {
 
 inline float ApplyActivation(float v, uint32_t act) { return (act == kActRelu && v < 0.0f) ? 0.0f : v; }
 
+// x on the grid q = {scale, zero point, qmin, qmax} (kOpQuantize): what the
+// host's QuantizeDequantize computes (partition/graph/quantization.h),
+// bit for bit, without libm: clamp x / scale to [qmin - zp, qmax - zp]
+// (at most 2^32 wide, so |v| < 2^23 for int8/uint8 grids), then round half
+// to even by adding and subtracting 1.5·2^23 (IEEE single precision in the
+// default rounding mode; no -ffast-math here).
+inline float QuantizeDequantizeValue(float x, const float* q) {
+  const float lo = q[2] - q[1], hi = q[3] - q[1];
+  float v = x / q[0];
+  if (!(v == v)) v = 0.0f;  // NaN: the zero point's code
+  v = v < lo ? lo : (v > hi ? hi : v);
+  if (v > -8388608.0f && v < 8388608.0f) {
+    volatile float big = 12582912.0f;  // volatile: the compiler must not fold (v + big) - big into v
+    v = (v + big) - big;
+  }
+  return v * q[0];
+}
+
 // Taps k in [0, taps) whose input position base + k·step lies in [0, size):
 // [*lo, *hi) (empty when *hi <= *lo).
 inline void ValidTaps(int32_t base, int32_t step, int32_t size, int32_t taps, int32_t* lo, int32_t* hi) {
@@ -242,6 +260,9 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
         break;
       case kOpCopy:
         memcpy(act + l.out, act + l.in0, size_t{n} * sizeof(float));
+        break;
+      case kOpQuantize:
+        for (uint32_t k = 0; k < n; ++k) act[l.out + k] = QuantizeDequantizeValue(act[l.in0 + k], w);
         break;
       default: break;  // rejected by ValidateProgram
     }

@@ -185,6 +185,14 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
       l.op = kOpGlobalAvgPool;
     } else if (node.op == "Relu") {
       l.op = kOpRelu;
+    } else if (node.op == "QuantizeDequantize") {
+      l.op = kOpQuantize;
+      const float q[4] = {
+          static_cast<float>(node.attrs.Float("scale", 0.0)), static_cast<float>(node.attrs.Int("zero_point", 0)),
+          static_cast<float>(node.attrs.Int("qmin", -128)), static_cast<float>(node.attrs.Int("qmax", 127))};
+      if (!(q[0] > 0) || q[2] > q[1] || q[1] > q[3]) return Unsupported(node, "a grid without a positive scale");
+      l.weight = static_cast<uint32_t>(weights_.size());
+      weights_.insert(weights_.end(), q, q + 4);
     } else if (node.op == "Add") {
       l.op = kOpAdd;
       if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)
@@ -196,7 +204,7 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
     Operands o{place(xs[0]), l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};
     // Segments: what the layer needs to run in place (mcu_program.h; a
     // conv's in1, unused otherwise, will name its scratch).
-    if (l.op == kOpRelu || l.op == kOpAdd) {
+    if (l.op == kOpRelu || l.op == kOpAdd || l.op == kOpQuantize) {
       o.in_place_scratch = 0;
     } else if (l.op == kOpConv && InPlaceScratchFloats(l) > 0) {
       o.in_place_scratch = static_cast<int64_t>(InPlaceScratchFloats(l));

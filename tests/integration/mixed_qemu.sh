@@ -119,3 +119,41 @@ print("PASS: --mcu %d --force %s --mcu-preset %s: %d requests, max rel %.3g, %.0
          ", ".join("%s %d/%d B" % (d["device"], d["promised_flash_bytes"], d["promised_ram_bytes"]) for d in mcus)))
 PY
 done
+
+# A quantized (QDQ) model on the MCUs (issue 16 item 1): a small KWS CNN
+# exported by PyTorch (seeded), quantized by `tessera quantize`, split with
+# FDTI over the 2 workers and 2 MCUs. The MCUs run its QuantizeDequantize
+# steps (kOpQuantize, firmware/mcu_kernels.h, the host's rounding bit for
+# bit; uart_mcu_program_test checks that): every answer equals the
+# single-device run of the QDQ model. Storage is still float32 on the MCUs.
+QDIR=$(mktemp -d)
+trap 'rm -f "$OUT" "$ERR"; rm -rf "$QDIR"' EXIT
+/usr/bin/python3 - "$QDIR" <<'PY'
+import sys, torch, torch.nn as nn
+torch.manual_seed(20240601)
+m = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                  nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 12 * 2, 10)).eval()
+torch.onnx.export(m, torch.randn(1, 1, 49, 10), sys.argv[1] + "/kws.onnx", opset_version=13,
+                  input_names=["input"], output_names=["output"])
+PY
+"$TESSERA" quantize "$QDIR/kws.onnx" --random 8 --out "$QDIR/kws.int8.onnx" --json >"$QDIR/quantize.json" ||
+  { echo "FAIL: tessera quantize of the KWS CNN"; exit 1; }
+rc=0
+run_demo 180 --mcu 2 --model "$QDIR/kws.int8.onnx" --force fdti --requests 2 --json || rc=$?
+if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: tessera demo --mcu 2 --model kws.int8.onnx --force fdti exited $rc"; exit 1; fi
+/usr/bin/python3 - "$OUT" "$QDIR/kws.int8.onnx" <<'PY'
+import json, sys
+import onnx
+from onnx import numpy_helper
+j = json.load(open(sys.argv[1]))
+m = onnx.load(sys.argv[2])
+assert sum(n.op_type == "QuantizeLinear" for n in m.graph.node) >= 5, "not a QDQ model"
+assert j["all_match"] is True and j["answered"] == j["requests"] == 2, j
+assert j["max_rel_diff"] <= 1e-5, j["max_rel_diff"]
+assert j["mcu_memory_as_promised"] is True, j
+mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
+assert len(mcus) == 2 and all(d["mcu_runs"] >= 2 for d in mcus), mcus
+print("PASS: quantized KWS CNN --force fdti on 2 workers + 2 MCUs: %d requests, max rel %.3g, %.0f ms; "
+      "MCU flash/RAM as promised: %s" % (j["requests"], j["max_rel_diff"], j["latency_ms"],
+      ", ".join("%s %d/%d B" % (d["device"], d["promised_flash_bytes"], d["promised_ram_bytes"]) for d in mcus)))
+PY

@@ -41,6 +41,10 @@ enum LayerOp : uint32_t {
   kOpRelu = 6,
   kOpAdd = 7,   // out = in0 + in1 (same size)
   kOpCopy = 8,  // out = in0, c·h·w floats (a part of one buffer into a part of another)
+  // out = in0 put on an int8/uint8 grid (a QDQ model's QuantizeDequantize,
+  // partition/graph/quantization.h): `weight` indexes 4 floats, scale,
+  // zero point, qmin, qmax (integers held exactly as floats).
+  kOpQuantize = 9,
 };
 
 enum Activation : uint32_t { kActNone = 0, kActRelu = 1 };
@@ -259,6 +263,14 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
       case kOpCopy:  // disjoint runs: memcpy
         if (out != in || (l.in0 < l.out + out && l.out < l.in0 + in)) return kErrProgramLayer;
         break;
+      case kOpQuantize: {
+        if (out != in || !Inside(l.weight, 4, wts)) return kErrProgramLayer;
+        const float* q = v.weights + l.weight;  // scale > 0, qmin <= zero point <= qmax, all small integers
+        if (!(q[0] > 0.0f) || !(q[0] < 3.0e38f) || !(q[2] >= -2147483520.0f) || !(q[3] <= 2147483520.0f) ||
+            !(q[2] <= q[1]) || !(q[1] <= q[3]))
+          return kErrProgramLayer;
+        break;
+      }
       default:
         return kErrProgramLayer;
     }

@@ -16,6 +16,7 @@
 #include "partition/compile/forced_plan.h"
 #include "partition/compile/mcu_program_builder.h"
 #include "partition/compile/program_compiler.h"
+#include "partition/graph/quantization.h"
 
 namespace tessera {
 namespace {
@@ -244,6 +245,80 @@ TEST_CASE("mcu program: unsupported ops are named", "[mcu]") {
   g = MakeMcuOpsGraph();
   g.nodes[3].op = "Softmax";
   CHECK(BuildMcuProgram(g, {}).status().message().find("Softmax") != std::string::npos);
+}
+
+// Issue 16 item 1 on the firmware: a QDQ model's QuantizeDequantize steps
+// (kOpQuantize) round exactly as the host does, ties, saturation and NaN
+// included, and a quantized graph's answer stays on its grid.
+TEST_CASE("mcu program: QuantizeDequantize is the host's, bit for bit", "[mcu][quantized]") {
+  const QuantGrid grids[] = {{0.5f, 3, -128, 127}, {0.1f, -7, -128, 127}, {0.0213f, 0, 0, 255}, {3.0f, 127, -128, 127}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-300, 300);
+  for (const QuantGrid& g : grids) {
+    const float q[4] = {g.scale, float(g.zero_point), float(g.qmin), float(g.qmax)};
+    std::vector<float> xs = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e30f, -1e30f};
+    for (int k = -600; k <= 600; ++k) xs.push_back(g.scale * (k + 0.5f));  // ties, as float rounds them
+    for (int k = 0; k < 20000; ++k) xs.push_back(u(rng) * g.scale);
+    int mismatches = 0;
+    for (float x : xs) {
+      const float want = QuantizeDequantize(x, g), got = mcu::QuantizeDequantizeValue(x, q);
+      if (std::memcmp(&want, &got, 4) != 0 && !(want == 0.0f && got == 0.0f)) ++mismatches;
+    }
+    INFO("scale " << g.scale << " zero point " << g.zero_point);
+    CHECK(mismatches == 0);
+  }
+
+  // The KWS graph with a step after its input and after every layer
+  // (scale 0.05, zero point -3): the MCU's answer is on the grid and within
+  // one step of the host's (the convs add in another order before the step).
+  const Graph src = MakeKeywordSpottingGraph();
+  Graph g = src;
+  g.nodes.clear();
+  for (Value& v : g.values) v.producer = -1;
+  std::map<int, int> quantized;
+  auto step = [&](int from, const std::string& name) {
+    const int to = g.AddValue(name, g.values[from].shape);
+    Node n{name, "QuantizeDequantize", {from}, {to}, {}};
+    n.attrs.Set("scale", 0.05);
+    n.attrs.Set("zero_point", int64_t{-3});
+    n.attrs.Set("qmin", int64_t{-128});
+    n.attrs.Set("qmax", int64_t{127});
+    g.AddNode(std::move(n));
+    return to;
+  };
+  quantized[g.inputs[0]] = step(g.inputs[0], "input/q");
+  for (Node n : src.nodes) {
+    for (int& i : n.inputs)
+      if (quantized.count(i)) i = quantized[i];
+    const std::vector<int> outs = n.outputs;
+    g.AddNode(std::move(n));
+    for (int y : outs) quantized[y] = step(y, g.values[y].name + "/q");
+  }
+  for (int& o : g.outputs) o = quantized.at(o);
+  REQUIRE(g.Validate().ok());
+  auto image = BuildMcuProgram(g, McuProgramOptions{});
+  REQUIRE(image.ok());
+  HostArena arena;
+  REQUIRE(arena.Load(image->bytes, image->ram_bytes() + 8) == mcu::kErrNone);
+  auto input = SeededInput(g.values[g.inputs[0]].shape, 9);
+  std::memcpy(arena.act() + arena.view.inputs[0].offset, input.data(), input.size() * 4);
+  mcu::RunProgram(arena.view, arena.act());
+  const mcu::IoEntry& out = arena.view.outputs[0];
+  std::vector<float> got(arena.act() + out.offset, arena.act() + out.offset + out.count);
+  const std::vector<float> want = Reference(g, input);
+  REQUIRE(got.size() == want.size());
+  int on_grid = 0, equal = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float steps = got[i] / 0.05f;
+    on_grid += std::fabs(steps - std::nearbyint(steps)) < 1e-3f;
+    equal += got[i] == want[i];
+    worst = std::max(worst, double(std::fabs(got[i] - want[i])) / 0.05);
+  }
+  INFO("equal " << equal << " of " << got.size() << ", worst " << worst << " steps");
+  CHECK(on_grid == int(got.size()));
+  CHECK(worst <= 1.0 + 1e-4);
+  CHECK(arena.GuardIntact());
 }
 
 TEST_CASE("fuzz: corrupted programs are rejected or stay inside the arena", "[mcu][fuzz]") {
