@@ -164,6 +164,7 @@ int RunQuantize(const QuantizeArgs& a) {
   j["weights_quantized"] = report.weights;
   j["weight_bits"] = a.weight_bits;
   j["batch_norms_folded"] = report.batch_norms_folded;
+  j["grids_shared"] = report.grids_shared;
   j["biases_quantized"] = report.biases;
   j["float_weight_bytes"] = report.float_weight_bytes;
   j["quantized_weight_bytes"] = report.quantized_weight_bytes;
@@ -192,6 +193,9 @@ int RunQuantize(const QuantizeArgs& a) {
       report.batch_norms_folded);
   std::printf("  weights %.1f KiB float32 -> %.1f KiB (scales included)\n", report.float_weight_bytes / 1024.0,
               report.quantized_weight_bytes / 1024.0);
+  if (report.grids_shared > 0)
+    std::printf("  %d outputs of MaxPool/Reshape/Flatten/Transpose/zero Pad keep their input's grid\n",
+                report.grids_shared);
   if (!folded.empty())
     std::printf("  %zu tensors fold into their producer at import and need no grid (e.g. '%s')\n", folded.size(),
                 folded[0].c_str());

@@ -1492,6 +1492,12 @@ Status OnnxModelImporter::TranslatePad(const onnx::NodeProto& node, const std::s
     return NodeError(StatusCode::kInvalidArgument, node,
                      "pads must have 2 values per input dim (" + std::to_string(2 * rank) + ")");
   TS_ASSIGN_OR_RETURN(int x, InputValue(node, node.input(0)));
+  // Padding by nothing (PyTorch exports AvgPool2d(padding=0) with such a
+  // Pad) is another name for its input, unless that is a graph input.
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) && graph_.values[x].producer >= 0) {
+    alias_[node.output(0)] = Resolve(node.input(0));
+    return Status::OK();
+  }
   TS_ASSIGN_OR_RETURN(int y, OutputValue(node, node.output(0)));
   Attributes a;
   a.Set("pads", pads);  // ONNX order: begins of every dim, then ends

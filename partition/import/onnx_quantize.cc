@@ -454,6 +454,28 @@ Status Quantizer::Run(const std::map<std::string, ActivationRange>& ranges) {
                                      "], which is not a finite interval (the float model produced inf/NaN there)");
     grids[name] = ActivationGrid(it->second);
   }
+  // Ops that only move values (or pick among them) keep them on their
+  // input's grid: their output shares it rather than getting a grid of its
+  // own, which would round every value a second time (and onnxruntime runs
+  // MaxPool in int8 only with equal grids). Candidates are in graph order,
+  // so a chain of them shares one grid.
+  std::unordered_map<std::string, const onnx::NodeProto*> producer;
+  for (const auto& n : g->node())
+    for (const auto& o : n.output()) producer[o] = &n;
+  for (const auto& name : candidates) {
+    auto p = producer.find(name);
+    if (p == producer.end() || !grids.count(name) || p->second->input_size() == 0) continue;
+    const onnx::NodeProto& n = *p->second;
+    const std::string& op = n.op_type();
+    const bool zero_pad = op == "Pad" && onnx_import::AttrString(n, "mode", "constant") == "constant" &&
+                          (n.input_size() < 3 || n.input(2).empty());
+    const bool moves = op == "MaxPool" || op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+                       op == "Transpose" || op == "Identity" || zero_pad;
+    auto in = grids.find(n.input(0));
+    if (!moves || in == grids.end() || (op == "MaxPool" && n.output_size() > 1)) continue;
+    grids[name] = in->second;
+    report_->grids_shared += 1;
+  }
   std::unordered_set<std::string> graph_inputs;
   for (const auto& in : g->input()) graph_inputs.insert(in.name());
 

@@ -9,7 +9,9 @@
 //    every graph input read by one of those ops: int8, per tensor,
 //    asymmetric, the grid spanning the calibrated [min, max] widened to
 //    include 0 (so zero padding is exact): scale = (max − min) / 255,
-//    zero point = round(−128 − min / scale). The caller measures the ranges
+//    zero point = round(−128 − min / scale); the output of an op that only
+//    moves values (MaxPool, Reshape, Flatten, Squeeze, Unsqueeze, Transpose,
+//    Identity, zero Pad) shares its input's grid. The caller measures the ranges
 //    (daemon/cli/cli_quantize.cc runs the float model on calibration inputs);
 //  * weights of Conv (per output channel, axis 0), Gemm (per output column:
 //    axis 0 of B when transB = 1, else axis 1) and MatMul with a constant
@@ -43,12 +45,13 @@ struct ActivationRange {
 };
 
 struct QuantizeReport {
-  int activations = 0;                           // tensors given a QuantizeLinear/DequantizeLinear pair
-  int weights = 0;                               // weight tensors stored as int8
-  int biases = 0;                                // bias tensors stored as int32
-  int batch_norms_folded = 0;                    // BatchNormalization folded into the Conv/Gemm before it
-  int64_t float_weight_bytes = 0;                // those weights and biases as float32
-  int64_t quantized_weight_bytes = 0;            // as int8/int32, scales and zero points included
+  int activations = 0;                 // tensors given a QuantizeLinear/DequantizeLinear pair
+  int weights = 0;                     // weight tensors stored as int8
+  int biases = 0;                      // bias tensors stored as int32
+  int batch_norms_folded = 0;          // BatchNormalization folded into the Conv/Gemm before it
+  int grids_shared = 0;                // outputs of MaxPool/Reshape/Flatten/Transpose/zero Pad on their input's grid
+  int64_t float_weight_bytes = 0;      // those weights and biases as float32
+  int64_t quantized_weight_bytes = 0;  // as int8/int32, scales and zero points included
   std::vector<std::string> unquantized_weights;  // constant operands left float, with why
 };
 

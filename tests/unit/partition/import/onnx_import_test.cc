@@ -1289,3 +1289,22 @@ TEST_CASE("onnx QDQ: what tessera cannot run is refused by name", "[onnx][quanti
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+TEST_CASE("onnx: a Pad by nothing after a layer is another name for its input", "[onnx]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 2, 3, 3});
+  b.Int64s("zeros", {8}, {0, 0, 0, 0, 0, 0, 0, 0});
+  b.Int64s("ones", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+  b.Node("Relu", {"x"}, {"r"}, "relu");
+  b.Node("Pad", {"r", "zeros"}, {"p"}, "pad_nothing");
+  b.Node("Pad", {"p", "ones"}, {"y"}, "pad_one");
+  b.Output("y");
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  CHECK(Ops(*g) == std::vector<std::string>{"Relu", "Pad"});
+  CHECK(g->values[g->outputs[0]].shape == Shape{1, 2, 5, 5});
+}
+
+}  // namespace tessera
