@@ -8,7 +8,7 @@ namespace {
 
 class Rewriter {
  public:
-  explicit Rewriter(onnx::GraphProto* g) : g_(g) {
+  explicit Rewriter(const onnx::GraphProto* g) {
     for (const auto& n : g->node()) {
       names_.insert(n.name());
       for (const auto& s : n.output()) names_.insert(s);
@@ -47,7 +47,6 @@ class Rewriter {
   }
 
  private:
-  onnx::GraphProto* g_;
   std::unordered_set<std::string> names_;
 };
 
