@@ -10,6 +10,7 @@
 //  3. imports the written model and runs both on the same inputs: prints how
 //     far the quantized outputs are from the float ones, in steps of each
 //     output's grid, so the cost of quantizing is measured, not guessed.
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -114,6 +115,7 @@ int RunQuantize(const QuantizeArgs& a) {
   if (!exec.ok()) return ReportError("quantize", exec.status());
   std::map<std::string, ActivationRange> ranges;
   std::vector<std::vector<TensorData>> float_outputs;
+  const bool progress = isatty(STDERR_FILENO) && samples->size() > 1;  // long calibrations show where they are
   for (size_t s = 0; s < samples->size(); ++s) {
     std::vector<TensorData> outs;
     if (Status st = (*exec)->Run((*samples)[s], &outs); !st.ok()) return ReportError("quantize", st);
@@ -127,7 +129,9 @@ int RunQuantize(const QuantizeArgs& a) {
     }
     outs.resize(graph->outputs.size());
     float_outputs.push_back(std::move(outs));
+    if (progress) std::fprintf(stderr, "\rcalibrating: %zu/%zu inputs", s + 1, samples->size());
   }
+  if (progress) std::fprintf(stderr, "\n");
 
   // 2. Write the QDQ model.
   QuantizeReport report;
