@@ -79,14 +79,17 @@ import argparse
 import os
 import sys
 import time
-import warnings
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_torchvision import OPSET as TORCHVISION_OPSET, write_model  # noqa: E402
+
 SEED = 20240601
 OPSET = 13
+assert OPSET == TORCHVISION_OPSET, "write_model exports at export_torchvision's opset"
 
 MODELS = ["ds_cnn_kws", "mobilenet_v1_025_vww", "resnet8_cifar", "fc_autoencoder"]
 INPUT_SHAPE = {
@@ -313,24 +316,7 @@ def export_one(name, out_dir):
     with torch.no_grad():
         y = model(torch.from_numpy(x)).numpy().astype(np.float32)
 
-    # The exporter warns about constant folding under PRESERVE; the model is in
-    # eval mode, so folding cannot touch learnable state.
-    warnings.filterwarnings("ignore", message=".*constant folding.*")
-    onnx_path = os.path.join(out_dir, f"{name}.onnx")
-    tmp_path = onnx_path + ".tmp"
-    torch.onnx.export(
-        model,
-        torch.from_numpy(x),
-        tmp_path,
-        opset_version=OPSET,
-        input_names=["input"],
-        output_names=["output"],
-        training=torch.onnx.TrainingMode.PRESERVE,
-        do_constant_folding=True,
-    )
-    np.save(os.path.join(out_dir, f"{name}.input.npy"), x)
-    np.save(os.path.join(out_dir, f"{name}.output.npy"), y)
-    os.replace(tmp_path, onnx_path)  # the .onnx appears last: its presence means complete
+    onnx_path = write_model(model, x, y, out_dir, name)
     seconds = time.monotonic() - start
 
     import onnx  # only for the summary line; the export itself does not need it

@@ -190,23 +190,11 @@ class SecondHead(torch.nn.Module):
         return F.adaptive_avg_pool2d(F.relu(self.head(self.features(x))), 1).flatten(1)
 
 
-def export_one(name, out_dir):
-    second_head = name in SECOND_HEAD_MODELS
-    base = name.replace("_second_head", "") if second_head else name
-    torch.manual_seed(SEED)
-    model = build(base)
-    size = INPUT_SIZE.get(name, 224)
-    randomize_norms_and_scales(model, SEED)
-    n_bn = calibrate_batchnorm(model, SEED, size)
-    if second_head:
-        model = SecondHead(model.features, model.last_channel)
-    model.eval()
-
-    rng = np.random.default_rng(SEED)
-    x = rng.standard_normal((1, 3, size, size), dtype=np.float32)
-    with torch.no_grad():
-        y = model(torch.from_numpy(x)).numpy().astype(np.float32)
-
+def write_model(model, x, y, out_dir, name):
+    """Writes OUT_DIR/NAME.onnx (opset OPSET, input "input", output "output",
+    TrainingMode.PRESERVE so BatchNormalization stays), NAME.input.npy and
+    NAME.output.npy; the .onnx appears last, so its presence means complete.
+    Returns the .onnx path. Shared with export_mlperf_tiny.py."""
     # The exporter warns about constant folding under PRESERVE; the model is in
     # eval mode, so folding cannot touch learnable state.
     warnings.filterwarnings("ignore", message=".*constant folding.*")
@@ -224,7 +212,28 @@ def export_one(name, out_dir):
     )
     np.save(os.path.join(out_dir, f"{name}.input.npy"), x)
     np.save(os.path.join(out_dir, f"{name}.output.npy"), y)
-    os.replace(tmp_path, onnx_path)  # the .onnx appears last: its presence means complete
+    os.replace(tmp_path, onnx_path)
+    return onnx_path
+
+
+def export_one(name, out_dir):
+    second_head = name in SECOND_HEAD_MODELS
+    base = name.replace("_second_head", "") if second_head else name
+    torch.manual_seed(SEED)
+    model = build(base)
+    size = INPUT_SIZE.get(name, 224)
+    randomize_norms_and_scales(model, SEED)
+    n_bn = calibrate_batchnorm(model, SEED, size)
+    if second_head:
+        model = SecondHead(model.features, model.last_channel)
+    model.eval()
+
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((1, 3, size, size), dtype=np.float32)
+    with torch.no_grad():
+        y = model(torch.from_numpy(x)).numpy().astype(np.float32)
+
+    onnx_path = write_model(model, x, y, out_dir, name)
 
     import onnx  # only for the summary line; the export itself does not need it
     ops = [n.op_type for n in onnx.load(onnx_path).graph.node]
