@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "planner/plan.h"
@@ -43,27 +44,55 @@ bool WholeLayerPlacement(const Plan& plan, size_t layers, std::vector<int>* dev)
 
 }  // namespace
 
+double ContiguousPipelines(int layers, int devices) {
+  // Σ over k devices used: (ordered choices of k devices) · (ways to cut the
+  // chain into k non-empty runs) = P(devices, k) · C(layers − 1, k − 1).
+  double total = 0, ordered = 1, cuts = 1;
+  for (int k = 1; k <= std::min(layers, devices); ++k) {
+    ordered *= devices - k + 1;
+    if (k > 1) cuts = cuts * (layers - k + 1) / (k - 1);
+    total += ordered * cuts;
+  }
+  return total;
+}
+
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,
                                            int layers, int devices) {
-  if (layers > kMaxMixedChainLayers)
-    return Status::InvalidArgument("the mixed pipeline search is for small chains (<= " +
-                                   std::to_string(kMaxMixedChainLayers) + " layers); this model has " +
-                                   std::to_string(layers));
+  const double candidates = ContiguousPipelines(layers, devices);
+  if (candidates > kMaxMixedCandidates)
+    return Status::InvalidArgument(
+        "the mixed pipeline search tries every contiguous pipeline: " + std::to_string(layers) + " layers on " +
+        std::to_string(devices) + " devices make " + std::to_string(static_cast<int64_t>(candidates)) +
+        " of them, over its limit of " + std::to_string(static_cast<int64_t>(kMaxMixedCandidates)) +
+        " (use --force SCHEME, or fewer devices)");
   MixedPlacement out;
   out.forced = true;
   std::vector<int> dev(layers, 0);
+  std::vector<bool> used(devices, false);
   double best = std::numeric_limits<double>::infinity();
-  const auto total = static_cast<int64_t>(std::pow(devices, layers));
-  for (int64_t code = 0; code < total; ++code) {
-    int64_t c = code;
-    for (int j = 0; j < layers; ++j, c /= devices) dev[j] = static_cast<int>(c % devices);
-    if (!Contiguous(dev, devices) || !UsesAll(dev, must_use)) continue;
-    PlacementCost cost = EvaluatePlacement(problem, dev);
-    if (!cost.feasible || cost.latency_s >= best) continue;
-    best = cost.latency_s;
-    out.device_of_layer = dev;
-    out.cost = cost;
-  }
+  // Each device takes one run of consecutive layers (or none): choose the
+  // next run's device among the unused ones and where the run ends.
+  std::function<void(int)> next_run = [&](int start) {
+    if (start == layers) {
+      if (!UsesAll(dev, must_use)) return;
+      PlacementCost cost = EvaluatePlacement(problem, dev);
+      if (!cost.feasible || cost.latency_s >= best) return;
+      best = cost.latency_s;
+      out.device_of_layer = dev;
+      out.cost = cost;
+      return;
+    }
+    for (int d = 0; d < devices; ++d) {
+      if (used[d]) continue;
+      used[d] = true;
+      for (int end = start + 1; end <= layers; ++end) {
+        dev[end - 1] = d;
+        next_run(end);
+      }
+      used[d] = false;
+    }
+  };
+  if (layers > 0) next_run(0);
   if (out.device_of_layer.empty())
     return Status::ResourceExhausted("no contiguous pipeline gives every MCU a layer within its RAM and flash");
   return out;

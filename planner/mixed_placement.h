@@ -6,8 +6,9 @@
 // every MCU and keeps every layer whole (an MCU runs receive-all / compute /
 // send-all programs). Otherwise (the UART usually makes any MCU hop slower
 // than computing on the board) the fastest feasible contiguous pipeline with
-// at least one layer per MCU is searched exhaustively, for chains of up to
-// kMaxMixedChainLayers layers.
+// at least one layer per MCU is searched exhaustively over the contiguous
+// pipelines (each device one run of layers), up to kMaxMixedCandidates of
+// them (27 layers on 4 devices: about 69 000).
 #pragma once
 
 #include <string>
@@ -20,7 +21,11 @@
 
 namespace tessera {
 
-inline constexpr int kMaxMixedChainLayers = 10;
+inline constexpr double kMaxMixedCandidates = 2e6;
+
+// How many contiguous pipelines `layers` layers make on `devices` devices
+// (each device one run of consecutive layers, or none; order matters).
+double ContiguousPipelines(int layers, int devices);
 
 struct MixedPlacement {
   std::vector<int> device_of_layer;  // per graph node
@@ -35,8 +40,8 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster);
 
 // The fastest contiguous pipeline (each device's layers consecutive) that
 // gives every device in `must_use` a layer; ResourceExhausted when none fits
-// the devices' RAM and flash, InvalidArgument for chains over
-// kMaxMixedChainLayers layers.
+// the devices' RAM and flash, InvalidArgument when there are more than
+// kMaxMixedCandidates such pipelines.
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,
                                            int layers, int devices);
 

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "partition/compile/mcu_program_builder.h"
 #include "partition/graph/metrics.h"
@@ -59,11 +61,48 @@ TEST_CASE("mixed placement: refusals name the reason") {
   const Graph g = MakeKeywordSpottingGraph();
   const Cluster c = MixedCluster();
   PlacementProblem problem = MakePlacementProblem(g, ComputeLayerFigures(g), c);
-  auto too_long = FastestPipelineUsing(problem, {2, 3}, kMaxMixedChainLayers + 1, c.size());
+  // 200 layers on 4 devices: 24·C(199, 3) + ... ≈ 3.1e7 contiguous pipelines.
+  auto too_long = FastestPipelineUsing(problem, {2, 3}, 200, c.size());
   REQUIRE_FALSE(too_long.ok());
-  CHECK(too_long.status().message().find("small chains") != std::string::npos);
+  CHECK(too_long.status().message().find("over its limit of 2000000") != std::string::npos);
   // A device list that cannot all hold a layer of a 1-layer chain: nothing fits.
   auto impossible = FastestPipelineUsing(problem, {2, 3}, 1, c.size());
   REQUIRE_FALSE(impossible.ok());
   CHECK(impossible.status().message().find("no contiguous pipeline") != std::string::npos);
+}
+
+TEST_CASE("mixed placement: the contiguous pipelines are counted and searched exactly") {
+  // P(D, k) · C(L − 1, k − 1) summed over k: by hand for small cases.
+  CHECK(ContiguousPipelines(1, 4) == 4);
+  CHECK(ContiguousPipelines(3, 2) == 2 + 2 * 2);          // k=1: 2; k=2: 2·C(2,1)
+  CHECK(ContiguousPipelines(4, 3) == 3 + 6 * 3 + 6 * 3);  // C(3,1) = 3, C(3,2) = 3
+  CHECK(ContiguousPipelines(27, 4) == 4 + 12 * 26 + 24 * 325 + 24 * 2600);
+  // The search finds what trying every assignment of every layer finds.
+  const Graph g = MakeKeywordSpottingGraph();
+  const Cluster c = MixedCluster();
+  PlacementProblem problem = MakePlacementProblem(g, ComputeLayerFigures(g), c);
+  problem.source = 0;
+  const int layers = static_cast<int>(g.nodes.size()), devices = c.size();
+  double best = std::numeric_limits<double>::infinity();
+  int64_t contiguous = 0;
+  std::vector<int> dev(layers);
+  for (int64_t code = 0, total = static_cast<int64_t>(std::pow(devices, layers)); code < total; ++code) {
+    int64_t r = code;
+    for (int j = 0; j < layers; ++j, r /= devices) dev[j] = static_cast<int>(r % devices);
+    bool ok = true;
+    for (int d = 0; d < devices && ok; ++d) {
+      auto first = std::find(dev.begin(), dev.end(), d);
+      auto last = std::find(dev.rbegin(), dev.rend(), d);
+      if (first != dev.end()) ok = std::count(dev.begin(), dev.end(), d) == (dev.rend() - last) - (first - dev.begin());
+    }
+    if (!ok) continue;
+    ++contiguous;
+    if (std::count(dev.begin(), dev.end(), 2) == 0 || std::count(dev.begin(), dev.end(), 3) == 0) continue;
+    const PlacementCost cost = EvaluatePlacement(problem, dev);
+    if (cost.feasible) best = std::min(best, cost.latency_s);
+  }
+  CHECK(contiguous == static_cast<int64_t>(ContiguousPipelines(layers, devices)));
+  auto found = FastestPipelineUsing(problem, {2, 3}, layers, devices);
+  REQUIRE(found.ok());
+  CHECK(found->cost.latency_s == best);
 }
