@@ -85,7 +85,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_torchvision import OPSET as TORCHVISION_OPSET, write_model  # noqa: E402
+from export_torchvision import OPSET as TORCHVISION_OPSET, calibrate_batchnorm, write_model  # noqa: E402
 
 SEED = 20240601
 OPSET = 13
@@ -277,38 +277,15 @@ def check_params(name, model):
     return total, trainable
 
 
-def calibrate_batchnorm(model, seed, shape):
-    """Give every BatchNorm realistic, non-trivial statistics and affine terms."""
-    bns = [mod for mod in model.modules() if isinstance(mod, nn.modules.batchnorm._BatchNorm)]
-    if not bns:
-        return 0
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        # Random gamma/beta first so the calibrated statistics see them.
-        for bn in bns:
-            bn.weight.copy_(torch.empty_like(bn.weight).uniform_(0.5, 1.5, generator=gen))
-            bn.bias.copy_(torch.randn(bn.bias.shape, generator=gen) * 0.2)
-            bn.reset_running_stats()
-            bn.momentum = None  # cumulative average over the calibration batches
-        model.train()
-        # Batches of 8: BatchNorm1d (the autoencoder) has one value per channel
-        # and sample, so it needs more than the conv nets' 4 for stable statistics.
-        for _ in range(2):
-            model(torch.randn((8,) + tuple(shape[1:]), generator=gen))
-        # Perturb the variance a little so it is not exactly the batch statistic.
-        for bn in bns:
-            bn.running_var.mul_(torch.empty_like(bn.running_var).uniform_(0.8, 1.25, generator=gen))
-    model.eval()
-    return len(bns)
-
-
 def export_one(name, out_dir):
     start = time.monotonic()
     torch.manual_seed(SEED)
     model = build(name)
     total, trainable = check_params(name, model)
     shape = INPUT_SHAPE[name]
-    n_bn = calibrate_batchnorm(model, SEED, shape)
+    # Batches of 8: BatchNorm1d (the autoencoder) has one value per channel
+    # and sample, so it needs more than the conv nets' 4 for stable statistics.
+    n_bn = calibrate_batchnorm(model, SEED, batch_shape=(8,) + tuple(shape[1:]))
     model.eval()
 
     rng = np.random.default_rng(SEED)

@@ -151,8 +151,9 @@ def randomize_norms_and_scales(model, seed):
     return n
 
 
-def calibrate_batchnorm(model, seed, size=224):
-    """Give every BatchNorm realistic, non-trivial statistics and affine terms."""
+def calibrate_batchnorm(model, seed, size=224, batch_shape=None):
+    """Give every BatchNorm realistic, non-trivial statistics and affine terms,
+    from two seeded random batches of batch_shape (default 4x3xSIZExSIZE)."""
     bns = [mod for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)]
     if not bns:
         return 0
@@ -166,7 +167,7 @@ def calibrate_batchnorm(model, seed, size=224):
             bn.momentum = None  # cumulative average over the calibration batches
         model.train()
         for _ in range(2):
-            model(torch.randn(4, 3, size, size, generator=gen))
+            model(torch.randn(tuple(batch_shape or (4, 3, size, size)), generator=gen))
         # Perturb the variance a little so it is not exactly the batch statistic.
         for bn in bns:
             bn.running_var.mul_(torch.empty_like(bn.running_var).uniform_(0.8, 1.25, generator=gen))
