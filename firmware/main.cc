@@ -1,18 +1,23 @@
 // tessera MCU worker (issue 6): bare-metal Cortex-M4 firmware for QEMU's
-// mps2-an386 (CMSDK APB UART0). It speaks the UART frame protocol of
+// mps2-an386 (CMSDK APB UART0..2). It speaks the UART frame protocol of
 // transport/wire/frame_codec.h — the same code the host's UartLink compiles — and
 // follows the same reliability rules, so from the host it is just a UartLink
-// peer:
+// peer. UART0 (port 0) goes to the Linux board that owns the MCU; UART1 and
+// UART2 (ports 1, 2) are direct links to other MCUs (issue 16 item 4,
+// mcu_program.h kMaxPorts), each with its own sessions, sequences and held
+// frames, and the same rules on every port:
 //   receiving: selective repeat — frames are delivered in sequence order,
 //              each exactly once; up to mcu::kRxSlots frames past a gap are
 //              kept in slots (~1 KiB each) and named in the ACK's bitmap
 //              (cumulative sequence + selective-ack bitmap);
 //   sending:   stop-and-wait per frame (its replies are small), per-boot
 //              session, retransmission on timeout;
-//   PROGRAM message  -> stored in the static arena, validated, plan adopted
-//   STATUS request   -> McuStatus reply (state, plan id, free RAM, counters,
-//                       the last run's ticks in all and per layer)
-//   DATA (inputs)    -> written into the activation region; the program runs
+//   PROGRAM message  -> (port 0 only) written to the flash region, validated,
+//                       plan adopted
+//   STATUS request   -> (port 0 only) McuStatus reply (state, plan id, free
+//                       RAM, counters, the last run's ticks in all and per layer)
+//   DATA (inputs)    -> (the port its IoEntry names) written into the
+//                       activation region; the program runs
 //                       in phases (mcu_program.h): each layer once the inputs
 //                       of its phase have arrived, each output as a DATA
 //                       message as soon as the layers before it have run
@@ -20,8 +25,8 @@
 // (TESSERA_MCU_FLASH_BYTES, in the FLASH memory of the linker script),
 // written once as the PROGRAM message arrives and only read afterwards; its
 // activations in one static RAM arena (TESSERA_MCU_ARENA_BYTES); no heap.
-// Outside the arena: the frame decoder (~2.1 KiB), the transmit buffers
-// (~2.1 KiB) and the receive slots (kRxSlots x ~1.05 KiB = ~4.2 KiB).
+// Outside the arena: per port the frame decoder (~2.1 KiB) and the receive
+// slots (kRxSlots x ~1.05 KiB = ~4.2 KiB); the transmit buffers (~2.1 KiB).
 // RX is polled: QEMU's UART model holds the host back until a byte is read;
 // on a real board the RX path would be an interrupt-fed ring buffer.
 #include <stddef.h>
@@ -47,7 +52,10 @@ using namespace tessera;
 struct CmsdkUart {
   volatile uint32_t data, state, ctrl, intstatus, bauddiv;
 };
-CmsdkUart* const kUart0 = reinterpret_cast<CmsdkUart*>(0x40004000);
+// UART0, UART1, UART2 of the board: ports 0, 1, 2.
+CmsdkUart* const kUarts[mcu::kMaxPorts] = {reinterpret_cast<CmsdkUart*>(0x40004000),
+                                           reinterpret_cast<CmsdkUart*>(0x40005000),
+                                           reinterpret_cast<CmsdkUart*>(0x40006000)};
 constexpr uint32_t kUartTxFull = 1u, kUartRxFull = 2u;
 constexpr uint32_t kUartTxEnable = 1u, kUartRxEnable = 2u;
 constexpr uint32_t kSysClockHz = 25000000;  // mps2 peripheral/system clock
@@ -60,20 +68,22 @@ SysTickRegs* const kSysTick = reinterpret_cast<SysTickRegs*>(0xE000E010);
 volatile uint32_t g_ms = 0;
 
 void HardwareInit() {
-  kUart0->bauddiv = kSysClockHz / 115200;
-  kUart0->ctrl = kUartTxEnable | kUartRxEnable;
+  for (CmsdkUart* u : kUarts) {
+    u->bauddiv = kSysClockHz / 115200;
+    u->ctrl = kUartTxEnable | kUartRxEnable;
+  }
   kSysTick->rvr = kSysClockHz / 1000 - 1;
   kSysTick->cvr = 0;
   kSysTick->csr = 7;  // enable, interrupt, processor clock
 }
 
-void PutByte(uint8_t b) {
-  while (kUart0->state & kUartTxFull) {
+void PutByte(CmsdkUart* u, uint8_t b) {
+  while (u->state & kUartTxFull) {
   }
-  kUart0->data = b;
+  u->data = b;
 }
-void PutBytes(const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) PutByte(p[i]);
+void PutBytes(CmsdkUart* u, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) PutByte(u, p[i]);
 }
 
 // --- state -------------------------------------------------------------------
@@ -82,7 +92,6 @@ alignas(8) uint8_t g_arena[TESSERA_MCU_ARENA_BYTES];  // activations (RAM)
 // loaded). On a board this is erased and programmed once per deploy; here
 // it is written only by OnProgramChunk.
 __attribute__((section(".flash_store"))) alignas(8) uint8_t g_flash[TESSERA_MCU_FLASH_BYTES];
-wire::FrameDecoder g_decoder;
 uint8_t g_tx_scratch[wire::kMaxRawFrame];
 uint8_t g_tx_frame[wire::kMaxEncodedFrame];
 
@@ -93,9 +102,12 @@ struct HeldFrame {
   wire::FrameHeader header;
   uint8_t payload[wire::kMaxPayload];
 };
-HeldFrame g_held[mcu::kRxSlots];
 
-struct Worker {
+// One UART's link state: a session and sequence numbers each way, the
+// frames held past a gap, and what its DATA frames carried.
+struct Port {
+  wire::FrameDecoder decoder;
+  HeldFrame held[mcu::kRxSlots];
   // receive side
   bool rx_known = false;
   uint32_t rx_session = 0, rx_expected = 0;
@@ -103,6 +115,11 @@ struct Worker {
   uint32_t tx_session = 0, tx_next = 0;
   bool tx_waiting = false;
   uint32_t tx_waiting_seq = 0;
+  uint32_t payload_sent = 0, payload_received = 0;  // DATA payload bytes, each frame once
+};
+Port g_ports[mcu::kMaxPorts];
+
+struct Worker {
   // program
   mcu::ProgramView program;
   bool loaded = false;
@@ -127,23 +144,24 @@ uint32_t Ticks();                                  // below SysTick_Handler
 
 bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 
-void SendFrame(wire::FrameHeader h, const uint8_t* payload) {
+void SendFrame(uint32_t port, wire::FrameHeader h, const uint8_t* payload) {
   size_t n = wire::EncodeFrame(h, payload, g_tx_scratch, g_tx_frame);
-  PutBytes(g_tx_frame, n);
+  PutBytes(kUarts[port], g_tx_frame, n);
 }
 
-void SendAck() {
+void SendAck(uint32_t port) {
+  const Port& p = g_ports[port];
   uint8_t sack[wire::kMaxSackBytes];
   size_t sack_bytes = 0;
-  for (const HeldFrame& s : g_held)
-    if (s.valid) wire::SackSet(sack, &sack_bytes, s.header.sequence - g.rx_expected - 1);
+  for (const HeldFrame& s : p.held)
+    if (s.valid) wire::SackSet(sack, &sack_bytes, s.header.sequence - p.rx_expected - 1);
   wire::FrameHeader h;
   h.type = wire::kFrameAck;
   h.length = static_cast<uint16_t>(sack_bytes);
   h.plan_id = g.plan_id;
-  h.session = g.rx_session;
-  h.sequence = g.rx_expected;
-  SendFrame(h, sack);
+  h.session = p.rx_session;
+  h.sequence = p.rx_expected;
+  SendFrame(port, h, sack);
 }
 
 void Fail(uint32_t error) {
@@ -183,7 +201,7 @@ void OnProgramChunk(const wire::FrameHeader& h, const uint8_t* payload) {
   g.state = mcu::kStateLoaded;
 }
 
-void OnTensorChunk(const wire::FrameHeader& h, const uint8_t* payload) {
+void OnTensorChunk(uint32_t port, const wire::FrameHeader& h, const uint8_t* payload) {
   if (!g.loaded || h.plan_id != g.plan_id) {
     ++g.refused;
     g.last_error = mcu::kErrTensorRefused;
@@ -193,9 +211,10 @@ void OnTensorChunk(const wire::FrameHeader& h, const uint8_t* payload) {
   for (uint32_t i = 0; i < ph.num_inputs; ++i) {
     const mcu::IoEntry& in = g.program.inputs[i];
     if (in.message != h.message) continue;
-    if (h.total != in.count * 4u) break;
+    if (h.total != in.count * 4u || in.port != port) break;
     // Validated: in.offset + in.count <= activation_floats; decoder: offset + length <= total.
     memcpy(reinterpret_cast<uint8_t*>(g.act + in.offset) + h.offset, payload, h.length);
+    g_ports[port].payload_received += h.length;
     if (h.offset + h.length == h.total) g.inputs_ready |= uint64_t{1} << i;
     return;
   }
@@ -203,16 +222,24 @@ void OnTensorChunk(const wire::FrameHeader& h, const uint8_t* payload) {
   g.last_error = mcu::kErrTensorRefused;
 }
 
-// A reliable frame in sequence order.
-void Deliver(const wire::FrameHeader& h, const uint8_t* payload) {
+// A reliable frame in sequence order. Programs and STATUS come only from
+// the owning Linux board (port 0); another MCU only sends tensors.
+void Deliver(uint32_t port, const wire::FrameHeader& h, const uint8_t* payload) {
   switch (h.type) {
     case wire::kFrameProgram:
-      OnProgramChunk(h, payload);
+      if (port == 0)
+        OnProgramChunk(h, payload);
+      else
+        ++g.refused;
       break;
     case wire::kFrameData:
-      OnTensorChunk(h, payload);
+      OnTensorChunk(port, h, payload);
       break;
     case wire::kFrameStatus:
+      if (port != 0) {
+        ++g.refused;
+        break;
+      }
       g.status_pending = true;
       g.status_message = h.message;
       break;
@@ -221,65 +248,80 @@ void Deliver(const wire::FrameHeader& h, const uint8_t* payload) {
   }
 }
 
-void OnFrame(const wire::FrameHeader& h, const uint8_t* payload) {
+void OnFrame(uint32_t port, const wire::FrameHeader& h, const uint8_t* payload) {
+  Port& p = g_ports[port];
   if (h.type == wire::kFrameAck) {
-    if (g.tx_waiting && h.session == g.tx_session && SeqBefore(g.tx_waiting_seq, h.sequence)) g.tx_waiting = false;
+    if (p.tx_waiting && h.session == p.tx_session && SeqBefore(p.tx_waiting_seq, h.sequence)) p.tx_waiting = false;
     return;
   }
-  if (!g.rx_known || h.session != g.rx_session) {
-    if (h.sequence != 0) return;  // an old session of the host
-    g.rx_known = true;
-    g.rx_session = h.session;
-    g.rx_expected = 0;
-    for (HeldFrame& s : g_held) s.valid = false;
-    // A new host session: our sends start a new session too, or the host's
+  if (!p.rx_known || h.session != p.rx_session) {
+    if (h.sequence != 0) return;  // an old session of the peer
+    p.rx_known = true;
+    p.rx_session = h.session;
+    p.rx_expected = 0;
+    for (HeldFrame& s : p.held) s.valid = false;
+    // A new peer session: our sends start a new session too, or the peer's
     // fresh link would take them for a stale session.
-    g.tx_session = 0;
-    g.tx_next = 0;
+    p.tx_session = 0;
+    p.tx_next = 0;
   }
-  const uint32_t ahead = h.sequence - g.rx_expected;
-  if (SeqBefore(h.sequence, g.rx_expected) || ahead > mcu::kRxSlots) {
-    SendAck();  // a duplicate, or too far ahead to keep: the host sends it again
+  const uint32_t ahead = h.sequence - p.rx_expected;
+  if (SeqBefore(h.sequence, p.rx_expected) || ahead > mcu::kRxSlots) {
+    SendAck(port);  // a duplicate, or too far ahead to keep: the peer sends it again
     return;
   }
   if (ahead > 0) {  // past a gap: keep it until the gap is filled
-    HeldFrame& s = g_held[h.sequence % mcu::kRxSlots];
+    HeldFrame& s = p.held[h.sequence % mcu::kRxSlots];
     if (!s.valid) {
       s.valid = true;
       s.header = h;
       memcpy(s.payload, payload, h.length);
       ++g.held;
     }
-    SendAck();
+    SendAck(port);
     return;
   }
-  Deliver(h, payload);
-  ++g.rx_expected;
+  Deliver(port, h, payload);
+  ++p.rx_expected;
   for (;;) {  // the held frames the gap's filling made contiguous, in order
-    HeldFrame& s = g_held[g.rx_expected % mcu::kRxSlots];
-    if (!s.valid || s.header.sequence != g.rx_expected) break;
+    HeldFrame& s = p.held[p.rx_expected % mcu::kRxSlots];
+    if (!s.valid || s.header.sequence != p.rx_expected) break;
     s.valid = false;
-    Deliver(s.header, s.payload);
-    ++g.rx_expected;
+    Deliver(port, s.header, s.payload);
+    ++p.rx_expected;
   }
-  SendAck();
+  SendAck(port);
 }
 
+// Every byte waiting on every UART: a send on one port keeps the others
+// served (an MCU in a chain acknowledges its predecessor while it waits for
+// its successor's acknowledgement).
 void Poll() {
-  while (kUart0->state & kUartRxFull) {
-    uint8_t b = static_cast<uint8_t>(kUart0->data);
-    switch (g_decoder.Feed(b)) {
-      case wire::FrameDecoder::Event::kFrame: OnFrame(g_decoder.header(), g_decoder.payload()); break;
-      case wire::FrameDecoder::Event::kError: ++g.bad_frames; break;
-      default: break;
+  for (uint32_t port = 0; port < mcu::kMaxPorts; ++port) {
+    CmsdkUart* u = kUarts[port];
+    Port& p = g_ports[port];
+    while (u->state & kUartRxFull) {
+      uint8_t b = static_cast<uint8_t>(u->data);
+      switch (p.decoder.Feed(b)) {
+        case wire::FrameDecoder::Event::kFrame:
+          OnFrame(port, p.decoder.header(), p.decoder.payload());
+          break;
+        case wire::FrameDecoder::Event::kError:
+          ++g.bad_frames;
+          break;
+        default:
+          break;
+      }
     }
   }
 }
 
-// Sends one message reliably (stop-and-wait per frame); false when the host
-// stopped acknowledging. Keeps serving received frames meanwhile.
-bool SendMessage(uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t total) {
-  if (g.tx_session == 0) g.tx_session = (g.rx_session * 2654435761u) ^ kSysTick->cvr ^ (g_ms << 16) ^ 1u;
+// Sends one message reliably on `port` (stop-and-wait per frame); false
+// when the peer stopped acknowledging. Keeps serving received frames
+// (every port) meanwhile.
+bool SendMessage(uint32_t port, uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t total) {
+  Port& p = g_ports[port];
+  if (p.tx_session == 0) p.tx_session = (p.rx_session * 2654435761u) ^ kSysTick->cvr ^ (g_ms << 16) ^ (port << 8) ^ 1u;
   uint32_t offset = 0;
   do {
     uint32_t n = total - offset < wire::kMaxPayload ? total - offset : uint32_t(wire::kMaxPayload);
@@ -287,21 +329,22 @@ bool SendMessage(uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t 
     h.type = type;
     h.length = static_cast<uint16_t>(n);
     h.plan_id = g.plan_id;
-    h.session = g.tx_session;
-    h.sequence = g.tx_next;
+    h.session = p.tx_session;
+    h.sequence = p.tx_next;
     h.message = message;
     h.offset = offset;
     h.total = total;
-    g.tx_waiting = true;
-    g.tx_waiting_seq = h.sequence;
+    p.tx_waiting = true;
+    p.tx_waiting_seq = h.sequence;
     int attempts = 0;
-    while (g.tx_waiting) {
+    while (p.tx_waiting) {
       if (++attempts > 50) return false;
-      SendFrame(h, bytes + offset);
+      SendFrame(port, h, bytes + offset);
       uint32_t start = g_ms;
-      while (g.tx_waiting && g_ms - start < 250) Poll();
+      while (p.tx_waiting && g_ms - start < 250) Poll();
     }
-    ++g.tx_next;
+    ++p.tx_next;
+    if (type == wire::kFrameData) p.payload_sent += n;
     offset += n;
   } while (offset < total);
   return true;
@@ -323,6 +366,10 @@ void SendStatus() {
   s.refused_frames = g.refused;
   s.held_frames = g.held;
   s.tick_hz = kSysClockHz;
+  for (uint32_t k = 0; k < mcu::kMaxPorts; ++k) {
+    s.port_payload_sent[k] = g_ports[k].payload_sent;
+    s.port_payload_received[k] = g_ports[k].payload_received;
+  }
   s.last_run_ticks = g.last_run_ticks;
   const uint32_t layers = g.loaded && g.runs > 0 ? g.program.header->num_layers : 0;
   s.timed_layers = layers < mcu::kMaxTimedLayers ? layers : mcu::kMaxTimedLayers;
@@ -330,7 +377,7 @@ void SendStatus() {
   static uint8_t reply[sizeof(mcu::McuStatus) + 4 * mcu::kMaxTimedLayers];
   memcpy(reply, &s, sizeof s);
   memcpy(reply + sizeof s, g_layer_ticks, 4 * s.timed_layers);
-  SendMessage(wire::kFrameStatus, g.status_message, reply, sizeof s + 4 * s.timed_layers);
+  SendMessage(0, wire::kFrameStatus, g.status_message, reply, sizeof s + 4 * s.timed_layers);
 }
 
 // Advances the run in progress as far as the inputs that have arrived
@@ -350,7 +397,8 @@ void Advance() {
   for (;;) {
     while (g.next_output < ph.num_outputs && g.program.outputs[g.next_output].layer <= g.next_layer) {
       const mcu::IoEntry& out = g.program.outputs[g.next_output++];
-      SendMessage(wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act + out.offset), out.count * 4u);
+      SendMessage(out.port, wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act + out.offset),
+                  out.count * 4u);
     }
     if (g.next_layer >= ph.num_layers && g.next_output >= ph.num_outputs) break;
     // The layers whose inputs are all here, as one timed stretch.
@@ -394,7 +442,7 @@ uint32_t Ticks() {
 
 int main() {
   HardwareInit();
-  PutByte(0);  // a lone delimiter: ends any partial frame the host holds
+  for (CmsdkUart* u : kUarts) PutByte(u, 0);  // a lone delimiter: ends any partial frame a peer holds
   for (;;) {
     Poll();
     if (g.status_pending) {

@@ -56,6 +56,13 @@ double Cluster::TransferSeconds(int from, int to, int64_t bytes) const {
   return std::numeric_limits<double>::infinity();
 }
 
+int Cluster::McuPort(int from, int to) const {
+  if (from == to) return 0;
+  auto it = links.find({std::min(from, to), std::max(from, to)});
+  if (it == links.end()) return 0;
+  return from < to ? it->second.mcu_port_low : it->second.mcu_port_high;
+}
+
 double Cluster::BytesPerSecond(int from, int to) const {
   const double t = TransferSeconds(from, to, 1 << 20) ;
   return t > 0 ? (1 << 20) / t : std::numeric_limits<double>::infinity();
@@ -438,10 +445,57 @@ void ParseLinkSpec(const YAML::Node& n, const std::vector<std::string>& allowed,
   }
 }
 
+// A pair of MCUs is a direct UART-to-UART link (issue 16 item 4): its
+// bandwidth is in baud, and each end takes a UART (1..kMaxMcuLinkPort):
+// `ports: [pa, pb]` in the order of `between`, else the next free one of
+// each MCU. `used` holds the ports taken so far per device.
+void AssignMcuPorts(const YAML::Node& p, const std::string& what, int a, int b, std::map<int, std::set<int>>* used,
+                    LinkSpec* link, ClusterErrors* errors) {
+  if (!link->uart && link->bytes_per_s > 0)
+    errors->Add(p["bandwidth"], what + " joins two MCUs UART-to-UART; give its bandwidth in baud, e.g. 115200baud");
+  int port[2] = {0, 0};
+  const int dev[2] = {a, b};
+  if (const auto ports = p["ports"]) {
+    if (!ports.IsSequence() || ports.size() != 2) {
+      errors->Add(ports, what + ": ports is [port of the first, port of the second], e.g. [1, 1]");
+      return;
+    }
+    for (int k = 0; k < 2; ++k) {
+      int v = 0;
+      if (!YAML::convert<int>::decode(ports[k], v) || v < 1 || v > kMaxMcuLinkPort) {
+        errors->Add(ports[k], what + ": port '" + ports[k].Scalar() +
+                                  "' is not a UART an MCU can give a direct link (1.." +
+                                  std::to_string(kMaxMcuLinkPort) + "; UART0 is the one to its via device)");
+        return;
+      }
+      port[k] = v;
+    }
+  } else {
+    for (int k = 0; k < 2; ++k) {
+      for (int v = 1; v <= kMaxMcuLinkPort && port[k] == 0; ++v)
+        if (!(*used)[dev[k]].count(v)) port[k] = v;
+      if (port[k] == 0) {
+        errors->Add(p, what + ": every UART of " + std::to_string(kMaxMcuLinkPort) +
+                           " for direct links of that MCU is taken; an MCU joins at most " +
+                           std::to_string(kMaxMcuLinkPort) + " others");
+        return;
+      }
+    }
+  }
+  for (int k = 0; k < 2; ++k)
+    if (!(*used)[dev[k]].insert(port[k]).second) {
+      errors->Add(p, what + ": UART" + std::to_string(port[k]) + " of that MCU already joins another MCU");
+      return;
+    }
+  link->mcu_port_low = a < b ? port[0] : port[1];
+  link->mcu_port_high = a < b ? port[1] : port[0];
+}
+
 // links.pairs: one direct link per pair of devices; it replaces the UART
 // link that baud/via made for that pair.
 void ParseLinkPairs(const YAML::Node& pairs, Cluster* cluster, ClusterErrors* errors) {
   std::set<std::pair<int, int>> explicit_pairs;
+  std::map<int, std::set<int>> used_ports;  // per MCU: its UARTs joined to another MCU
   for (const auto& p : pairs) {
     if (!p.IsMap()) {
       errors->Add(p, "a link must be a map { between: [a, b], bandwidth: ..., latency: ... }");
@@ -464,12 +518,18 @@ void ParseLinkPairs(const YAML::Node& pairs, Cluster* cluster, ClusterErrors* er
     }
     const std::string what = "link " + between[0].Scalar() + "-" + between[1].Scalar();
     LinkSpec link;
-    ParseLinkSpec(p, {"between", "bandwidth", "latency"}, what, &link, errors);
+    ParseLinkSpec(p, {"between", "bandwidth", "latency", "ports"}, what, &link, errors);
     auto key = std::make_pair(std::min(a, b), std::max(a, b));
     if (!explicit_pairs.insert(key).second) {
       errors->Add(p, what + " is given twice; keep one entry per pair");
       continue;
     }
+    const bool mcus = cluster->devices[a].kind == DeviceKind::kMcu && cluster->devices[b].kind == DeviceKind::kMcu;
+    if (mcus)
+      AssignMcuPorts(p, what, a, b, &used_ports, &link, errors);
+    else if (p["ports"])
+      errors->Add(p["ports"],
+                  what + ": ports name the UARTs of two MCUs joined directly; " + "this link does not join two MCUs");
     cluster->links[key] = link;  // overrides the link made by baud/via
   }
 }

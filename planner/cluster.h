@@ -27,6 +27,12 @@
 //     default: { bandwidth: 1Gbit/s, latency: 0.2ms }
 //     pairs:
 //       - { between: [pi1, pi2], bandwidth: 100Mbit/s, latency: 1ms }
+//       # Two MCUs joined UART-to-UART (issue 16 item 4, METHODS §5's
+//       # microcontroller chains): bandwidth in baud; tensors between them
+//       # never pass through a Linux board. `ports`: which UART of each
+//       # (1 or 2: UART1/UART2; UART0 is the one to `via`); default: each
+//       # MCU's direct links take UART1, then UART2, in the order listed.
+//       - { between: [mcu1, mcu2], bandwidth: 115200baud, ports: [1, 1] }
 //
 // A pair without an entry uses `default`, except that an mcu with `via`
 // reaches everyone through its via device (two hops). Presets are looked up
@@ -106,7 +112,12 @@ struct LinkSpec {
   double bytes_per_s = 0;  // payload rate (UART: baud/10)
   double latency_s = 0;    // per message
   bool uart = false;
+  // A direct MCU<->MCU UART: the port on the pair's lower-index device and
+  // on the higher one (1..kMaxMcuLinkPort). 0: not a direct MCU link.
+  int mcu_port_low = 0, mcu_port_high = 0;
 };
+// UART1 and UART2 of an MCU board can join other MCUs (firmware/main.cc).
+inline constexpr int kMaxMcuLinkPort = 2;
 
 class Cluster {
  public:
@@ -128,6 +139,9 @@ class Cluster {
   double BytesPerSecond(int from, int to) const;
   // True when every device has the same memory, speed and links (splits even).
   bool Homogeneous() const;
+  // The UART of MCU `from` that joins it directly to MCU `to`, or 0 when the
+  // two are not joined UART-to-UART (their traffic goes through `via`).
+  int McuPort(int from, int to) const;
 
   // Filled by the loader. Direct links by ordered pair (a < b).
   std::map<std::pair<int, int>, LinkSpec> links;

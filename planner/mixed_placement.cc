@@ -57,8 +57,12 @@ double ContiguousPipelines(int layers, int devices) {
 }
 
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,
-                                           int layers, int devices) {
-  const double candidates = ContiguousPipelines(layers, devices);
+                                            int layers, int devices, const std::vector<int>& may_use) {
+  std::vector<bool> allowed(devices, may_use.empty());
+  for (int d : may_use)
+    if (d >= 0 && d < devices) allowed[d] = true;
+  const double candidates = ContiguousPipelines(
+      layers, may_use.empty() ? devices : static_cast<int>(std::count(allowed.begin(), allowed.end(), true)));
   if (candidates > kMaxMixedCandidates)
     return Status::InvalidArgument(
         "the mixed pipeline search tries every contiguous pipeline: " + std::to_string(layers) + " layers on " +
@@ -83,7 +87,7 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
       return;
     }
     for (int d = 0; d < devices; ++d) {
-      if (used[d]) continue;
+      if (used[d] || !allowed[d]) continue;
       used[d] = true;
       for (int end = start + 1; end <= layers; ++end) {
         dev[end - 1] = d;
@@ -94,11 +98,15 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
   };
   if (layers > 0) next_run(0);
   if (out.device_of_layer.empty())
-    return Status::ResourceExhausted("no contiguous pipeline gives every MCU a layer within its RAM and flash");
+    return Status::ResourceExhausted(
+        may_use.empty() ? "no contiguous pipeline gives every MCU a layer within its RAM and flash"
+                        : "no contiguous pipeline over the " + std::to_string(may_use.size()) +
+                              " MCUs alone fits their RAM and flash (every layer whole on one MCU; a layer larger "
+                              "than an MCU's flash or RAM does not fit any)");
   return out;
 }
 
-Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster) {
+Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bool mcus_only) {
   const auto figures = ComputeLayerFigures(graph);
   if (figures.size() != graph.nodes.size()) return Status::Internal("layer figures do not match the graph's nodes");
   PlacementProblem problem = MakePlacementProblem(graph, figures, cluster);
@@ -106,6 +114,31 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster) {
   std::vector<int> mcus;
   for (int i = 0; i < cluster.size(); ++i)
     if (cluster.devices[i].kind == DeviceKind::kMcu) mcus.push_back(i);
+  if (mcus_only) {
+    if (mcus.empty()) return Status::InvalidArgument("an MCU-only placement needs MCUs in the cluster");
+    auto found = FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()), cluster.size(), mcus);
+    if (!found.ok() && found.status().code() == StatusCode::kResourceExhausted) {
+      // Name the shortfall: the weights against the MCUs' flash.
+      int64_t weights = 0, largest = 0, flash = 0, largest_flash = 0;
+      for (const auto& f : figures) {
+        weights += 4 * f.Q;
+        largest = std::max<int64_t>(largest, 4 * f.Q);
+      }
+      for (int m : mcus) {
+        flash += cluster.devices[m].flash_bytes;
+        largest_flash = std::max(largest_flash, cluster.devices[m].flash_bytes);
+      }
+      return Status::ResourceExhausted(found.status().message() + ": the layers' weights are " +
+                                       std::to_string(weights) + " B (float32), the MCUs' flash " +
+                                       std::to_string(flash) + " B in all; the largest layer's weights " +
+                                       std::to_string(largest) + " B, the largest MCU's flash " +
+                                       std::to_string(largest_flash) + " B (RAM: activations, checked per device)");
+    }
+    TS_ASSIGN_OR_RETURN(MixedPlacement out, std::move(found));
+    out.note = "every layer on the MCUs (--mcu-only): the fastest contiguous pipeline over them; " +
+               cluster.devices[0].name + " only sends the input and takes the output";
+    return out;
+  }
   PlanOptions po;
   po.objective = Objective::kLatency;
   auto plan = BuildPlan(graph, figures, cluster, po);

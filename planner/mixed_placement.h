@@ -35,14 +35,18 @@ struct MixedPlacement {
   std::string planner_table;         // the planner's plan (FormatPlanTable), when it planned
 };
 
-// Source device 0 takes the inputs and returns the outputs.
-Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster);
+// Source device 0 takes the inputs and returns the outputs. `mcus_only`:
+// every layer on an MCU (an MCU chain; the Linux source only feeds the
+// input and takes the output), the fastest such pipeline, without asking
+// the planner.
+Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bool mcus_only = false);
 
 // The fastest contiguous pipeline (each device's layers consecutive) that
-// gives every device in `must_use` a layer; ResourceExhausted when none fits
-// the devices' RAM and flash, InvalidArgument when there are more than
-// kMaxMixedCandidates such pipelines.
+// gives every device in `must_use` a layer and layers to no device outside
+// `may_use` (empty: any); ResourceExhausted when none fits the devices' RAM
+// and flash, InvalidArgument when there are more than kMaxMixedCandidates
+// such pipelines.
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,
-                                           int layers, int devices);
+                                            int layers, int devices, const std::vector<int>& may_use = {});
 
 }  // namespace tessera

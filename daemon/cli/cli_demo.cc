@@ -443,6 +443,13 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_option("--mcu-preset", d->mcu_preset,
                   "With --mcu: every MCU's preset (../devices stm32.yaml, e.g. STM32F401RB); default STM32H743ZI and "
                   "STM32F446RE in turn. The plan must fit its flash and RAM");
+  cmd->add_flag("--mcu-chain", d->mcu_chain,
+                "With --mcu 2 or more: join the MCUs UART-to-UART in a chain (UART1 of mcuK to UART2 of mcuK+1, "
+                "no Linux board in between); the cluster file gets these direct links, the planner prices them "
+                "and tensors between neighbouring MCUs take them");
+  cmd->add_flag("--mcu-only", d->mcu_only,
+                "With --mcu: every layer on the MCUs (the fastest contiguous pipeline over them within their flash "
+                "and RAM); the first Linux worker only sends the input and takes the answer");
   cmd->add_flag("--unplug", d->unplug,
                 "Kill the last worker (SIGKILL) half-way through the requests: the gateway fails over to the others "
                 "and every request must still be answered correctly");

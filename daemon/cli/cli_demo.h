@@ -22,6 +22,8 @@ struct DemoOptions {
   bool keep = false;
   int mcu = 0;             // > 0: the mixed Linux + MCU cluster under QEMU (issue 6), this many MCUs
   std::string mcu_preset;  // every MCU's preset ("" = STM32H743ZI and STM32F446RE in turn)
+  bool mcu_chain = false;  // join the MCUs UART-to-UART in a chain (direct MCU<->MCU links)
+  bool mcu_only = false;   // every layer on the MCUs; the Linux source only feeds and takes the answer
   bool unplug = false;  // SIGKILL the last worker half-way; the gateway fails over
   // ram: of every worker ("" = unlimited): the planner fits the plan into it
   // (compact weights, layers as tiles in turn, less work; plan_fit.h).

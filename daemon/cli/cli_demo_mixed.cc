@@ -7,12 +7,18 @@
 // ptys). The keyword-spotting CNN is placed by planner/mixed_placement.h: the
 // planner's latency plan when it gives every MCU a layer, else the fastest
 // contiguous whole-layer pipeline that does.
+// --mcu-chain joins the MCUs UART-to-UART in a chain (issue 16 item 4):
+// UART1 of mcuK to UART2 of mcuK+1 through a Unix socket between the two
+// QEMUs (no Linux board in between), described in the cluster file as
+// direct links that the planner prices and the MCU programs use.
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <thread>
 
 #include "daemon/cli/cli.h"
 #include "daemon/cli/cli_demo.h"
@@ -20,6 +26,7 @@
 #include "daemon/cli/demo_support.h"
 #include "daemon/cluster/gateway.h"
 #include "daemon/cluster/gateway_plan.h"
+#include "daemon/cluster/mcu_direct_links.h"
 #include "partition/compile/forced_plan.h"
 #include "partition/compile/mcu_program_builder.h"
 #include "partition/compile/program_compiler.h"
@@ -76,12 +83,29 @@ Result<std::map<std::string, std::string>> ReadBridgeAddresses(const std::string
 // via w2, mcu3 via w1, ...); the cluster of configs/mixed-2linux-2mcu.yaml
 // with this run's addresses and ptys. `preset` ("": STM32H743ZI and
 // STM32F446RE in turn) sets every MCU's flash, RAM and speed.
+// `chain`: UART1 of mcuK joined to UART2 of mcuK+1 (a Unix socket
+// between the two QEMUs; mcuK listens, mcuK+1 connects).
 Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::string& dir, int threads, int mcus,
-                                       const std::string& preset) {
+                                       const std::string& preset, bool chain) {
   std::vector<std::string> ptys;
+  auto socket_of = [&](int m) {
+    return dir + "/uart-mcu" + std::to_string(m) + "-mcu" + std::to_string(m + 1) + ".sock";
+  };
   for (int m = 1; m <= mcus; ++m) {
-    TS_ASSIGN_OR_RETURN(std::string pty, demo::BootQemuMcu(firmware, dir + "/qemu-mcu" + std::to_string(m) + ".log"));
+    const bool next = chain && m < mcus, prev = chain && m > 1;
+    const std::vector<std::string> serials = {next ? "unix:" + socket_of(m) + ",server=on,wait=off" : "null",
+                                              prev ? "unix:" + socket_of(m - 1) : "null"};
+    TS_ASSIGN_OR_RETURN(std::string pty,
+                        demo::BootQemuMcu(firmware, dir + "/qemu-mcu" + std::to_string(m) + ".log", serials));
     ptys.push_back(pty);
+    if (next) {  // the next board connects to this one's socket
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!std::filesystem::exists(socket_of(m)) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!std::filesystem::exists(socket_of(m)))
+        return Status::DeadlineExceeded("QEMU of mcu" + std::to_string(m) + " did not open its UART1 socket " +
+                                        socket_of(m) + " within 10 s");
+    }
   }
   const std::string baud = std::to_string(kBaud);
   std::vector<std::vector<std::string>> worker_args(2);
@@ -103,6 +127,12 @@ Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::s
   yaml +=
       "links:\n"
       "  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
+  if (chain && mcus > 1) {
+    yaml += "  pairs:\n";
+    for (int m = 1; m < mcus; ++m)
+      yaml += "    - { between: [mcu" + std::to_string(m) + ", mcu" + std::to_string(m + 1) + "], bandwidth: " + baud +
+              "baud, ports: [1, 2] }\n";
+  }
   MixedCluster mc;
   TS_ASSIGN_OR_RETURN(mc.cluster, ParseCluster(yaml, "mixed demo cluster", PresetDirectories()));
   for (const auto& dev : mc.cluster.devices)
@@ -191,6 +221,47 @@ void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
   (*row)["uart_wire_bytes_sent"] = reply->uart().wire_bytes_sent();
   (*row)["uart_wire_bytes_received"] = reply->uart().wire_bytes_received();
   (*row)["uart_retransmissions"] = reply->uart().retransmissions();
+  (*row)["mcu_port_payload_sent"] = std::vector<uint32_t>(m.port_payload_sent().begin(), m.port_payload_sent().end());
+  (*row)["mcu_port_payload_received"] =
+      std::vector<uint32_t>(m.port_payload_received().begin(), m.port_payload_received().end());
+}
+
+// Every direct MCU<->MCU link the programs use: the payload bytes its Sends
+// carry per request times the answered requests (expected), against what
+// the sending MCU's STATUS says it sent on that UART and the receiving
+// one's says it received (both counted since boot: the demo boots them).
+// *as_expected: every link's three figures agree.
+nlohmann::json MixedDirectLinks(const MixedCluster& mc, const std::vector<DeviceProgram>& programs,
+                                const nlohmann::json& memory, int answered, bool* as_expected) {
+  *as_expected = true;
+  std::map<std::pair<int, int>, int64_t> per_request;
+  for (const DeviceProgram& p : programs)
+    for (const ProgramStep& s : p.steps)
+      if (s.kind == StepKind::kSend && s.uart_port > 0) per_request[{p.device, s.peer}] += s.bytes();
+  auto port_count = [&](int device, const char* key, int port) -> int64_t {
+    const auto& row = memory.at(device);
+    if (!row.contains(key) || static_cast<int>(row[key].size()) <= port) return -1;
+    return row[key][port].get<int64_t>();
+  };
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& [pair, bytes] : per_request) {
+    const int from_port = mc.cluster.McuPort(pair.first, pair.second);
+    const int to_port = mc.cluster.McuPort(pair.second, pair.first);
+    const int64_t expected = bytes * answered;
+    const int64_t sent = port_count(pair.first, "mcu_port_payload_sent", from_port);
+    const int64_t received = port_count(pair.second, "mcu_port_payload_received", to_port);
+    const bool ok = sent == expected && received == expected;
+    *as_expected = *as_expected && ok;
+    links.push_back({{"from", mc.cluster.devices[pair.first].name},
+                     {"to", mc.cluster.devices[pair.second].name},
+                     {"from_uart", from_port},
+                     {"to_uart", to_port},
+                     {"expected_payload_bytes", expected},
+                     {"sent_payload_bytes", sent},
+                     {"received_payload_bytes", received},
+                     {"as_expected", ok}});
+  }
+  return links;
 }
 
 // Each MCU's flash and RAM: promised (its program built here), the preset's,
@@ -257,8 +328,9 @@ struct MixedReport {
   demo::RequestTally tally;
   double deploy_s = 0, single_ms = 0;
   std::string plan_id, placement_text;
-  nlohmann::json memory, links;
+  nlohmann::json memory, links, direct_links;
   bool memory_as_promised = false;  // every MCU's STATUS flash and RAM == its program's
+  bool direct_as_expected = true;   // every direct MCU<->MCU link carried what the programs send
 };
 
 void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r,
@@ -273,6 +345,7 @@ void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlaceme
       {"answered", r.tally.answered},
       {"all_match", r.tally.AllMatch(d.requests)},
       {"max_rel_diff", r.tally.max_rel},
+      {"max_diff_output_steps", r.tally.max_steps},
       {"latency_ms", demo::Median(r.tally.latencies_ms)},
       {"predicted_latency_ms",
        placement.cost.latency_s > 0 ? nlohmann::json(placement.cost.latency_s * 1e3) : nlohmann::json(nullptr)},
@@ -284,7 +357,11 @@ void PrintMixedJson(const Graph& graph, const DemoOptions& d, const MixedPlaceme
       {"placement", r.placement_text},
       {"deploy_seconds", r.deploy_s},
       {"device_memory", r.memory},
-      {"links", r.links}};
+      {"links", r.links},
+      {"mcu_chain", d.mcu_chain},
+      {"mcu_only", d.mcu_only},
+      {"direct_links", r.direct_links},
+      {"direct_links_as_expected", r.direct_as_expected}};
   if (!r.tally.first_error.empty()) j["error"] = r.tally.first_error;
   std::printf("%s\n", j.dump(1).c_str());
 }
@@ -302,10 +379,17 @@ void PrintMixedDevices(const MixedReport& r) {
                                                    : "-");
   std::printf("\n%-5s %-5s %14s %14s %s\n", "from", "to", "payload B", "expected B", "");
   for (const auto& l : r.links)
-    std::printf("%-5s %-5s %14lld %14lld %s\n", l["from"].get<std::string>().c_str(), l["to"].get<std::string>().c_str(),
-                static_cast<long long>(l["payload_bytes"].get<int64_t>()),
+    std::printf("%-5s %-5s %14lld %14lld %s\n", l["from"].get<std::string>().c_str(),
+                l["to"].get<std::string>().c_str(), static_cast<long long>(l["payload_bytes"].get<int64_t>()),
                 static_cast<long long>(l["expected_payload_bytes"].get<int64_t>()),
-                l["over_uart"].get<bool>() ? "(gRPC hop + UART to/from the MCU)" : "");
+                l["over_uart"].get<bool>() ? "(gRPC hop + UART to/from the MCU; direct MCU links below)" : "");
+  for (const auto& l : r.direct_links)
+    std::printf("direct UART %s(UART%d) -> %s(UART%d): %lld payload bytes expected, %lld sent, %lld received%s\n",
+                l["from"].get<std::string>().c_str(), l["from_uart"].get<int>(), l["to"].get<std::string>().c_str(),
+                l["to_uart"].get<int>(), static_cast<long long>(l["expected_payload_bytes"].get<int64_t>()),
+                static_cast<long long>(l["sent_payload_bytes"].get<int64_t>()),
+                static_cast<long long>(l["received_payload_bytes"].get<int64_t>()),
+                l["as_expected"].get<bool>() ? "" : "  NOT AS EXPECTED");
   for (const auto& row : r.memory)
     if (row.contains("uart_wire_bytes_sent"))
       std::printf("uart %s<->%s: %lld wire bytes to the MCU, %lld from it, %lld retransmissions\n",
@@ -316,14 +400,16 @@ void PrintMixedDevices(const MixedReport& r) {
 }
 
 void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacement& placement, const MixedReport& r) {
-  std::printf("tessera demo --mcu %d — %s on 2 Linux workers + %d QEMU mps2-an386 MCUs (UART %u baud via ptys)\n",
-              d.mcu, graph.name.c_str(), d.mcu, kBaud);
+  std::printf("tessera demo --mcu %d — %s on 2 Linux workers + %d QEMU mps2-an386 MCUs (UART %u baud via ptys%s)\n",
+              d.mcu, graph.name.c_str(), d.mcu, kBaud, d.mcu_chain ? "; neighbouring MCUs joined UART-to-UART" : "");
   if (!placement.planner_table.empty()) std::printf("\nplanner (latency objective):\n%s", placement.planner_table.c_str());
   std::printf("\n%s\nplacement: %s\n", placement.note.c_str(), r.placement_text.c_str());
   std::printf("plan %s deployed in %.2f s (MCU programs over the UART)\n\n", r.plan_id.c_str(), r.deploy_s);
   PrintMixedDevices(r);
-  std::printf("\nrequests: %d answered of %d, %d match the single-device run (max rel diff %.3g)\n", r.tally.answered,
+  std::printf("\nrequests: %d answered of %d, %d match the single-device run (max rel diff %.3g", r.tally.answered,
               d.requests, r.tally.matched, r.tally.max_rel);
+  if (r.tally.max_steps > 0) std::printf("; %.3g steps of the output's int8 grid", r.tally.max_steps);
+  std::printf(")\n");
   const std::string predicted =
       placement.cost.latency_s > 0 ? std::to_string(placement.cost.latency_s * 1e3) + " ms" : "none (forced plan)";
   std::printf("latency: predicted %s, measured %.1f ms median (single device in this process: %.3f ms)\n",
@@ -375,12 +461,16 @@ int RunMixedDemo(const DemoOptions& d) {
   if (!demo_dir.ok()) return ReportError(kWhat, demo_dir.status());
   demo::ChildProcesses children;
   demo::InstallSignalHandlers();
-  auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads, d.mcu, d.mcu_preset);
+  if (d.mcu_only && !d.force.empty())
+    return ReportError(kWhat, Status::InvalidArgument("--mcu-only places whole layers; it does not go with --force"));
+  if (d.mcu_chain && d.mcu < 2)
+    return ReportError(kWhat, Status::InvalidArgument("--mcu-chain joins MCUs to each other: give --mcu 2 or more"));
+  auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads, d.mcu, d.mcu_preset, d.mcu_chain);
   if (!mc.ok()) return ReportError(kWhat, mc.status());
   Result<MixedPlacement> placement = MixedPlacement{};
   Result<CompiledPlan> compiled = Status::Internal("not compiled");
   if (d.force.empty()) {
-    placement = PlaceMixed(graph, mc->cluster);
+    placement = PlaceMixed(graph, mc->cluster, d.mcu_only);
     if (!placement.ok()) return ReportError(kWhat, placement.status());
     compiled = CompileMixedPlan(graph, *mc, *placement, &report.plan_id);
     for (size_t j = 0; j < graph.nodes.size(); ++j)
@@ -390,6 +480,18 @@ int RunMixedDemo(const DemoOptions& d) {
     compiled = CompileForcedMixedPlan(graph, *mc, d.force, &report.plan_id, &*placement, &report.placement_text);
   }
   if (!compiled.ok()) return ReportError(kWhat, compiled.status());
+  {  // transfers between MCUs joined UART-to-UART go over that UART
+    std::vector<int> same(mc->cluster.size());
+    for (int i = 0; i < mc->cluster.size(); ++i) same[i] = i;
+    const McuPortMap ports = DirectMcuPorts(mc->cluster, same);
+    int direct = 0;
+    for (DeviceProgram& p : compiled->programs) direct += MarkDirectMcuTransfers(ports, &p);
+    if (Status st = ValidatePrograms(compiled->programs); !st.ok()) return ReportError(kWhat, st);
+    if (d.mcu_chain && direct == 0)
+      std::fprintf(stderr,
+                   "demo --mcu-chain: the placement sends nothing from one MCU to its neighbour; the direct "
+                   "links stay unused\n");
+  }
   auto promises = McuPromises(*mc, *compiled);
   if (!promises.ok()) return ReportError(kWhat, promises.status());
   const auto expected_link_bytes = PlannedLinkBytes(compiled->programs);
@@ -405,6 +507,7 @@ int RunMixedDemo(const DemoOptions& d) {
   go.max_in_flight = 1;
   auto local = demo::StartLocalGateway(go);
   if (!local.ok()) return ReportError(kWhat, local.status());
+  report.tally.output_steps = demo::QuantizedOutputSteps(graph);
   for (int r = 0; r < d.requests; ++r) {
     const int k = r % static_cast<int>(ref->inputs.size());
     std::vector<TensorData> outputs;
@@ -415,11 +518,13 @@ int RunMixedDemo(const DemoOptions& d) {
   }
   report.memory = MixedMemory(*mc, *deployed, *promises, &report.memory_as_promised);
   report.links = MixedLinks(*(*local)->gateway, *mc, expected_link_bytes, report.tally.answered);
+  report.direct_links =
+      MixedDirectLinks(*mc, compiled->programs, report.memory, report.tally.answered, &report.direct_as_expected);
   if (d.json)
     PrintMixedJson(graph, d, *placement, report, mc->cluster.size());
   else
     PrintMixedTable(graph, d, *placement, report);
-  return report.tally.AllMatch(d.requests) && report.memory_as_promised ? 0 : 2;
+  return report.tally.AllMatch(d.requests) && report.memory_as_promised && report.direct_as_expected ? 0 : 2;
 }
 
 }  // namespace tessera

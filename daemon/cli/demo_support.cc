@@ -129,6 +129,17 @@ Result<std::vector<std::string>> StartWorkers(int n, const std::string& dir, int
   return addresses;
 }
 
+std::vector<double> QuantizedOutputSteps(const Graph& graph) {
+  std::vector<double> steps;
+  for (int v : graph.outputs) {
+    double step = 0;
+    for (const Node& n : graph.nodes)
+      if (n.op == "QuantizeDequantize" && !n.outputs.empty() && n.outputs[0] == v) step = n.attrs.Float("scale", 0.0);
+    steps.push_back(step);
+  }
+  return steps;
+}
+
 std::pair<double, double> Differences(const std::vector<TensorData>& got, const std::vector<TensorData>& want) {
   double max_abs = 0, max_ref = 0;
   for (size_t o = 0; o < want.size(); ++o) {
@@ -231,12 +242,17 @@ bool QemuInstalled() {
   return false;
 }
 
-Result<std::string> BootQemuMcu(const std::string& firmware, const std::string& log_path) {
-  TS_ASSIGN_OR_RETURN(const int slot,
-                      SpawnChild("qemu-system-arm",
-                                 {"qemu-system-arm", "-M", "mps2-an386", "-nodefaults", "-display", "none", "-monitor",
-                                  "none", "-serial", "pty", "-kernel", firmware},
-                                 log_path));
+Result<std::string> BootQemuMcu(const std::string& firmware, const std::string& log_path,
+                                const std::vector<std::string>& more_serials) {
+  std::vector<std::string> args = {"qemu-system-arm", "-M",   "mps2-an386", "-nodefaults", "-display", "none",
+                                   "-monitor",        "none", "-serial",    "pty"};
+  for (const std::string& serial : more_serials) {
+    args.push_back("-serial");
+    args.push_back(serial);
+  }
+  args.push_back("-kernel");
+  args.push_back(firmware);
+  TS_ASSIGN_OR_RETURN(const int slot, SpawnChild("qemu-system-arm", args, log_path));
   const pid_t pid = g_workers[slot];
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < until) {

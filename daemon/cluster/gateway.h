@@ -104,6 +104,8 @@ Result<std::vector<DeployedDevice>> DeployProgramsOneByOne(const ProgramSource& 
 
 // Payload bytes one request sends on each link (from, to), read off the
 // programs' Send steps: what /metrics compares the measured counters with.
+// Sends over a direct MCU<->MCU UART (uart_port > 0) cross no worker's link
+// and are not counted.
 std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<DeviceProgram>& programs);
 
 // Health of every worker right now (Worker.Health with a short deadline).

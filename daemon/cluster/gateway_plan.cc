@@ -75,8 +75,10 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   served.device_names = loaded.device_names;
   served.plan = loaded.plan;
   std::vector<const Device*> devices;
+  std::vector<int> cluster_index;
   for (const auto& name : loaded.device_names) {
     const int i = cluster.Find(name);
+    cluster_index.push_back(i);
     if (i < 0)
       return Status::InvalidArgument(plan_path + " names device '" + name + "', which " + cluster.origin + " lacks");
     if (cluster.devices[i].address.empty())
@@ -94,6 +96,10 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     served.plan_id = loaded.id + "-" + Sha256Hex(deployment).substr(0, 12);
   }
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan));
+  served.mcu_ports = DirectMcuPorts(cluster, cluster_index);
+  int direct = 0;
+  for (DeviceProgram& p : compiled.programs) direct += MarkDirectMcuTransfers(served.mcu_ports, &p);
+  if (direct > 0) spdlog::info("{} transfer steps go over direct MCU<->MCU UARTs", direct);
   // Nothing is deployed unless every worker's promise fits its ram: (issue 11).
   auto fits = CheckProgramsFit(compiled.programs, devices, options.memory);
   if (!fits.ok()) return fits.status().WithContext(plan_path);
@@ -272,7 +278,11 @@ Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSe
 
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const Graph& shapes, const ModelSource& model,
                                        const TransportSecurity& security, const DeployOptions& deploy) {
-  auto program = [&](int d) { return CompileDeviceProgramWithWeights(shapes, plan.plan, d, model); };
+  auto program = [&](int d) -> Result<DeviceProgram> {
+    TS_ASSIGN_OR_RETURN(DeviceProgram p, CompileDeviceProgramWithWeights(shapes, plan.plan, d, model));
+    MarkDirectMcuTransfers(plan.mcu_ports, &p);
+    return p;
+  };
   TS_RETURN_IF_ERROR(
       DeployProgramsOneByOne(program, plan.plan_id, plan.plan.source, plan.workers, security, deploy).status());
   return ServedClusterOf(plan);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/cluster/gateway.h"
+#include "daemon/cluster/mcu_direct_links.h"
 #include "daemon/runtime/device_memory.h"
 #include "partition/compile/partition_plan.h"
 #include "partition/graph/graph.h"
@@ -33,6 +34,9 @@ struct ServedPlan {
   // MCU devices: in_flight 0, not sized here.
   std::vector<DeviceMemory> memory;
   std::vector<int64_t> ram_bytes;  // per plan device: its ram: from the cluster file
+  // MCUs the cluster file joins UART-to-UART: their transfers are marked in
+  // `programs` (and in every program compiled again for deployment).
+  McuPortMap mcu_ports;
 };
 
 struct ServePlanOptions {

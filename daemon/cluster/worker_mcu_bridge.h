@@ -8,7 +8,8 @@
 //  * Run          -> the MCU device's Recv steps: receive from the peer over
 //                    gRPC, send on as DATA frames; its Send steps: receive the
 //                    DATA frame from the MCU, forward to the peer over gRPC.
-//                    The MCU only talks to its owner (firmware/main.cc).
+//                    Steps over a direct MCU<->MCU UART (uart_port > 0)
+//                    are the MCUs' own: the bridge skips them.
 //  * Status       -> a STATUS frame: program id, arena size, free RAM.
 #pragma once
 

@@ -113,6 +113,9 @@ int64_t DeviceProgram::BufferValues() const {
 
 namespace {
 
+// The highest UART port a direct MCU link may name (mcu_program.h kMaxPorts - 1).
+constexpr int kMaxUartPort = 2;
+
 std::string Where(int device, size_t step, const ProgramStep& s) {
   return "device " + std::to_string(device) + " step " + std::to_string(step) + " (" + StepKindName(s.kind) + ")";
 }
@@ -154,6 +157,10 @@ Status ValidateProgram(const DeviceProgram& p, int num_devices) {
           return Status::InvalidArgument(Where(p.device, i, s) + " says its memory is free after step " +
                                          std::to_string(s.release_after) + "; a Send's is at most the step count (" +
                                          std::to_string(p.steps.size()) + ")");
+        if (s.uart_port < 0 || s.uart_port > kMaxUartPort)
+          return Status::InvalidArgument(Where(p.device, i, s) + " names UART port " + std::to_string(s.uart_port) +
+                                         "; a direct MCU link is port 1.." + std::to_string(kMaxUartPort) +
+                                         ", 0 the ordinary path");
         break;
       }
       case StepKind::kCopy:
@@ -197,6 +204,7 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
     int device;
     int peer;
     int64_t volume;
+    bool direct;  // over a direct MCU<->MCU UART (uart_port > 0)
   };
   std::map<int64_t, End> sends, recvs;
   for (size_t d = 0; d < programs.size(); ++d) {
@@ -210,7 +218,8 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
       if (s.kind != StepKind::kSend && s.kind != StepKind::kRecv) continue;
       const bool send = s.kind == StepKind::kSend;
       auto& table = send ? sends : recvs;
-      if (!table.emplace(s.message, End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume()}).second)
+      if (!table.emplace(s.message, End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume(), s.uart_port > 0})
+               .second)
         return Status::InvalidArgument(Where(p.device, i, s) + " reuses message id " + std::to_string(s.message));
     }
   }
@@ -223,6 +232,10 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
       return Status::InvalidArgument("message " + std::to_string(id) + ": device " + std::to_string(s.device) +
                                      " sends " + std::to_string(s.volume) + " values, device " +
                                      std::to_string(s.peer) + " expects " + std::to_string(it->second.volume));
+    if (it->second.direct != s.direct)
+      return Status::InvalidArgument(
+          "message " + std::to_string(id) + ": device " + std::to_string(s.direct ? s.device : s.peer) +
+          " uses a direct MCU UART for it, device " + std::to_string(s.direct ? s.peer : s.device) + " does not");
   }
   for (const auto& [id, r] : recvs)
     if (!sends.count(id))

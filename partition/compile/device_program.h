@@ -76,6 +76,11 @@ struct ProgramStep {
   // the message from there, not from a copy. 0 (older programs) or anything
   // not after the Send means steps.size().
   int release_after = 0;
+  // Send/Recv between two MCUs joined UART-to-UART (issue 16 item 4): the
+  // MCU's UART that carries it (1..; mcu_program.h kMaxPorts), set from the
+  // cluster's direct links (daemon/cluster/mcu_direct_links.h). 0: the
+  // ordinary path (gRPC; an MCU's bridge relays it over the MCU's UART0).
+  int uart_port = 0;
   int64_t bytes() const { return src_box.empty() ? dst_box.volume() * 4 : src_box.volume() * 4; }
 };
 

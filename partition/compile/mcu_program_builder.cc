@@ -54,13 +54,14 @@ class McuProgramWriter {
   // the layers so far.
   // `start`: the first float of the tensor inside the buffer (a part of
   // it that is contiguous, e.g. a channel range of an NCHW map).
-  void AddInput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0) {
-    inputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers()});
+  // `port`: the UART (mcu_program.h kMaxPorts; 0: the owning Linux board).
+  void AddInput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0, uint32_t port = 0) {
+    inputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers(), port});
     input_starts_.push_back(static_cast<uint32_t>(start));
     io_.push_back(buffer);
   }
-  void AddOutput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0) {
-    outputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers()});
+  void AddOutput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0, uint32_t port = 0) {
+    outputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers(), port});
     output_starts_.push_back(static_cast<uint32_t>(start));
     io_.push_back(buffer);
   }
@@ -133,8 +134,13 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
     if (xs.empty() || node.outputs.size() != 1) return Unsupported(node, "a node without one activation input/output");
     const int y = node.outputs[0];
     if (node.op == "Reshape" || node.op == "Flatten" || node.op == "Identity") {
-      // Same bytes, another shape: an alias — unless the output already has a place.
-      if (offset[y] != UINT32_MAX && offset[y] != place(xs[0])) return Unsupported(node, "a reshape into a program buffer");
+      // Same bytes, another shape: an alias — unless the output already has
+      // a place (a buffer of the device program, e.g. a pipeline stage that
+      // starts with Flatten on the tensor it received): then a copy.
+      if (offset[y] != UINT32_MAX && offset[y] != place(xs[0])) {
+        AddCopy(place(xs[0]), 0, offset[y], 0, NumElements(graph.values[y].shape));
+        continue;
+      }
       offset[y] = place(xs[0]);
       continue;
     }
@@ -355,12 +361,20 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
       // layer's input).
       case StepKind::kRecv: {
         TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.dst_buffer, s.dst_box, at + ": receives into"));
-        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume(), start);
+        if (s.uart_port < 0 || s.uart_port >= static_cast<int>(mcu::kMaxPorts))
+          return Status::InvalidArgument(at + ": UART port " + std::to_string(s.uart_port) + " (an MCU has ports 0.." +
+                                         std::to_string(mcu::kMaxPorts - 1) + ")");
+        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume(), start,
+                        static_cast<uint32_t>(s.uart_port));
         break;
       }
       case StepKind::kSend: {
         TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.src_buffer, s.src_box, at + ": sends"));
-        writer.AddOutput(static_cast<uint32_t>(s.message), buffer_offset[s.src_buffer], s.src_box.volume(), start);
+        if (s.uart_port < 0 || s.uart_port >= static_cast<int>(mcu::kMaxPorts))
+          return Status::InvalidArgument(at + ": UART port " + std::to_string(s.uart_port) + " (an MCU has ports 0.." +
+                                         std::to_string(mcu::kMaxPorts - 1) + ")");
+        writer.AddOutput(static_cast<uint32_t>(s.message), buffer_offset[s.src_buffer], s.src_box.volume(), start,
+                         static_cast<uint32_t>(s.uart_port));
         break;
       }
       case StepKind::kCompute:

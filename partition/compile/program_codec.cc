@@ -266,6 +266,7 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
     sm->set_layer(s.layer);
     sm->set_receive_from(s.receive_from);
     sm->set_release_after(s.release_after);
+    sm->set_uart_port(s.uart_port);
   }
   for (const auto& [v, b] : p.model_inputs) {
     auto* io = m.add_model_inputs();
@@ -534,6 +535,7 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
     s.layer = sm.layer();
     s.receive_from = sm.receive_from();
     s.release_after = sm.release_after();
+    s.uart_port = sm.uart_port();
     p.steps.push_back(std::move(s));
   }
   for (const auto& io : m.model_inputs()) {

@@ -29,7 +29,7 @@
 namespace tessera::mcu {
 
 constexpr uint32_t kProgramMagic = 0x504D5354;  // "TSMP"
-constexpr uint32_t kProgramVersion = 2;
+constexpr uint32_t kProgramVersion = 3;
 constexpr uint32_t kNoWeights = 0xFFFFFFFFu;
 
 enum LayerOp : uint32_t {
@@ -56,11 +56,19 @@ struct ProgramHeader {
   uint32_t weight_floats;
 };
 
+// UARTs of an MCU (version 3, issue 16 item 4): port 0 is the link to the
+// Linux board that owns it (`via`: programs, STATUS, tensors relayed over
+// gRPC); ports 1..kMaxPorts-1 are direct MCU<->MCU links (METHODS §5's
+// microcontroller chains), UART1 and UART2 of the board. A tensor of a
+// direct link never passes through a Linux board.
+constexpr uint32_t kMaxPorts = 3;
+
 struct IoEntry {
   uint32_t message;  // message id on the link
   uint32_t offset;   // float index in the activation region
   uint32_t count;    // floats
   uint32_t layer;    // the phase: received before layer `layer` runs / sent after layers 0..layer-1
+  uint32_t port;     // the UART it arrives on / is sent on (< kMaxPorts)
 };
 
 struct Layer {
@@ -73,7 +81,7 @@ struct Layer {
   uint32_t weight, bias;   // float offsets into the weight block (bias: kNoWeights = none)
 };
 
-static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 16 && sizeof(Layer) == 88,
+static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 20 && sizeof(Layer) == 88,
               "the program layout is fixed: 32-bit words only");
 
 // Reply to a STATUS request (frame type kFrameStatus), little-endian words.
@@ -102,6 +110,11 @@ struct McuStatus {
   // when it arrives, read-only afterwards (issue 16 item 3).
   uint32_t flash_bytes;
   uint32_t flash_free_bytes;
+  // DATA payload bytes per UART (port k in word k) since boot, each frame
+  // counted once (not its retransmissions or duplicates): what the direct
+  // MCU<->MCU links carried is measured here, not only predicted.
+  uint32_t port_payload_sent[kMaxPorts];
+  uint32_t port_payload_received[kMaxPorts];
 };
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
 constexpr uint32_t kMaxTimedLayers = 64;
@@ -211,7 +224,7 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   v.bytes = nbytes;
   const uint64_t act = h->activation_floats, wts = h->weight_floats;
   for (uint32_t i = 0; i < h->num_inputs + h->num_outputs; ++i)
-    if (!Inside(v.inputs[i].offset, v.inputs[i].count, act)) return kErrProgramLayer;
+    if (!Inside(v.inputs[i].offset, v.inputs[i].count, act) || v.inputs[i].port >= kMaxPorts) return kErrProgramLayer;
   // Phases: a run starts with an input of layer 0; inputs come before a
   // layer that exists; both lists are in phase order; the last layer's
   // outputs are sent at the end (layer == num_layers). A program without
@@ -232,7 +245,8 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
     if (l.activation > kActRelu || !SpatialFits(l)) return kErrProgramLayer;
     switch (l.op) {
       case kOpConv: {
-        if (l.group == 0 || l.c % l.group || l.oc % l.group || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0)
+        if (l.group == 0 || l.c % l.group || l.oc % l.group || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0 ||
+            l.dh == 0 || l.dw == 0)  // the kernel divides by the stride and the dilation
           return kErrProgramLayer;
         if (!Inside(l.weight, uint64_t(l.oc) * (l.c / l.group) * l.kh * l.kw, wts)) return kErrProgramLayer;
         if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;

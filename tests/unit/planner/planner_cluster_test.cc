@@ -77,6 +77,23 @@ links:
 
 namespace {
 
+// Two Pis, three MCUs hanging off them; `pairs` is the links.pairs list.
+std::string McuChainYaml(const std::string& pairs) {
+  return R"(devices:
+  - { name: pi1, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9, address: 10.0.0.1:7070 }
+  - { name: mcu1, preset: STM32F446RE, serial: /dev/ttyUSB0, baud: 115200, via: pi1 }
+  - { name: mcu2, preset: STM32F446RE, serial: /dev/ttyUSB1, baud: 115200, via: pi1 }
+  - { name: mcu3, preset: STM32F446RE, serial: /dev/ttyUSB2, baud: 115200, via: pi1 }
+links:
+  default: { bandwidth: 1Gbit/s }
+  pairs:
+)" + pairs;
+}
+
+}  // namespace
+
+namespace {
+
 std::string ErrorsOf(const std::string& yaml) {
   auto c = ParseCluster(yaml, "bad.yaml", PresetDirectories());
   REQUIRE_FALSE(c.ok());
@@ -85,6 +102,44 @@ std::string ErrorsOf(const std::string& yaml) {
 }
 
 }  // namespace
+
+TEST_CASE("cluster: MCUs joined UART-to-UART are one hop and name their UARTs", "[planner][cluster][mcu]") {
+  SECTION("ports in order of the pairs, or as given") {
+    auto c = ParseCluster(McuChainYaml("    - { between: [mcu1, mcu2], bandwidth: 115200baud }\n"
+                                       "    - { between: [mcu3, mcu2], bandwidth: 115200baud, ports: [1, 2] }\n"),
+                          "chain.yaml", PresetDirectories());
+    REQUIRE(c.ok());
+    CHECK(c->McuPort(1, 2) == 1);  // mcu1's first direct link: UART1
+    CHECK(c->McuPort(2, 1) == 1);  // mcu2's too
+    CHECK(c->McuPort(3, 2) == 1);  // as given: mcu3 UART1, mcu2 UART2
+    CHECK(c->McuPort(2, 3) == 2);
+    CHECK(c->McuPort(1, 3) == 0);  // not joined: through pi1
+    CHECK(c->McuPort(0, 1) == 0);  // pi1 -> mcu1 is UART0, not a direct MCU link
+    // One UART hop mcu1 -> mcu2: 1152 B / 11520 B/s; mcu1 -> mcu3 crosses pi1 (two UART hops).
+    CHECK(c->TransferSeconds(1, 2, 1152) == Approx(0.1));
+    CHECK(c->TransferSeconds(1, 3, 1152) == Approx(0.2));
+  }
+  SECTION("mistakes name the link and the fix") {
+    CHECK_THAT(ErrorsOf(McuChainYaml("    - { between: [mcu1, mcu2], bandwidth: 1Mbit/s }\n")),
+               Catch::Matchers::Contains("link mcu1-mcu2 joins two MCUs UART-to-UART; give its bandwidth in baud"));
+    CHECK_THAT(ErrorsOf(McuChainYaml("    - { between: [mcu1, mcu2], bandwidth: 115200baud, ports: [0, 1] }\n")),
+               Catch::Matchers::Contains("port '0' is not a UART an MCU can give a direct link (1..2"));
+    CHECK_THAT(ErrorsOf(McuChainYaml("    - { between: [mcu1, mcu2], bandwidth: 115200baud, ports: [1] }\n")),
+               Catch::Matchers::Contains("ports is [port of the first, port of the second]"));
+    CHECK_THAT(ErrorsOf(McuChainYaml("    - { between: [mcu1, mcu2], bandwidth: 115200baud, ports: [1, 1] }\n"
+                                     "    - { between: [mcu1, mcu3], bandwidth: 115200baud, ports: [1, 1] }\n")),
+               Catch::Matchers::Contains("link mcu1-mcu3: UART1 of that MCU already joins another MCU"));
+    CHECK_THAT(ErrorsOf(McuChainYaml("    - { between: [pi1, mcu2], bandwidth: 115200baud, ports: [1, 1] }\n")),
+               Catch::Matchers::Contains("this link does not join two MCUs"));
+    // Two direct links of one MCU: UART1, then UART2.
+    const std::string four = McuChainYaml(
+        "    - { between: [mcu1, mcu2], bandwidth: 115200baud }\n"
+        "    - { between: [mcu1, mcu3], bandwidth: 115200baud }\n");
+    auto ok = ParseCluster(four, "two.yaml", PresetDirectories());
+    REQUIRE(ok.ok());
+    CHECK(ok->McuPort(1, 3) == 2);
+  }
+}
 
 TEST_CASE("cluster: every mistake is one line with file:line and a fix", "[planner][cluster]") {
   SECTION("unknown key") {

@@ -106,3 +106,47 @@ TEST_CASE("mixed placement: the contiguous pipelines are counted and searched ex
   REQUIRE(found.ok());
   CHECK(found->cost.latency_s == best);
 }
+
+TEST_CASE("mixed placement: --mcu-only puts every layer on the MCUs, neighbours joined UART-to-UART first") {
+  const Graph g = MakeKeywordSpottingGraph();
+  const std::string yaml =
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
+      "}\n"
+      "  - { name: mcu1, kind: mcu, preset: STM32H743ZI, serial: /dev/null, baud: 115200, via: w1 }\n"
+      "  - { name: mcu2, kind: mcu, preset: STM32H743ZI, serial: /dev/null, baud: 115200, via: w1 }\n"
+      "links:\n"
+      "  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
+  auto plain = ParseCluster(yaml, "two mcus", PresetDirectories());
+  auto chain = ParseCluster(yaml + "  pairs:\n    - { between: [mcu1, mcu2], bandwidth: 115200baud }\n", "chain",
+                            PresetDirectories());
+  REQUIRE(plain.ok());
+  REQUIRE(chain.ok());
+  auto through_board = PlaceMixed(g, *plain, true);
+  auto direct = PlaceMixed(g, *chain, true);
+  REQUIRE(through_board.ok());
+  REQUIRE(direct.ok());
+  for (const auto* p : {&*through_board, &*direct}) {
+    CHECK(std::count(p->device_of_layer.begin(), p->device_of_layer.end(), 0) == 0);  // nothing on w1
+    for (int mcu : {1, 2}) CHECK(std::count(p->device_of_layer.begin(), p->device_of_layer.end(), mcu) > 0);
+    CHECK(p->cost.feasible);
+  }
+  // The same cut costs one UART hop between the MCUs instead of two.
+  CHECK(direct->cost.latency_s < through_board->cost.latency_s);
+  // One MCU with 32 KiB of flash cannot hold the CNN's weights alone: refused by name.
+  auto small = ParseCluster(
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
+      "}\n"
+      "  - { name: mcu1, kind: mcu, ram: 64KiB, flash: 32KiB, cpu_hz: 84e6, cycles_per_mac: 9, serial: /dev/null, "
+      "baud: 115200, via: w1 }\n"
+      "links:\n"
+      "  default: { bandwidth: 10Gbit/s, latency: 20us }\n",
+      "one small mcu", PresetDirectories());
+  REQUIRE(small.ok());
+  REQUIRE(4 * ComputeTotals(ComputeLayerFigures(g)).weights > small->devices[1].flash_bytes);
+  auto refused = PlaceMixed(g, *small, true);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kResourceExhausted);
+  CHECK(refused.status().message().find("over the 1 MCUs alone fits") != std::string::npos);
+}
