@@ -82,4 +82,70 @@ steps { kind: RECV peer: 0 message: 1 dst_buffer: 0 dst_box { dims { begin: 0 en
 steps { kind: COMPUTE subgraph: 0 inputs: 0 outputs: 1 layer: 0 }
 steps { kind: SEND peer: 0 message: 2 src_buffer: 1 src_box { dims { begin: 0 end: 1 } dims { begin: 0 end: 1 } dims { begin: 0 end: 3 } dims { begin: 0 end: 3 } } }
 TXT
-echo "make_seeds.sh: wrote $(ls "$out/frame" | wc -l) frame and $(ls "$out/program" | wc -l) program seeds"
+# MCU programs (transport/wire/mcu_program.h, format 3): every layer op, a
+# phased second input on a direct-link UART, an output on UART2.
+cat > "$tmp/mcu.cc" <<'CC'
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "transport/wire/mcu_program.h"
+using namespace tessera::mcu;
+static Layer L(uint32_t op, uint32_t in0, uint32_t out, uint32_t c, uint32_t h, uint32_t w, uint32_t oc, uint32_t oh,
+               uint32_t ow) {
+  Layer l{};
+  l.op = op; l.in0 = l.in1 = in0; l.out = out;
+  l.c = c; l.h = h; l.w = w; l.oc = oc; l.oh = oh; l.ow = ow;
+  l.kh = l.kw = l.sh = l.sw = l.dh = l.dw = l.group = 1;
+  l.weight = l.bias = kNoWeights;
+  return l;
+}
+static void Write(const std::string& path, std::vector<IoEntry> in, std::vector<IoEntry> out, std::vector<Layer> layers,
+                  std::vector<float> weights, uint32_t act) {
+  ProgramHeader h{kProgramMagic, kProgramVersion, 7, act, uint32_t(layers.size()), uint32_t(in.size()),
+                  uint32_t(out.size()), uint32_t(weights.size())};
+  std::string b(reinterpret_cast<const char*>(&h), sizeof h);
+  b.append(reinterpret_cast<const char*>(in.data()), in.size() * sizeof(IoEntry));
+  b.append(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(IoEntry));
+  b.append(reinterpret_cast<const char*>(layers.data()), layers.size() * sizeof(Layer));
+  b.append(reinterpret_cast<const char*>(weights.data()), weights.size() * 4);
+  ProgramView v;
+  if (ValidateProgram(b.data(), uint32_t(b.size()), 64 * 1024, &v) != kErrNone) { std::fprintf(stderr, "bad seed %s\n", path.c_str()); std::exit(1); }
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(b.data(), 1, b.size(), f);
+  std::fclose(f);
+}
+int main(int argc, char** argv) {
+  const std::string dir = argv[1];
+  std::vector<float> w(100);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 7) - 3) * 0.125f;
+  w[20] = 0.1f; w[21] = 0; w[22] = -128; w[23] = 127;  // the QDQ grid
+  Layer conv = L(kOpConv, 0, 36, 1, 6, 6, 2, 6, 6);
+  conv.kh = conv.kw = 3; conv.pad_top = conv.pad_left = 1; conv.weight = 0; conv.bias = 18; conv.activation = kActRelu;
+  Layer pool = L(kOpMaxPool, 36, 108, 2, 6, 6, 2, 3, 3);
+  pool.kh = pool.kw = pool.sh = pool.sw = 2;
+  Layer q = L(kOpQuantize, 108, 126, 2, 3, 3, 2, 3, 3);
+  q.weight = 20;
+  Layer dense = L(kOpDense, 126, 144, 18, 1, 1, 4, 1, 1);
+  dense.weight = 24; dense.bias = 96;
+  Layer add = L(kOpAdd, 144, 148, 4, 1, 1, 4, 1, 1);
+  Layer copy = L(kOpCopy, 148, 152, 4, 1, 1, 4, 1, 1);
+  Layer gap = L(kOpGlobalAvgPool, 36, 156, 2, 6, 6, 2, 1, 1);
+  Layer avg = L(kOpAvgPool, 36, 158, 2, 6, 6, 2, 3, 3);
+  avg.kh = avg.kw = 3; avg.sh = avg.sw = 2; avg.pad_top = avg.pad_left = 1;
+  Layer relu = L(kOpRelu, 158, 158, 2, 3, 3, 2, 3, 3);
+  Layer dw = L(kOpConv, 0, 176, 1, 6, 6, 1, 6, 6);
+  dw.kh = dw.kw = 3; dw.pad_top = dw.pad_left = 2; dw.dh = dw.dw = 2; dw.weight = 0;
+  Write(dir + "/every_op.bin", {{1, 0, 36, 0, 0}}, {{2, 152, 4, 10, 0}, {3, 156, 2, 10, 0}},
+        {conv, pool, q, dense, add, copy, gap, avg, relu, dw}, w, 212);
+  // Phases and UARTs: a second input on UART1 before the Add, an output on UART2 after the pool.
+  Write(dir + "/phases_ports.bin", {{1, 0, 36, 0, 0}, {5, 148, 4, 4, 1}}, {{6, 108, 18, 2, 2}, {2, 152, 4, 6, 0}},
+        {conv, pool, q, dense, add, copy}, w, 156);
+  return 0;
+}
+CC
+mkdir -p "$out/mcu_program"
+c++ -std=c++20 -I"$root" "$tmp/mcu.cc" -o "$tmp/mcu"
+"$tmp/mcu" "$out/mcu_program"
+
+echo "make_seeds.sh: wrote $(ls "$out/frame" | wc -l) frame, $(ls "$out/program" | wc -l) program and" \
+  "$(ls "$out/mcu_program" | wc -l) MCU program seeds"

@@ -23,7 +23,7 @@ seconds=$2
 runs=${3:-}
 src=$(cd "$(dirname "$0")" && pwd)
 # TARGETS="npy http" runs only those.
-read -r -a targets <<< "${TARGETS:-onnx darknet cluster npy http program frame}"
+read -r -a targets <<< "${TARGETS:-onnx darknet cluster npy http program frame mcu_program}"
 
 extra_corpus() {
   case $1 in
