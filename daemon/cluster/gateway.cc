@@ -395,6 +395,7 @@ void Gateway::Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<c
   worker_plan_.assign(next->stubs.size(), next->cluster.plan_id);
   links_.clear();  // device indices changed; refilled from Worker.GetStatus
   uart_.clear();
+  mcu_.clear();
   worker_rss_.clear();
   worker_dropped_.clear();
   worker_exchange_memory_.clear();
@@ -616,6 +617,7 @@ void Gateway::RefreshWorkerState() {
         links_[{l.from_device(), l.to_device()}] = {l.from_device(), l.to_device(), l.payload_bytes(), l.wire_bytes(),
                                                     l.messages()};
       if (status.has_uart()) uart_[i] = status.uart();
+      if (status.has_mcu()) mcu_[i] = status.mcu();
       worker_rss_[i] = {status.rss_bytes(), status.peak_rss_bytes()};
       worker_dropped_[i] = status.exchange_dropped();
       worker_exchange_memory_[i] = status.exchange_memory();
@@ -1001,6 +1003,21 @@ std::string Gateway::MetricsText() const {
     for (const Series& s : series) {
       m << "# HELP " << s.name << " " << s.help << "\n# TYPE " << s.name << " counter\n";
       for (const auto& [i, u] : uart_) m << s.name << "{" << label(i) << "} " << s.get(u) << "\n";
+    }
+  }
+  if (!mcu_.empty()) {
+    // What each UART of an MCU carried, counted by the firmware (port 0: to
+    // its Linux board; 1, 2: direct MCU<->MCU links, issue 16 item 4).
+    m << "# HELP tessera_mcu_port_payload_bytes_total Tensor payload bytes per UART of an MCU, counted by its "
+         "firmware (port 0: its Linux board; 1, 2: direct links to other MCUs).\n"
+         "# TYPE tessera_mcu_port_payload_bytes_total counter\n";
+    for (const auto& [i, s] : mcu_) {
+      for (int k = 0; k < s.port_payload_sent_size(); ++k)
+        m << "tessera_mcu_port_payload_bytes_total{device=\"" << served.workers[i].name << "\",port=\"" << k
+          << "\",direction=\"sent\"} " << s.port_payload_sent(k) << "\n";
+      for (int k = 0; k < s.port_payload_received_size(); ++k)
+        m << "tessera_mcu_port_payload_bytes_total{device=\"" << served.workers[i].name << "\",port=\"" << k
+          << "\",direction=\"received\"} " << s.port_payload_received(k) << "\n";
     }
   }
   if (!served.planned_link_bytes.empty()) {

@@ -346,6 +346,7 @@ class Gateway {
   std::vector<std::string> worker_plan_;                 // GUARDED_BY(mu_)
   std::map<std::pair<int, int>, LinkBytes> links_;       // GUARDED_BY(mu_)
   std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
+  std::map<size_t, proto::McuState> mcu_;                // by device: the MCU's last STATUS; GUARDED_BY(mu_)
   std::map<size_t, std::pair<int64_t, int64_t>> worker_rss_;  // by device: (VmRSS, VmHWM); GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeDrops> worker_dropped_;     // by device; GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeMemory> worker_exchange_memory_;  // by device; GUARDED_BY(mu_)
