@@ -15,30 +15,13 @@ T=${1:?tessera binary}
 BUILD=${2:?build dir}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 python=/usr/bin/python3
-if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  echo "FAIL: missing dependency: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
-  exit 77
-fi
-FW=$BUILD/firmware/tessera_mcu_worker.elf
-[[ -f $FW ]] || cmake --build "$BUILD" --target tessera_firmware -j2 >/dev/null
-[[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
 MODEL=$repo/firmware/models/kws_cnn.cfg
 
 fail=0
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"
 start_scratch tessera-mcu-chain
+require_qemu_firmware "$BUILD"
 
-boot_mcu() {  # i uart1 uart2: boots QEMU (pid in $D/qemu$i.pid), prints its UART0 pty
-  qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty -serial "$2" -serial "$3" \
-    -kernel "$FW" >"$D/qemu$1.log" 2>&1 &
-  echo $! >"$D/qemu$1.pid"
-  for _ in $(seq 200); do
-    pty=$(grep -o '/dev/pts/[0-9]*' "$D/qemu$1.log" | head -1)
-    [[ -n $pty ]] && { echo "$pty"; return 0; }
-    sleep 0.05
-  done
-  return 1
-}
 SOCK=$D/mcu1-mcu2.sock
 pty1=$(boot_mcu 1 "unix:$SOCK,server=on,wait=off" null)
 PIDS+=($(cat "$D/qemu1.pid"))

@@ -129,3 +129,35 @@ check_request_phases() {
   "$python" "$(dirname "${BASH_SOURCE[0]}")/request_phases.py" "$D/requests.csv" "$t_kill" "$t_failed_over" \
     "$t_restart" "$t_back" || { fail=1; tail -30 "$D/gateway.log"; }
 }
+
+# The emulated MCUs (issue 6, issue 16): sets FW to the firmware ELF, building
+# it when missing. Exit 77 (a failure: README's tests need it) without
+# qemu-system-arm, 1 when the firmware cannot be built.
+require_qemu_firmware() {  # build dir
+  if ! command -v qemu-system-arm >/dev/null 2>&1; then
+    echo "FAIL: missing dependency: qemu-system-arm is not installed (deploy/install-deps.sh installs it)"
+    exit 77
+  fi
+  FW=$1/firmware/tessera_mcu_worker.elf
+  [[ -f $FW ]] || cmake --build "$1" --target tessera_firmware -j2 >/dev/null
+  [[ -f $FW ]] || { echo "FAIL: $FW was not built (is gcc-arm-none-eabi installed?)"; exit 1; }
+}
+
+# Boots QEMU mps2-an386 number I running $FW in the background (pid in
+# $D/qemuI.pid: callers run it in a subshell) and prints the pty of its
+# UART0. UART1 and UART2 get the given -serial specs (default: none).
+#   requires: $FW (require_qemu_firmware), $D (start_scratch)
+boot_mcu() {  # i [uart1 uart2]
+  local extra=()
+  [[ $# -ge 3 ]] && extra=(-serial "$2" -serial "$3")
+  qemu-system-arm -M mps2-an386 -nodefaults -display none -monitor none -serial pty "${extra[@]}" -kernel "$FW" \
+    >"$D/qemu$1.log" 2>&1 &
+  echo $! >"$D/qemu$1.pid"
+  local pty
+  for _ in $(seq 200); do
+    pty=$(grep -o '/dev/pts/[0-9]*' "$D/qemu$1.log" | head -1)
+    [[ -n $pty ]] && { echo "$pty"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
