@@ -482,7 +482,7 @@ int RunMixedDemo(const DemoOptions& d) {
   if (!compiled.ok()) return ReportError(kWhat, compiled.status());
   {  // transfers between MCUs joined UART-to-UART go over that UART
     std::vector<int> same(mc->cluster.size());
-    for (int i = 0; i < mc->cluster.size(); ++i) same[i] = i;
+    std::iota(same.begin(), same.end(), 0);  // plan device i is cluster device i
     const McuPortMap ports = DirectMcuPorts(mc->cluster, same);
     int direct = 0;
     for (DeviceProgram& p : compiled->programs) direct += MarkDirectMcuTransfers(ports, &p);

@@ -1,8 +1,13 @@
 #include "daemon/cluster/mcu_direct_links.h"
 
 #include "planner/cluster.h"
+#include "transport/wire/mcu_program.h"
 
 namespace tessera {
+
+// The planner's ports (planner/cluster.h) are the firmware's UART1..
+static_assert(kMaxMcuLinkPort == static_cast<int>(mcu::kMaxPorts) - 1,
+              "direct-link UARTs of the cluster file and firmware");
 
 McuPortMap DirectMcuPorts(const Cluster& cluster, const std::vector<int>& cluster_index) {
   McuPortMap ports;

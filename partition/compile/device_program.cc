@@ -1,5 +1,7 @@
 #include "partition/compile/device_program.h"
 
+#include "transport/wire/mcu_program.h"
+
 #include "util/limits.h"
 
 #include <map>
@@ -113,8 +115,8 @@ int64_t DeviceProgram::BufferValues() const {
 
 namespace {
 
-// The highest UART port a direct MCU link may name (mcu_program.h kMaxPorts - 1).
-constexpr int kMaxUartPort = 2;
+// The highest UART port a direct MCU link may name (UART0 is the owning board's).
+constexpr int kMaxUartPort = static_cast<int>(mcu::kMaxPorts) - 1;
 
 std::string Where(int device, size_t step, const ProgramStep& s) {
   return "device " + std::to_string(device) + " step " + std::to_string(step) + " (" + StepKindName(s.kind) + ")";

@@ -355,24 +355,21 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const ProgramStep& s = program.steps[i];
     const std::string at = me + " step " + std::to_string(i) + " (" + StepKindName(s.kind) + ")";
+    if (s.uart_port < 0 || s.uart_port >= static_cast<int>(mcu::kMaxPorts))
+      return Status::InvalidArgument(at + ": UART port " + std::to_string(s.uart_port) + " (an MCU has ports 0.." +
+                                     std::to_string(mcu::kMaxPorts - 1) + ")");
     switch (s.kind) {
       // A Recv after a Send too: the MCU runs its program in phases
       // (METHODS §4's FDT rounds: send a partial sum, receive the next
       // layer's input).
       case StepKind::kRecv: {
         TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.dst_buffer, s.dst_box, at + ": receives into"));
-        if (s.uart_port < 0 || s.uart_port >= static_cast<int>(mcu::kMaxPorts))
-          return Status::InvalidArgument(at + ": UART port " + std::to_string(s.uart_port) + " (an MCU has ports 0.." +
-                                         std::to_string(mcu::kMaxPorts - 1) + ")");
         writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume(), start,
                         static_cast<uint32_t>(s.uart_port));
         break;
       }
       case StepKind::kSend: {
         TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.src_buffer, s.src_box, at + ": sends"));
-        if (s.uart_port < 0 || s.uart_port >= static_cast<int>(mcu::kMaxPorts))
-          return Status::InvalidArgument(at + ": UART port " + std::to_string(s.uart_port) + " (an MCU has ports 0.." +
-                                         std::to_string(mcu::kMaxPorts - 1) + ")");
         writer.AddOutput(static_cast<uint32_t>(s.message), buffer_offset[s.src_buffer], s.src_box.volume(), start,
                          static_cast<uint32_t>(s.uart_port));
         break;
