@@ -28,7 +28,9 @@
 // Outside the arena: per port the frame decoder (~2.1 KiB) and the receive
 // slots (kRxSlots x ~1.05 KiB = ~4.2 KiB); the transmit buffers (~2.1 KiB).
 // RX is polled: QEMU's UART model holds the host back until a byte is read;
-// on a real board the RX path would be an interrupt-fed ring buffer.
+// on a real board the RX path would be an interrupt-fed ring buffer. With
+// nothing to do the core sleeps (WFI) until a UART's RX interrupt or the
+// 1 ms SysTick wakes it (Idle).
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -57,7 +59,11 @@ CmsdkUart* const kUarts[mcu::kMaxPorts] = {reinterpret_cast<CmsdkUart*>(0x400040
                                            reinterpret_cast<CmsdkUart*>(0x40005000),
                                            reinterpret_cast<CmsdkUart*>(0x40006000)};
 constexpr uint32_t kUartTxFull = 1u, kUartRxFull = 2u;
-constexpr uint32_t kUartTxEnable = 1u, kUartRxEnable = 2u;
+constexpr uint32_t kUartTxEnable = 1u, kUartRxEnable = 2u, kUartRxIrqEnable = 8u;
+constexpr uint32_t kUartRxIrq = 2u;  // intstatus bit; writing it clears the request
+// NVIC lines of the UARTs' RX interrupts on mps2-an385/an386 (TX is the next one).
+constexpr uint32_t kUartRxIrqLines[mcu::kMaxPorts] = {0, 2, 4};
+volatile uint32_t* const kNvicIser0 = reinterpret_cast<volatile uint32_t*>(0xE000E100);
 constexpr uint32_t kSysClockHz = 25000000;  // mps2 peripheral/system clock
 
 struct SysTickRegs {
@@ -70,8 +76,9 @@ volatile uint32_t g_ms = 0;
 void HardwareInit() {
   for (CmsdkUart* u : kUarts) {
     u->bauddiv = kSysClockHz / 115200;
-    u->ctrl = kUartTxEnable | kUartRxEnable;
+    u->ctrl = kUartTxEnable | kUartRxEnable | kUartRxIrqEnable;
   }
+  for (uint32_t line : kUartRxIrqLines) *kNvicIser0 = 1u << line;
   kSysTick->rvr = kSysClockHz / 1000 - 1;
   kSysTick->cvr = 0;
   kSysTick->csr = 7;  // enable, interrupt, processor clock
@@ -140,7 +147,6 @@ struct Worker {
 } g;
 uint32_t g_layer_ticks[mcu::kMaxTimedLayers];      // per layer of the last complete run
 uint32_t g_run_layer_ticks[mcu::kMaxTimedLayers];  // per layer of the run in progress
-uint32_t Ticks();                                  // below SysTick_Handler
 
 bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 
@@ -293,6 +299,12 @@ void OnFrame(uint32_t port, const wire::FrameHeader& h, const uint8_t* payload) 
   SendAck(port);
 }
 
+// Idle stays awake this long after the last byte received (SysTick ticks:
+// 250 us at 25 MHz).
+constexpr uint32_t kLingerTicks = kSysClockHz / 4000;
+uint32_t g_last_rx_tick = 0;
+uint32_t Ticks();  // below SysTick_Handler
+
 // Every byte waiting on every UART: a send on one port keeps the others
 // served (an MCU in a chain acknowledges its predecessor while it waits for
 // its successor's acknowledgement).
@@ -302,6 +314,7 @@ void Poll() {
     Port& p = g_ports[port];
     while (u->state & kUartRxFull) {
       uint8_t b = static_cast<uint8_t>(u->data);
+      g_last_rx_tick = Ticks();
       switch (p.decoder.Feed(b)) {
         case wire::FrameDecoder::Event::kFrame:
           OnFrame(port, p.decoder.header(), p.decoder.payload());
@@ -314,6 +327,27 @@ void Poll() {
       }
     }
   }
+}
+
+// Sleeps until the next interrupt (a byte on any UART, or the 1 ms SysTick)
+// unless a byte is already waiting or one arrived in the last kLingerTicks.
+// With interrupts masked between the check and the WFI, a byte arriving in
+// between leaves its interrupt pending and the WFI returns at once. A board
+// idles at a fraction of its busy power; under QEMU the vCPU thread stops
+// spinning while it waits, which leaves the host's cores to the UART
+// character backends that feed it (a spinning firmware on a loaded machine
+// slowed the bytes reaching the MCUs below the line rate, and an upload
+// timed out in CI). QEMU hands over one byte per read: while a frame streams
+// in, the next byte follows within microseconds on an idle host and the
+// core stays awake (sleeping per byte cost 60 % of a 115200-baud upload); on
+// a loaded host it does not, and the core sleeps between bytes.
+void Idle() {
+  if (Ticks() - g_last_rx_tick < kLingerTicks) return;
+  __asm volatile("cpsid i" ::: "memory");
+  bool waiting = false;
+  for (CmsdkUart* u : kUarts) waiting = waiting || (u->state & kUartRxFull) != 0;
+  if (!waiting) __asm volatile("wfi" ::: "memory");
+  __asm volatile("cpsie i" ::: "memory");
 }
 
 // Sends one message reliably on `port` (stop-and-wait per frame); false
@@ -341,7 +375,10 @@ bool SendMessage(uint32_t port, uint8_t type, uint32_t message, const uint8_t* b
       if (++attempts > 50) return false;
       SendFrame(port, h, bytes + offset);
       uint32_t start = g_ms;
-      while (p.tx_waiting && g_ms - start < 250) Poll();
+      while (p.tx_waiting && g_ms - start < 250) {
+        Poll();
+        if (p.tx_waiting) Idle();
+      }
     }
     ++p.tx_next;
     if (type == wire::kFrameData) p.payload_sent += n;
@@ -428,6 +465,12 @@ void Advance() {
 
 extern "C" void SysTick_Handler() { g_ms = g_ms + 1; }
 
+// A byte arrived on some UART: only wakes the core from Idle's WFI; the
+// main loop reads the bytes (Poll).
+extern "C" void UartRx_Handler() {
+  for (CmsdkUart* u : kUarts) u->intstatus = kUartRxIrq;
+}
+
 namespace {
 // SysTick ticks since boot (kSysClockHz; wraps after ~171 s): whole
 // milliseconds from the interrupt count plus the down-counter's progress,
@@ -450,5 +493,6 @@ int main() {
       SendStatus();
     }
     if (g.loaded) Advance();
+    if (!g.status_pending) Idle();
   }
 }

@@ -8,6 +8,7 @@ extern void (*__init_array_start[])();
 extern void (*__init_array_end[])();
 int main();
 void SysTick_Handler();
+void UartRx_Handler();
 [[noreturn]] void Reset_Handler();
 [[noreturn]] void Default_Handler();
 }
@@ -29,7 +30,9 @@ extern "C" [[noreturn]] void Reset_Handler() {
 }
 
 using Handler = void (*)();
-__attribute__((section(".vectors"), used)) const Handler kVectors[16] = {
+// 16 system exceptions, then the external interrupts up to UART2's TX (line
+// 5): lines 0, 2 and 4 are the RX interrupts of UART0..2 (main.cc Idle).
+__attribute__((section(".vectors"), used)) const Handler kVectors[16 + 6] = {
     reinterpret_cast<Handler>(&__stack_top),
     Reset_Handler,
     Default_Handler,  // NMI
@@ -37,10 +40,19 @@ __attribute__((section(".vectors"), used)) const Handler kVectors[16] = {
     Default_Handler,  // MemManage
     Default_Handler,  // BusFault
     Default_Handler,  // UsageFault
-    nullptr, nullptr, nullptr, nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
     Default_Handler,  // SVCall
     Default_Handler,  // DebugMon
     nullptr,
     Default_Handler,  // PendSV
     SysTick_Handler,
+    UartRx_Handler,   // IRQ 0: UART0 RX
+    Default_Handler,  // IRQ 1: UART0 TX (not enabled)
+    UartRx_Handler,   // IRQ 2: UART1 RX
+    Default_Handler,  // IRQ 3: UART1 TX
+    UartRx_Handler,   // IRQ 4: UART2 RX
+    Default_Handler,  // IRQ 5: UART2 TX
 };

@@ -83,6 +83,15 @@ struct UartLink::State {
   // emulated MCU, a busy one) and backed off exponentially on timeouts.
   std::chrono::milliseconds rto{0}, min_rto{0}, base_rto{0};  // rto = base_rto backed off
   double srtt_ms = -1, rttvar_ms = 0;
+  // When an ACK last acknowledged something new. A frame's timeout runs
+  // from its transmission or from this, whichever is later (RFC 6298 5.3:
+  // restart the timer on new acknowledgements): a peer that drains slower
+  // than the line (an emulated MCU on a loaded host, an MCU busy in a
+  // layer) delays the frames queued behind the one it is reading; counting
+  // that wait against them retransmitted whole windows it still had to
+  // read, and on a loaded machine the duplicates outgrew the progress
+  // (a 56 KiB program upload did not finish in 45 s).
+  Clock::time_point last_progress_at{};
   bool rx_session_known = false;
   uint32_t rx_session = 0, rx_expected = 0;
   std::map<uint32_t, Frame> held;  // reliable frames past a gap, by sequence (< rx_expected + kMaxWindow)
@@ -279,29 +288,37 @@ struct UartLink::State {
     }
   }
 
-  // Periodic: per-frame retransmission timeout. Only frames nothing later
-  // has overtaken get here (the others are found lost by OnAck): the last
-  // frames of a burst, or every frame when the peer is silent.
+  // Periodic: retransmission timeout. Only the oldest frame still waiting
+  // (not held by the peer, not already queued again) can time out, and only
+  // it is sent again: frames after it were found lost by OnAck once the
+  // peer acknowledged anything sent later, so a timeout means the peer is
+  // silent or slow, or lost a tail. Repeating the whole window then (as
+  // before) queued a window of duplicates in front of a slow peer per
+  // timeout; one frame per timeout, with the timeout backed off, is what a
+  // slow peer can absorb (TCP's RTO recovery, RFC 6298 5.4-5.6). A lost
+  // tail of k frames costs k timeouts, each restarted by the progress of
+  // the one before.
   void Tick() {
     tick_timer.expires_after(std::max(std::chrono::milliseconds(2), rto / 8));
     tick_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       const Clock::time_point now = Clock::now();
-      bool front_timed_out = false;
+      InFlightFrame* oldest = nullptr;
       for (InFlightFrame& f : unacked) {
-        if (f.sacked || f.lost || now <= f.sent_at + rto) continue;
-        front_timed_out = front_timed_out || &f == &unacked.front();
-        MarkLost(f, false);
+        if (f.sacked || f.lost) continue;
+        oldest = &f;
+        break;
       }
-      if (front_timed_out) {
+      if (oldest && now > std::max(oldest->sent_at, last_progress_at) + rto) {
+        MarkLost(*oldest, false);
         if (++retries > options.max_retries) {
-          Break("no acknowledgement for sequence " + std::to_string(unacked.front().sequence) + " after " +
+          Break("no acknowledgement for sequence " + std::to_string(oldest->sequence) + " after " +
                 std::to_string(options.max_retries) + " retransmissions");
           return;
         }
         rto = std::min(rto * 3 / 2, std::chrono::milliseconds(kMaxRtoMs));  // back off
         spdlog::debug("uart {}: sequence {} not acknowledged, retry {}, rto now {} ms ({} in flight)", options.device,
-                      unacked.front().sequence, retries, rto.count(), unacked.size());
+                      oldest->sequence, retries, rto.count(), unacked.size());
       }
       Pump();
       Tick();
@@ -356,6 +373,7 @@ struct UartLink::State {
       delivered(f);
     }
     if (progress) {
+      last_progress_at = now;
       retries = 0;
       rto = base_rto;  // the back-off lasts only while nothing gets through
     }

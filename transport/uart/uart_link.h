@@ -13,11 +13,13 @@
 //  * the sender keeps up to `window` sequences in flight and retransmits only
 //    frames that are missing: at once when the peer acknowledges a frame
 //    transmitted after one it does not hold (a serial line keeps byte order,
-//    so that frame was lost — fast retransmit), or when a frame's own
-//    retransmission timeout passes (a lost last frame, a silent peer). The
-//    timeout adapts to the measured ACK round trip (RFC 6298 style; never
-//    below `retransmit_timeout`) and backs off by 1.5x when the oldest frame
-//    times out; after `max_retries` such timeouts in a row without progress
+//    so that frame was lost — fast retransmit), or when the oldest frame
+//    still waiting times out (a lost last frame, a silent or slow peer): then
+//    only that frame is sent again. The timeout runs from the frame's
+//    transmission or the last new acknowledgement, whichever is later,
+//    adapts to the measured ACK round trip (RFC 6298 style; never below
+//    `retransmit_timeout`) and backs off by 1.5x on every timeout; after
+//    `max_retries` such timeouts in a row without progress
 //    the link is broken and every pending and later call fails (Unavailable
 //    / DataLoss) — a tensor arrives intact or not at all;
 //  * frames shrink when the line loses them (adapt_frame_payload): the

@@ -344,6 +344,54 @@ TEST_CASE("uart link: a gap a whole window wide is held and named in one ACK", "
   CHECK(r.frames_received == 80);
 }
 
+// A peer that drains slower than the line (an emulated MCU on a loaded
+// host, an MCU busy in a layer) delays the frames queued behind the one it
+// reads. That wait is not loss: while ACKs show progress nothing may time
+// out, and a pause with no progress at all repeats only the oldest frame per
+// timeout. (Before, every frame's timeout ran from its own transmission and
+// a timeout repeated the whole window: each repeat cost the slow peer more
+// time and an MCU program upload stopped making progress in CI.)
+TEST_CASE("uart link: a peer slower than the line gets no repeats while it makes progress", "[uart][srepeat]") {
+  UartLinkOptions o = Fast();  // adaptive timeout and frame size, as the MCU bridge runs it
+  o.window = 5;                // the MCU bridge's window (mcu::kRxSlots + 1)
+  std::atomic<int> copies{0};
+  FrameCable cable(o, [&](const wire::FrameHeader& h, const std::string& f, int) {
+    ++copies;
+    // Quick for the first 16 frames (the timeout adapts to the short round
+    // trips), then ~2.5x the 1 KiB frame's line time at 921600 baud.
+    if (h.sequence >= 16) std::this_thread::sleep_for(25ms);
+    return std::vector<std::string>{f};
+  });
+  CarryAcross(cable, RandomBytes(48 * 1024, 25));
+  auto l = cable.left->counters(), r = cable.right->counters();
+  INFO("frames " << l.frames_sent << ", repeats " << l.retransmissions << ", copies on the line " << copies.load());
+  CHECK(r.frames_received == l.frames_sent);
+  CHECK(l.retransmissions <= 3);  // scheduling hiccups only; the old timers repeated dozens of frames
+  CHECK(r.duplicates == l.retransmissions);
+}
+
+TEST_CASE("uart link: a peer that pauses gets one frame repeated per timeout, not the window", "[uart][srepeat]") {
+  UartLinkOptions o = Fast();
+  o.window = 5;
+  std::atomic<bool> paused{false};
+  FrameCable cable(o, [&](const wire::FrameHeader& h, const std::string& f, int transmission) {
+    // The peer stops reading for 800 ms when frame 3 arrives (a long layer):
+    // the frames in flight wait on the line.
+    if (h.sequence == 3 && transmission == 0 && !paused.exchange(true)) std::this_thread::sleep_for(800ms);
+    return std::vector<std::string>{f};
+  });
+  CarryAcross(cable, RandomBytes(16 * 1024, 26));
+  auto l = cable.left->counters(), r = cable.right->counters();
+  const uint64_t timeouts = l.retransmissions - l.fast_retransmissions;
+  INFO("repeats " << l.retransmissions << " (" << l.fast_retransmissions << " fast), window " << o.window);
+  CHECK(paused.load());
+  CHECK(timeouts >= 1);                // the pause outlasted the timeout
+  CHECK(l.fast_retransmissions == 0);  // nothing was lost
+  // Backed off 1.5x per timeout: about five within 800 ms, one frame each.
+  CHECK(l.retransmissions <= 8);
+  CHECK(r.duplicates == l.retransmissions);
+}
+
 TEST_CASE("uart link: many messages under faults arrive intact, in order, repairing only what was lost",
           "[uart][srepeat][faults]") {
   ByteFaults faults;
