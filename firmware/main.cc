@@ -46,6 +46,9 @@
 #define TESSERA_MCU_FLASH_BYTES (1024 * 1024)
 #endif
 
+extern "C" uint32_t StackPeakBytes();          // startup.cc
+extern "C" uint32_t FirmwareStaticRamBytes();  // .data + .bss, the arena included
+
 namespace {
 
 using namespace tessera;
@@ -408,6 +411,8 @@ void SendStatus() {
     s.port_payload_received[k] = g_ports[k].payload_received;
   }
   s.last_run_ticks = g.last_run_ticks;
+  s.firmware_ram_bytes = FirmwareStaticRamBytes() - static_cast<uint32_t>(sizeof(g_arena));
+  s.stack_peak_bytes = StackPeakBytes();
   const uint32_t layers = g.loaded && g.runs > 0 ? g.program.header->num_layers : 0;
   s.timed_layers = layers < mcu::kMaxTimedLayers ? layers : mcu::kMaxTimedLayers;
   // The reply: the struct, then the per-layer ticks of the last run.

@@ -18,9 +18,37 @@ extern "C" [[noreturn]] void Default_Handler() {
   }
 }
 
+// The stack is painted with kStackPaint at reset (at most kStackPaintBytes
+// below its top, never into .bss); StackPeakBytes counts from below how much
+// of it is still untouched.
+namespace {
+constexpr uint32_t kStackPaint = 0x5AC3A55Au;
+constexpr uint32_t kStackPaintBytes = 64 * 1024;
+uintptr_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+uint32_t* StackPaintStart() {
+  const uintptr_t lowest = Address(&__stack_top) - kStackPaintBytes;
+  return reinterpret_cast<uint32_t*>(lowest > Address(&__bss_end) ? lowest : Address(&__bss_end));
+}
+}  // namespace
+
+extern "C" uint32_t StackPeakBytes() {
+  const uint32_t* p = StackPaintStart();
+  while (Address(p) < Address(&__stack_top) && *p == kStackPaint) ++p;
+  return static_cast<uint32_t>(Address(&__stack_top) - Address(p));
+}
+
+extern "C" uint32_t FirmwareStaticRamBytes() {
+  return static_cast<uint32_t>(Address(&__bss_end) - Address(&__data_start));
+}
+
 extern "C" [[noreturn]] void Reset_Handler() {
   for (uint32_t *src = &__data_load, *dst = &__data_start; dst < &__data_end;) *dst++ = *src++;
   for (uint32_t* dst = &__bss_start; dst < &__bss_end;) *dst++ = 0;
+  {
+    // Up to a little below the live stack (this function's frame).
+    uint32_t here;
+    for (uint32_t* p = StackPaintStart(); Address(p + 16) < Address(&here); ++p) *p = kStackPaint;
+  }
   // CPACR: full access to CP10/CP11 (the FPU) before any float instruction.
   *reinterpret_cast<volatile uint32_t*>(0xE000ED88) |= 0xFu << 20;
   __asm volatile("dsb\n isb" ::: "memory");

@@ -1,4 +1,5 @@
 #include "planner/cluster.h"
+#include "transport/wire/mcu_program.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -350,6 +351,26 @@ void RequireSpeedAndMemory(const YAML::Node& dn, Device* d, ClusterErrors* error
   if (d->flash_bytes <= 0) errors->Add(dn, "device " + d->name + " has no flash; add e.g. flash: 2MiB, or a preset");
 }
 
+// An MCU's ram/flash (its preset's, or the entry's) are the board's; the
+// tessera firmware takes its share first (mcu_program.h kFirmwareRamBytes,
+// kFirmwareFlashBytes: static link state, frame buffers and stack; code),
+// and the plan gets the rest. So a program the planner fits on a preset fits
+// the board with the firmware on it.
+void ReserveFirmware(const YAML::Node& dn, Device* d, ClusterErrors* errors) {
+  const int64_t ram = mcu::kFirmwareRamBytes, flash = mcu::kFirmwareFlashBytes;
+  auto reserve = [&](const char* what, int64_t need, int64_t* bytes) {
+    if (*bytes <= 0 || *bytes == kUnlimitedBytes) return;
+    if (*bytes <= need)
+      errors->Add(dn, "device " + d->name + ": " + what + " " + FormatBytes(*bytes) +
+                          " leaves nothing for a program: the tessera MCU firmware itself takes " + FormatBytes(need) +
+                          " of " + what);
+    else
+      *bytes -= need;
+  };
+  reserve("ram", ram, &d->ram_bytes);
+  reserve("flash", flash, &d->flash_bytes);
+}
+
 // How the device is reached: its gRPC address, and for an mcu its serial
 // port, baud rate and the linux device it hangs off (`via`).
 void ParseDeviceConnection(const YAML::Node& dn, Device* d, ClusterErrors* errors) {
@@ -401,6 +422,7 @@ std::optional<Device> ParseDeviceEntry(const YAML::Node& dn, const Cluster& clus
   if (const auto p = dn["preset"]) ApplyPreset(p, catalog, &d, errors);
   ApplyDeviceFields(dn, &d, errors, d.name);
   RequireSpeedAndMemory(dn, &d, errors);
+  if (d.kind == DeviceKind::kMcu) ReserveFirmware(dn, &d, errors);
   ParseDeviceConnection(dn, &d, errors);
   return d;
 }

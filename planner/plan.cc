@@ -1,4 +1,5 @@
 #include "planner/plan.h"
+#include "transport/wire/mcu_program.h"
 
 #include <algorithm>
 #include <chrono>
@@ -863,6 +864,10 @@ std::string FormatPlanTable(const Plan& plan) {
                   FormatBytes(d.received_bytes).c_str());
     out += line;
   }
+  if (std::any_of(plan.cluster.devices.begin(), plan.cluster.devices.end(),
+                  [](const Device& dv) { return dv.kind == DeviceKind::kMcu; }))
+    out += "mcu RAM and flash: the board's less the tessera firmware's own (" + FormatBytes(mcu::kFirmwareRamBytes) +
+           " RAM with its stack, " + FormatBytes(mcu::kFirmwareFlashBytes) + " flash)\n";
   if (sized) {
     // The promise's parts, for the device that needs the most.
     int worst = 0;

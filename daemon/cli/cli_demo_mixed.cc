@@ -32,6 +32,7 @@
 #include "partition/compile/program_compiler.h"
 #include "planner/cluster.h"
 #include "planner/mixed_placement.h"
+#include "transport/wire/mcu_program.h"
 
 namespace tessera {
 
@@ -152,12 +153,12 @@ Result<std::map<int, McuProgramImage>> McuPromises(const MixedCluster& mc, const
     const std::string preset = dev.preset.empty() ? "its ram:/flash:" : "preset " + dev.preset;
     if (static_cast<int64_t>(image.flash_bytes()) > dev.flash_bytes)
       return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.flash_bytes()) +
-                                       " bytes of flash (program and weights); " + preset + " has " +
-                                       std::to_string(dev.flash_bytes));
+                                       " bytes of flash (program and weights); " + preset + " leaves " +
+                                       std::to_string(dev.flash_bytes) + " beside the firmware");
     if (static_cast<int64_t>(image.ram_bytes()) > dev.ram_bytes)
       return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.ram_bytes()) +
-                                       " bytes of RAM (activations); " + preset + " has " +
-                                       std::to_string(dev.ram_bytes));
+                                       " bytes of RAM (activations); " + preset + " leaves " +
+                                       std::to_string(dev.ram_bytes) + " beside the firmware");
     images[i] = std::move(image);
   }
   return images;
@@ -285,8 +286,14 @@ nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDev
       AddMcuStatus(mc.endpoints[i].address, &row);
       const McuProgramImage& promise = promises.at(static_cast<int>(i));
       row["preset"] = dev.preset;
-      row["preset_flash_bytes"] = dev.flash_bytes;
-      row["preset_ram_bytes"] = dev.ram_bytes;
+      // The board's flash and RAM, what the tessera firmware takes of them
+      // and the rest, which the program was planned into (planner/cluster.cc).
+      row["preset_flash_bytes"] = dev.flash_bytes + int64_t{mcu::kFirmwareFlashBytes};
+      row["preset_ram_bytes"] = dev.ram_bytes + int64_t{mcu::kFirmwareRamBytes};
+      row["firmware_flash_bytes"] = mcu::kFirmwareFlashBytes;
+      row["firmware_ram_bytes"] = mcu::kFirmwareRamBytes;
+      row["program_flash_bytes_available"] = dev.flash_bytes;
+      row["program_ram_bytes_available"] = dev.ram_bytes;
       row["promised_flash_bytes"] = promise.flash_bytes();
       row["promised_ram_bytes"] = promise.ram_bytes();
       if (row.contains("mcu_flash_bytes")) {
@@ -420,11 +427,13 @@ void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacem
       return row.contains(key) ? std::to_string(row[key].get<int64_t>()) : std::string("?");
     };
     std::printf(
-        "%s (%s): flash %s B promised, %s B in STATUS (preset %s B); RAM %s B promised, %s B in STATUS "
-        "(preset %s B)%s\n",
+        "%s (%s): flash %s B promised, %s B in STATUS (%s B left by the firmware of the preset's %s B); RAM %s B "
+        "promised, %s B in STATUS (%s B left of %s B)%s\n",
         row["device"].get<std::string>().c_str(), row["preset"].get<std::string>().c_str(),
-        num("promised_flash_bytes").c_str(), num("reported_flash_bytes").c_str(), num("preset_flash_bytes").c_str(),
-        num("promised_ram_bytes").c_str(), num("reported_ram_bytes").c_str(), num("preset_ram_bytes").c_str(),
+        num("promised_flash_bytes").c_str(), num("reported_flash_bytes").c_str(),
+        num("program_flash_bytes_available").c_str(), num("preset_flash_bytes").c_str(),
+        num("promised_ram_bytes").c_str(), num("reported_ram_bytes").c_str(),
+        num("program_ram_bytes_available").c_str(), num("preset_ram_bytes").c_str(),
         row["memory_as_promised"].get<bool>() ? "" : "  NOT AS PROMISED");
   }
   if (!r.tally.first_error.empty()) std::printf("first error: %s\n", r.tally.first_error.c_str());

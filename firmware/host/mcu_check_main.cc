@@ -114,9 +114,9 @@ std::pair<std::string, int64_t> LayerKindAndMacs(const mcu::Layer& l) {
 void PrintStatus(const char* when, const mcu::McuStatus& s) {
   std::printf(
       "mcu_status_%s: state=%u plan=%08x ram=%u free=%u flash=%u flash_free=%u error=%u runs=%u last_run_ms=%u "
-      "bad_frames=%u refused=%u held=%u\n",
+      "bad_frames=%u refused=%u held=%u firmware_ram=%u stack_peak=%u\n",
       when, s.state, s.plan_id, s.arena_bytes, s.free_bytes, s.flash_bytes, s.flash_free_bytes, s.last_error, s.runs,
-      s.last_run_ms, s.bad_frames, s.refused_frames, s.held_frames);
+      s.last_run_ms, s.bad_frames, s.refused_frames, s.held_frames, s.firmware_ram_bytes, s.stack_peak_bytes);
 }
 
 Status Check(bool ok, const std::string& what) { return ok ? Status::OK() : Status::Internal(what); }
@@ -259,6 +259,17 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
     TS_RETURN_IF_ERROR(Check(after.held_frames > 0, "the MCU kept no frame past a gap on a noisy line"));
   TS_RETURN_IF_ERROR(Check(worst <= args.tolerance, "MCU output differs from the host executor: max rel " +
                                                          std::to_string(worst)));
+  // The firmware's own RAM, measured by the firmware after the runs, within
+  // the budget the planner reserves on every MCU (mcu_program.h).
+  std::printf("firmware_ram: static=%u of %u budgeted, stack_peak=%u of %u budgeted; flash_budget=%u\n",
+              after.firmware_ram_bytes, mcu::kFirmwareStaticRamBytes, after.stack_peak_bytes, mcu::kFirmwareStackBytes,
+              mcu::kFirmwareFlashBytes);
+  TS_RETURN_IF_ERROR(Check(after.firmware_ram_bytes > 0 && after.firmware_ram_bytes <= mcu::kFirmwareStaticRamBytes,
+                           "the firmware's static RAM " + std::to_string(after.firmware_ram_bytes) +
+                               " B exceeds the planner's budget kFirmwareStaticRamBytes"));
+  TS_RETURN_IF_ERROR(Check(after.stack_peak_bytes > 0 && after.stack_peak_bytes <= mcu::kFirmwareStackBytes,
+                           "the firmware's stack reached " + std::to_string(after.stack_peak_bytes) +
+                               " B, above the planner's budget kFirmwareStackBytes"));
   link.reset();
   relay.reset();
   if (port_fd >= 0) close(port_fd);

@@ -39,8 +39,16 @@ halt() { mcu_halt; }
 
 echo "== clean line, 115200 baud"
 boot
-"$CHECK" --model kws --serial "$PTY" --baud 115200 --runs 2
+"$CHECK" --model kws --serial "$PTY" --baud 115200 --runs 2 | tee "$WORK/kws.txt"
 halt
+# The firmware's code within the flash the planner leaves it on every MCU
+# (mcu_program.h kFirmwareFlashBytes; its RAM and stack are checked by
+# tessera_mcu_check from STATUS): vectors, code, constants, initialised data.
+budget=$(grep -o 'flash_budget=[0-9]*' "$WORK/kws.txt" | cut -d= -f2)
+code=$(arm-none-eabi-size -A "$FW" | awk '$1 ~ /^\.(vectors|text|ARM.exidx|init_array|data)$/ {n += $2} END {print n}')
+[[ -n $budget && -n $code && $code -gt 0 && $code -le $budget ]] ||
+  { echo "FAIL: the firmware image's code is ${code:-?} B, its flash budget ${budget:-?} B"; exit 1; }
+echo "firmware image: $code B of code and constants, budget $budget B"
 
 echo "== depthwise-separable KWS whose convs write over their input (segments, issue 17 item 5)"
 boot

@@ -115,7 +115,24 @@ struct McuStatus {
   // MCU<->MCU links carried is measured here, not only predicted.
   uint32_t port_payload_sent[kMaxPorts];
   uint32_t port_payload_received[kMaxPorts];
+  // What the firmware itself occupies in RAM outside the arena: its static
+  // data (.data + .bss without the arena: link state of every UART, frame
+  // buffers, counters), and the deepest its stack has reached since boot
+  // (the stack is painted at reset and the untouched words counted).
+  uint32_t firmware_ram_bytes;
+  uint32_t stack_peak_bytes;
 };
+
+// What the tessera firmware takes on a board besides the program: the
+// planner gives an MCU's program only the rest of its RAM and flash
+// (planner/cluster.cc), so a plan that fits the preset fits the board with
+// the firmware on it. Budgets, not measurements: integration.mcu_qemu checks
+// the built image (arm-none-eabi-size) and STATUS (firmware_ram_bytes,
+// stack_peak_bytes after the largest models it runs) stay inside them.
+constexpr uint32_t kFirmwareStaticRamBytes = 24 * 1024;  // measured 22 360 B: 3 UART links ~6.4 KiB each
+constexpr uint32_t kFirmwareStackBytes = 2 * 1024;  // measured <= 960 B (mlperf-dscnn, SysTick and UART interrupts)
+constexpr uint32_t kFirmwareRamBytes = kFirmwareStaticRamBytes + kFirmwareStackBytes;
+constexpr uint32_t kFirmwareFlashBytes = 16 * 1024;  // code + constants, measured ~12 KiB
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
 constexpr uint32_t kMaxTimedLayers = 64;
 

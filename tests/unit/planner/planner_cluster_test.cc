@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "planner/cluster.h"
+#include "transport/wire/mcu_program.h"
 #include "util/quantity.h"
 
 using namespace tessera;
@@ -37,6 +38,18 @@ TEST_CASE("quantity: sizes, bandwidths, durations", "[planner][cluster]") {
   CHECK(*ParseFrequency("1.5e9") == Approx(1.5e9));
 }
 
+TEST_CASE("cluster: an MCU whose RAM the firmware alone fills is refused by name", "[cluster]") {
+  const std::string yaml = R"(
+devices:
+  - { name: pi1, kind: linux, address: 127.0.0.1:7001, ram: 1GiB, flash: 4GiB, macs_per_s: 1e9 }
+  - { name: tiny, kind: mcu, ram: 16KiB, flash: 64KiB, macs_per_s: 1e7, serial: /dev/ttyUSB0, baud: 115200, via: pi1 }
+)";
+  auto c = ParseCluster(yaml, "tiny.yaml", PresetDirectories());
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(c.status().message(), Catch::Contains("device tiny: ram 16.0 KiB leaves nothing for a program"));
+  CHECK_THAT(c.status().message(), Catch::Contains("firmware itself takes"));
+}
+
 TEST_CASE("cluster: a mixed Pi + MCU file with presets", "[planner][cluster]") {
   const std::string yaml = R"(devices:
   - name: pi1
@@ -62,8 +75,10 @@ links:
   REQUIRE(c->size() == 3);
   const Device& mcu = c->devices[2];
   CHECK(mcu.kind == DeviceKind::kMcu);
-  CHECK(mcu.ram_bytes == 128 * 1024);
-  CHECK(mcu.flash_bytes == 512 * 1024);
+  // The preset's 128 KiB RAM and 512 KiB flash, less what the tessera
+  // firmware itself takes: the plan gets the rest.
+  CHECK(mcu.ram_bytes == 128 * 1024 - mcu::kFirmwareRamBytes);
+  CHECK(mcu.flash_bytes == 512 * 1024 - mcu::kFirmwareFlashBytes);
   CHECK(mcu.macs_per_s == Approx(180e6 / 9));  // METHODS §5: f / CpM
   CHECK(c->devices[1].macs_per_s == Approx(3e9));
   CHECK(c->devices[0].preset == "RPi4-4GB");
