@@ -39,15 +39,47 @@ inline void ValidTaps(int32_t base, int32_t step, int32_t size, int32_t taps, in
   if (*hi > taps) *hi = taps;
 }
 
-// One pixel of a 1x1 conv: dst[o·ds] = act(b[o] + Σ_c x[c·xs] · w[o·C + c])
+// Weights as the kernels read them (mcu_program.h WeightFormat): Rows(o)
+// is output channel o's weights, a row indexed like a float pointer.
+// Float32 rows are the floats; int8 rows give float(code) · scale, the very
+// float the host checked each code and scale reproduce
+// (partition/graph/int8_weights.h), so both forms sum the same values.
+struct FloatRow {
+  const float* w;
+  float operator[](uint32_t i) const { return w[i]; }
+  FloatRow operator+(uint32_t n) const { return {w + n}; }
+};
+struct FloatWeights {
+  const float* w;
+  uint32_t per;  // weights per output channel
+  FloatRow Row(uint32_t o) const { return {w + o * per}; }
+  FloatWeights From(uint32_t o) const { return {w + o * per, per}; }
+};
+struct Int8Row {
+  const int8_t* k;
+  float scale;
+  float operator[](uint32_t i) const { return float(k[i]) * scale; }
+  Int8Row operator+(uint32_t n) const { return {k + n, scale}; }
+};
+struct Int8Weights {
+  const float* scales;  // per output channel; the codes follow the oc scales
+  const int8_t* codes;
+  uint32_t per;
+  Int8Row Row(uint32_t o) const { return {codes + o * per, scales[o]}; }
+  Int8Weights From(uint32_t o) const { return {scales + o, codes + o * per, per}; }
+};
+
+// One pixel of a 1x1 conv: dst[o·ds] = act(b[o] + Σ_c x[c·xs] · w[o, c])
 // for every output channel o, four at a time (each x loaded once for four
-// multiply-adds), channels summed in order.
-inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const float* w, const float* b, float* dst,
-                           uint32_t ds) {
+// multiply-adds), channels summed in order. Not inlined: Conv and
+// ConvInPlace's two cases share one copy (firmware code size).
+template <class Weights>
+__attribute__((noinline)) void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const Weights& w,
+                                              const float* b, float* dst, uint32_t ds) {
   const uint32_t C = l.c;
   uint32_t o = 0;
   for (; o + 4 <= l.oc; o += 4) {
-    const float *w0 = w + o * C, *w1 = w0 + C, *w2 = w1 + C, *w3 = w2 + C;
+    const auto w0 = w.Row(o), w1 = w.Row(o + 1), w2 = w.Row(o + 2), w3 = w.Row(o + 3);
     float a0 = b ? b[o] : 0.0f, a1 = b ? b[o + 1] : 0.0f, a2 = b ? b[o + 2] : 0.0f, a3 = b ? b[o + 3] : 0.0f;
     for (uint32_t c = 0; c < C; ++c) {
       const float v = x[c * xs];
@@ -62,8 +94,9 @@ inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const fl
     dst[(o + 3) * ds] = ApplyActivation(a3, l.activation);
   }
   for (; o < l.oc; ++o) {
+    const auto wo = w.Row(o);
     float acc = b ? b[o] : 0.0f;
-    for (uint32_t c = 0; c < C; ++c) acc += x[c * xs] * w[o * C + c];
+    for (uint32_t c = 0; c < C; ++c) acc += x[c * xs] * wo[c];
     dst[o * ds] = ApplyActivation(acc, l.activation);
   }
 }
@@ -71,7 +104,8 @@ inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const fl
 // A 1x1 conv (mcu_program.h IsPointwise), a pixel at a time. Every output
 // still sums bias, then its input channels in order, as the general loop
 // below does.
-inline void PointwiseConv(const Layer& l, const float* in, const float* w, const float* b, float* out) {
+template <class Weights>
+inline void PointwiseConv(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
   const uint32_t plane = l.h * l.w;
   for (uint32_t p = 0; p < plane; ++p) PointwisePixel(l, in + p, plane, w, b, out + p, plane);
 }
@@ -80,7 +114,10 @@ inline void PointwiseConv(const Layer& l, const float* in, const float* w, const
 // taps row by row (the padding's taps add nothing and are not visited), so
 // the inner loop has no bounds test (bench/mcu: MLPerf's DS-CNN 26.9 ->
 // 21.3 M instructions; its 10x4 conv 20.9 -> 9.5 per MAC).
-inline void Conv(const Layer& l, const float* in, const float* w, const float* b, float* out) {
+// Not inlined into its callers (ConvInPlace, RunWeighted): one copy per
+// weight form keeps the firmware's code inside kFirmwareFlashBytes.
+template <class Weights>
+__attribute__((noinline)) void Conv(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
   if (IsPointwise(l)) {
     PointwiseConv(l, in, w, b, out);
     return;
@@ -97,7 +134,7 @@ inline void Conv(const Layer& l, const float* in, const float* w, const float* b
   if (inner_hi > int32_t(l.ow)) inner_hi = int32_t(l.ow);
   for (int32_t oc = 0; oc < int32_t(l.oc); ++oc) {
     const int32_t g = oc / og;
-    const float* wo = w + uint32_t(oc) * uint32_t(cg) * taps;
+    const auto wo = w.Row(uint32_t(oc));
     const float* planes = in + uint32_t(g * cg) * plane_size;
     for (int32_t oy = 0; oy < int32_t(l.oh); ++oy) {
       const int32_t iy0 = oy * int32_t(l.sh) - int32_t(l.pad_top);
@@ -136,11 +173,11 @@ inline void Conv(const Layer& l, const float* in, const float* w, const float* b
         float acc = b ? b[oc] : 0.0f;
         for (int32_t ic = 0; ic < cg; ++ic) {
           const float* plane = planes + uint32_t(ic) * plane_size;
-          const float* wk = wo + uint32_t(ic) * taps;
+          const auto wk = wo + uint32_t(ic) * taps;
           for (int32_t ky = ky_lo; ky < ky_hi; ++ky) {
             const float* row = plane + (iy0 + ky * dh) * W + ix0;
-            const float* wr = wk + ky * KW;
-            for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += row[kx * dw] * wr[kx];
+            const auto wr = wk + uint32_t(ky * KW);
+            for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += row[kx * dw] * wr[uint32_t(kx)];
           }
         }
         out[(uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow + uint32_t(ox)] = ApplyActivation(acc, l.activation);
@@ -149,11 +186,12 @@ inline void Conv(const Layer& l, const float* in, const float* w, const float* b
   }
 }
 
-inline void Dense(const Layer& l, const float* in, const float* w, const float* b, float* out) {
+template <class Weights>
+inline void Dense(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
   const uint32_t n = l.c * l.h * l.w;
   for (uint32_t o = 0; o < l.oc; ++o) {
     float acc = b ? b[o] : 0.0f;
-    const float* row = w + o * n;
+    const auto row = w.Row(o);
     for (uint32_t i = 0; i < n; ++i) acc += row[i] * in[i];
     out[o] = ApplyActivation(acc, l.activation);
   }
@@ -205,7 +243,8 @@ inline void GlobalAvgPool(const Layer& l, const float* in, float* out) {
 // in[o, p] only. Depthwise: plane by plane in order, each input plane
 // copied out first; output plane c lands on input planes <= c. Sums run in
 // Conv's order: the answers are Conv's, bit for bit.
-inline void ConvInPlace(const Layer& l, float* io, const float* w, const float* b, float* scratch) {
+template <class Weights>
+inline void ConvInPlace(const Layer& l, float* io, const Weights& w, const float* b, float* scratch) {
   if (IsPointwise(l)) {
     const uint32_t plane = l.h * l.w;
     for (uint32_t p = 0; p < plane; ++p) {
@@ -224,7 +263,19 @@ inline void ConvInPlace(const Layer& l, float* io, const float* w, const float* 
   const uint32_t in_plane = l.h * l.w, out_plane = l.oh * l.ow;
   for (uint32_t c = 0; c < l.c; ++c) {
     for (uint32_t i = 0; i < in_plane; ++i) scratch[i] = io[c * in_plane + i];
-    Conv(one, scratch, w + c * l.kh * l.kw, b ? b + c : nullptr, io + c * out_plane);
+    Conv(one, scratch, w.From(c), b ? b + c : nullptr, io + c * out_plane);
+  }
+}
+
+// A conv or a dense layer with its weights in their stored form.
+template <class Weights>
+inline void RunWeighted(const Layer& l, float* act, const Weights& w, const float* b) {
+  if (l.op == kOpDense) {
+    Dense(l, act + l.in0, w, b, act + l.out);
+  } else if (l.out == l.in0) {
+    ConvInPlace(l, act + l.in0, w, b, act + l.in1);
+  } else {
+    Conv(l, act + l.in0, w, b, act + l.out);
   }
 }
 
@@ -242,13 +293,15 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
     const uint32_t n = l.oc * l.oh * l.ow;
     switch (l.op) {
       case kOpConv:
-        if (l.out == l.in0) {
-          ConvInPlace(l, act + l.in0, w, b, act + l.in1);
+      case kOpDense: {
+        const uint32_t per = l.op == kOpDense ? l.c * l.h * l.w : l.c / l.group * l.kh * l.kw;
+        if (l.weight_format == kWeightsInt8) {
+          RunWeighted(l, act, Int8Weights{w, reinterpret_cast<const int8_t*>(w + l.oc), per}, b);
         } else {
-          Conv(l, act + l.in0, w, b, act + l.out);
+          RunWeighted(l, act, FloatWeights{w, per}, b);
         }
         break;
-      case kOpDense: Dense(l, act + l.in0, w, b, act + l.out); break;
+      }
       case kOpMaxPool: Pool(l, act + l.in0, act + l.out, true); break;
       case kOpAvgPool: Pool(l, act + l.in0, act + l.out, false); break;
       case kOpGlobalAvgPool: GlobalAvgPool(l, act + l.in0, act + l.out); break;

@@ -120,19 +120,20 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
     if (!found.ok() && found.status().code() == StatusCode::kResourceExhausted) {
       // Name the shortfall: the weights against the MCUs' flash.
       int64_t weights = 0, largest = 0, flash = 0, largest_flash = 0;
-      for (const auto& f : figures) {
-        weights += 4 * f.Q;
-        largest = std::max<int64_t>(largest, 4 * f.Q);
+      for (int j = 0; j < problem.layers(); ++j) {
+        const int64_t w = problem.WeightBytes(mcus[0], j);  // as an MCU program stores them
+        weights += w;
+        largest = std::max<int64_t>(largest, w);
       }
       for (int m : mcus) {
         flash += cluster.devices[m].flash_bytes;
         largest_flash = std::max(largest_flash, cluster.devices[m].flash_bytes);
       }
-      return Status::ResourceExhausted(found.status().message() + ": the layers' weights are " +
-                                       std::to_string(weights) + " B (float32), the MCUs' flash " +
-                                       std::to_string(flash) + " B in all; the largest layer's weights " +
-                                       std::to_string(largest) + " B, the largest MCU's flash " +
-                                       std::to_string(largest_flash) + " B (RAM: activations, checked per device)");
+      return Status::ResourceExhausted(
+          found.status().message() + ": the layers' weights are " + std::to_string(weights) +
+          " B (int8 where exact, else float32), the MCUs' flash " + std::to_string(flash) +
+          " B in all; the largest layer's weights " + std::to_string(largest) + " B, the largest MCU's flash " +
+          std::to_string(largest_flash) + " B (RAM: activations, checked per device)");
     }
     TS_ASSIGN_OR_RETURN(MixedPlacement out, std::move(found));
     out.note = "every layer on the MCUs (--mcu-only): the fastest contiguous pipeline over them; " +

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "partition/graph/int8_weights.h"
 #include "util/quantity.h"
 
 namespace tessera {
@@ -24,7 +25,7 @@ std::string LayerLabel(const LayerFigures& f) {
 
 bool FitsAlone(const PlacementProblem& p, int j, int i) {
   const Device& d = p.cluster->devices[i];
-  return p.weight_bytes[j] <= d.flash_bytes && p.buffer_bytes[j] <= d.ram_bytes;
+  return p.WeightBytes(i, j) <= d.flash_bytes && p.buffer_bytes[j] <= d.ram_bytes;
 }
 
 // Devices that are interchangeable (same memory, speed and links to every
@@ -40,7 +41,7 @@ std::vector<int> DeviceClasses(const Cluster& c) {
       if (cls[b] >= 0) continue;
       const Device& da = c.devices[a];
       const Device& db = c.devices[b];
-      bool same = da.SameCapacity(db);
+      bool same = da.kind == db.kind && da.SameCapacity(db);  // an MCU stores int8 weights in less
       for (int h = 0; same && h < d; ++h) {
         if (h == a || h == b) continue;
         same = c.TransferSeconds(a, h, 1000000) == c.TransferSeconds(b, h, 1000000) &&
@@ -109,6 +110,23 @@ PlacementProblem MakeChainPlacementProblem(const std::vector<LayerFigures>& laye
   return p;
 }
 
+namespace {
+
+// How many bytes fewer than float32 a node's weights take in an MCU
+// program (≤ 0): BuildMcuProgram's int8 form of a Conv's or a Gemm's
+// (transB = 1) weights, one row per output channel.
+int64_t McuWeightSavings(const Graph& graph, const Node& node) {
+  if ((node.op != "Conv" && !(node.op == "Gemm" && node.attrs.Int("transB", 1) != 0)) || node.inputs.size() < 2)
+    return 0;
+  const TensorData* w = graph.ConstantData(node.inputs[1]);
+  if (!w || w->shape.empty() || w->shape[0] <= 0) return 0;
+  const int64_t n = static_cast<int64_t>(w->values.size()), rows = w->shape[0];
+  if (n == 0 || n % rows) return 0;
+  return CompactWeightBytes(w->values.data(), rows, n / rows) - 4 * n;
+}
+
+}  // namespace
+
 PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<LayerFigures>& layers,
                                       const Cluster& cluster) {
   PlacementProblem p = MakeChainPlacementProblem(layers, cluster);
@@ -135,6 +153,13 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
     for (int v : node.outputs)
       if (std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end())
         p.model_output_bytes[j] += NumElements(graph.values[v].shape) * 4;
+  }
+  const bool mcus = std::any_of(cluster.devices.begin(), cluster.devices.end(),
+                                [](const Device& d) { return d.kind == DeviceKind::kMcu; });
+  if (mcus) {
+    p.mcu_weight_bytes = p.weight_bytes;
+    for (size_t j = 0; j < layers.size(); ++j)
+      p.mcu_weight_bytes[j] += McuWeightSavings(graph, graph.nodes[layers[j].node]);
   }
   return p;
 }
@@ -191,7 +216,7 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
     const int i = dev[j];
     layer_s[j] = p.ComputeSeconds(i, j);
     cost.compute_s[i] += layer_s[j];
-    cost.weight_bytes[i] += p.weight_bytes[j];
+    cost.weight_bytes[i] += p.WeightBytes(i, j);
     cost.peak_buffer_bytes[i] = std::max(cost.peak_buffer_bytes[i], p.buffer_bytes[j]);
     first[i] = std::min(first[i], j);
     last[i] = std::max(last[i], j);
@@ -266,7 +291,7 @@ Status CheckPlacementFeasible(const PlacementProblem& p) {
     int64_t least_short = std::numeric_limits<int64_t>::max();
     for (int i = 0; i < c.size(); ++i) {
       const Device& d = c.devices[i];
-      const int64_t short_flash = std::max<int64_t>(0, p.weight_bytes[j] - d.flash_bytes);
+      const int64_t short_flash = std::max<int64_t>(0, p.WeightBytes(i, j) - d.flash_bytes);
       const int64_t short_ram = std::max<int64_t>(0, p.buffer_bytes[j] - d.ram_bytes);
       if (short_flash == 0 && short_ram == 0) {
         fits = true;
@@ -280,17 +305,19 @@ Status CheckPlacementFeasible(const PlacementProblem& p) {
     if (fits) continue;
     const Device& d = c.devices[closest];
     std::string what;
-    if (p.weight_bytes[j] > d.flash_bytes)
-      what += "weights " + FormatBytes(p.weight_bytes[j]) + " > flash " + FormatBytes(d.flash_bytes) + ", short by " +
-              std::to_string(p.weight_bytes[j] - d.flash_bytes) + " bytes";
+    const int64_t weights = p.WeightBytes(closest, j);
+    if (weights > d.flash_bytes)
+      what += "weights " + FormatBytes(weights) + " > flash " + FormatBytes(d.flash_bytes) + ", short by " +
+              std::to_string(weights - d.flash_bytes) + " bytes";
     if (p.buffer_bytes[j] > d.ram_bytes)
       what += std::string(what.empty() ? "" : "; ") + "input+output " + FormatBytes(p.buffer_bytes[j]) + " > RAM " +
               FormatBytes(d.ram_bytes) + ", short by " + std::to_string(p.buffer_bytes[j] - d.ram_bytes) + " bytes";
     return Status::ResourceExhausted(p.names[j] + " fits on no device as a whole layer; closest is " + d.name + " (" +
                                      what + "); use --objective memory or communication to split it, or add a larger device");
   }
-  int64_t weights = 0, flash = 0;
-  for (int64_t w : p.weight_bytes) weights += w;
+  int64_t weights = 0, flash = 0;  // each layer in its smallest form: a bound
+  for (int j = 0; j < p.layers(); ++j)
+    weights += p.mcu_weight_bytes.empty() ? p.weight_bytes[j] : std::min(p.weight_bytes[j], p.mcu_weight_bytes[j]);
   for (const auto& d : c.devices) flash = d.flash_bytes == kUnlimitedBytes ? kUnlimitedBytes : flash + d.flash_bytes;
   if (flash != kUnlimitedBytes && weights > flash)
     return Status::ResourceExhausted("the model's weights (" + FormatBytes(weights) + ") exceed the total flash of all " +
@@ -353,12 +380,12 @@ Result<PlacementResult> PlaceBisection(const PlacementProblem& p, PlacementObjec
       double compute = 0;
       int64_t flash = 0;
       while (j < n) {
-        if (p.buffer_bytes[j] > dv.ram_bytes || flash + p.weight_bytes[j] > dv.flash_bytes) break;
+        if (p.buffer_bytes[j] > dv.ram_bytes || flash + p.WeightBytes(i, j) > dv.flash_bytes) break;
         const double t = compute + p.ComputeSeconds(i, j);
         const double out = (j + 1 < n && k + 1 < d) ? c.TransferSeconds(i, order[k + 1], p.output_bytes[j]) : 0.0;
         if (t + out > budget) break;  // stage full (or this layer alone exceeds it: next device)
         compute = t;
-        flash += p.weight_bytes[j];
+        flash += p.WeightBytes(i, j);
         (*dev)[j++] = i;
       }
       ++k;
@@ -468,7 +495,7 @@ class PlacementSearch {
     std::vector<char> unused_class_tried(d_, 0);
     for (int i : candidates) {
       const Device& dv = c_.devices[i];
-      if (p_.buffer_bytes[j] > dv.ram_bytes || flash_[i] + p_.weight_bytes[j] > dv.flash_bytes) continue;
+      if (p_.buffer_bytes[j] > dv.ram_bytes || flash_[i] + p_.WeightBytes(i, j) > dv.flash_bytes) continue;
       if (used_[i] == 0) {  // interchangeable unused devices: try one of each class
         if (unused_class_tried[classes_[i]]) continue;
         unused_class_tried[classes_[i]] = 1;
@@ -488,14 +515,14 @@ class PlacementSearch {
       std::vector<std::vector<char>> delivered = delivered_;
       transfer += SourceTraffic(p_, j, i, &delivered_, nullptr, nullptr);
       dev_[j] = i;
-      flash_[i] += p_.weight_bytes[j];
+      flash_[i] += p_.WeightBytes(i, j);
       compute_[i] += compute;
       ++used_[i];
       const double latency = partial_latency + compute + transfer;
       if (Bound(j + 1, latency, total_compute + compute) < best_v_ * (1 - 1e-12)) Visit(j + 1, latency, total_compute + compute);
       --used_[i];
       compute_[i] -= compute;
-      flash_[i] -= p_.weight_bytes[j];
+      flash_[i] -= p_.WeightBytes(i, j);
       dev_[j] = -1;
       delivered_ = std::move(delivered);
       for (int q : marked) sent_[q][i] = 0;
@@ -736,7 +763,7 @@ class PipelineSearch {
     for (int e = s + 1; e <= n_; ++e) {
       const int j = e - 1;
       if (p_.buffer_bytes[j] > dv.ram_bytes) break;
-      flash += p_.weight_bytes[j];
+      flash += p_.WeightBytes(rep, j);
       if (flash > dv.flash_bytes) break;
       const double compute = prefix_[k][e] - prefix_[k][s];
       // Longer stages only cost more.

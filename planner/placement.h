@@ -52,6 +52,11 @@ struct PlacementProblem {
   std::vector<int64_t> macs;         // R_j
   std::vector<OpKind> kinds;         // of R_j: which of a device's rates applies (empty: macs_per_s)
   std::vector<int64_t> weight_bytes; // Q_j · 4
+  // On an MCU, layer j's weights in the program's form: a conv's or a
+  // dense layer's weights with an exact int8 form take 1 B per value and
+  // 4 B per output channel (partition/graph/int8_weights.h, as
+  // BuildMcuProgram stores them). Empty: weight_bytes.
+  std::vector<int64_t> mcu_weight_bytes;
   std::vector<int64_t> buffer_bytes; // (M_j + K_j) · 4
   std::vector<int64_t> output_bytes; // K_j · 4
   std::vector<std::vector<int>> producers;  // 0-based layers whose outputs layer j reads
@@ -64,6 +69,11 @@ struct PlacementProblem {
   std::vector<int64_t> model_output_bytes;
 
   int layers() const { return static_cast<int>(macs.size()); }
+  // The flash layer j's weights take on device i.
+  int64_t WeightBytes(int i, int j) const {
+    return !mcu_weight_bytes.empty() && cluster->devices[i].kind == DeviceKind::kMcu ? mcu_weight_bytes[j]
+                                                                                     : weight_bytes[j];
+  }
   // L_ij of METHODS §5: layer j's MACs at device i's rate for its kind.
   double ComputeSeconds(int i, int j) const {
     return cluster->devices[i].ComputeSeconds(macs[j], j < static_cast<int>(kinds.size()) ? kinds[j] : OpKind::kOther);

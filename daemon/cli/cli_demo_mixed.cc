@@ -296,6 +296,9 @@ nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDev
       row["program_ram_bytes_available"] = dev.ram_bytes;
       row["promised_flash_bytes"] = promise.flash_bytes();
       row["promised_ram_bytes"] = promise.ram_bytes();
+      // Conv / dense layers whose weights the program holds as int8 codes
+      // (a QDQ model's: partition/graph/int8_weights.h); the rest float32.
+      row["int8_weight_layers"] = promise.int8_weight_layers;
       if (row.contains("mcu_flash_bytes")) {
         row["reported_flash_bytes"] =
             row["mcu_flash_bytes"].get<int64_t>() - row["mcu_flash_free_bytes"].get<int64_t>();
@@ -427,10 +430,10 @@ void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacem
       return row.contains(key) ? std::to_string(row[key].get<int64_t>()) : std::string("?");
     };
     std::printf(
-        "%s (%s): flash %s B promised, %s B in STATUS (%s B left by the firmware of the preset's %s B); RAM %s B "
-        "promised, %s B in STATUS (%s B left of %s B)%s\n",
+        "%s (%s): flash %s B promised (int8 weights in %s layers), %s B in STATUS (%s B left by the firmware of the "
+        "preset's %s B); RAM %s B promised, %s B in STATUS (%s B left of %s B)%s\n",
         row["device"].get<std::string>().c_str(), row["preset"].get<std::string>().c_str(),
-        num("promised_flash_bytes").c_str(), num("reported_flash_bytes").c_str(),
+        num("promised_flash_bytes").c_str(), num("int8_weight_layers").c_str(), num("reported_flash_bytes").c_str(),
         num("program_flash_bytes_available").c_str(), num("preset_flash_bytes").c_str(),
         num("promised_ram_bytes").c_str(), num("reported_ram_bytes").c_str(),
         num("program_ram_bytes_available").c_str(), num("preset_ram_bytes").c_str(),

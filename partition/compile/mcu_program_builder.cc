@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "partition/graph/arena_layout.h"
+#include "partition/graph/int8_weights.h"
 #include "transport/wire/mcu_program.h"
 
 namespace tessera {
@@ -91,8 +93,30 @@ class McuProgramWriter {
     layers_.push_back(l);
   }
   McuProgramImage Finish(uint32_t plan_id, bool segments) const;
+  // Conv / Gemm weights as int8 codes with per-channel scales where they
+  // have an exact int8 form (issue 16 item 3; McuProgramOptions).
+  bool int8_weights = true;
 
  private:
+  // A conv's or a dense layer's weights into `l`: int8 where allowed and
+  // exact (partition/graph/int8_weights.h), else float32.
+  void AddLayerWeights(const Graph& graph, int value, mcu::Layer* l) {
+    const TensorData* d = graph.ConstantData(value);
+    const int64_t rows = l->oc, n = d ? static_cast<int64_t>(d->values.size()) : 0;
+    std::optional<Int8Rows> q;
+    if (int8_weights && rows > 0 && n % rows == 0) q = RecoverInt8Rows(d->values.data(), rows, n / rows);
+    if (!q) {
+      l->weight = AddWeights(graph, value);
+      return;
+    }
+    l->weight_format = mcu::kWeightsInt8;
+    l->weight = static_cast<uint32_t>(weights_.size());
+    weights_.insert(weights_.end(), q->scales.begin(), q->scales.end());
+    std::vector<float> words((q->codes.size() + 3) / 4, 0.0f);
+    std::memcpy(words.data(), q->codes.data(), q->codes.size());
+    weights_.insert(weights_.end(), words.begin(), words.end());
+    ++int8_layers_;
+  }
   uint32_t AddWeights(const Graph& graph, int value) {
     const TensorData* d = graph.ConstantData(value);
     if (!d) return mcu::kNoWeights;
@@ -121,6 +145,7 @@ class McuProgramWriter {
   static constexpr uint32_t kNoBuffer = UINT32_MAX;
   std::vector<Operands> operands_;  // per layer
   int64_t macs_ = 0;
+  int int8_layers_ = 0;
 };
 
 Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& offset) {
@@ -169,14 +194,14 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
       TS_RETURN_IF_ERROR(window());
       l.group = static_cast<uint32_t>(node.attrs.Int("group", 1));
       if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
-      l.weight = AddWeights(graph, node.inputs[1]);
+      AddLayerWeights(graph, node.inputs[1], &l);
       if (node.inputs.size() > 2) l.bias = AddWeights(graph, node.inputs[2]);
       macs_ += int64_t(l.oc) * l.oh * l.ow * (l.c / std::max<uint32_t>(l.group, 1)) * l.kh * l.kw;
     } else if (node.op == "Gemm") {
       l.op = kOpDense;
       if (node.attrs.Int("transB", 1) == 0) return Unsupported(node, "transB=0");
       if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
-      l.weight = AddWeights(graph, node.inputs[1]);
+      AddLayerWeights(graph, node.inputs[1], &l);
       if (node.inputs.size() > 2) {
         const TensorData* b = graph.ConstantData(node.inputs[2]);
         if (!b || NumElements(b->shape) != l.oc) return Unsupported(node, "a bias that is not one value per output");
@@ -282,6 +307,7 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
   image.activation_floats = act;
   image.macs = macs_;
   image.in_place_layers = laid.merges;
+  image.int8_weight_layers = int8_layers_;
   auto append = [&](const void* p, size_t n) { image.bytes.append(static_cast<const char*>(p), n); };
   append(&h, sizeof h);
   append(inputs.data(), inputs.size() * sizeof(IoEntry));
@@ -331,6 +357,7 @@ uint32_t MessageFor(const std::map<int, uint32_t>& messages, int value) {
 
 Result<McuProgramImage> BuildMcuProgram(const Graph& graph, const McuProgramOptions& options) {
   McuProgramWriter writer;
+  writer.int8_weights = options.int8_weights;
   std::vector<uint32_t> offset(graph.values.size(), UINT32_MAX);
   for (int v : graph.inputs) {
     offset[v] = writer.Allocate(NumElements(graph.values[v].shape));
@@ -347,6 +374,7 @@ Result<McuProgramImage> BuildMcuProgram(const Graph& graph, const McuProgramOpti
 Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuProgramOptions& options) {
   const std::string me = "device " + std::to_string(program.device) + " (mcu)";
   McuProgramWriter writer;
+  writer.int8_weights = options.int8_weights;
   std::vector<uint32_t> buffer_offset;
   for (const ProgramBuffer& b : program.buffers) buffer_offset.push_back(writer.Allocate(b.box.volume()));
   for (auto [value, buffer] : program.model_inputs)

@@ -23,13 +23,19 @@ struct McuProgramOptions {
   // their output over an input nothing reads later, where that shrinks the
   // activation region (partition/graph/arena_layout.h PlanWithSegments).
   bool segments = true;
+  // Conv and Gemm weights that have an exact int8 form (a QDQ model's:
+  // partition/graph/int8_weights.h) are stored as int8 codes with one scale
+  // per output channel, ~¼ of the flash; the answers stay the float
+  // program's bit for bit. false: every weight float32.
+  bool int8_weights = true;
 };
 
 struct McuProgramImage {
   std::string bytes;               // the program, 4-byte words
   uint32_t activation_floats = 0;  // activation region the firmware places after it
   int64_t macs = 0;
-  int in_place_layers = 0;  // layers that write their output over their input (segments)
+  int in_place_layers = 0;     // layers that write their output over their input (segments)
+  int int8_weight_layers = 0;  // conv / dense layers whose weights are stored as int8
   // What the firmware holds (issue 16 item 3): the program with its
   // weights in its flash region, the activations in its RAM arena.
   size_t flash_bytes() const { return bytes.size(); }

@@ -82,7 +82,8 @@ steps { kind: RECV peer: 0 message: 1 dst_buffer: 0 dst_box { dims { begin: 0 en
 steps { kind: COMPUTE subgraph: 0 inputs: 0 outputs: 1 layer: 0 }
 steps { kind: SEND peer: 0 message: 2 src_buffer: 1 src_box { dims { begin: 0 end: 1 } dims { begin: 0 end: 1 } dims { begin: 0 end: 3 } dims { begin: 0 end: 3 } } }
 TXT
-# MCU programs (transport/wire/mcu_program.h, format 3): every layer op, a
+# MCU programs (transport/wire/mcu_program.h, format 4): every layer op (a
+# conv and a dense also with int8 weights), a
 # phased second input on a direct-link UART, an output on UART2.
 cat > "$tmp/mcu.cc" <<'CC'
 #include <cstdio>
@@ -135,8 +136,12 @@ int main(int argc, char** argv) {
   Layer relu = L(kOpRelu, 158, 158, 2, 3, 3, 2, 3, 3);
   Layer dw = L(kOpConv, 0, 176, 1, 6, 6, 1, 6, 6);
   dw.kh = dw.kw = 3; dw.pad_top = dw.pad_left = 2; dw.dh = dw.dw = 2; dw.weight = 0;
-  Write(dir + "/every_op.bin", {{1, 0, 36, 0, 0}}, {{2, 152, 4, 10, 0}, {3, 156, 2, 10, 0}},
-        {conv, pool, q, dense, add, copy, gap, avg, relu, dw}, w, 212);
+  Layer qconv = conv;  // int8 weights: 2 scales, 18 codes in 5 words
+  qconv.weight_format = kWeightsInt8; qconv.weight = 30; qconv.out = 212;
+  Layer qdense = dense;  // 4 scales, 72 codes in 18 words
+  qdense.weight_format = kWeightsInt8; qdense.weight = 40; qdense.out = 284;
+  Write(dir + "/every_op.bin", {{1, 0, 36, 0, 0}}, {{2, 152, 4, 11, 0}, {3, 156, 2, 11, 0}},
+        {conv, pool, q, dense, add, copy, gap, avg, relu, dw, qconv, qdense}, w, 288);
   // Phases and UARTs: a second input on UART1 before the Add, an output on UART2 after the pool.
   Write(dir + "/phases_ports.bin", {{1, 0, 36, 0, 0}, {5, 148, 4, 4, 1}}, {{6, 108, 18, 2, 2}, {2, 152, 4, 6, 0}},
         {conv, pool, q, dense, add, copy}, w, 156);

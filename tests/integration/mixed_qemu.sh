@@ -126,7 +126,9 @@ done
 # FDTI over the 2 workers and 2 MCUs. The MCUs run its QuantizeDequantize
 # steps (kOpQuantize, firmware/mcu_kernels.h, the host's rounding bit for
 # bit; uart_mcu_program_test checks that): every answer equals the
-# single-device run of the QDQ model. Storage is still float32 on the MCUs.
+# single-device run of the QDQ model. The MCUs hold the conv and dense
+# weights as int8 codes (mcu_program.h kWeightsInt8); activations, their
+# RAM, are still float32.
 QDIR=$(mktemp -d)
 trap 'rm -f "$OUT" "$ERR"; rm -rf "$QDIR"' EXIT
 /usr/bin/python3 - "$QDIR" <<'PY'
@@ -154,6 +156,7 @@ assert j["max_rel_diff"] <= 1e-5, j["max_rel_diff"]
 assert j["mcu_memory_as_promised"] is True, j
 mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
 assert len(mcus) == 2 and all(d["mcu_runs"] >= 2 for d in mcus), mcus
+assert all(d["int8_weight_layers"] >= 1 for d in mcus), mcus  # FDTI slices of its convs, as int8
 print("PASS: quantized KWS CNN --force fdti on 2 workers + 2 MCUs: %d requests, max rel %.3g, %.0f ms; "
       "MCU flash/RAM as promised: %s" % (j["requests"], j["max_rel_diff"], j["latency_ms"],
       ", ".join("%s %d/%d B" % (d["device"], d["promised_flash_bytes"], d["promised_ram_bytes"]) for d in mcus)))
@@ -200,27 +203,36 @@ print("PASS: quantized KWS, --mcu-chain%s: %d requests equal, max rel %.3g, %.0f
 PY
 done
 
-# An all-MCU chain that no single MCU could run (issue 16 item 4): a
-# quantized CNN of 50 908 weights (204 KB as float32, still the MCUs'
-# storage) on STM32F401RB-class boards (128 KiB flash, 64 KiB RAM each, of
-# which the firmware itself takes 16 KiB and 26 KiB).
-# One such MCU alone is refused before anything is deployed, naming the
-# shortfall; three joined UART-to-UART run every layer (--mcu-only: w1 only
-# sends the input and takes the answer), answers equal to the host run
-# within one step of the output's int8 grid.
+# An all-MCU chain that no single MCU could run (issue 16 items 3 and 4): a
+# quantized CNN of 140 860 weights on STM32F401RB-class boards (128 KiB
+# flash, 64 KiB RAM each, of which the firmware itself takes 16 KiB and
+# 26 KiB). The MCU programs hold its conv and dense weights as int8 codes
+# with a scale per output channel (143 KB in all; 563 KB as float32, more
+# than three such boards hold). One such MCU alone is refused before
+# anything is deployed, naming the shortfall; so is the float model on
+# three; three joined UART-to-UART run every layer of the quantized one
+# (--mcu-only: w1 only sends the input and takes the answer), answers
+# equal to the host run within one step of the output's int8 grid.
 /usr/bin/python3 - "$QDIR" <<'PY'
 import sys, torch, torch.nn as nn
 torch.manual_seed(20241128)
 m = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                   nn.Conv2d(8, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                  nn.Conv2d(32, 48, 3, padding=1), nn.ReLU(), nn.Conv2d(48, 48, 3, padding=1), nn.ReLU(),
-                  nn.Flatten(), nn.Linear(48 * 12 * 2, 12)).eval()
-assert sum(p.numel() for p in m.parameters()) == 50908
+                  nn.Conv2d(32, 96, 3, padding=1), nn.ReLU(), nn.Conv2d(96, 96, 3, padding=1), nn.ReLU(),
+                  nn.Flatten(), nn.Linear(96 * 12 * 2, 12)).eval()
+assert sum(p.numel() for p in m.parameters()) == 140860
 torch.onnx.export(m, torch.randn(1, 1, 49, 10), sys.argv[1] + "/wide.onnx", opset_version=13,
                   input_names=["input"], output_names=["output"])
 PY
 "$TESSERA" quantize "$QDIR/wide.onnx" --random 8 --out "$QDIR/wide.int8.onnx" --json >/dev/null ||
   { echo "FAIL: tessera quantize of the wide CNN"; exit 1; }
+rc=0
+run_demo 120 --mcu 3 --mcu-chain --mcu-only --mcu-preset STM32F401RB --model "$QDIR/wide.onnx" --requests 1 --json ||
+  rc=$?
+if [[ $rc -eq 0 ]] || ! grep -q "the layers' weights are 563440 B (int8 where exact, else float32)" "$ERR"; then
+  cat "$OUT" "$ERR"; echo "FAIL: three STM32F401RB should refuse the float wide CNN, naming why (exit $rc)"; exit 1
+fi
+echo "PASS: three STM32F401RB refuse the float32 wide CNN: $(grep -o 'the layers. weights are[^;]*' "$ERR" | head -1)"
 rc=0
 run_demo 120 --mcu 1 --mcu-only --mcu-preset STM32F401RB --model "$QDIR/wide.int8.onnx" --requests 1 --json || rc=$?
 if [[ $rc -eq 0 ]] || ! grep -q "over the 1 MCUs alone fits" "$ERR"; then
@@ -243,6 +255,9 @@ assert j["mcu_only"] is True and j["mcu_chain"] is True and j["mcu_memory_as_pro
 assert all(not p.endswith("@w1") and not p.endswith("@w2") for p in j["placement"].split(", ")), j["placement"]
 mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
 assert len(mcus) == 3 and all(d["mcu_runs"] >= 2 for d in mcus), mcus
+# The 5 conv / dense layers' weights are int8 in flash: under a third of float32's 563 440 B.
+assert sum(d["int8_weight_layers"] for d in mcus) == 5, mcus
+assert sum(d["promised_flash_bytes"] for d in mcus) < 563440 / 3, mcus
 assert sum(d["promised_flash_bytes"] for d in mcus) > mcus[0]["program_flash_bytes_available"], mcus  # fits no single one
 # Each program within what the firmware leaves of the board (planner/cluster.cc).
 assert all(d["promised_flash_bytes"] <= d["program_flash_bytes_available"] == d["preset_flash_bytes"] - d["firmware_flash_bytes"]
@@ -251,6 +266,6 @@ assert all(d["promised_flash_bytes"] <= d["program_flash_bytes_available"] == d[
 assert mcus[0]["preset_flash_bytes"] == 128 * 1024 and mcus[0]["preset_ram_bytes"] == 64 * 1024, mcus
 assert j["direct_links"] and j["direct_links_as_expected"] is True, j["direct_links"]
 print("PASS: wide CNN on 3 STM32F401RB joined UART-to-UART: %d requests within 1 output step (max %.3g), %.0f ms; "
-      "flash %s B; direct UART %s" % (j["requests"], j["max_diff_output_steps"], j["latency_ms"], "/".join(str(d["promised_flash_bytes"]) for d in mcus),
+      "flash %s B (int8 weights); direct UART %s" % (j["requests"], j["max_diff_output_steps"], j["latency_ms"], "/".join(str(d["promised_flash_bytes"]) for d in mcus),
          ", ".join("%s->%s %d B" % (l["from"], l["to"], l["sent_payload_bytes"]) for l in j["direct_links"])))
 PY

@@ -29,7 +29,7 @@
 namespace tessera::mcu {
 
 constexpr uint32_t kProgramMagic = 0x504D5354;  // "TSMP"
-constexpr uint32_t kProgramVersion = 3;
+constexpr uint32_t kProgramVersion = 4;
 constexpr uint32_t kNoWeights = 0xFFFFFFFFu;
 
 enum LayerOp : uint32_t {
@@ -48,6 +48,15 @@ enum LayerOp : uint32_t {
 };
 
 enum Activation : uint32_t { kActNone = 0, kActRelu = 1 };
+
+// How a Conv's or a Dense's weights are stored (version 4, issue 16 item 3):
+// float32, or int8 — one float scale per output channel (oc floats at
+// `weight`), then the channels' codes, 1 byte each, oc × per values
+// (per = c/group·kh·kw, or c·h·w for Dense) in the following
+// ceil(oc·per / 4) words. The kernels use float(code) · scale, which the
+// host checked reproduces the float weight bit for bit
+// (partition/graph/int8_weights.h): the answers are the float program's.
+enum WeightFormat : uint32_t { kWeightsFloat32 = 0, kWeightsInt8 = 1 };
 
 struct ProgramHeader {
   uint32_t magic, version, plan_id;
@@ -79,9 +88,10 @@ struct Layer {
   uint32_t kh, kw, sh, sw, pad_top, pad_left, dh, dw;
   uint32_t group;          // conv groups; avg pool: count_include_pad
   uint32_t weight, bias;   // float offsets into the weight block (bias: kNoWeights = none)
+  uint32_t weight_format;  // WeightFormat of Conv / Dense weights (others: kWeightsFloat32)
 };
 
-static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 20 && sizeof(Layer) == 88,
+static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 20 && sizeof(Layer) == 92,
               "the program layout is fixed: 32-bit words only");
 
 // Reply to a STATUS request (frame type kFrameStatus), little-endian words.
@@ -195,6 +205,12 @@ inline uint64_t InputFloats(const Layer& l) { return uint64_t(l.c) * l.h * l.w; 
 inline uint64_t OutputFloats(const Layer& l) { return uint64_t(l.oc) * l.oh * l.ow; }
 }  // namespace detail
 
+// Words of the weight block that `oc` output channels of `per` weights take
+// in `format` (WeightFormat).
+inline uint64_t WeightWords(uint32_t format, uint64_t oc, uint64_t per) {
+  return format == kWeightsInt8 ? oc + (oc * per + 3) / 4 : oc * per;
+}
+
 // Segments (METHODS §6 "Segments"): a conv whose output starts where its
 // input does (out == in0) writes each output segment over input it has
 // consumed, through a scratch region of InPlaceScratchFloats at in1
@@ -260,12 +276,15 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
     const uint64_t in = InputFloats(l), out = OutputFloats(l);
     if (!Inside(l.in0, in, act) || !Inside(l.out, out, act) || out == 0) return kErrProgramLayer;
     if (l.activation > kActRelu || !SpatialFits(l)) return kErrProgramLayer;
+    if (l.weight_format > kWeightsInt8 || (l.weight_format != kWeightsFloat32 && l.op != kOpConv && l.op != kOpDense))
+      return kErrProgramLayer;
     switch (l.op) {
       case kOpConv: {
         if (l.group == 0 || l.c % l.group || l.oc % l.group || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0 ||
             l.dh == 0 || l.dw == 0)  // the kernel divides by the stride and the dilation
           return kErrProgramLayer;
-        if (!Inside(l.weight, uint64_t(l.oc) * (l.c / l.group) * l.kh * l.kw, wts)) return kErrProgramLayer;
+        if (!Inside(l.weight, WeightWords(l.weight_format, l.oc, uint64_t(l.c / l.group) * l.kh * l.kw), wts))
+          return kErrProgramLayer;
         if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;
         if (l.out == l.in0) {  // in place: a kind that can, and its scratch beside the buffer
           const uint64_t scratch = InPlaceScratchFloats(l), buffer = in > out ? in : out;
@@ -275,7 +294,8 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
         break;
       }
       case kOpDense:
-        if (l.oh != 1 || l.ow != 1 || !Inside(l.weight, uint64_t(l.oc) * in, wts)) return kErrProgramLayer;
+        if (l.oh != 1 || l.ow != 1 || !Inside(l.weight, WeightWords(l.weight_format, l.oc, in), wts))
+          return kErrProgramLayer;
         if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;
         break;
       case kOpMaxPool:

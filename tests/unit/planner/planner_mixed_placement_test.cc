@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "partition/compile/mcu_program_builder.h"
+#include "partition/graph/int8_weights.h"
 #include "partition/graph/metrics.h"
 #include "planner/mixed_placement.h"
+#include "transport/wire/mcu_program.h"
 
 using namespace tessera;
 
@@ -149,4 +152,48 @@ TEST_CASE("mixed placement: --mcu-only puts every layer on the MCUs, neighbours 
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == StatusCode::kResourceExhausted);
   CHECK(refused.status().message().find("over the 1 MCUs alone fits") != std::string::npos);
+}
+
+TEST_CASE("mixed placement: an MCU holds a QDQ model's weights as int8, as its program stores them") {
+  const Graph f32 = MakeKeywordSpottingGraph();
+  const Graph q = WithInt8GridWeights(f32);
+  auto program = BuildMcuProgram(q, {});
+  REQUIRE(program.ok());
+  REQUIRE(program->int8_weight_layers == 4);
+  mcu::ProgramHeader h;
+  std::memcpy(&h, program->bytes.data(), sizeof h);
+  const int64_t int8_weights = 4 * int64_t{h.weight_floats},
+                float_weights = 4 * ComputeTotals(ComputeLayerFigures(q)).weights;
+  REQUIRE(int8_weights < float_weights / 3);
+  // An MCU whose flash, less the firmware's, holds the int8 weights and not
+  // the float ones.
+  const int64_t flash = mcu::kFirmwareFlashBytes + (int8_weights + float_weights) / 2;
+  auto c = ParseCluster(
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
+      "}\n"
+      "  - { name: mcu1, kind: mcu, ram: 256KiB, flash: " +
+          std::to_string(flash) +
+          ", cpu_hz: 84e6, cycles_per_mac: 9, serial: /dev/null, baud: 115200, via: w1 }\n"
+          "links:\n"
+          "  default: { bandwidth: 10Gbit/s, latency: 20us }\n",
+      "one mcu", PresetDirectories());
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  auto placed = PlaceMixed(q, *c, true);
+  INFO(placed.status().ToString());
+  REQUIRE(placed.ok());
+  // What the planner counts on the MCU is the program's weight block, byte for byte.
+  CHECK(placed->cost.weight_bytes[1] == int8_weights);
+  auto refused = PlaceMixed(f32, *c, true);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("the layers' weights are " + std::to_string(float_weights) + " B") !=
+        std::string::npos);
+  // A Linux device keeps float32 weights: the same model counts 4 B per value there.
+  PlacementProblem problem = MakePlacementProblem(q, ComputeLayerFigures(q), *c);
+  int64_t linux_bytes = 0, mcu_bytes = 0;
+  for (int j = 0; j < problem.layers(); ++j)
+    linux_bytes += problem.WeightBytes(0, j), mcu_bytes += problem.WeightBytes(1, j);
+  CHECK(linux_bytes == float_weights);
+  CHECK(mcu_bytes == int8_weights);
 }

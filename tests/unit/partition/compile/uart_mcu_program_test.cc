@@ -16,6 +16,7 @@
 #include "partition/compile/forced_plan.h"
 #include "partition/compile/mcu_program_builder.h"
 #include "partition/compile/program_compiler.h"
+#include "partition/graph/int8_weights.h"
 #include "partition/graph/quantization.h"
 
 namespace tessera {
@@ -79,8 +80,9 @@ std::vector<float> Reference(const Graph& g, const std::vector<float>& input) {
 // Builds `g`'s MCU program, runs it on `input` with the firmware's
 // interpreter on a host arena and returns its first output; the arena's
 // guard band must stay intact.
-std::vector<float> RunOnHostArena(const Graph& g, const std::vector<float>& input) {
-  auto image = BuildMcuProgram(g, McuProgramOptions{});
+std::vector<float> RunOnHostArena(const Graph& g, const std::vector<float>& input,
+                                  const McuProgramOptions& options = {}) {
+  auto image = BuildMcuProgram(g, options);
   REQUIRE(image.ok());
   HostArena arena;
   REQUIRE(arena.Load(image->bytes, image->ram_bytes() + 8) == mcu::kErrNone);
@@ -92,7 +94,81 @@ std::vector<float> RunOnHostArena(const Graph& g, const std::vector<float>& inpu
   return got;
 }
 
+// 400 rounds of 1-4 bytes corrupted among the first `corruptible` of the
+// program: each accepted program runs and must stay inside its arena.
+// Returns how many were accepted.
+int FuzzProgram(const McuProgramImage& image, size_t corruptible, uint32_t seed) {
+  std::mt19937 rng(seed);
+  int accepted = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::string bytes = image.bytes;
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) {
+      size_t at = rng() % std::min(bytes.size(), corruptible);
+      if (rng() % 2)
+        bytes[at] ^= static_cast<char>(1u << (rng() % 8));
+      else
+        bytes[at] = static_cast<char>(rng());
+    }
+    HostArena arena;
+    if (arena.Load(bytes, image.ram_bytes()) != mcu::kErrNone) continue;
+    ++accepted;
+    mcu::RunProgram(arena.view, arena.act());
+    REQUIRE(arena.GuardIntact());
+  }
+  return accepted;
+}
+
 }  // namespace
+
+TEST_CASE("mcu program: a QDQ model's weights are stored as int8, answers unchanged bit for bit", "[mcu][int8]") {
+  for (Graph g : {WithInt8GridWeights(MakeKeywordSpottingGraph()), WithInt8GridWeights(MakeMcuOpsGraph()),
+                  WithInt8GridWeights(MakeMlperfDsCnnGraph())}) {
+    REQUIRE(g.Validate().ok());
+    INFO(g.name);
+    McuProgramOptions as_float;
+    as_float.int8_weights = false;
+    auto int8 = BuildMcuProgram(g, {});
+    auto f32 = BuildMcuProgram(g, as_float);
+    REQUIRE(int8.ok());
+    REQUIRE(f32.ok());
+    int weighted = 0;
+    int64_t weights = 0;
+    for (const Node& n : g.nodes)
+      if (n.op == "Conv" || n.op == "Gemm") {
+        ++weighted;
+        weights += NumElements(g.values[n.inputs[1]].shape);
+      }
+    CHECK(int8->int8_weight_layers == weighted);
+    CHECK(f32->int8_weight_layers == 0);
+    // Each weight 3 bytes fewer, less a 4-byte scale per output channel and
+    // the padding of each layer's codes to whole words.
+    const int64_t saved = static_cast<int64_t>(f32->flash_bytes()) - static_cast<int64_t>(int8->flash_bytes());
+    CHECK(saved > 3 * weights - 4 * 4 * weights / 9);
+    CHECK(saved <= 3 * weights);
+    CHECK(int8->ram_bytes() == f32->ram_bytes());
+    auto input = SeededInput(g.values[g.inputs[0]].shape, 4);
+    const std::vector<float> a = RunOnHostArena(g, input), b = RunOnHostArena(g, input, as_float);
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    CHECK(MaxRel(a, Reference(g, input)) <= 1e-5);
+  }
+  // Float weights keep their float form.
+  CHECK(BuildMcuProgram(MakeKeywordSpottingGraph(), {})->int8_weight_layers == 0);
+}
+
+TEST_CASE("fuzz: corrupted int8-weight programs are rejected or stay inside the arena", "[mcu][fuzz][int8]") {
+  auto image = BuildMcuProgram(WithInt8GridWeights(MakeMcuOpsGraph()), {});
+  REQUIRE(image.ok());
+  REQUIRE(image->int8_weight_layers > 0);
+  HostArena clean;
+  REQUIRE(clean.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
+  const mcu::ProgramHeader& h = *clean.view.header;
+  const size_t metadata =
+      sizeof h + (h.num_inputs + h.num_outputs) * sizeof(mcu::IoEntry) + h.num_layers * sizeof(mcu::Layer);
+  const int accepted = FuzzProgram(*image, metadata, 11);
+  INFO("accepted " << accepted << " of 400 corrupted programs");
+  CHECK(accepted < 400);
+}
 
 TEST_CASE("mcu kernels match the host executor", "[mcu]") {
   for (Graph g : {MakeKeywordSpottingGraph(), MakeMcuOpsGraph()}) {
@@ -323,22 +399,8 @@ TEST_CASE("mcu program: QuantizeDequantize is the host's, bit for bit", "[mcu][q
 TEST_CASE("fuzz: corrupted programs are rejected or stay inside the arena", "[mcu][fuzz]") {
   auto image = BuildMcuProgram(MakeMcuOpsGraph(), {});
   REQUIRE(image.ok());
-  std::mt19937 rng(9);
   const size_t header_and_layers = image->bytes.size() - 4 * size_t{2000};  // mostly metadata, not weights
-  int accepted = 0;
-  for (int round = 0; round < 400; ++round) {
-    std::string bytes = image->bytes;
-    for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) {
-      size_t at = rng() % std::min(bytes.size(), header_and_layers);
-      if (rng() % 2) bytes[at] ^= static_cast<char>(1u << (rng() % 8));
-      else bytes[at] = static_cast<char>(rng());
-    }
-    HostArena arena;
-    if (arena.Load(bytes, image->ram_bytes()) != mcu::kErrNone) continue;
-    ++accepted;
-    mcu::RunProgram(arena.view, arena.act());
-    REQUIRE(arena.GuardIntact());
-  }
+  const int accepted = FuzzProgram(*image, header_and_layers, 9);
   INFO("accepted " << accepted << " of 400 corrupted programs");
   CHECK(accepted < 400);
 }

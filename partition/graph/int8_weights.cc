@@ -1,0 +1,96 @@
+#include "partition/graph/int8_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "partition/graph/quantization.h"
+
+namespace tessera {
+
+namespace {
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Whether every value of the row is float(k) · s for an int8 k; the codes
+// into `codes`.
+bool Reproduces(const float* row, int64_t per, float s, int8_t* codes) {
+  if (!(s > 0.0f) || !std::isfinite(s)) return false;
+  for (int64_t i = 0; i < per; ++i) {
+    const float k = std::nearbyint(row[i] / s);
+    if (!(k >= -128.0f && k <= 127.0f)) return false;  // NaN fails too
+    // What a kernel computes from the stored code (k may be −0.0; the code is 0).
+    codes[i] = static_cast<int8_t>(k);
+    if (!SameBits(static_cast<float>(codes[i]) * s, row[i])) return false;
+  }
+  return true;
+}
+
+// A scale for one row: the largest magnitude m is some code K times s
+// (|K| <= 128), so s is m / K up to the rounding of the product; the
+// neighbours of m / K (two ulps each way) are tried too.
+bool RecoverRow(const float* row, int64_t per, float* scale, int8_t* codes) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < per; ++i) {
+    if (!std::isfinite(row[i])) return false;
+    m = std::max(m, std::fabs(row[i]));
+  }
+  if (m == 0.0f) {  // all +0.0 (a −0.0 has no code: float(0) · s is +0.0)
+    *scale = 1.0f;
+    std::memset(codes, 0, static_cast<size_t>(per));
+    return Reproduces(row, per, 1.0f, codes);
+  }
+  for (int K = 127; K >= 1; --K) {
+    for (float base : {m / static_cast<float>(K), K == 127 ? m / 128.0f : -1.0f}) {
+      if (!(base > 0.0f)) continue;
+      float below = base, above = base;
+      if (Reproduces(row, per, base, codes)) return *scale = base, true;
+      for (int u = 0; u < 2; ++u) {
+        below = std::nextafter(below, 0.0f);
+        above = std::nextafter(above, INFINITY);
+        if (Reproduces(row, per, below, codes)) return *scale = below, true;
+        if (Reproduces(row, per, above, codes)) return *scale = above, true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<Int8Rows> RecoverInt8Rows(const float* values, int64_t rows, int64_t per) {
+  if (rows <= 0 || per <= 0) return std::nullopt;
+  Int8Rows out;
+  out.scales.resize(static_cast<size_t>(rows));
+  out.codes.resize(static_cast<size_t>(rows * per));
+  for (int64_t r = 0; r < rows; ++r)
+    if (!RecoverRow(values + r * per, per, &out.scales[r], out.codes.data() + r * per)) return std::nullopt;
+  return out;
+}
+
+int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per) {
+  if (rows > 0 && per > 0) {
+    const int64_t int8 = Int8Rows::Int8RowsBytes(rows, rows * per);
+    if (int8 < 4 * rows * per && RecoverInt8Rows(values, rows, per)) return int8;
+  }
+  return 4 * std::max<int64_t>(rows, 0) * std::max<int64_t>(per, 0);
+}
+
+Graph WithInt8GridWeights(Graph g) {
+  for (const Node& n : g.nodes) {
+    if ((n.op != "Conv" && n.op != "Gemm") || n.inputs.size() < 2) continue;
+    auto it = g.constants.find(n.inputs[1]);
+    if (it == g.constants.end() || it->second.shape.empty() || it->second.shape[0] <= 0) continue;
+    TensorData& w = it->second;
+    const int64_t rows = w.shape[0], per = static_cast<int64_t>(w.values.size()) / rows;
+    for (int64_t r = 0; r < rows; ++r) {
+      float m = 0;
+      for (int64_t i = 0; i < per; ++i) m = std::max(m, std::fabs(w.values[r * per + i]));
+      const QuantGrid grid{m > 0 ? m / 127.0f : 1.0f, 0, -127, 127};
+      for (int64_t i = 0; i < per; ++i) w.values[r * per + i] = QuantizeDequantize(w.values[r * per + i], grid);
+    }
+  }
+  return g;
+}
+
+}  // namespace tessera

@@ -1,0 +1,50 @@
+// Weights a QDQ model holds as int8 codes, found again in their float32
+// values (issue 16 items 1 and 3: weights kept in an MCU's flash as int8).
+//
+// tessera imports a quantized model's weights dequantized (quantization.h):
+// each value is float(k · s) for an integer code k (k = q − zero point) and
+// its output channel's scale s. RecoverInt8Rows finds, for each row (one
+// output channel), a scale s' and codes k in [−128, 127] such that
+// float(k) · s' reproduces every value *bit for bit* in float32
+// arithmetic; s' need not be the model's s, any s' that reproduces the
+// values serves. A row it cannot reproduce so (a float model's weights, a
+// NaN, a −0.0) makes the whole tensor stay float32. So a kernel that
+// multiplies its code by its row's scale before using it computes with
+// exactly the float weights the host executor uses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "partition/graph/graph.h"
+
+namespace tessera {
+
+struct Int8Rows {
+  std::vector<float> scales;  // one per row
+  std::vector<int8_t> codes;  // rows × per, row-major
+  // What the codes take with their scales: 4 B per row, 1 B per value
+  // (rounded up to whole 4-byte words, as a program stores them).
+  int64_t bytes() const {
+    return Int8RowsBytes(static_cast<int64_t>(scales.size()), static_cast<int64_t>(codes.size()));
+  }
+  static int64_t Int8RowsBytes(int64_t rows, int64_t values) { return 4 * rows + (values + 3) / 4 * 4; }
+};
+
+// `values` holds rows × per floats, row-major. nullopt when some row has
+// no exact int8 form (or rows/per is 0).
+std::optional<Int8Rows> RecoverInt8Rows(const float* values, int64_t rows, int64_t per);
+
+// The bytes `values` take in an MCU program: Int8Rows::bytes() when they
+// have an int8 form, else 4 per value.
+int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per);
+
+// `g` with every Conv and Gemm weight put on a symmetric int8 grid per
+// output channel (scale = max |w| / 127, codes in [-127, 127]), the way
+// `tessera quantize` quantizes weights, and held as a QDQ model's are after
+// import (dequantized float32): the tests' and benches' quantized models
+// built in memory.
+Graph WithInt8GridWeights(Graph g);
+
+}  // namespace tessera
