@@ -116,6 +116,10 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
     if (cluster.devices[i].kind == DeviceKind::kMcu) mcus.push_back(i);
   if (mcus_only) {
     if (mcus.empty()) return Status::InvalidArgument("an MCU-only placement needs MCUs in the cluster");
+    for (int j = 0; j < problem.layers(); ++j)
+      if (!problem.Runs(mcus[0], j))
+        return Status::NotSupported("--mcu-only: " + problem.names[j] +
+                                    " cannot run on an MCU: " + problem.mcu_refusals[j]);
     auto found = FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()), cluster.size(), mcus);
     if (!found.ok() && found.status().code() == StatusCode::kResourceExhausted) {
       // Name the shortfall: the weights against the MCUs' flash.

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "partition/compile/mcu_program_builder.h"
 #include "partition/graph/int8_weights.h"
 #include "util/quantity.h"
 
@@ -25,7 +26,7 @@ std::string LayerLabel(const LayerFigures& f) {
 
 bool FitsAlone(const PlacementProblem& p, int j, int i) {
   const Device& d = p.cluster->devices[i];
-  return p.WeightBytes(i, j) <= d.flash_bytes && p.buffer_bytes[j] <= d.ram_bytes;
+  return p.Runs(i, j) && p.WeightBytes(i, j) <= d.flash_bytes && p.buffer_bytes[j] <= d.ram_bytes;
 }
 
 // Devices that are interchangeable (same memory, speed and links to every
@@ -158,8 +159,12 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
                                 [](const Device& d) { return d.kind == DeviceKind::kMcu; });
   if (mcus) {
     p.mcu_weight_bytes = p.weight_bytes;
-    for (size_t j = 0; j < layers.size(); ++j)
-      p.mcu_weight_bytes[j] += McuWeightSavings(graph, graph.nodes[layers[j].node]);
+    p.mcu_refusals.assign(layers.size(), "");
+    for (size_t j = 0; j < layers.size(); ++j) {
+      const Node& node = graph.nodes[layers[j].node];
+      p.mcu_weight_bytes[j] += McuWeightSavings(graph, node);
+      if (Status can = McuCanRun(graph, node); !can.ok()) p.mcu_refusals[j] = can.message();
+    }
   }
   return p;
 }
@@ -240,6 +245,11 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
     cost.compute_s[i] +=
         c.devices[i].NetworkCpuSeconds(static_cast<double>(cost.sent_bytes[i] + cost.received_bytes[i]));
   cost.feasible = true;
+  for (int j = 0; j < n && cost.feasible; ++j)
+    if (!p.Runs(dev[j], j)) {
+      cost.feasible = false;
+      cost.infeasible_reason = "device " + c.devices[dev[j]].name + ": " + p.mcu_refusals[j];
+    }
   for (int i = 0; i < d && cost.feasible; ++i) {
     const Device& dv = c.devices[i];
     if (cost.weight_bytes[i] > dv.flash_bytes) {
@@ -286,11 +296,13 @@ double PlacementObjectiveValue(const PlacementCost& cost, PlacementObjective obj
 Status CheckPlacementFeasible(const PlacementProblem& p) {
   const Cluster& c = *p.cluster;
   for (int j = 0; j < p.layers(); ++j) {
-    bool fits = false;
+    bool fits = false, runs = false;
     int closest = 0;
     int64_t least_short = std::numeric_limits<int64_t>::max();
     for (int i = 0; i < c.size(); ++i) {
       const Device& d = c.devices[i];
+      if (!p.Runs(i, j)) continue;
+      runs = true;
       const int64_t short_flash = std::max<int64_t>(0, p.WeightBytes(i, j) - d.flash_bytes);
       const int64_t short_ram = std::max<int64_t>(0, p.buffer_bytes[j] - d.ram_bytes);
       if (short_flash == 0 && short_ram == 0) {
@@ -303,6 +315,9 @@ Status CheckPlacementFeasible(const PlacementProblem& p) {
       }
     }
     if (fits) continue;
+    if (!runs)
+      return Status::NotSupported(p.names[j] + " runs on no device of the cluster: " + p.mcu_refusals[j] +
+                                  "; add a Linux device");
     const Device& d = c.devices[closest];
     std::string what;
     const int64_t weights = p.WeightBytes(closest, j);
@@ -380,7 +395,7 @@ Result<PlacementResult> PlaceBisection(const PlacementProblem& p, PlacementObjec
       double compute = 0;
       int64_t flash = 0;
       while (j < n) {
-        if (p.buffer_bytes[j] > dv.ram_bytes || flash + p.WeightBytes(i, j) > dv.flash_bytes) break;
+        if (!p.Runs(i, j) || p.buffer_bytes[j] > dv.ram_bytes || flash + p.WeightBytes(i, j) > dv.flash_bytes) break;
         const double t = compute + p.ComputeSeconds(i, j);
         const double out = (j + 1 < n && k + 1 < d) ? c.TransferSeconds(i, order[k + 1], p.output_bytes[j]) : 0.0;
         if (t + out > budget) break;  // stage full (or this layer alone exceeds it: next device)
@@ -495,7 +510,8 @@ class PlacementSearch {
     std::vector<char> unused_class_tried(d_, 0);
     for (int i : candidates) {
       const Device& dv = c_.devices[i];
-      if (p_.buffer_bytes[j] > dv.ram_bytes || flash_[i] + p_.WeightBytes(i, j) > dv.flash_bytes) continue;
+      if (!p_.Runs(i, j) || p_.buffer_bytes[j] > dv.ram_bytes || flash_[i] + p_.WeightBytes(i, j) > dv.flash_bytes)
+        continue;
       if (used_[i] == 0) {  // interchangeable unused devices: try one of each class
         if (unused_class_tried[classes_[i]]) continue;
         unused_class_tried[classes_[i]] = 1;
@@ -762,7 +778,7 @@ class PipelineSearch {
     std::vector<int> crossing;
     for (int e = s + 1; e <= n_; ++e) {
       const int j = e - 1;
-      if (p_.buffer_bytes[j] > dv.ram_bytes) break;
+      if (!p_.Runs(rep, j) || p_.buffer_bytes[j] > dv.ram_bytes) break;
       flash += p_.WeightBytes(rep, j);
       if (flash > dv.flash_bytes) break;
       const double compute = prefix_[k][e] - prefix_[k][s];

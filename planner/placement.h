@@ -57,6 +57,10 @@ struct PlacementProblem {
   // 4 B per output channel (partition/graph/int8_weights.h, as
   // BuildMcuProgram stores them). Empty: weight_bytes.
   std::vector<int64_t> mcu_weight_bytes;
+  // Why an MCU cannot run layer j (partition/compile/mcu_program_builder.h
+  // McuCanRun: an op or an attribute its firmware lacks); "" when it can.
+  // Empty: every layer can.
+  std::vector<std::string> mcu_refusals;
   std::vector<int64_t> buffer_bytes; // (M_j + K_j) · 4
   std::vector<int64_t> output_bytes; // K_j · 4
   std::vector<std::vector<int>> producers;  // 0-based layers whose outputs layer j reads
@@ -69,6 +73,10 @@ struct PlacementProblem {
   std::vector<int64_t> model_output_bytes;
 
   int layers() const { return static_cast<int>(macs.size()); }
+  // Whether device i can run layer j at all (an MCU only the ops its firmware has).
+  bool Runs(int i, int j) const {
+    return mcu_refusals.empty() || cluster->devices[i].kind != DeviceKind::kMcu || mcu_refusals[j].empty();
+  }
   // The flash layer j's weights take on device i.
   int64_t WeightBytes(int i, int j) const {
     return !mcu_weight_bytes.empty() && cluster->devices[i].kind == DeviceKind::kMcu ? mcu_weight_bytes[j]

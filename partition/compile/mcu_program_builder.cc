@@ -148,6 +148,83 @@ class McuProgramWriter {
   int int8_layers_ = 0;
 };
 
+}  // namespace
+
+// What an MCU layer of `node` is, without emitting it: every check of
+// BuildMcuProgram on one node (McuCanRun asks the same). An alias
+// (Reshape, Flatten, Identity) has op 0.
+Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& node) {
+  using namespace mcu;
+  McuLayerDescription out;
+  std::vector<int> xs = graph.ActivationInputs(node);
+  if (xs.empty() || node.outputs.size() != 1) return Unsupported(node, "a node without one activation input/output");
+  const int y = node.outputs[0];
+  if (node.op == "Reshape" || node.op == "Flatten" || node.op == "Identity") return out;
+  Layer& l = out.layer;
+  l.kh = l.kw = l.sh = l.sw = l.dh = l.dw = 1;
+  l.weight = l.bias = kNoWeights;
+  TS_RETURN_IF_ERROR(ImageDims(node, graph.values[xs[0]].shape, &l.c, &l.h, &l.w));
+  TS_RETURN_IF_ERROR(ImageDims(node, graph.values[y].shape, &l.oc, &l.oh, &l.ow));
+  const std::string activation = node.attrs.String("activation", "");
+  if (activation == "relu") {
+    l.activation = kActRelu;
+  } else if (!activation.empty()) {
+    return Unsupported(node, "fused activation '" + activation + "'");
+  }
+  auto window = [&]() -> Status {
+    auto k = node.attrs.Ints("kernel_shape"), s = node.attrs.Ints("strides", {1, 1}),
+         p = node.attrs.Ints("pads", {0, 0, 0, 0}), d = node.attrs.Ints("dilations", {1, 1});
+    if (k.size() != 2 || s.size() != 2 || p.size() != 4 || d.size() != 2) return Unsupported(node, "a non-2-D window");
+    if (node.attrs.String("auto_pad", "NOTSET") != "NOTSET") return Unsupported(node, "auto_pad");
+    l.kh = uint32_t(k[0]), l.kw = uint32_t(k[1]), l.sh = uint32_t(s[0]), l.sw = uint32_t(s[1]);
+    l.pad_top = uint32_t(p[0]), l.pad_left = uint32_t(p[1]), l.dh = uint32_t(d[0]), l.dw = uint32_t(d[1]);
+    return Status::OK();
+  };
+  if (node.op == "Conv") {
+    l.op = kOpConv;
+    TS_RETURN_IF_ERROR(window());
+    l.group = static_cast<uint32_t>(node.attrs.Int("group", 1));
+    if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
+    out.macs = int64_t(l.oc) * l.oh * l.ow * (l.c / std::max<uint32_t>(l.group, 1)) * l.kh * l.kw;
+  } else if (node.op == "Gemm") {
+    l.op = kOpDense;
+    if (node.attrs.Int("transB", 1) == 0) return Unsupported(node, "transB=0");
+    if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
+    if (node.inputs.size() > 2) {
+      const TensorData* b = graph.ConstantData(node.inputs[2]);
+      if (!b || NumElements(b->shape) != l.oc) return Unsupported(node, "a bias that is not one value per output");
+    }
+    out.macs = int64_t(l.oc) * l.c * l.h * l.w;
+  } else if (node.op == "MaxPool" || node.op == "AveragePool") {
+    l.op = node.op == "MaxPool" ? kOpMaxPool : kOpAvgPool;
+    TS_RETURN_IF_ERROR(window());
+    l.group = static_cast<uint32_t>(node.attrs.Int("count_include_pad", 0));
+  } else if (node.op == "GlobalAveragePool") {
+    l.op = kOpGlobalAvgPool;
+  } else if (node.op == "Relu") {
+    l.op = kOpRelu;
+  } else if (node.op == "QuantizeDequantize") {
+    l.op = kOpQuantize;
+    out.grid[0] = static_cast<float>(node.attrs.Float("scale", 0.0));
+    out.grid[1] = static_cast<float>(node.attrs.Int("zero_point", 0));
+    out.grid[2] = static_cast<float>(node.attrs.Int("qmin", -128));
+    out.grid[3] = static_cast<float>(node.attrs.Int("qmax", 127));
+    if (!(out.grid[0] > 0) || out.grid[2] > out.grid[1] || out.grid[1] > out.grid[3])
+      return Unsupported(node, "a grid without a positive scale");
+  } else if (node.op == "Add") {
+    l.op = kOpAdd;
+    if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)
+      return Unsupported(node, "Add with broadcasting or constant operands");
+  } else {
+    return Unsupported(node, "the op");
+  }
+  return out;
+}
+
+Status McuCanRun(const Graph& graph, const Node& node) { return DescribeMcuLayer(graph, node).status(); }
+
+namespace {
+
 Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& offset) {
   using namespace mcu;
   auto place = [&](int value) {
@@ -155,10 +232,10 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
     return offset[value];
   };
   for (const Node& node : graph.nodes) {
+    TS_ASSIGN_OR_RETURN(McuLayerDescription described, DescribeMcuLayer(graph, node));
     std::vector<int> xs = graph.ActivationInputs(node);
-    if (xs.empty() || node.outputs.size() != 1) return Unsupported(node, "a node without one activation input/output");
     const int y = node.outputs[0];
-    if (node.op == "Reshape" || node.op == "Flatten" || node.op == "Identity") {
+    if (described.layer.op == 0) {
       // Same bytes, another shape: an alias — unless the output already has
       // a place (a buffer of the device program, e.g. a pipeline stage that
       // starts with Flatten on the tensor it received): then a copy.
@@ -169,67 +246,14 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
       offset[y] = place(xs[0]);
       continue;
     }
-    Layer l{};
-    l.kh = l.kw = l.sh = l.sw = l.dh = l.dw = 1;
-    l.weight = l.bias = kNoWeights;
-    TS_RETURN_IF_ERROR(ImageDims(node, graph.values[xs[0]].shape, &l.c, &l.h, &l.w));
-    TS_RETURN_IF_ERROR(ImageDims(node, graph.values[y].shape, &l.oc, &l.oh, &l.ow));
-    const std::string activation = node.attrs.String("activation", "");
-    if (activation == "relu") {
-      l.activation = kActRelu;
-    } else if (!activation.empty()) {
-      return Unsupported(node, "fused activation '" + activation + "'");
-    }
-    auto window = [&]() -> Status {
-      auto k = node.attrs.Ints("kernel_shape"), s = node.attrs.Ints("strides", {1, 1}),
-           p = node.attrs.Ints("pads", {0, 0, 0, 0}), d = node.attrs.Ints("dilations", {1, 1});
-      if (k.size() != 2 || s.size() != 2 || p.size() != 4 || d.size() != 2) return Unsupported(node, "a non-2-D window");
-      if (node.attrs.String("auto_pad", "NOTSET") != "NOTSET") return Unsupported(node, "auto_pad");
-      l.kh = uint32_t(k[0]), l.kw = uint32_t(k[1]), l.sh = uint32_t(s[0]), l.sw = uint32_t(s[1]);
-      l.pad_top = uint32_t(p[0]), l.pad_left = uint32_t(p[1]), l.dh = uint32_t(d[0]), l.dw = uint32_t(d[1]);
-      return Status::OK();
-    };
-    if (node.op == "Conv") {
-      l.op = kOpConv;
-      TS_RETURN_IF_ERROR(window());
-      l.group = static_cast<uint32_t>(node.attrs.Int("group", 1));
-      if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
+    Layer l = described.layer;
+    macs_ += described.macs;
+    if (l.op == kOpConv || l.op == kOpDense) {
       AddLayerWeights(graph, node.inputs[1], &l);
       if (node.inputs.size() > 2) l.bias = AddWeights(graph, node.inputs[2]);
-      macs_ += int64_t(l.oc) * l.oh * l.ow * (l.c / std::max<uint32_t>(l.group, 1)) * l.kh * l.kw;
-    } else if (node.op == "Gemm") {
-      l.op = kOpDense;
-      if (node.attrs.Int("transB", 1) == 0) return Unsupported(node, "transB=0");
-      if (node.inputs.size() < 2 || !graph.IsConstant(node.inputs[1])) return Unsupported(node, "non-constant weights");
-      AddLayerWeights(graph, node.inputs[1], &l);
-      if (node.inputs.size() > 2) {
-        const TensorData* b = graph.ConstantData(node.inputs[2]);
-        if (!b || NumElements(b->shape) != l.oc) return Unsupported(node, "a bias that is not one value per output");
-        l.bias = AddWeights(graph, node.inputs[2]);
-      }
-      macs_ += int64_t(l.oc) * l.c * l.h * l.w;
-    } else if (node.op == "MaxPool" || node.op == "AveragePool") {
-      l.op = node.op == "MaxPool" ? kOpMaxPool : kOpAvgPool;
-      TS_RETURN_IF_ERROR(window());
-      l.group = static_cast<uint32_t>(node.attrs.Int("count_include_pad", 0));
-    } else if (node.op == "GlobalAveragePool") {
-      l.op = kOpGlobalAvgPool;
-    } else if (node.op == "Relu") {
-      l.op = kOpRelu;
-    } else if (node.op == "QuantizeDequantize") {
-      l.op = kOpQuantize;
-      const float q[4] = {
-          static_cast<float>(node.attrs.Float("scale", 0.0)), static_cast<float>(node.attrs.Int("zero_point", 0)),
-          static_cast<float>(node.attrs.Int("qmin", -128)), static_cast<float>(node.attrs.Int("qmax", 127))};
-      if (!(q[0] > 0) || q[2] > q[1] || q[1] > q[3]) return Unsupported(node, "a grid without a positive scale");
+    } else if (l.op == kOpQuantize) {
       l.weight = static_cast<uint32_t>(weights_.size());
-      weights_.insert(weights_.end(), q, q + 4);
-    } else if (node.op == "Add") {
-      l.op = kOpAdd;
-      if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)
-        return Unsupported(node, "Add with broadcasting or constant operands");
-    } else {
-      return Unsupported(node, "the op");
+      weights_.insert(weights_.end(), described.grid, described.grid + 4);
     }
     const int step = static_cast<int>(layers_.size());
     Operands o{place(xs[0]), l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};

@@ -10,6 +10,7 @@
 
 #include "partition/compile/device_program.h"
 #include "partition/graph/graph.h"
+#include "transport/wire/mcu_program.h"
 #include "util/status.h"
 
 namespace tessera {
@@ -45,6 +46,18 @@ struct McuProgramImage {
 // NotSupported naming the node for ops / attributes the MCU cannot run;
 // InvalidArgument for batch != 1.
 Result<McuProgramImage> BuildMcuProgram(const Graph& graph, const McuProgramOptions& options);
+
+// One node as an MCU layer, before its weights and buffers are placed: the
+// checks BuildMcuProgram makes of each node, in one place.
+struct McuLayerDescription {
+  mcu::Layer layer{};  // op 0: an alias (Reshape, Flatten, Identity), no layer
+  int64_t macs = 0;
+  float grid[4] = {};  // kOpQuantize: scale, zero point, qmin, qmax
+};
+Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& node);
+// Whether an MCU can run `node` (OK), else why, naming it: the planner asks
+// this before it places a layer on an MCU, BuildMcuProgram the same.
+Status McuCanRun(const Graph& graph, const Node& node);
 
 // The same from a compiled DeviceProgram (partition/compile/program_compiler.h), for
 // an MCU in a pipeline plan: its Recv steps become program inputs (message

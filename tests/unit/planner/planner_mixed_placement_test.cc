@@ -197,3 +197,39 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's weights as int8, as its p
   CHECK(linux_bytes == float_weights);
   CHECK(mcu_bytes == int8_weights);
 }
+
+TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or is refused by name") {
+  // The KWS CNN with a Softmax after its dense layer: the firmware has no Softmax.
+  Graph g = MakeKeywordSpottingGraph();
+  const int logits = g.outputs[0];
+  const int probs = g.AddValue("probs", g.values[logits].shape);
+  Node softmax{"softmax", "Softmax", {logits}, {probs}, {}};
+  softmax.attrs.Set("axis", int64_t{1});
+  g.AddNode(std::move(softmax));
+  g.outputs = {probs};
+  REQUIRE(g.Validate().ok());
+  const int last = static_cast<int>(g.nodes.size()) - 1;
+  REQUIRE_FALSE(McuCanRun(g, g.nodes[last]).ok());
+
+  const Cluster c = MixedCluster();
+  auto p = PlaceMixed(g, c);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  CHECK(c.devices[p->device_of_layer[last]].kind == DeviceKind::kLinux);
+  for (int mcu : {2, 3}) CHECK(std::count(p->device_of_layer.begin(), p->device_of_layer.end(), mcu) > 0);
+  CHECK(p->cost.feasible);
+
+  // Forced onto an MCU, the placement is infeasible and says why.
+  PlacementProblem problem = MakePlacementProblem(g, ComputeLayerFigures(g), c);
+  std::vector<int> dev = p->device_of_layer;
+  dev[last] = 3;
+  const PlacementCost forced = EvaluatePlacement(problem, dev);
+  CHECK_FALSE(forced.feasible);
+  CHECK(forced.infeasible_reason.find("mcu2: node 'softmax' (Softmax)") != std::string::npos);
+
+  // --mcu-only cannot place it at all: refused before any search, naming the node.
+  auto only = PlaceMixed(g, c, true);
+  REQUIRE_FALSE(only.ok());
+  CHECK(only.status().code() == StatusCode::kNotSupported);
+  CHECK(only.status().message().find("'softmax' (Softmax): the op is not supported on an MCU") != std::string::npos);
+}
