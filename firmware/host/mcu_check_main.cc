@@ -28,11 +28,12 @@
 #include <vector>
 
 #include "daemon/runtime/executor.h"
-#include "partition/compile/mcu_program_builder.h"
 #include "firmware/mcu_kernels.h"
-#include "transport/wire/mcu_program.h"
+#include "partition/compile/mcu_program_builder.h"
+#include "partition/graph/int8_weights.h"
 #include "transport/fault_relay.h"
 #include "transport/uart/uart_link.h"
+#include "transport/wire/mcu_program.h"
 
 namespace tessera {
 namespace {
@@ -278,12 +279,21 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
 }
 
 Status Main(const Args& args) {
-  if (args.model != "kws" && args.model != "ops" && args.model != "dscnn" && args.model != "mlperf-dscnn")
-    return Status::InvalidArgument("--model must be kws, ops, dscnn or mlperf-dscnn (got '" + args.model + "')");
-  Graph graph = args.model == "ops"            ? MakeMcuOpsGraph()
-                : args.model == "dscnn"        ? MakeDsCnnGraph()
-                : args.model == "mlperf-dscnn" ? MakeMlperfDsCnnGraph()
-                                               : MakeKeywordSpottingGraph();
+  // NAME-int8w: the model with its conv and dense weights on an int8 grid
+  // per output channel (partition/graph/int8_weights.h): its program keeps
+  // them as int8 codes in flash.
+  const std::string suffix = "-int8w";
+  const bool int8w = args.model.size() > suffix.size() &&
+                     args.model.compare(args.model.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string base = int8w ? args.model.substr(0, args.model.size() - suffix.size()) : args.model;
+  if (base != "kws" && base != "ops" && base != "dscnn" && base != "mlperf-dscnn")
+    return Status::InvalidArgument(
+        "--model must be kws, ops, dscnn or mlperf-dscnn, each optionally with -int8w (got '" + args.model + "')");
+  Graph graph = base == "ops"            ? MakeMcuOpsGraph()
+                : base == "dscnn"        ? MakeDsCnnGraph()
+                : base == "mlperf-dscnn" ? MakeMlperfDsCnnGraph()
+                                         : MakeKeywordSpottingGraph();
+  if (int8w) graph = WithInt8GridWeights(std::move(graph));
   TS_RETURN_IF_ERROR(graph.Validate());
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -305,8 +315,10 @@ Status Main(const Args& args) {
   TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(graph, options));
   std::printf(
       "model: %s macs=%lld flash_bytes=%zu (program and weights) ram_bytes=%zu (activations) "
-      "in_place_layers=%d\n",
-      graph.name.c_str(), (long long)image.macs, image.flash_bytes(), image.ram_bytes(), image.in_place_layers);
+      "in_place_layers=%d int8_weight_layers=%d\n",
+      graph.name.c_str(), (long long)image.macs, image.flash_bytes(), image.ram_bytes(), image.in_place_layers,
+      image.int8_weight_layers);
+  TS_RETURN_IF_ERROR(Check(!int8w || image.int8_weight_layers > 0, "the -int8w model's program holds no int8 weights"));
 
   TS_ASSIGN_OR_RETURN(std::vector<float> host_mcu, RunOnHostInterpreter(image, input.values));
   double rel = MaxRelError(host_mcu, want[0].values);
@@ -341,10 +353,10 @@ int main(int argc, char** argv) {
     else if (a == "--icount-shift")
       args.icount_shift = std::stoi(next());
     else {
-      std::fprintf(
-          stderr,
-          "usage: tessera_mcu_check [--model kws|ops|dscnn|mlperf-dscnn] [--serial PTY] [--baud N] [--faults P] "
-          "[--tolerance T] [--runs N] [--icount-shift S]\n");
+      std::fprintf(stderr,
+                   "usage: tessera_mcu_check [--model kws|ops|dscnn|mlperf-dscnn[-int8w]] [--serial PTY] [--baud N] "
+                   "[--faults P] "
+                   "[--tolerance T] [--runs N] [--icount-shift S]\n");
       return 2;
     }
   }

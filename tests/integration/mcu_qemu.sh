@@ -64,6 +64,23 @@ boot
 grep -q '^mcu_layer_8: kind=pointwise' "$WORK/cycles.txt" || { echo "FAIL: no per-layer counts"; exit 1; }
 halt
 boot
+# The same DS-CNN with int8-grid weights: its program keeps them as int8 codes in
+# flash (answers checked against the host executor as above); what the decoding costs.
+"$CHECK" --model mlperf-dscnn-int8w --serial "$PTY" --baud 921600 --runs 1 --icount-shift 0 | tee "$WORK/cycles_int8w.txt"
+halt
+/usr/bin/python3 - "$WORK/cycles.txt" "$WORK/cycles_int8w.txt" <<'PY'
+import re, sys
+def figures(path):
+    t = open(path).read()
+    return (int(re.search(r"flash_bytes=(\d+)", t).group(1)), int(re.search(r"int8_weight_layers=(\d+)", t).group(1)),
+            int(re.search(r"mcu_run: .* instructions=(\d+)", t).group(1)))
+(f_flash, f_layers, f_ins), (q_flash, q_layers, q_ins) = figures(sys.argv[1]), figures(sys.argv[2])
+assert f_layers == 0 and q_layers == 10, (f_layers, q_layers)
+assert q_flash * 3 < f_flash, (q_flash, f_flash)
+print("PASS: MLPerf DS-CNN with int8 weights in flash: %d B instead of %d (%.2fx), %.2f M instructions instead of %.2f (%.2fx)"
+      % (q_flash, f_flash, q_flash / f_flash, q_ins / 1e6, f_ins / 1e6, q_ins / f_ins))
+PY
+boot
 # tessera calibrate --mcu: instructions per MAC per op kind into a device file the planner reads
 "$TESSERA" calibrate firmware/models/kws_cnn.cfg --mcu "$PTY" --baud 921600 --icount-shift 0 \
   --ram 256KiB --flash 1MiB --name qemu-m4 --out "$WORK/mcu.yaml" --json | tee "$WORK/calibrate.json"
