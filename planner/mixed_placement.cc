@@ -26,9 +26,14 @@ bool Contiguous(const std::vector<int>& dev, int devices) {
   return true;
 }
 
-bool UsesAll(const std::vector<int>& dev, const std::vector<int>& must_use) {
-  for (int m : must_use)
-    if (std::count(dev.begin(), dev.end(), m) == 0) return false;
+// Every device of `must_use` computes something: at least one of its layers
+// has MACs (a Reshape or Flatten alone, an alias on an MCU, is no use of it).
+bool UsesAll(const std::vector<int>& dev, const std::vector<int>& must_use, const std::vector<int64_t>& macs) {
+  for (int m : must_use) {
+    bool computes = false;
+    for (size_t j = 0; j < dev.size() && !computes; ++j) computes = dev[j] == m && macs[j] > 0;
+    if (!computes) return false;
+  }
   return true;
 }
 
@@ -78,7 +83,7 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
   // next run's device among the unused ones and where the run ends.
   std::function<void(int)> next_run = [&](int start) {
     if (start == layers) {
-      if (!UsesAll(dev, must_use)) return;
+      if (!UsesAll(dev, must_use, problem.macs)) return;
       PlacementCost cost = EvaluatePlacement(problem, dev);
       if (!cost.feasible || cost.latency_s >= best) return;
       best = cost.latency_s;
@@ -151,7 +156,7 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
   if (plan.ok()) {
     table = FormatPlanTable(*plan);
     std::vector<int> dev;
-    if (WholeLayerPlacement(*plan, graph.nodes.size(), &dev) && UsesAll(dev, mcus)) {
+    if (WholeLayerPlacement(*plan, graph.nodes.size(), &dev) && UsesAll(dev, mcus, problem.macs)) {
       MixedPlacement out;
       out.device_of_layer = dev;
       out.cost = EvaluatePlacement(problem, dev);

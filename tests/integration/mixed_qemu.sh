@@ -189,7 +189,9 @@ placed = dict(p.rsplit("@", 1) for p in j["placement"].split(", "))
 for op in ("Pad", "Softmax"):
     where = [d for n, d in placed.items() if n.endswith(op)]
     assert where and all(d.startswith("w") for d in where), (op, j["placement"])
-assert {"mcu1", "mcu2"} <= set(placed.values()), j["placement"]
+# each MCU computes: not only an alias (a Flatten alone was once all mcu2 got)
+for mcu in ("mcu1", "mcu2"):
+    assert any(d == mcu and not n.endswith(("Flatten", "Reshape")) for n, d in placed.items()), (mcu, j["placement"])
 print("PASS: KWS with Pad and Softmax on 2 workers + 2 MCUs: %d requests equal (max rel %.3g); %s"
       % (j["requests"], j["max_rel_diff"], j["placement"]))
 PY

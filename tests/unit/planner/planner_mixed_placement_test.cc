@@ -219,8 +219,16 @@ TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or
   for (int mcu : {2, 3}) CHECK(std::count(p->device_of_layer.begin(), p->device_of_layer.end(), mcu) > 0);
   CHECK(p->cost.feasible);
 
-  // Forced onto an MCU, the placement is infeasible and says why.
+  // Each MCU computes something: a Flatten alone (an alias) is no use of it.
   PlacementProblem problem = MakePlacementProblem(g, ComputeLayerFigures(g), c);
+  for (int mcu : {2, 3}) {
+    bool computes = false;
+    for (int j = 0; j <= last; ++j) computes = computes || (p->device_of_layer[j] == mcu && problem.macs[j] > 0);
+    INFO("mcu device " << mcu);
+    CHECK(computes);
+  }
+
+  // Forced onto an MCU, the placement is infeasible and says why.
   std::vector<int> dev = p->device_of_layer;
   dev[last] = 3;
   const PlacementCost forced = EvaluatePlacement(problem, dev);
