@@ -215,6 +215,8 @@ void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
   (*row)["mcu_free_ram_bytes"] = m.free_bytes();
   (*row)["mcu_flash_bytes"] = m.flash_bytes();  // program and weights, in flash (issue 16 item 3)
   (*row)["mcu_flash_free_bytes"] = m.flash_free_bytes();
+  (*row)["mcu_firmware_ram_bytes"] = m.firmware_ram_bytes();  // measured: static RAM and stack high-water mark
+  (*row)["mcu_stack_peak_bytes"] = m.stack_peak_bytes();
   (*row)["mcu_used_bytes"] = reply->memory_bytes();
   (*row)["mcu_runs"] = m.runs();
   (*row)["mcu_last_run_ms"] = m.last_run_ms();
@@ -307,8 +309,15 @@ nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDev
       const bool kept = row.contains("reported_flash_bytes") &&
                         row["reported_flash_bytes"].get<int64_t>() == static_cast<int64_t>(promise.flash_bytes()) &&
                         row["reported_ram_bytes"].get<int64_t>() == static_cast<int64_t>(promise.ram_bytes());
-      row["memory_as_promised"] = kept;
-      *as_promised = *as_promised && kept;
+      // The firmware's share, measured on the MCU, within what the planner reserved for it.
+      const bool firmware_within =
+          row.contains("mcu_firmware_ram_bytes") &&
+          row["mcu_firmware_ram_bytes"].get<int64_t>() <= int64_t{mcu::kFirmwareStaticRamBytes} &&
+          row["mcu_stack_peak_bytes"].get<int64_t>() > 0 &&
+          row["mcu_stack_peak_bytes"].get<int64_t>() <= int64_t{mcu::kFirmwareStackBytes};
+      row["firmware_within_budget"] = firmware_within;
+      row["memory_as_promised"] = kept && firmware_within;
+      *as_promised = *as_promised && kept && firmware_within;
     }
     mem.push_back(row);
   }
@@ -339,7 +348,7 @@ struct MixedReport {
   double deploy_s = 0, single_ms = 0;
   std::string plan_id, placement_text;
   nlohmann::json memory, links, direct_links;
-  bool memory_as_promised = false;  // every MCU's STATUS flash and RAM == its program's
+  bool memory_as_promised = false;  // every MCU's STATUS flash and RAM == its program's, its firmware within budget
   bool direct_as_expected = true;   // every direct MCU<->MCU link carried what the programs send
 };
 
@@ -431,12 +440,14 @@ void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacem
     };
     std::printf(
         "%s (%s): flash %s B promised (int8 weights in %s layers), %s B in STATUS (%s B left by the firmware of the "
-        "preset's %s B); RAM %s B promised, %s B in STATUS (%s B left of %s B)%s\n",
+        "preset's %s B); RAM %s B promised, %s B in STATUS (%s B left of %s B); firmware %s B static RAM, %s B "
+        "stack peak%s\n",
         row["device"].get<std::string>().c_str(), row["preset"].get<std::string>().c_str(),
         num("promised_flash_bytes").c_str(), num("int8_weight_layers").c_str(), num("reported_flash_bytes").c_str(),
         num("program_flash_bytes_available").c_str(), num("preset_flash_bytes").c_str(),
         num("promised_ram_bytes").c_str(), num("reported_ram_bytes").c_str(),
         num("program_ram_bytes_available").c_str(), num("preset_ram_bytes").c_str(),
+        num("mcu_firmware_ram_bytes").c_str(), num("mcu_stack_peak_bytes").c_str(),
         row["memory_as_promised"].get<bool>() ? "" : "  NOT AS PROMISED");
   }
   if (!r.tally.first_error.empty()) std::printf("first error: %s\n", r.tally.first_error.c_str());

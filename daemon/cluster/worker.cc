@@ -688,6 +688,8 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
     m->set_last_run_ms(s.last_run_ms);
     m->set_flash_bytes(s.flash_bytes);
     m->set_flash_free_bytes(s.flash_free_bytes);
+    m->set_firmware_ram_bytes(s.firmware_ram_bytes);
+    m->set_stack_peak_bytes(s.stack_peak_bytes);
     for (uint32_t k = 0; k < mcu::kMaxPorts; ++k) {
       m->add_port_payload_sent(s.port_payload_sent[k]);
       m->add_port_payload_received(s.port_payload_received[k]);

@@ -295,6 +295,9 @@ assert j["mcu_only"] is True and j["mcu_chain"] is True and j["mcu_memory_as_pro
 assert all(not p.endswith("@w1") and not p.endswith("@w2") for p in j["placement"].split(", ")), j["placement"]
 mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
 assert len(mcus) == 3 and all(d["mcu_runs"] >= 2 for d in mcus), mcus
+# The firmware's own RAM, measured on each MCU (STATUS), within what the planner reserved for it.
+assert all(d["firmware_within_budget"] and 0 < d["mcu_stack_peak_bytes"] <= d["firmware_ram_bytes"] - 24576 == 2048
+           and 0 < d["mcu_firmware_ram_bytes"] <= 24576 for d in mcus), mcus
 # The 5 conv / dense layers' weights are int8 in flash: under a third of float32's 563 440 B.
 assert sum(d["int8_weight_layers"] for d in mcus) == 5, mcus
 assert sum(d["promised_flash_bytes"] for d in mcus) < 563440 / 3, mcus
