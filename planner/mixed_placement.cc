@@ -5,6 +5,8 @@
 #include <functional>
 #include <limits>
 
+#include "partition/compile/mcu_program_builder.h"
+#include "partition/compile/program_compiler.h"
 #include "planner/plan.h"
 
 namespace tessera {
@@ -61,8 +63,36 @@ double ContiguousPipelines(int layers, int devices) {
   return total;
 }
 
+Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vector<int>& device_of_layer) {
+  PartitionPlan pp;
+  pp.num_devices = cluster.size();
+  pp.source = 0;
+  for (int d : device_of_layer) {
+    LayerAssignment a;
+    a.scheme = LayerScheme::kWhole;
+    a.devices = {d};
+    pp.layers.push_back(a);
+  }
+  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, pp));
+  for (int i = 0; i < cluster.size(); ++i) {
+    const Device& dev = cluster.devices[i];
+    if (dev.kind != DeviceKind::kMcu) continue;
+    TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(compiled.programs[i], McuProgramOptions{}));
+    if (static_cast<int64_t>(image.flash_bytes()) > dev.flash_bytes)
+      return Status::ResourceExhausted(dev.name + "'s program needs " + std::to_string(image.flash_bytes()) +
+                                       " B of flash, " + std::to_string(dev.flash_bytes) +
+                                       " B are left beside the firmware");
+    if (static_cast<int64_t>(image.ram_bytes()) > dev.ram_bytes)
+      return Status::ResourceExhausted(dev.name + "'s program needs " + std::to_string(image.ram_bytes()) +
+                                       " B of RAM for its activations, " + std::to_string(dev.ram_bytes) +
+                                       " B are left beside the firmware");
+  }
+  return Status::OK();
+}
+
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,
-                                            int layers, int devices, const std::vector<int>& may_use) {
+                                            int layers, int devices, const std::vector<int>& may_use,
+                                            const PlacementCheck& fits) {
   std::vector<bool> allowed(devices, may_use.empty());
   for (int d : may_use)
     if (d >= 0 && d < devices) allowed[d] = true;
@@ -76,6 +106,8 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
         " (use --force SCHEME, or fewer devices)");
   MixedPlacement out;
   out.forced = true;
+  int refused_by_check = 0;
+  std::string first_refusal;
   std::vector<int> dev(layers, 0);
   std::vector<bool> used(devices, false);
   double best = std::numeric_limits<double>::infinity();
@@ -86,6 +118,12 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
       if (!UsesAll(dev, must_use, problem.macs)) return;
       PlacementCost cost = EvaluatePlacement(problem, dev);
       if (!cost.feasible || cost.latency_s >= best) return;
+      if (fits) {
+        if (Status st = fits(dev); !st.ok()) {
+          if (++refused_by_check == 1) first_refusal = st.message();
+          return;
+        }
+      }
       best = cost.latency_s;
       out.device_of_layer = dev;
       out.cost = cost;
@@ -102,12 +140,20 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
     }
   };
   if (layers > 0) next_run(0);
+  const std::string built = refused_by_check == 0
+                                ? ""
+                                : " (" + std::to_string(refused_by_check) +
+                                      " fit by the layers' figures but not once their MCU programs were built, e.g. " +
+                                      first_refusal + ")";
   if (out.device_of_layer.empty())
     return Status::ResourceExhausted(
-        may_use.empty() ? "no contiguous pipeline gives every MCU a layer within its RAM and flash"
+        may_use.empty() ? "no contiguous pipeline gives every MCU a layer within its RAM and flash" + built
                         : "no contiguous pipeline over the " + std::to_string(may_use.size()) +
-                              " MCUs alone fits their RAM and flash (every layer whole on one MCU; a layer larger "
-                              "than an MCU's flash or RAM does not fit any)");
+                              " MCUs alone fits their RAM and flash" + built +
+                              " (every layer whole on one MCU; a layer larger than an MCU's flash or RAM does not "
+                              "fit any)");
+  if (refused_by_check > 0)
+    out.note = std::to_string(refused_by_check) + " faster pipelines refused once built" + built;
   return out;
 }
 
@@ -119,13 +165,15 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
   std::vector<int> mcus;
   for (int i = 0; i < cluster.size(); ++i)
     if (cluster.devices[i].kind == DeviceKind::kMcu) mcus.push_back(i);
+  const PlacementCheck built_fit = [&](const std::vector<int>& dev) { return McuProgramsFit(graph, cluster, dev); };
   if (mcus_only) {
     if (mcus.empty()) return Status::InvalidArgument("an MCU-only placement needs MCUs in the cluster");
     for (int j = 0; j < problem.layers(); ++j)
       if (!problem.Runs(mcus[0], j))
         return Status::NotSupported("--mcu-only: " + problem.names[j] +
                                     " cannot run on an MCU: " + problem.mcu_refusals[j]);
-    auto found = FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()), cluster.size(), mcus);
+    auto found =
+        FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()), cluster.size(), mcus, built_fit);
     if (!found.ok() && found.status().code() == StatusCode::kResourceExhausted) {
       // Name the shortfall: the weights against the MCUs' flash.
       int64_t weights = 0, largest = 0, flash = 0, largest_flash = 0;
@@ -146,7 +194,8 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
     }
     TS_ASSIGN_OR_RETURN(MixedPlacement out, std::move(found));
     out.note = "every layer on the MCUs (--mcu-only): the fastest contiguous pipeline over them; " +
-               cluster.devices[0].name + " only sends the input and takes the output";
+               cluster.devices[0].name + " only sends the input and takes the output" +
+               (out.note.empty() ? "" : "; " + out.note);
     return out;
   }
   PlanOptions po;
@@ -156,7 +205,8 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
   if (plan.ok()) {
     table = FormatPlanTable(*plan);
     std::vector<int> dev;
-    if (WholeLayerPlacement(*plan, graph.nodes.size(), &dev) && UsesAll(dev, mcus, problem.macs)) {
+    if (WholeLayerPlacement(*plan, graph.nodes.size(), &dev) && UsesAll(dev, mcus, problem.macs) &&
+        McuProgramsFit(graph, cluster, dev).ok()) {
       MixedPlacement out;
       out.device_of_layer = dev;
       out.cost = EvaluatePlacement(problem, dev);
@@ -169,9 +219,9 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
   } else {
     note = "the planner failed (" + plan.status().ToString() + "); forced a contiguous pipeline";
   }
-  TS_ASSIGN_OR_RETURN(MixedPlacement out,
-                      FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()), cluster.size()));
-  out.note = note;
+  TS_ASSIGN_OR_RETURN(MixedPlacement out, FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()),
+                                                               cluster.size(), {}, built_fit));
+  out.note = note + (out.note.empty() ? "" : "; " + out.note);
   out.planner_table = table;
   return out;
 }

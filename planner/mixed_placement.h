@@ -11,6 +11,7 @@
 // them (27 layers on 4 devices: about 69 000).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,19 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
 // `may_use` (empty: any); ResourceExhausted when none fits the devices' RAM
 // and flash, InvalidArgument when there are more than kMaxMixedCandidates
 // such pipelines.
+// `fits` (optional): a further check of a candidate before it becomes the
+// best so far (PlaceMixed: its MCU programs, built, fit the MCUs).
+using PlacementCheck = std::function<Status(const std::vector<int>& device_of_layer)>;
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,
-                                            int layers, int devices, const std::vector<int>& may_use = {});
+                                            int layers, int devices, const std::vector<int>& may_use = {},
+                                            const PlacementCheck& fits = nullptr);
+
+// Whether the MCU programs of a whole-layer placement, built as a worker's
+// bridge builds them (partition/compile/mcu_program_builder.h), fit each
+// MCU's flash and RAM: the planner's per-layer figures (a layer's input and
+// output) are a lower bound of a program's RAM, which keeps the device's
+// inputs and outputs alive and lays its activations out by liveness.
+// ResourceExhausted naming the MCU and what it needs.
+Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vector<int>& device_of_layer);
 
 }  // namespace tessera

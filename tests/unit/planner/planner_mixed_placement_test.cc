@@ -241,3 +241,51 @@ TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or
   CHECK(only.status().code() == StatusCode::kNotSupported);
   CHECK(only.status().message().find("'softmax' (Softmax): the op is not supported on an MCU") != std::string::npos);
 }
+
+TEST_CASE("mixed placement: an MCU's program is built before its placement is chosen, RAM by liveness") {
+  // KWS whole on one MCU: the largest layer's input and output (39 040 B by
+  // the layer figures) fit 40 KiB, but its program keeps the model's input
+  // and output alive beside them (41 048 B) and needs more.
+  const Graph g = MakeKeywordSpottingGraph();
+  auto whole = BuildMcuProgram(g, {});
+  REQUIRE(whole.ok());
+  const int64_t ram = 40 * 1024;
+  int64_t largest_layer = 0;
+  for (const auto& f : ComputeLayerFigures(g)) largest_layer = std::max<int64_t>(largest_layer, 4 * (f.M + f.K));
+  REQUIRE(largest_layer <= ram);
+  REQUIRE(static_cast<int64_t>(whole->ram_bytes()) > ram);
+  auto cluster = [&](int mcus) {
+    std::string yaml =
+        "devices:\n"
+        "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
+        "}\n";
+    for (int m = 1; m <= mcus; ++m)
+      yaml += "  - { name: mcu" + std::to_string(m) +
+              ", kind: mcu, ram: " + std::to_string(ram + mcu::kFirmwareRamBytes) +
+              ", flash: 1MiB, cpu_hz: 84e6, cycles_per_mac: 9, " + "serial: /dev/null, baud: 115200, via: w1 }\n";
+    yaml += "links:\n  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
+    auto c = ParseCluster(yaml, "mcus", PresetDirectories());
+    REQUIRE(c.ok());
+    return *c;
+  };
+  // Two such MCUs do not do either: whoever takes conv1's output must hold
+  // it (31 360 B) beside its own output. Three do: conv1, pool1, the rest.
+  const Cluster one = cluster(1), two = cluster(2), three = cluster(3);
+  std::vector<int> all_on_mcu(g.nodes.size(), 1);
+  PlacementProblem problem = MakePlacementProblem(g, ComputeLayerFigures(g), one);
+  REQUIRE(EvaluatePlacement(problem, all_on_mcu).feasible);  // the layers' figures alone would take it
+  const Status built = McuProgramsFit(g, one, all_on_mcu);
+  CHECK(built.code() == StatusCode::kResourceExhausted);
+  CHECK(built.message().find("mcu1's program needs " + std::to_string(whole->ram_bytes()) + " B of RAM") !=
+        std::string::npos);
+
+  auto refused = PlaceMixed(g, one, true);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("not once their MCU programs were built") != std::string::npos);
+  CHECK_FALSE(PlaceMixed(g, two, true).ok());
+  auto split = PlaceMixed(g, three, true);
+  INFO(split.status().ToString());
+  REQUIRE(split.ok());
+  CHECK(McuProgramsFit(g, three, split->device_of_layer).ok());
+  for (int m = 1; m <= 3; ++m) CHECK(std::count(split->device_of_layer.begin(), split->device_of_layer.end(), m) > 0);
+}
