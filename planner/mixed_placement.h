@@ -56,9 +56,11 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
 
 // Whether the MCU programs of a whole-layer placement, built as a worker's
 // bridge builds them (partition/compile/mcu_program_builder.h), fit each
-// MCU's flash and RAM: the planner's per-layer figures (a layer's input and
-// output) are a lower bound of a program's RAM, which keeps the device's
-// inputs and outputs alive and lays its activations out by liveness.
+// MCU's flash and RAM: METHODS §5's feasibility ("RAM ≥ the largest working
+// set of any of its sub-models") measured on the program itself. The
+// planner's per-layer figures (a layer's input and output) are a lower
+// bound of it: a program keeps the device's inputs and outputs alive and
+// lays its activations out by liveness (§6 arena layout).
 // ResourceExhausted naming the MCU and what it needs.
 Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vector<int>& device_of_layer);
 
