@@ -5,8 +5,6 @@
 #include <functional>
 #include <limits>
 
-#include "partition/compile/mcu_program_builder.h"
-#include "partition/compile/program_compiler.h"
 #include "planner/plan.h"
 
 namespace tessera {
@@ -63,6 +61,26 @@ double ContiguousPipelines(int layers, int devices) {
   return total;
 }
 
+Result<std::map<int, McuProgramImage>> BuildMcuPrograms(const Cluster& cluster, const CompiledPlan& compiled) {
+  std::map<int, McuProgramImage> images;
+  for (int i = 0; i < cluster.size() && i < static_cast<int>(compiled.programs.size()); ++i) {
+    const Device& dev = cluster.devices[i];
+    if (dev.kind != DeviceKind::kMcu) continue;
+    TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(compiled.programs[i], McuProgramOptions{}));
+    const std::string preset = dev.preset.empty() ? "its ram:/flash:" : "preset " + dev.preset;
+    if (static_cast<int64_t>(image.flash_bytes()) > dev.flash_bytes)
+      return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.flash_bytes()) +
+                                       " bytes of flash (program and weights); " + preset + " leaves " +
+                                       std::to_string(dev.flash_bytes) + " beside the firmware");
+    if (static_cast<int64_t>(image.ram_bytes()) > dev.ram_bytes)
+      return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.ram_bytes()) +
+                                       " bytes of RAM (activations); " + preset + " leaves " +
+                                       std::to_string(dev.ram_bytes) + " beside the firmware");
+    images[i] = std::move(image);
+  }
+  return images;
+}
+
 Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vector<int>& device_of_layer) {
   PartitionPlan pp;
   pp.num_devices = cluster.size();
@@ -74,20 +92,7 @@ Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vec
     pp.layers.push_back(a);
   }
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, pp));
-  for (int i = 0; i < cluster.size(); ++i) {
-    const Device& dev = cluster.devices[i];
-    if (dev.kind != DeviceKind::kMcu) continue;
-    TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(compiled.programs[i], McuProgramOptions{}));
-    if (static_cast<int64_t>(image.flash_bytes()) > dev.flash_bytes)
-      return Status::ResourceExhausted(dev.name + "'s program needs " + std::to_string(image.flash_bytes()) +
-                                       " B of flash, " + std::to_string(dev.flash_bytes) +
-                                       " B are left beside the firmware");
-    if (static_cast<int64_t>(image.ram_bytes()) > dev.ram_bytes)
-      return Status::ResourceExhausted(dev.name + "'s program needs " + std::to_string(image.ram_bytes()) +
-                                       " B of RAM for its activations, " + std::to_string(dev.ram_bytes) +
-                                       " B are left beside the firmware");
-  }
-  return Status::OK();
+  return BuildMcuPrograms(cluster, compiled).status();
 }
 
 Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, const std::vector<int>& must_use,

@@ -12,9 +12,12 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "partition/compile/mcu_program_builder.h"
+#include "partition/compile/program_compiler.h"
 #include "partition/graph/graph.h"
 #include "planner/cluster.h"
 #include "planner/placement.h"
@@ -63,5 +66,11 @@ Result<MixedPlacement> FastestPipelineUsing(const PlacementProblem& problem, con
 // lays its activations out by liveness (§6 arena layout).
 // ResourceExhausted naming the MCU and what it needs.
 Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vector<int>& device_of_layer);
+
+// The MCU programs of a compiled plan (device i of the plan is cluster
+// device i), built and checked against each MCU's flash and RAM, less the
+// firmware's (ResourceExhausted naming the MCU, its need and its preset):
+// what `demo --mcu` promises each MCU and McuProgramsFit asks.
+Result<std::map<int, McuProgramImage>> BuildMcuPrograms(const Cluster& cluster, const CompiledPlan& compiled);
 
 }  // namespace tessera

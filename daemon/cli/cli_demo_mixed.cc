@@ -141,29 +141,6 @@ Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::s
   return mc;
 }
 
-// What each MCU will hold (issue 16 item 6): its program built here, as the
-// bridge will build it, against its preset's flash and RAM. ResourceExhausted
-// naming the device, the need and the preset when it does not fit.
-Result<std::map<int, McuProgramImage>> McuPromises(const MixedCluster& mc, const CompiledPlan& compiled) {
-  std::map<int, McuProgramImage> images;
-  for (int i = 0; i < mc.cluster.size(); ++i) {
-    const Device& dev = mc.cluster.devices[i];
-    if (dev.kind != DeviceKind::kMcu) continue;
-    TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(compiled.programs[i], McuProgramOptions{}));
-    const std::string preset = dev.preset.empty() ? "its ram:/flash:" : "preset " + dev.preset;
-    if (static_cast<int64_t>(image.flash_bytes()) > dev.flash_bytes)
-      return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.flash_bytes()) +
-                                       " bytes of flash (program and weights); " + preset + " leaves " +
-                                       std::to_string(dev.flash_bytes) + " beside the firmware");
-    if (static_cast<int64_t>(image.ram_bytes()) > dev.ram_bytes)
-      return Status::ResourceExhausted(dev.name + " needs " + std::to_string(image.ram_bytes()) +
-                                       " bytes of RAM (activations); " + preset + " leaves " +
-                                       std::to_string(dev.ram_bytes) + " beside the firmware");
-    images[i] = std::move(image);
-  }
-  return images;
-}
-
 // Whole layers on the devices of `placement`; the plan id names them.
 Result<CompiledPlan> CompileMixedPlan(const Graph& graph, const MixedCluster& mc, const MixedPlacement& placement,
                                       std::string* plan_id) {
@@ -515,7 +492,9 @@ int RunMixedDemo(const DemoOptions& d) {
                    "demo --mcu-chain: the placement sends nothing from one MCU to its neighbour; the direct "
                    "links stay unused\n");
   }
-  auto promises = McuPromises(*mc, *compiled);
+  // What each MCU will hold (issue 16 item 6): its program built here, as
+  // the bridge will build it, against its flash and RAM.
+  auto promises = BuildMcuPrograms(mc->cluster, *compiled);
   if (!promises.ok()) return ReportError(kWhat, promises.status());
   const auto expected_link_bytes = PlannedLinkBytes(compiled->programs);
 

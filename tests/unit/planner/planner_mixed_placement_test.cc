@@ -276,7 +276,7 @@ TEST_CASE("mixed placement: an MCU's program is built before its placement is ch
   REQUIRE(EvaluatePlacement(problem, all_on_mcu).feasible);  // the layers' figures alone would take it
   const Status built = McuProgramsFit(g, one, all_on_mcu);
   CHECK(built.code() == StatusCode::kResourceExhausted);
-  CHECK(built.message().find("mcu1's program needs " + std::to_string(whole->ram_bytes()) + " B of RAM") !=
+  CHECK(built.message().find("mcu1 needs " + std::to_string(whole->ram_bytes()) + " bytes of RAM") !=
         std::string::npos);
 
   auto refused = PlaceMixed(g, one, true);
