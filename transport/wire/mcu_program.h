@@ -14,7 +14,8 @@
 // layer L. So an MCU can receive, compute, send and receive again within one
 // request: the FDT rounds of METHODS §4 (send a partial sum, receive the
 // merged map of the next layer) and FFMT stacks after other layers.
-//   float    weights[weight_floats]
+//   float    weights[weight_floats]  4-byte words: floats, and the int8 codes
+//                                    of kWeightsInt8 layers packed 4 per word
 // Activations live in one region of `activation_floats` floats placed by the
 // firmware right after the program in its static arena; every offset below is
 // a float index into that region (weights: into the weight block). The
