@@ -98,13 +98,14 @@ class McuProgramWriter {
   bool int8_weights = true;
 
  private:
-  // A conv's or a dense layer's weights into `l`: int8 where allowed and
-  // exact (partition/graph/int8_weights.h), else float32.
+  // A conv's or a dense layer's weights into `l`: int8 where allowed, exact
+  // and smaller (partition/graph/int8_weights.h SmallerAsInt8, as the
+  // planner prices them), else float32.
   void AddLayerWeights(const Graph& graph, int value, mcu::Layer* l) {
     const TensorData* d = graph.ConstantData(value);
     const int64_t rows = l->oc, n = d ? static_cast<int64_t>(d->values.size()) : 0;
     std::optional<Int8Rows> q;
-    if (int8_weights && rows > 0 && n % rows == 0) q = RecoverInt8Rows(d->values.data(), rows, n / rows);
+    if (int8_weights && rows > 0 && n % rows == 0) q = SmallerAsInt8(d->values.data(), rows, n / rows);
     if (!q) {
       l->weight = AddWeights(graph, value);
       return;

@@ -68,11 +68,13 @@ std::optional<Int8Rows> RecoverInt8Rows(const float* values, int64_t rows, int64
   return out;
 }
 
+std::optional<Int8Rows> SmallerAsInt8(const float* values, int64_t rows, int64_t per) {
+  if (rows <= 0 || per <= 0 || Int8Rows::Int8RowsBytes(rows, rows * per) >= 4 * rows * per) return std::nullopt;
+  return RecoverInt8Rows(values, rows, per);
+}
+
 int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per) {
-  if (rows > 0 && per > 0) {
-    const int64_t int8 = Int8Rows::Int8RowsBytes(rows, rows * per);
-    if (int8 < 4 * rows * per && RecoverInt8Rows(values, rows, per)) return int8;
-  }
+  if (auto q = SmallerAsInt8(values, rows, per)) return q->bytes();
   return 4 * std::max<int64_t>(rows, 0) * std::max<int64_t>(per, 0);
 }
 

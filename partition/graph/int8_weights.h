@@ -38,8 +38,12 @@ struct Int8Rows {
 // no exact int8 form (or rows/per is 0).
 std::optional<Int8Rows> RecoverInt8Rows(const float* values, int64_t rows, int64_t per);
 
-// The bytes `values` take in an MCU program: Int8Rows::bytes() when they
-// have an int8 form, else 4 per value.
+// The int8 form when there is one and it is smaller than float32 (not with
+// one value per row: 4 + 1 B against 4): what an MCU program stores.
+std::optional<Int8Rows> SmallerAsInt8(const float* values, int64_t rows, int64_t per);
+
+// The bytes `values` take in an MCU program: Int8Rows::bytes() of
+// SmallerAsInt8, else 4 per value.
 int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per);
 
 // `g` with every Conv and Gemm weight put on a symmetric int8 grid per

@@ -100,8 +100,12 @@ TEST_CASE("int8 weights: float weights, NaN, infinity and -0.0 stay float32", "[
   auto z = RecoverInt8Rows(zeros.data(), 4, 9);
   REQUIRE(z.has_value());
   CHECK(Reproduced(zeros, *z, 9));
-  // One value per channel: the int8 form (4 + 1 B) is not smaller than float.
+  // One value per channel: the int8 form (4 + 1 B) exists but is not smaller
+  // than float, so an MCU program keeps float32 (and the planner says so).
+  CHECK(RecoverInt8Rows(q.data(), 36, 1).has_value());
+  CHECK_FALSE(SmallerAsInt8(q.data(), 36, 1).has_value());
   CHECK(CompactWeightBytes(q.data(), 36, 1) == 4 * 36);
+  CHECK(SmallerAsInt8(q.data(), 4, 9).has_value());
 }
 
 }  // namespace tessera
