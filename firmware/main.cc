@@ -478,12 +478,20 @@ extern "C" void UartRx_Handler() {
 
 namespace {
 // SysTick ticks since boot (kSysClockHz; wraps after ~171 s): whole
-// milliseconds from the interrupt count plus the down-counter's progress,
-// read again when a millisecond passed in between.
+// milliseconds from the interrupt count plus the down-counter's progress.
+// The counter may have reloaded while its interrupt is still pending (not
+// yet counted in g_ms): then ICSR.PENDSTSET is set and the millisecond is
+// added here. Read again when the counter reloaded or the interrupt ran in
+// between (a reading 1 ms early once made a layer's ticks exceed its run's).
+volatile uint32_t* const kIcsr = reinterpret_cast<volatile uint32_t*>(0xE000ED04);
+constexpr uint32_t kPendStSet = 1u << 26;
 uint32_t Ticks() {
   for (;;) {
     const uint32_t ms = g_ms, cvr = kSysTick->cvr;
-    if (ms == g_ms) return ms * (kSysTick->rvr + 1) + (kSysTick->rvr - cvr);
+    const bool pending = (*kIcsr & kPendStSet) != 0;
+    const uint32_t cvr_again = kSysTick->cvr;
+    if (ms != g_ms || cvr_again > cvr) continue;
+    return (ms + (pending ? 1u : 0u)) * (kSysTick->rvr + 1) + (kSysTick->rvr - cvr);
   }
 }
 }  // namespace

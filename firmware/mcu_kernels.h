@@ -71,11 +71,10 @@ struct Int8Weights {
 
 // One pixel of a 1x1 conv: dst[o·ds] = act(b[o] + Σ_c x[c·xs] · w[o, c])
 // for every output channel o, four at a time (each x loaded once for four
-// multiply-adds), channels summed in order. Not inlined: Conv and
-// ConvInPlace's two cases share one copy (firmware code size).
+// multiply-adds), channels summed in order.
 template <class Weights>
-__attribute__((noinline)) void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const Weights& w,
-                                              const float* b, float* dst, uint32_t ds) {
+inline void PointwisePixelImpl(const Layer& l, const float* x, uint32_t xs, const Weights& w, const float* b,
+                               float* dst, uint32_t ds) {
   const uint32_t C = l.c;
   uint32_t o = 0;
   for (; o + 4 <= l.oc; o += 4) {
@@ -104,6 +103,18 @@ __attribute__((noinline)) void PointwisePixel(const Layer& l, const float* x, ui
 // A 1x1 conv (mcu_program.h IsPointwise), a pixel at a time. Every output
 // still sums bias, then its input channels in order, as the general loop
 // below does.
+// Float weights inline (the hot loop of MLPerf's DS-CNN); int8 weights in
+// one shared out-of-line copy (their extra conversion per weight dominates
+// anyway): the firmware's code stays inside kFirmwareFlashBytes.
+inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const FloatWeights& w, const float* b,
+                           float* dst, uint32_t ds) {
+  PointwisePixelImpl(l, x, xs, w, b, dst, ds);
+}
+__attribute__((noinline)) inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const Int8Weights& w,
+                                                     const float* b, float* dst, uint32_t ds) {
+  PointwisePixelImpl(l, x, xs, w, b, dst, ds);
+}
+
 template <class Weights>
 inline void PointwiseConv(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
   const uint32_t plane = l.h * l.w;
