@@ -27,7 +27,7 @@ bool Reproduces(const float* row, int64_t per, float s, int8_t* codes) {
 }
 
 // A scale for one row: the largest magnitude m is some code K times s
-// (|K| <= 128), so s is m / K up to the rounding of the product; the
+// (1 <= K <= 128), so s is m / K up to the rounding of the product; the
 // neighbours of m / K (two ulps each way) are tried too.
 bool RecoverRow(const float* row, int64_t per, float* scale, int8_t* codes) {
   float m = 0.0f;
@@ -37,20 +37,16 @@ bool RecoverRow(const float* row, int64_t per, float* scale, int8_t* codes) {
   }
   if (m == 0.0f) {  // all +0.0 (a −0.0 has no code: float(0) · s is +0.0)
     *scale = 1.0f;
-    std::memset(codes, 0, static_cast<size_t>(per));
     return Reproduces(row, per, 1.0f, codes);
   }
-  for (int K = 127; K >= 1; --K) {
-    for (float base : {m / static_cast<float>(K), K == 127 ? m / 128.0f : -1.0f}) {
-      if (!(base > 0.0f)) continue;
-      float below = base, above = base;
-      if (Reproduces(row, per, base, codes)) return *scale = base, true;
-      for (int u = 0; u < 2; ++u) {
-        below = std::nextafter(below, 0.0f);
-        above = std::nextafter(above, INFINITY);
-        if (Reproduces(row, per, below, codes)) return *scale = below, true;
-        if (Reproduces(row, per, above, codes)) return *scale = above, true;
-      }
+  for (int K = 128; K >= 1; --K) {
+    float below = m / static_cast<float>(K), above = below;
+    if (Reproduces(row, per, below, codes)) return *scale = below, true;
+    for (int u = 0; u < 2; ++u) {
+      below = std::nextafter(below, 0.0f);
+      above = std::nextafter(above, INFINITY);
+      if (Reproduces(row, per, below, codes)) return *scale = below, true;
+      if (Reproduces(row, per, above, codes)) return *scale = above, true;
     }
   }
   return false;
