@@ -220,9 +220,9 @@ void OnTensorChunk(uint32_t port, const wire::FrameHeader& h, const uint8_t* pay
   for (uint32_t i = 0; i < ph.num_inputs; ++i) {
     const mcu::IoEntry& in = g.program.inputs[i];
     if (in.message != h.message) continue;
-    if (h.total != in.count * 4u || in.port != port) break;
-    // Validated: in.offset + in.count <= activation_floats; decoder: offset + length <= total.
-    memcpy(reinterpret_cast<uint8_t*>(g.act + in.offset) + h.offset, payload, h.length);
+    if (h.total != mcu::IoBytes(in) || in.port != port) break;
+    // Validated: in.offset + IoBytes(in) <= 4 * activation_words; decoder: offset + length <= total.
+    memcpy(reinterpret_cast<uint8_t*>(g.act) + in.offset + h.offset, payload, h.length);
     g_ports[port].payload_received += h.length;
     if (h.offset + h.length == h.total) g.inputs_ready |= uint64_t{1} << i;
     return;
@@ -396,7 +396,7 @@ void SendStatus() {
   s.state = g.state;
   s.plan_id = g.loaded ? g.plan_id : 0;
   s.arena_bytes = sizeof(g_arena);
-  s.free_bytes = sizeof(g_arena) - (g.loaded ? g.program.header->activation_floats * 4u : 0);
+  s.free_bytes = sizeof(g_arena) - (g.loaded ? g.program.header->activation_words * 4u : 0);
   s.flash_bytes = sizeof(g_flash);
   s.flash_free_bytes = sizeof(g_flash) - (g.loaded ? g.program.bytes : 0);
   s.last_error = g.last_error;
@@ -439,8 +439,8 @@ void Advance() {
   for (;;) {
     while (g.next_output < ph.num_outputs && g.program.outputs[g.next_output].layer <= g.next_layer) {
       const mcu::IoEntry& out = g.program.outputs[g.next_output++];
-      SendMessage(out.port, wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act + out.offset),
-                  out.count * 4u);
+      SendMessage(out.port, wire::kFrameData, out.message, reinterpret_cast<const uint8_t*>(g.act) + out.offset,
+                  uint32_t(mcu::IoBytes(out)));
     }
     if (g.next_layer >= ph.num_layers && g.next_output >= ph.num_outputs) break;
     // The layers whose inputs are all here, as one timed stretch.

@@ -13,22 +13,61 @@ namespace tessera::mcu {
 
 inline float ApplyActivation(float v, uint32_t act) { return (act == kActRelu && v < 0.0f) ? 0.0f : v; }
 
-// x on the grid q = {scale, zero point, qmin, qmax} (kOpQuantize): what the
-// host's QuantizeDequantize computes (partition/graph/quantization.h),
-// bit for bit, without libm: clamp x / scale to [qmin - zp, qmax - zp]
-// (at most 2^32 wide, so |v| < 2^23 for int8/uint8 grids), then round half
-// to even by adding and subtracting 1.5·2^23 (IEEE single precision in the
-// default rounding mode; no -ffast-math here).
-inline float QuantizeDequantizeValue(float x, const float* q) {
-  const float lo = q[2] - q[1], hi = q[3] - q[1];
-  float v = x / q[0];
-  if (!(v == v)) v = 0.0f;  // NaN: the zero point's code
-  v = v < lo ? lo : (v > hi ? hi : v);
-  if (v > -8388608.0f && v < 8388608.0f) {
-    volatile float big = 12582912.0f;  // volatile: the compiler must not fold (v + big) - big into v
-    v = (v + big) - big;
+// x on the grid q (kOpQuantize without an output grid): what the host's
+// QuantizeDequantize computes (partition/graph/quantization.h), bit for bit.
+inline float QuantizeDequantizeValue(float x, const float* q) { return QuantizeSteps(x, q) * q[0]; }
+
+// Activations as the kernels read them (mcu_program.h, version 5): a float
+// tensor, or int8 codes a reader decodes to float(q - zero_point) · scale
+// (DecodeCode). Indexed like a float pointer, offsets may be negative (a
+// conv's row pointer left of a padded edge).
+struct FloatIn {
+  const float* p;
+  float operator[](int32_t i) const { return p[i]; }
+  FloatIn operator+(int32_t n) const { return {p + n}; }
+};
+struct CodeIn {
+  const uint8_t* p;
+  int32_t off;  // qmin - zero point
+  float scale;
+  float operator[](int32_t i) const { return float(int32_t(p[i]) + off) * scale; }
+  CodeIn operator+(int32_t n) const { return {p + n, off, scale}; }
+};
+inline CodeIn CodesAt(const uint8_t* p, const float* grid) { return {p, int32_t(grid[2]) - int32_t(grid[1]), grid[0]}; }
+
+// Where a layer writes: floats, or codes on a grid (the QuantizeDequantize
+// fused into the layer: EncodeCode of the value the float path stores).
+// One test per stored value, none in the inner loops.
+__attribute__((noinline)) inline void StoreCode(uint8_t* q, uint32_t i, float v, const float* grid) {
+  q[i] = EncodeCode(v, grid);
+}
+struct Out {
+  float* f;
+  uint8_t* q;
+  const float* grid;
+  void Put(uint32_t i, float v) const {
+    if (q) {
+      StoreCode(q, i, v, grid);  // out of line: one copy, not one per kernel and store
+    } else {
+      f[i] = v;
+    }
   }
-  return v * q[0];
+  Out operator+(uint32_t n) const { return q ? Out{nullptr, q + n, grid} : Out{f + n, nullptr, grid}; }
+};
+
+// The region's byte `offset` as floats / bytes; a layer's operands.
+inline float* FloatsAt(float* act, uint32_t offset) {
+  return reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(act) + offset);
+}
+inline uint8_t* BytesAt(float* act, uint32_t offset) { return reinterpret_cast<uint8_t*>(act) + offset; }
+inline Out OutAt(const ProgramView& p, float* act, uint32_t offset, uint32_t grid) {
+  if (grid == kNoWeights) return {FloatsAt(act, offset), nullptr, nullptr};
+  return {nullptr, BytesAt(act, offset), p.weights + grid};
+}
+// Element k of an operand, either form (elementwise layers).
+__attribute__((noinline)) inline float LoadAny(const ProgramView& p, float* act, uint32_t offset, uint32_t grid,
+                                               uint32_t k) {
+  return grid == kNoWeights ? FloatsAt(act, offset)[k] : DecodeCode(BytesAt(act, offset)[k], p.weights + grid);
 }
 
 // Taps k in [0, taps) whose input position base + k·step lies in [0, size):
@@ -72,53 +111,54 @@ struct Int8Weights {
 // One pixel of a 1x1 conv: dst[o·ds] = act(b[o] + Σ_c x[c·xs] · w[o, c])
 // for every output channel o, four at a time (each x loaded once for four
 // multiply-adds), channels summed in order.
-template <class Weights>
-inline void PointwisePixelImpl(const Layer& l, const float* x, uint32_t xs, const Weights& w, const float* b,
-                               float* dst, uint32_t ds) {
-  const uint32_t C = l.c;
+template <class Weights, class In>
+__attribute__((always_inline)) inline void PointwisePixelImpl(const Layer& l, In x, int32_t xs, const Weights& w,
+                                                              const float* b, const Out& dst, uint32_t ds) {
+  const int32_t C = int32_t(l.c);
   uint32_t o = 0;
   for (; o + 4 <= l.oc; o += 4) {
     const auto w0 = w.Row(o), w1 = w.Row(o + 1), w2 = w.Row(o + 2), w3 = w.Row(o + 3);
     float a0 = b ? b[o] : 0.0f, a1 = b ? b[o + 1] : 0.0f, a2 = b ? b[o + 2] : 0.0f, a3 = b ? b[o + 3] : 0.0f;
-    for (uint32_t c = 0; c < C; ++c) {
+    for (int32_t c = 0; c < C; ++c) {
       const float v = x[c * xs];
-      a0 += v * w0[c];
-      a1 += v * w1[c];
-      a2 += v * w2[c];
-      a3 += v * w3[c];
+      a0 += v * w0[uint32_t(c)];
+      a1 += v * w1[uint32_t(c)];
+      a2 += v * w2[uint32_t(c)];
+      a3 += v * w3[uint32_t(c)];
     }
-    dst[o * ds] = ApplyActivation(a0, l.activation);
-    dst[(o + 1) * ds] = ApplyActivation(a1, l.activation);
-    dst[(o + 2) * ds] = ApplyActivation(a2, l.activation);
-    dst[(o + 3) * ds] = ApplyActivation(a3, l.activation);
+    dst.Put(o * ds, ApplyActivation(a0, l.activation));
+    dst.Put((o + 1) * ds, ApplyActivation(a1, l.activation));
+    dst.Put((o + 2) * ds, ApplyActivation(a2, l.activation));
+    dst.Put((o + 3) * ds, ApplyActivation(a3, l.activation));
   }
   for (; o < l.oc; ++o) {
     const auto wo = w.Row(o);
     float acc = b ? b[o] : 0.0f;
-    for (uint32_t c = 0; c < C; ++c) acc += x[c * xs] * wo[c];
-    dst[o * ds] = ApplyActivation(acc, l.activation);
+    for (int32_t c = 0; c < C; ++c) acc += x[c * xs] * wo[uint32_t(c)];
+    dst.Put(o * ds, ApplyActivation(acc, l.activation));
   }
 }
 
 // A 1x1 conv (mcu_program.h IsPointwise), a pixel at a time. Every output
 // still sums bias, then its input channels in order, as the general loop
 // below does.
-// Float weights inline (the hot loop of MLPerf's DS-CNN); int8 weights in
-// one shared out-of-line copy (their extra conversion per weight dominates
-// anyway): the firmware's code stays inside kFirmwareFlashBytes.
-inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const FloatWeights& w, const float* b,
-                           float* dst, uint32_t ds) {
+// Float weights on float inputs inline (the hot loop of MLPerf's float
+// DS-CNN); the other forms in one shared out-of-line copy each: the
+// firmware's code stays inside kFirmwareFlashBytes.
+inline void PointwisePixel(const Layer& l, FloatIn x, int32_t xs, const FloatWeights& w, const float* b, const Out& dst,
+                           uint32_t ds) {
   PointwisePixelImpl(l, x, xs, w, b, dst, ds);
 }
-__attribute__((noinline)) inline void PointwisePixel(const Layer& l, const float* x, uint32_t xs, const Int8Weights& w,
-                                                     const float* b, float* dst, uint32_t ds) {
+template <class Weights, class In>
+__attribute__((noinline)) void PointwisePixel(const Layer& l, In x, int32_t xs, const Weights& w, const float* b,
+                                              const Out& dst, uint32_t ds) {
   PointwisePixelImpl(l, x, xs, w, b, dst, ds);
 }
 
-template <class Weights>
-inline void PointwiseConv(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
+template <class Weights, class In>
+inline void PointwiseConv(const Layer& l, In in, const Weights& w, const float* b, const Out& out) {
   const uint32_t plane = l.h * l.w;
-  for (uint32_t p = 0; p < plane; ++p) PointwisePixel(l, in + p, plane, w, b, out + p, plane);
+  for (uint32_t p = 0; p < plane; ++p) PointwisePixel(l, in + int32_t(p), int32_t(plane), w, b, out + p, plane);
 }
 
 // Per output value: bias, then input channels in order, each over its valid
@@ -126,9 +166,9 @@ inline void PointwiseConv(const Layer& l, const float* in, const Weights& w, con
 // the inner loop has no bounds test (bench/mcu: MLPerf's DS-CNN 26.9 ->
 // 21.3 M instructions; its 10x4 conv 20.9 -> 9.5 per MAC).
 // Not inlined into its callers (ConvInPlace, RunWeighted): one copy per
-// weight form keeps the firmware's code inside kFirmwareFlashBytes.
-template <class Weights>
-__attribute__((noinline)) void Conv(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
+// weight and input form keeps the firmware's code inside kFirmwareFlashBytes.
+template <class Weights, class In>
+__attribute__((noinline)) void Conv(const Layer& l, In in, const Weights& w, const float* b, const Out& out) {
   if (IsPointwise(l)) {
     PointwiseConv(l, in, w, b, out);
     return;
@@ -136,7 +176,8 @@ __attribute__((noinline)) void Conv(const Layer& l, const float* in, const Weigh
   const int32_t cg = int32_t(l.c / l.group), og = int32_t(l.oc / l.group);
   const int32_t H = int32_t(l.h), W = int32_t(l.w), KH = int32_t(l.kh), KW = int32_t(l.kw);
   const int32_t dh = int32_t(l.dh), dw = int32_t(l.dw);
-  const uint32_t plane_size = uint32_t(H * W), taps = uint32_t(KH * KW);
+  const int32_t plane_size = H * W;
+  const uint32_t taps = uint32_t(KH * KW);
   // Output columns whose taps all lie inside the row: no division for them.
   const int32_t sw = int32_t(l.sw), pl = int32_t(l.pad_left);
   const int32_t span = W - 1 - (KW - 1) * dw + pl;
@@ -146,7 +187,7 @@ __attribute__((noinline)) void Conv(const Layer& l, const float* in, const Weigh
   for (int32_t oc = 0; oc < int32_t(l.oc); ++oc) {
     const int32_t g = oc / og;
     const auto wo = w.Row(uint32_t(oc));
-    const float* planes = in + uint32_t(g * cg) * plane_size;
+    const In planes = in + g * cg * plane_size;
     for (int32_t oy = 0; oy < int32_t(l.oh); ++oy) {
       const int32_t iy0 = oy * int32_t(l.sh) - int32_t(l.pad_top);
       int32_t ky_lo, ky_hi;
@@ -159,13 +200,13 @@ __attribute__((noinline)) void Conv(const Layer& l, const float* in, const Weigh
       const float w3 = unrolled ? wo[3] : 0.0f, w4 = unrolled ? wo[4] : 0.0f, w5 = unrolled ? wo[5] : 0.0f;
       const float w6 = unrolled ? wo[6] : 0.0f, w7 = unrolled ? wo[7] : 0.0f, w8 = unrolled ? wo[8] : 0.0f;
       const float bias = b ? b[oc] : 0.0f;
-      float* out_row = out + (uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow;
+      const Out out_row = out + (uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow;
       for (int32_t ox = 0; ox < int32_t(l.ow); ++ox) {
         const int32_t ix0 = ox * sw - pl;
         if (unrolled && ox >= inner_lo && ox < inner_hi) {
-          const float* r0 = planes + iy0 * W + ix0;
-          const float* r1 = r0 + W;
-          const float* r2 = r1 + W;
+          const In r0 = planes + (iy0 * W + ix0);
+          const In r1 = r0 + W;
+          const In r2 = r1 + W;
           float acc = bias;
           acc += r0[0] * w0;
           acc += r0[1] * w1;
@@ -176,42 +217,43 @@ __attribute__((noinline)) void Conv(const Layer& l, const float* in, const Weigh
           acc += r2[0] * w6;
           acc += r2[1] * w7;
           acc += r2[2] * w8;
-          out_row[ox] = ApplyActivation(acc, l.activation);
+          out_row.Put(uint32_t(ox), ApplyActivation(acc, l.activation));
           continue;
         }
         int32_t kx_lo = 0, kx_hi = KW;
         if (ox < inner_lo || ox >= inner_hi) ValidTaps(ix0, dw, W, KW, &kx_lo, &kx_hi);
-        float acc = b ? b[oc] : 0.0f;
+        float acc = bias;
         for (int32_t ic = 0; ic < cg; ++ic) {
-          const float* plane = planes + uint32_t(ic) * plane_size;
+          const In plane = planes + ic * plane_size;
           const auto wk = wo + uint32_t(ic) * taps;
           for (int32_t ky = ky_lo; ky < ky_hi; ++ky) {
-            const float* row = plane + (iy0 + ky * dh) * W + ix0;
+            const In row = plane + ((iy0 + ky * dh) * W + ix0);
             const auto wr = wk + uint32_t(ky * KW);
             for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += row[kx * dw] * wr[uint32_t(kx)];
           }
         }
-        out[(uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow + uint32_t(ox)] = ApplyActivation(acc, l.activation);
+        out_row.Put(uint32_t(ox), ApplyActivation(acc, l.activation));
       }
     }
   }
 }
 
-template <class Weights>
-inline void Dense(const Layer& l, const float* in, const Weights& w, const float* b, float* out) {
+template <class Weights, class In>
+inline void Dense(const Layer& l, In in, const Weights& w, const float* b, const Out& out) {
   const uint32_t n = l.c * l.h * l.w;
   for (uint32_t o = 0; o < l.oc; ++o) {
     float acc = b ? b[o] : 0.0f;
     const auto row = w.Row(o);
-    for (uint32_t i = 0; i < n; ++i) acc += row[i] * in[i];
-    out[o] = ApplyActivation(acc, l.activation);
+    for (uint32_t i = 0; i < n; ++i) acc += row[i] * in[int32_t(i)];
+    out.Put(o, ApplyActivation(acc, l.activation));
   }
 }
 
-inline void Pool(const Layer& l, const float* in, float* out, bool max) {
+template <class In>
+void Pool(const Layer& l, In in, const Out& out, bool max) {
   const int32_t H = int32_t(l.h), W = int32_t(l.w);
   for (uint32_t c = 0; c < l.c; ++c) {
-    const float* plane = in + c * l.h * l.w;
+    const In plane = in + int32_t(c * l.h * l.w);
     for (int32_t oy = 0; oy < int32_t(l.oh); ++oy) {
       for (int32_t ox = 0; ox < int32_t(l.ow); ++ox) {
         float acc = max ? -3.4028235e38f : 0.0f;
@@ -232,39 +274,42 @@ inline void Pool(const Layer& l, const float* in, float* out, bool max) {
           }
         }
         if (!max) acc = n ? acc / float(l.group ? window : n) : 0.0f;
-        out[(c * l.oh + uint32_t(oy)) * l.ow + uint32_t(ox)] = ApplyActivation(acc, l.activation);
+        out.Put((c * l.oh + uint32_t(oy)) * l.ow + uint32_t(ox), ApplyActivation(acc, l.activation));
       }
     }
   }
 }
 
-inline void GlobalAvgPool(const Layer& l, const float* in, float* out) {
+template <class In>
+void GlobalAvgPool(const Layer& l, In in, const Out& out) {
   const uint32_t n = l.h * l.w;
   for (uint32_t c = 0; c < l.c; ++c) {
     float acc = 0.0f;
-    for (uint32_t i = 0; i < n; ++i) acc += in[c * n + i];
-    out[c] = ApplyActivation(acc / float(n), l.activation);
+    for (uint32_t i = 0; i < n; ++i) acc += in[int32_t(c * n + i)];
+    out.Put(c, ApplyActivation(acc / float(n), l.activation));
   }
 }
 
 // Segments (METHODS §6, mcu_program.h InPlaceScratchFloats): the conv's
-// output overwrites its input (io), `scratch` holds what is still needed.
-// Pointwise: pixel by pixel, its C inputs copied out first (C <= OC) or its
-// OC outputs computed into scratch and copied in after; out[o, p] lands on
-// in[o, p] only. Depthwise: plane by plane in order, each input plane
-// copied out first; output plane c lands on input planes <= c. Sums run in
-// Conv's order: the answers are Conv's, bit for bit.
-template <class Weights>
-inline void ConvInPlace(const Layer& l, float* io, const Weights& w, const float* b, float* scratch) {
+// output overwrites its input (`in` and `out` are one buffer, stored alike),
+// the float `scratch` holds what is still needed, decoded. Pointwise: pixel
+// by pixel, its C inputs copied out first (C <= OC) or its OC outputs
+// computed into scratch and stored after; out[o, p] lands on in[o, p] only.
+// Depthwise: plane by plane in order, each input plane copied out first;
+// output plane c lands on input planes <= c. Sums run in Conv's order: the
+// answers are Conv's, bit for bit.
+template <class Weights, class In>
+inline void ConvInPlace(const Layer& l, In in, const Out& out, const Weights& w, const float* b, float* scratch) {
   if (IsPointwise(l)) {
     const uint32_t plane = l.h * l.w;
+    const Out to_scratch{scratch, nullptr, nullptr};
     for (uint32_t p = 0; p < plane; ++p) {
       if (l.c <= l.oc) {  // the pixel's inputs out first, then its outputs over them
-        for (uint32_t c = 0; c < l.c; ++c) scratch[c] = io[c * plane + p];
-        PointwisePixel(l, scratch, 1, w, b, io + p, plane);
+        for (uint32_t c = 0; c < l.c; ++c) scratch[c] = in[int32_t(c * plane + p)];
+        PointwisePixel(l, FloatIn{scratch}, 1, w, b, out + p, plane);
       } else {  // its outputs into scratch, then over its inputs
-        PointwisePixel(l, io + p, plane, w, b, scratch, 1);
-        for (uint32_t o = 0; o < l.oc; ++o) io[o * plane + p] = scratch[o];
+        PointwisePixel(l, in + int32_t(p), int32_t(plane), w, b, to_scratch, 1);
+        for (uint32_t o = 0; o < l.oc; ++o) out.Put(o * plane + p, scratch[o]);
       }
     }
     return;
@@ -273,20 +318,36 @@ inline void ConvInPlace(const Layer& l, float* io, const Weights& w, const float
   one.c = one.oc = one.group = 1;
   const uint32_t in_plane = l.h * l.w, out_plane = l.oh * l.ow;
   for (uint32_t c = 0; c < l.c; ++c) {
-    for (uint32_t i = 0; i < in_plane; ++i) scratch[i] = io[c * in_plane + i];
-    Conv(one, scratch, w.From(c), b ? b + c : nullptr, io + c * out_plane);
+    for (uint32_t i = 0; i < in_plane; ++i) scratch[i] = in[int32_t(c * in_plane + i)];
+    Conv(one, FloatIn{scratch}, w.From(c), b ? b + c : nullptr, out + c * out_plane);
   }
 }
 
-// A conv or a dense layer with its weights in their stored form.
-template <class Weights>
-inline void RunWeighted(const Layer& l, float* act, const Weights& w, const float* b) {
+// A conv or a dense layer with its weights in their stored form, on its
+// input in its stored form.
+template <class Weights, class In>
+inline void RunWeightedOn(const Layer& l, In in, const Out& out, float* act, const Weights& w, const float* b) {
   if (l.op == kOpDense) {
-    Dense(l, act + l.in0, w, b, act + l.out);
+    Dense(l, in, w, b, out);
   } else if (l.out == l.in0) {
-    ConvInPlace(l, act + l.in0, w, b, act + l.in1);
+    ConvInPlace(l, in, out, w, b, FloatsAt(act, l.in1));
   } else {
-    Conv(l, act + l.in0, w, b, act + l.out);
+    Conv(l, in, w, b, out);
+  }
+}
+// Codes are read by layers with int8 weights only (ValidateProgram; the
+// builder stores a layer's weights as int8 when it reads codes): three
+// forms of each kernel, not four, keep the firmware's code inside
+// kFirmwareFlashBytes.
+inline void RunWeighted(const ProgramView& p, const Layer& l, float* act, const FloatWeights& w, const float* b) {
+  RunWeightedOn(l, FloatIn{FloatsAt(act, l.in0)}, OutAt(p, act, l.out, l.out_grid), act, w, b);
+}
+inline void RunWeighted(const ProgramView& p, const Layer& l, float* act, const Int8Weights& w, const float* b) {
+  const Out out = OutAt(p, act, l.out, l.out_grid);
+  if (l.in0_grid == kNoWeights) {
+    RunWeightedOn(l, FloatIn{FloatsAt(act, l.in0)}, out, act, w, b);
+  } else {
+    RunWeightedOn(l, CodesAt(BytesAt(act, l.in0), p.weights + l.in0_grid), out, act, w, b);
   }
 }
 
@@ -302,31 +363,61 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
     const float* w = l.weight == kNoWeights ? nullptr : p.weights + l.weight;
     const float* b = l.bias == kNoWeights ? nullptr : p.weights + l.bias;
     const uint32_t n = l.oc * l.oh * l.ow;
+    const Out out = OutAt(p, act, l.out, l.out_grid);
+    const bool codes_in = l.in0_grid != kNoWeights;
+    const FloatIn fin{FloatsAt(act, l.in0)};
+    const CodeIn cin = codes_in ? CodesAt(BytesAt(act, l.in0), p.weights + l.in0_grid) : CodeIn{nullptr, 0, 0.0f};
     switch (l.op) {
       case kOpConv:
       case kOpDense: {
         const uint32_t per = l.op == kOpDense ? l.c * l.h * l.w : l.c / l.group * l.kh * l.kw;
         if (l.weight_format == kWeightsInt8) {
-          RunWeighted(l, act, Int8Weights{w, reinterpret_cast<const int8_t*>(w + l.oc), per}, b);
+          RunWeighted(p, l, act, Int8Weights{w, reinterpret_cast<const int8_t*>(w + l.oc), per}, b);
         } else {
-          RunWeighted(l, act, FloatWeights{w, per}, b);
+          RunWeighted(p, l, act, FloatWeights{w, per}, b);
         }
         break;
       }
-      case kOpMaxPool: Pool(l, act + l.in0, act + l.out, true); break;
-      case kOpAvgPool: Pool(l, act + l.in0, act + l.out, false); break;
-      case kOpGlobalAvgPool: GlobalAvgPool(l, act + l.in0, act + l.out); break;
+      case kOpMaxPool:
+      case kOpAvgPool:
+        if (codes_in) {
+          Pool(l, cin, out, l.op == kOpMaxPool);
+        } else {
+          Pool(l, fin, out, l.op == kOpMaxPool);
+        }
+        break;
+      case kOpGlobalAvgPool:
+        if (codes_in) {
+          GlobalAvgPool(l, cin, out);
+        } else {
+          GlobalAvgPool(l, fin, out);
+        }
+        break;
       case kOpRelu:
-        for (uint32_t k = 0; k < n; ++k) act[l.out + k] = ApplyActivation(act[l.in0 + k], kActRelu);
+        for (uint32_t k = 0; k < n; ++k) out.Put(k, ApplyActivation(LoadAny(p, act, l.in0, l.in0_grid, k), kActRelu));
         break;
       case kOpAdd:
-        for (uint32_t k = 0; k < n; ++k) act[l.out + k] = ApplyActivation(act[l.in0 + k] + act[l.in1 + k], l.activation);
+        for (uint32_t k = 0; k < n; ++k)
+          out.Put(k, ApplyActivation(LoadAny(p, act, l.in0, l.in0_grid, k) + LoadAny(p, act, l.in1, l.in1_grid, k),
+                                     l.activation));
         break;
-      case kOpCopy:
-        memcpy(act + l.out, act + l.in0, size_t{n} * sizeof(float));
+      case kOpCopy:  // a run of one tensor: the same form both sides (a plain copy), else decoded and stored
+        if (l.in0_grid == l.out_grid) {
+          memcpy(BytesAt(act, l.out), BytesAt(act, l.in0), size_t{n} * ValueBytes(l.in0_grid));
+        } else {
+          for (uint32_t k = 0; k < n; ++k) out.Put(k, LoadAny(p, act, l.in0, l.in0_grid, k));
+        }
         break;
       case kOpQuantize:
-        for (uint32_t k = 0; k < n; ++k) act[l.out + k] = QuantizeDequantizeValue(act[l.in0 + k], w);
+        // Onto its grid: stored as its codes, or as the floats they stand for.
+        for (uint32_t k = 0; k < n; ++k) {
+          const float x = LoadAny(p, act, l.in0, l.in0_grid, k);
+          if (l.out_grid != kNoWeights) {
+            out.Put(k, x);  // EncodeCode on out_grid, the builder's copy of this layer's grid
+          } else {
+            out.Put(k, QuantizeDequantizeValue(x, w));
+          }
+        }
         break;
       default: break;  // rejected by ValidateProgram
     }

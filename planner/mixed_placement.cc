@@ -11,21 +11,6 @@ namespace tessera {
 
 namespace {
 
-// Each device's layers are one consecutive range (or none).
-bool Contiguous(const std::vector<int>& dev, int devices) {
-  for (int d = 0; d < devices; ++d) {
-    int first = -1, last = -1, count = 0;
-    for (int j = 0; j < static_cast<int>(dev.size()); ++j)
-      if (dev[j] == d) {
-        if (first < 0) first = j;
-        last = j;
-        ++count;
-      }
-    if (count && last - first + 1 != count) return false;
-  }
-  return true;
-}
-
 // Every device of `must_use` computes something: at least one of its layers
 // has MACs (a Reshape or Flatten alone, an alias on an MCU, is no use of it).
 bool UsesAll(const std::vector<int>& dev, const std::vector<int>& must_use, const std::vector<int64_t>& macs) {

@@ -26,7 +26,7 @@ std::string LayerLabel(const LayerFigures& f) {
 
 bool FitsAlone(const PlacementProblem& p, int j, int i) {
   const Device& d = p.cluster->devices[i];
-  return p.Runs(i, j) && p.WeightBytes(i, j) <= d.flash_bytes && p.buffer_bytes[j] <= d.ram_bytes;
+  return p.Runs(i, j) && p.WeightBytes(i, j) <= d.flash_bytes && p.BufferBytes(i, j) <= d.ram_bytes;
 }
 
 // Devices that are interchangeable (same memory, speed and links to every
@@ -159,10 +159,16 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
                                 [](const Device& d) { return d.kind == DeviceKind::kMcu; });
   if (mcus) {
     p.mcu_weight_bytes = p.weight_bytes;
+    p.mcu_buffer_bytes.assign(layers.size(), 0);
     p.mcu_refusals.assign(layers.size(), "");
     for (size_t j = 0; j < layers.size(); ++j) {
       const Node& node = graph.nodes[layers[j].node];
       p.mcu_weight_bytes[j] += McuWeightSavings(graph, node);
+      // int8 activations (mcu_program.h version 5): 1 B a value on an 8-bit
+      // grid, as BuildMcuProgram holds them.
+      p.mcu_buffer_bytes[j] = McuLayerBufferBytes(graph, node);
+      // A QuantizeDequantize's output crosses an MCU's UART as codes.
+      p.mcu_output_bytes.push_back(p.output_bytes[j] / (McuActivationGrid(node) ? 4 : 1));
       if (Status can = McuCanRun(graph, node); !can.ok()) p.mcu_refusals[j] = can.message();
     }
   }
@@ -222,18 +228,18 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
     layer_s[j] = p.ComputeSeconds(i, j);
     cost.compute_s[i] += layer_s[j];
     cost.weight_bytes[i] += p.WeightBytes(i, j);
-    cost.peak_buffer_bytes[i] = std::max(cost.peak_buffer_bytes[i], p.buffer_bytes[j]);
+    cost.peak_buffer_bytes[i] = std::max(cost.peak_buffer_bytes[i], p.BufferBytes(i, j));
     first[i] = std::min(first[i], j);
     last[i] = std::max(last[i], j);
     for (int q : p.producers[j]) {
       const int h = dev[q];
       if (h == i || sent[q][i]) continue;
       sent[q][i] = 1;  // one copy per (tensor, receiving device)
-      const double t = c.TransferSeconds(h, i, p.output_bytes[q]);
+      const double t = c.TransferSeconds(h, i, p.OutputBytes(h, i, q));
       transfers += t;
       out_s[h] += t;
-      cost.sent_bytes[h] += p.output_bytes[q];
-      cost.received_bytes[i] += p.output_bytes[q];
+      cost.sent_bytes[h] += p.OutputBytes(h, i, q);
+      cost.received_bytes[i] += p.OutputBytes(h, i, q);
     }
   }
   std::vector<std::vector<char>> delivered;
@@ -304,7 +310,7 @@ Status CheckPlacementFeasible(const PlacementProblem& p) {
       if (!p.Runs(i, j)) continue;
       runs = true;
       const int64_t short_flash = std::max<int64_t>(0, p.WeightBytes(i, j) - d.flash_bytes);
-      const int64_t short_ram = std::max<int64_t>(0, p.buffer_bytes[j] - d.ram_bytes);
+      const int64_t short_ram = std::max<int64_t>(0, p.BufferBytes(i, j) - d.ram_bytes);
       if (short_flash == 0 && short_ram == 0) {
         fits = true;
         break;
@@ -324,9 +330,10 @@ Status CheckPlacementFeasible(const PlacementProblem& p) {
     if (weights > d.flash_bytes)
       what += "weights " + FormatBytes(weights) + " > flash " + FormatBytes(d.flash_bytes) + ", short by " +
               std::to_string(weights - d.flash_bytes) + " bytes";
-    if (p.buffer_bytes[j] > d.ram_bytes)
-      what += std::string(what.empty() ? "" : "; ") + "input+output " + FormatBytes(p.buffer_bytes[j]) + " > RAM " +
-              FormatBytes(d.ram_bytes) + ", short by " + std::to_string(p.buffer_bytes[j] - d.ram_bytes) + " bytes";
+    const int64_t buffers = p.BufferBytes(closest, j);
+    if (buffers > d.ram_bytes)
+      what += std::string(what.empty() ? "" : "; ") + "input+output " + FormatBytes(buffers) + " > RAM " +
+              FormatBytes(d.ram_bytes) + ", short by " + std::to_string(buffers - d.ram_bytes) + " bytes";
     return Status::ResourceExhausted(p.names[j] + " fits on no device as a whole layer; closest is " + d.name + " (" +
                                      what + "); use --objective memory or communication to split it, or add a larger device");
   }
@@ -395,9 +402,10 @@ Result<PlacementResult> PlaceBisection(const PlacementProblem& p, PlacementObjec
       double compute = 0;
       int64_t flash = 0;
       while (j < n) {
-        if (!p.Runs(i, j) || p.buffer_bytes[j] > dv.ram_bytes || flash + p.WeightBytes(i, j) > dv.flash_bytes) break;
+        if (!p.Runs(i, j) || p.BufferBytes(i, j) > dv.ram_bytes || flash + p.WeightBytes(i, j) > dv.flash_bytes) break;
         const double t = compute + p.ComputeSeconds(i, j);
-        const double out = (j + 1 < n && k + 1 < d) ? c.TransferSeconds(i, order[k + 1], p.output_bytes[j]) : 0.0;
+        const double out =
+            (j + 1 < n && k + 1 < d) ? c.TransferSeconds(i, order[k + 1], p.OutputBytes(i, order[k + 1], j)) : 0.0;
         if (t + out > budget) break;  // stage full (or this layer alone exceeds it: next device)
         compute = t;
         flash += p.WeightBytes(i, j);
@@ -510,7 +518,7 @@ class PlacementSearch {
     std::vector<char> unused_class_tried(d_, 0);
     for (int i : candidates) {
       const Device& dv = c_.devices[i];
-      if (!p_.Runs(i, j) || p_.buffer_bytes[j] > dv.ram_bytes || flash_[i] + p_.WeightBytes(i, j) > dv.flash_bytes)
+      if (!p_.Runs(i, j) || p_.BufferBytes(i, j) > dv.ram_bytes || flash_[i] + p_.WeightBytes(i, j) > dv.flash_bytes)
         continue;
       if (used_[i] == 0) {  // interchangeable unused devices: try one of each class
         if (unused_class_tried[classes_[i]]) continue;
@@ -524,7 +532,7 @@ class PlacementSearch {
         if (h == i || sent_[q][i]) continue;
         sent_[q][i] = 1;
         marked.push_back(q);
-        transfer += c_.TransferSeconds(h, i, p_.output_bytes[q]);
+        transfer += c_.TransferSeconds(h, i, p_.OutputBytes(h, i, q));
       }
       // Model inputs/outputs to and from the source (each input once per
       // device): a copy of `delivered_` keeps backtracking simple.
@@ -611,7 +619,7 @@ Result<PlacementResult> PlaceLatencyDp(const PlacementProblem& p) {
       for (int h = 0; h < d; ++h) {
         if (!std::isfinite(best[j - 1][h])) continue;
         ++states;
-        const double v = best[j - 1][h] + c.TransferSeconds(h, i, p.output_bytes[j - 1]) + compute;
+        const double v = best[j - 1][h] + c.TransferSeconds(h, i, p.OutputBytes(h, i, j - 1)) + compute;
         if (v < best[j][i]) {
           best[j][i] = v;
           back[j][i] = h;
@@ -674,15 +682,27 @@ class PipelineSearch {
 
   int64_t states() const { return kind_states_ * k_ * (n_ + 1) * (kReach + 1); }
 
+  // A device of kind a and another of kind b (two of kind a when a == b);
+  // false when kind a == b has one device.
+  bool Between(int a, int b, int* from, int* to) const {
+    *from = members_[a][0];
+    *to = members_[b][0];
+    if (*to == *from) {
+      if (members_[b].size() < 2) return false;
+      *to = members_[b][1];
+    }
+    return true;
+  }
   // Seconds for `bytes` from a device of kind a to another device of kind b.
   double Transfer(int a, int b, int64_t bytes) const {
-    const int from = members_[a][0];
-    int to = members_[b][0];
-    if (to == from) {
-      if (members_[b].size() < 2) return kInf;
-      to = members_[b][1];
-    }
-    return c_.TransferSeconds(from, to, bytes);
+    int from, to;
+    return Between(a, b, &from, &to) ? c_.TransferSeconds(from, to, bytes) : kInf;
+  }
+  // Seconds for layer q's output from a device of kind a to one of kind b
+  // (its bytes on that link: PlacementProblem::OutputBytes).
+  double TransferOutput(int a, int b, int q) const {
+    int from, to;
+    return Between(a, b, &from, &to) ? c_.TransferSeconds(from, to, p_.OutputBytes(from, to, q)) : kInf;
   }
 
   // Least period over pipelines and its stages; kInf when none beats `ub`.
@@ -778,7 +798,7 @@ class PipelineSearch {
     std::vector<int> crossing;
     for (int e = s + 1; e <= n_; ++e) {
       const int j = e - 1;
-      if (!p_.Runs(rep, j) || p_.buffer_bytes[j] > dv.ram_bytes) break;
+      if (!p_.Runs(rep, j) || p_.BufferBytes(rep, j) > dv.ram_bytes) break;
       flash += p_.WeightBytes(rep, j);
       if (flash > dv.flash_bytes) break;
       const double compute = prefix_[k][e] - prefix_[k][s];
@@ -812,16 +832,16 @@ class PipelineSearch {
           if (pessimistic_) {
             double dearest = 0;
             for (int x = 0; x < k_; ++x)
-              if (Count(rest, x) > 0) dearest = std::max(dearest, Transfer(k, x, p_.output_bytes[q]));
+              if (Count(rest, x) > 0) dearest = std::max(dearest, TransferOutput(k, x, q));
             for (int reader : readers_[q])
               if (reader > e || (reader == e && !read_next)) sends += dearest;
-            if (read_next) sends += Transfer(k, next, p_.output_bytes[q]);
+            if (read_next) sends += TransferOutput(k, next, q);
           } else if (read_next) {
-            sends += Transfer(k, next, p_.output_bytes[q]);
+            sends += TransferOutput(k, next, q);
           } else {
             double cheapest = kInf;
             for (int x = 0; x < k_; ++x)
-              if (Count(rest, x) > 0) cheapest = std::min(cheapest, Transfer(k, x, p_.output_bytes[q]));
+              if (Count(rest, x) > 0) cheapest = std::min(cheapest, TransferOutput(k, x, q));
             sends += cheapest;
           }
         }
@@ -841,7 +861,7 @@ class PipelineSearch {
         };
         if (pessimistic_ && reach > 1 && reach <= kReach) {
           double once = 0;
-          for (int q : crossing) once += Transfer(k, next, p_.output_bytes[q]);
+          for (int q : crossing) once += TransferOutput(k, next, q);
           if (own + once < limit) descend(own + once, reach);
         }
         descend(own + sends, 0);

@@ -62,7 +62,15 @@ struct PlacementProblem {
   // Empty: every layer can.
   std::vector<std::string> mcu_refusals;
   std::vector<int64_t> buffer_bytes; // (M_j + K_j) · 4
+  // On an MCU, layer j's input and output as its program holds them: 1 B a
+  // value on an 8-bit grid (partition/compile/mcu_program_builder.h
+  // McuValueBytes), else 4. Empty: buffer_bytes.
+  std::vector<int64_t> mcu_buffer_bytes;
   std::vector<int64_t> output_bytes; // K_j · 4
+  // Layer j's output on a link from or to an MCU: 1 B a value of a
+  // QuantizeDequantize's output (an MCU holds and sends it as int8 codes,
+  // the Linux board's bridge converts), else 4. Empty: output_bytes.
+  std::vector<int64_t> mcu_output_bytes;
   std::vector<std::vector<int>> producers;  // 0-based layers whose outputs layer j reads
   // The device that receives the model's inputs and returns its outputs (the
   // plan's source); -1: that traffic is not counted (problems made by hand).
@@ -81,6 +89,17 @@ struct PlacementProblem {
   int64_t WeightBytes(int i, int j) const {
     return !mcu_weight_bytes.empty() && cluster->devices[i].kind == DeviceKind::kMcu ? mcu_weight_bytes[j]
                                                                                      : weight_bytes[j];
+  }
+  // The bytes layer j's output takes on the link from device `from` to `to`.
+  int64_t OutputBytes(int from, int to, int j) const {
+    if (mcu_output_bytes.empty()) return output_bytes[j];
+    const bool mcu = cluster->devices[from].kind == DeviceKind::kMcu || cluster->devices[to].kind == DeviceKind::kMcu;
+    return mcu ? mcu_output_bytes[j] : output_bytes[j];
+  }
+  // The RAM layer j's input and output take on device i.
+  int64_t BufferBytes(int i, int j) const {
+    return !mcu_buffer_bytes.empty() && cluster->devices[i].kind == DeviceKind::kMcu ? mcu_buffer_bytes[j]
+                                                                                     : buffer_bytes[j];
   }
   // L_ij of METHODS §5: layer j's MACs at device i's rate for its kind.
   double ComputeSeconds(int i, int j) const {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/mcu/run.sh [BUILD] [--shift S] [--models mlperf-dscnn,mlperf-dscnn-int8w,dscnn,kws]
+# bench/mcu/run.sh [BUILD] [--shift S] [--models mlperf-dscnn,mlperf-dscnn-int8w,mlperf-dscnn-int8,dscnn,kws]
 #
 # Compute time of the MCU firmware's kernels (issue 16 item 5): boots the
 # Cortex-M4 firmware on qemu-system-arm's mps2-an386 with `-icount shift=S`
@@ -9,7 +9,9 @@
 # and prints instructions per layer and per MAC, then the whole run next to
 # the published MLPerf Tiny v0.5 anchors for DS-CNN on a 120 MHz Cortex-M4F.
 # NAME-int8w is the model with int8-grid weights, which its program keeps as
-# int8 codes in flash (the kernels multiply code by scale as they go).
+# int8 codes in flash (the kernels multiply code by scale as they go);
+# NAME-int8 its QDQ form besides (a QuantizeDequantize after the input and
+# every layer), whose activations the program keeps as int8 codes in RAM.
 #
 # What the count is: QEMU counts guest *instructions*; it models no
 # pipeline, flash wait states or FPU latencies, so an instruction is not a
@@ -18,12 +20,12 @@
 set -euo pipefail
 BUILD=build
 SHIFT=0
-MODELS=mlperf-dscnn,mlperf-dscnn-int8w,dscnn,kws
+MODELS=mlperf-dscnn,mlperf-dscnn-int8w,mlperf-dscnn-int8,dscnn,kws
 while [[ $# -gt 0 ]]; do
   case $1 in
     --shift) SHIFT=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
-    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) BUILD=$1; shift ;;
   esac
 done
@@ -47,7 +49,7 @@ for model in ${MODELS//,/ }; do
   mcu_halt
   echo "== $model (QEMU -icount shift=$SHIFT)"
   grep -E '^(model|mcu_layer_|mcu_run|mcu_inference)' "$WORK/$model.txt"
-  if [[ $model == mlperf-dscnn || $model == mlperf-dscnn-int8w ]]; then
+  if [[ $model == mlperf-dscnn* ]]; then
     python3 - "$WORK/$model.txt" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()

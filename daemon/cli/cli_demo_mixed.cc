@@ -214,10 +214,15 @@ void AddMcuStatus(const std::string& bridge_address, nlohmann::json* row) {
 nlohmann::json MixedDirectLinks(const MixedCluster& mc, const std::vector<DeviceProgram>& programs,
                                 const nlohmann::json& memory, int answered, bool* as_expected) {
   *as_expected = true;
-  std::map<std::pair<int, int>, int64_t> per_request;
+  // Per link: payload bytes per request, and the values they hold (a
+  // tensor of int8 codes takes 1 B a value, mcu_program.h version 5).
+  std::map<std::pair<int, int>, int64_t> per_request, values;
   for (const DeviceProgram& p : programs)
     for (const ProgramStep& s : p.steps)
-      if (s.kind == StepKind::kSend && s.uart_port > 0) per_request[{p.device, s.peer}] += s.bytes();
+      if (s.kind == StepKind::kSend && s.uart_port > 0) {
+        per_request[{p.device, s.peer}] += McuWireBytes(p, s);
+        values[{p.device, s.peer}] += s.src_box.volume();
+      }
   auto port_count = [&](int device, const char* key, int port) -> int64_t {
     const auto& row = memory.at(device);
     if (!row.contains(key) || static_cast<int>(row[key].size()) <= port) return -1;
@@ -237,6 +242,7 @@ nlohmann::json MixedDirectLinks(const MixedCluster& mc, const std::vector<Device
                      {"from_uart", from_port},
                      {"to_uart", to_port},
                      {"expected_payload_bytes", expected},
+                     {"values", values[pair] * answered},
                      {"sent_payload_bytes", sent},
                      {"received_payload_bytes", received},
                      {"as_expected", ok}});
@@ -278,6 +284,7 @@ nlohmann::json MixedMemory(const MixedCluster& mc, const std::vector<DeployedDev
       // Conv / dense layers whose weights the program holds as int8 codes
       // (a QDQ model's: partition/graph/int8_weights.h); the rest float32.
       row["int8_weight_layers"] = promise.int8_weight_layers;
+      row["int8_activation_tensors"] = promise.int8_activation_tensors;
       if (row.contains("mcu_flash_bytes")) {
         row["reported_flash_bytes"] =
             row["mcu_flash_bytes"].get<int64_t>() - row["mcu_flash_free_bytes"].get<int64_t>();
@@ -417,12 +424,12 @@ void PrintMixedTable(const Graph& graph, const DemoOptions& d, const MixedPlacem
     };
     std::printf(
         "%s (%s): flash %s B promised (int8 weights in %s layers), %s B in STATUS (%s B left by the firmware of the "
-        "preset's %s B); RAM %s B promised, %s B in STATUS (%s B left of %s B); firmware %s B static RAM, %s B "
-        "stack peak%s\n",
+        "preset's %s B); RAM %s B promised (%s tensors as int8 codes), %s B in STATUS (%s B left of %s B); firmware "
+        "%s B static RAM, %s B stack peak%s\n",
         row["device"].get<std::string>().c_str(), row["preset"].get<std::string>().c_str(),
         num("promised_flash_bytes").c_str(), num("int8_weight_layers").c_str(), num("reported_flash_bytes").c_str(),
         num("program_flash_bytes_available").c_str(), num("preset_flash_bytes").c_str(),
-        num("promised_ram_bytes").c_str(), num("reported_ram_bytes").c_str(),
+        num("promised_ram_bytes").c_str(), num("int8_activation_tensors").c_str(), num("reported_ram_bytes").c_str(),
         num("program_ram_bytes_available").c_str(), num("preset_ram_bytes").c_str(),
         num("mcu_firmware_ram_bytes").c_str(), num("mcu_stack_peak_bytes").c_str(),
         row["memory_as_promised"].get<bool>() ? "" : "  NOT AS PROMISED");

@@ -129,9 +129,22 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
     // A tensor of a direct MCU<->MCU UART (ProgramStep::uart_port) goes
     // from one MCU to the other without this board.
     if (s.uart_port > 0) continue;
+    // A tensor the MCU holds as int8 codes crosses its UART as codes, a
+    // quarter of the float bytes (mcu_program.h version 5): encoded here on
+    // the way in, decoded on the way out; the peers see float32.
+    const int buffer = s.kind == StepKind::kRecv ? s.dst_buffer : s.src_buffer;
+    const std::optional<QuantGrid> grid = buffer >= 0 && buffer < static_cast<int>(program.buffers.size())
+                                              ? McuBufferGrid(program.buffers[buffer])
+                                              : std::nullopt;
+    const std::string what = "message " + std::to_string(s.message) + " of MCU " + options_.name;
     if (s.kind == StepKind::kRecv) {
       TS_ASSIGN_OR_RETURN(Link * from, peer_link(s.peer));
       TS_ASSIGN_OR_RETURN(std::string bytes, from->Recv(s.message, Remaining(deadline)));
+      if (grid) {
+        Result<std::string> codes = McuEncode(*grid, bytes, s.dst_box.volume());
+        if (!codes.ok()) return codes.status().WithContext(what + ": ");
+        bytes = std::move(*codes);
+      }
       TS_RETURN_IF_ERROR(
           link_->Send(s.message, std::move(bytes))
               .WithContext("relaying message " + std::to_string(s.message) + " to MCU " + options_.name));
@@ -141,6 +154,11 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
       if (!bytes.ok())
         return bytes.status().WithContext("waiting for message " + std::to_string(s.message) + " from MCU " +
                                           options_.name + " (" + options_.serial + ")");
+      if (grid) {
+        Result<std::string> floats = McuDecode(*grid, *bytes, s.src_box.volume());
+        if (!floats.ok()) return floats.status().WithContext(what + ": ");
+        *bytes = std::move(*floats);
+      }
       TS_RETURN_IF_ERROR(to->Send(s.message, std::move(*bytes)));
     }
   }

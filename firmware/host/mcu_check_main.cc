@@ -68,17 +68,20 @@ double MaxRelError(const std::vector<float>& got, const std::vector<float>& want
 Result<std::vector<float>> RunOnHostInterpreter(const McuProgramImage& image, const std::vector<float>& input) {
   // The program (the firmware's flash region), then its activations (its RAM arena), 8-byte aligned.
   size_t program_aligned = (image.bytes.size() + 7) & ~size_t{7};
-  std::vector<uint64_t> arena((program_aligned + 4 * size_t{image.activation_floats}) / 8 + 1);
+  std::vector<uint64_t> arena((program_aligned + 4 * size_t{image.activation_words}) / 8 + 1);
   std::memcpy(arena.data(), image.bytes.data(), image.bytes.size());
   mcu::ProgramView view;
   uint32_t err =
       mcu::ValidateProgram(arena.data(), static_cast<uint32_t>(image.bytes.size()), image.ram_bytes(), &view);
   if (err != mcu::kErrNone) return Status::Internal("host interpreter rejected the program: error " + std::to_string(err));
   float* act = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(arena.data()) + program_aligned);
-  std::memcpy(act + view.inputs[0].offset, input.data(), input.size() * 4);
+  const mcu::IoEntry& in = view.inputs[0];
+  mcu::EncodeTensor(view.weights, in.grid, input.data(), in.count, mcu::BytesAt(act, in.offset));
   mcu::RunProgram(view, act);
   const mcu::IoEntry& out = view.outputs[0];
-  return std::vector<float>(act + out.offset, act + out.offset + out.count);
+  std::vector<float> got(out.count);
+  mcu::DecodeTensor(view.weights, out.grid, mcu::BytesAt(act, out.offset), out.count, got.data());
+  return got;
 }
 
 Result<mcu::McuStatus> QueryStatus(UartLink& link, uint32_t id, std::vector<uint32_t>* layer_ticks = nullptr) {
@@ -219,7 +222,16 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
 
   // A tensor for another plan is refused, counted, and never computed on.
   link->set_plan_id(plan_id ^ 0x5A5A5A5A);
-  std::string in_bytes(reinterpret_cast<const char*>(input.data()), input.size() * 4);
+  // The tensors in their wire form (mcu_program.h version 5: int8 codes
+  // where the program keeps them so).
+  std::vector<uint64_t> aligned(image.bytes.size() / 8 + 1);
+  std::memcpy(aligned.data(), image.bytes.data(), image.bytes.size());
+  mcu::ProgramView view;
+  if (mcu::ValidateProgram(aligned.data(), static_cast<uint32_t>(image.bytes.size()), image.ram_bytes(), &view) !=
+      mcu::kErrNone)
+    return Status::Internal("the program does not validate on the host");
+  std::string in_bytes(mcu::IoBytes(view.inputs[0]), '\0');
+  mcu::EncodeTensor(view.weights, view.inputs[0].grid, input.data(), view.inputs[0].count, in_bytes.data());
   TS_RETURN_IF_ERROR(link->Send(input_message, in_bytes));
   TS_RETURN_IF_ERROR(link->Flush(30s));
   link->set_plan_id(plan_id);
@@ -230,9 +242,11 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
     TS_RETURN_IF_ERROR(link->Send(input_message, in_bytes));
     TS_ASSIGN_OR_RETURN(std::string out, link->Recv(output_message, 60s));
     double latency = Seconds(t0);
-    TS_RETURN_IF_ERROR(Check(out.size() == want.size() * 4, "output of " + std::to_string(out.size()) + " bytes"));
+    const mcu::IoEntry& oe = view.outputs[0];
+    TS_RETURN_IF_ERROR(Check(oe.count == want.size() && out.size() == mcu::IoBytes(oe),
+                             "output of " + std::to_string(out.size()) + " bytes"));
     std::vector<float> got(want.size());
-    std::memcpy(got.data(), out.data(), out.size());
+    mcu::DecodeTensor(view.weights, oe.grid, out.data(), oe.count, got.data());
     double rel = MaxRelError(got, want);
     worst = std::max(worst, rel);
     std::printf("mcu_inference_%d: latency_s=%.3f max_rel=%.3g\n", run, latency, rel);
@@ -281,19 +295,27 @@ Status RunOverSerial(const Args& args, const McuProgramImage& image, uint32_t pl
 Status Main(const Args& args) {
   // NAME-int8w: the model with its conv and dense weights on an int8 grid
   // per output channel (partition/graph/int8_weights.h): its program keeps
-  // them as int8 codes in flash.
-  const std::string suffix = "-int8w";
-  const bool int8w = args.model.size() > suffix.size() &&
-                     args.model.compare(args.model.size() - suffix.size(), suffix.size(), suffix) == 0;
-  const std::string base = int8w ? args.model.substr(0, args.model.size() - suffix.size()) : args.model;
+  // them as int8 codes in flash. NAME-int8: a QDQ model's form besides —
+  // a QuantizeDequantize after the input and every layer — whose
+  // activations its program keeps as int8 codes in RAM (mcu_program.h
+  // version 5).
+  auto ends_with = [&](const std::string& suffix) {
+    return args.model.size() > suffix.size() &&
+           args.model.compare(args.model.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const bool int8w = ends_with("-int8w"), int8 = ends_with("-int8");
+  const std::string base = args.model.substr(0, args.model.size() - (int8w ? 6 : int8 ? 5 : 0));
   if (base != "kws" && base != "ops" && base != "dscnn" && base != "mlperf-dscnn")
     return Status::InvalidArgument(
-        "--model must be kws, ops, dscnn or mlperf-dscnn, each optionally with -int8w (got '" + args.model + "')");
+        "--model must be kws, ops, dscnn or mlperf-dscnn, each optionally with -int8w or "
+        "-int8 (got '" +
+        args.model + "')");
   Graph graph = base == "ops"            ? MakeMcuOpsGraph()
                 : base == "dscnn"        ? MakeDsCnnGraph()
                 : base == "mlperf-dscnn" ? MakeMlperfDsCnnGraph()
                                          : MakeKeywordSpottingGraph();
-  if (int8w) graph = WithInt8GridWeights(std::move(graph));
+  if (int8) graph = WithQdqActivations(graph);
+  if (int8w || int8) graph = WithInt8GridWeights(std::move(graph));
   TS_RETURN_IF_ERROR(graph.Validate());
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -315,10 +337,13 @@ Status Main(const Args& args) {
   TS_ASSIGN_OR_RETURN(McuProgramImage image, BuildMcuProgram(graph, options));
   std::printf(
       "model: %s macs=%lld flash_bytes=%zu (program and weights) ram_bytes=%zu (activations) "
-      "in_place_layers=%d int8_weight_layers=%d\n",
+      "in_place_layers=%d int8_weight_layers=%d int8_activation_tensors=%d\n",
       graph.name.c_str(), (long long)image.macs, image.flash_bytes(), image.ram_bytes(), image.in_place_layers,
-      image.int8_weight_layers);
-  TS_RETURN_IF_ERROR(Check(!int8w || image.int8_weight_layers > 0, "the -int8w model's program holds no int8 weights"));
+      image.int8_weight_layers, image.int8_activation_tensors);
+  TS_RETURN_IF_ERROR(
+      Check(!(int8w || int8) || image.int8_weight_layers > 0, "the -int8w model's program holds no int8 weights"));
+  TS_RETURN_IF_ERROR(
+      Check(!int8 || image.int8_activation_tensors > 0, "the -int8 model's program holds no int8 activations"));
 
   TS_ASSIGN_OR_RETURN(std::vector<float> host_mcu, RunOnHostInterpreter(image, input.values));
   double rel = MaxRelError(host_mcu, want[0].values);
@@ -353,10 +378,11 @@ int main(int argc, char** argv) {
     else if (a == "--icount-shift")
       args.icount_shift = std::stoi(next());
     else {
-      std::fprintf(stderr,
-                   "usage: tessera_mcu_check [--model kws|ops|dscnn|mlperf-dscnn[-int8w]] [--serial PTY] [--baud N] "
-                   "[--faults P] "
-                   "[--tolerance T] [--runs N] [--icount-shift S]\n");
+      std::fprintf(
+          stderr,
+          "usage: tessera_mcu_check [--model kws|ops|dscnn|mlperf-dscnn[-int8w|-int8]] [--serial PTY] [--baud N] "
+          "[--faults P] "
+          "[--tolerance T] [--runs N] [--icount-shift S]\n");
       return 2;
     }
   }

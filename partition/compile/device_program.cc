@@ -96,8 +96,18 @@ PartitionPlan SingleDevicePlan(size_t layers, int device) {
   return p;
 }
 
+void MarkQuantizedBuffers(const Graph& graph, std::vector<DeviceProgram>* programs) {
+  for (DeviceProgram& program : *programs)
+    for (ProgramBuffer& b : program.buffers) {
+      b.grid.reset();
+      if (b.value < 0 || b.value >= static_cast<int>(graph.values.size())) continue;
+      const int producer = graph.values[b.value].producer;
+      if (producer >= 0) b.grid = QuantizeDequantizeGrid(graph.nodes[producer]);
+    }
+}
+
 int DeviceProgram::AddBuffer(int value, const Box& box, const std::string& name) {
-  buffers.push_back({name, value, box});
+  buffers.push_back({name, value, box, std::nullopt});
   return static_cast<int>(buffers.size()) - 1;
 }
 

@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "partition/compile/constant_file.h"
 #include "partition/graph/graph.h"
 #include "partition/graph/halo.h"
+#include "partition/graph/quantization.h"
 #include "util/status.h"
 
 namespace tessera {
@@ -41,6 +43,11 @@ struct ProgramBuffer {
   std::string name;  // "<value name>@<box>" for reading logs
   int value = -1;    // graph value it holds a box of (-1: a partial sum)
   Box box;           // region of that value (full-tensor coordinates)
+  // The value's grid when a QuantizeDequantize produces it (a QDQ model,
+  // partition/graph/quantization.h): every value in it is a code's float,
+  // so a device may hold and move it as int8 codes (an MCU does:
+  // mcu_program.h version 5). Set by the compiler (MarkQuantizedBuffers).
+  std::optional<QuantGrid> grid;
   Shape shape() const { return box.shape(); }
 };
 
@@ -150,6 +157,10 @@ Status ValidateProgram(const DeviceProgram& program, int num_devices = -1);
 // and the programs cannot deadlock (a consistent global step order); fails
 // with Internal otherwise.
 Status SetMessageWindows(std::vector<DeviceProgram>* programs);
+
+// Sets ProgramBuffer::grid of every buffer whose graph value a
+// QuantizeDequantize of `graph` produces (its scale, zero point, qmin, qmax).
+void MarkQuantizedBuffers(const Graph& graph, std::vector<DeviceProgram>* programs);
 
 // Per step of `program`: the earlier steps that write a buffer it reads
 // (ProgramScenario::waits counts them).

@@ -45,25 +45,29 @@ Status ImageDims(const Node& node, const Shape& s, uint32_t* c, uint32_t* h, uin
 // inputs while it is still sending this one's outputs.
 class McuProgramWriter {
  public:
-  // A new virtual buffer of `floats` values; its id stands for its offset
-  // until Finish.
-  uint32_t Allocate(int64_t floats) {
-    buffers_.push_back({static_cast<size_t>(floats) * sizeof(float), kUnused, kUnused});
+  // A new virtual buffer of `values` values, float32 or (with `grid`) int8
+  // codes (mcu_program.h, version 5); its id stands for its offset until
+  // Finish.
+  uint32_t Allocate(int64_t values, const std::optional<QuantGrid>& grid = std::nullopt) {
+    const uint32_t g = grid ? GridIndex(*grid) : mcu::kNoWeights;
+    buffers_.push_back({static_cast<size_t>(values) * mcu::ValueBytes(g), kUnused, kUnused});
+    buffer_grid_.push_back(g);
     return static_cast<uint32_t>(buffers_.size() - 1);
   }
+  bool Codes(uint32_t buffer) const { return buffer_grid_[buffer] != mcu::kNoWeights; }
   // The phase of an input or output is the number of layers emitted before
   // it (mcu_program.h): received before the next layer runs / sent after
   // the layers so far.
-  // `start`: the first float of the tensor inside the buffer (a part of
+  // `start`: the first value of the tensor inside the buffer (a part of
   // it that is contiguous, e.g. a channel range of an NCHW map).
   // `port`: the UART (mcu_program.h kMaxPorts; 0: the owning Linux board).
   void AddInput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0, uint32_t port = 0) {
-    inputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers(), port});
+    inputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers(), port, mcu::kNoWeights});
     input_starts_.push_back(static_cast<uint32_t>(start));
     io_.push_back(buffer);
   }
   void AddOutput(uint32_t message, uint32_t buffer, int64_t count, int64_t start = 0, uint32_t port = 0) {
-    outputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers(), port});
+    outputs_.push_back({message, buffer, static_cast<uint32_t>(count), num_layers(), port, mcu::kNoWeights});
     output_starts_.push_back(static_cast<uint32_t>(start));
     io_.push_back(buffer);
   }
@@ -75,8 +79,9 @@ class McuProgramWriter {
   // Emits the layers of `graph`. `offset[v]`: where value v lives in the
   // activation region (UINT32_MAX: not placed yet — allocated here).
   Status EmitGraph(const Graph& graph, std::vector<uint32_t>& offset);
-  // A copy of `count` contiguous floats from buffer `src` at `src_start` to
-  // buffer `dst` at `dst_start` (a program's local Copy step).
+  // A copy of `count` contiguous values from buffer `src` at `src_start` to
+  // buffer `dst` at `dst_start` (a program's local Copy step; decoded or
+  // encoded when the two are stored differently).
   void AddCopy(uint32_t src, int64_t src_start, uint32_t dst, int64_t dst_start, int64_t count) {
     mcu::Layer l{};
     l.op = mcu::kOpCopy;
@@ -93,6 +98,17 @@ class McuProgramWriter {
     layers_.push_back(l);
   }
   McuProgramImage Finish(uint32_t plan_id, bool segments) const;
+  // The weight-block index of `grid` (each grid stored once).
+  uint32_t GridIndex(const QuantGrid& grid) {
+    const float q[4] = {grid.scale, static_cast<float>(grid.zero_point), static_cast<float>(grid.qmin),
+                        static_cast<float>(grid.qmax)};
+    for (uint32_t at : grids_)
+      if (std::memcmp(&weights_[at], q, sizeof q) == 0) return at;
+    const uint32_t at = static_cast<uint32_t>(weights_.size());
+    weights_.insert(weights_.end(), q, q + 4);
+    grids_.push_back(at);
+    return at;
+  }
   // Conv / Gemm weights as int8 codes with per-channel scales where they
   // have an exact int8 form (issue 16 item 3; McuProgramOptions).
   bool int8_weights = true;
@@ -137,11 +153,13 @@ class McuProgramWriter {
   std::vector<mcu::Layer> layers_;
   std::vector<float> weights_;
   std::vector<BufferRequest> buffers_;  // virtual buffers: size in bytes, first/last layer
+  std::vector<uint32_t> buffer_grid_;   // per virtual buffer: its grid (kNoWeights: float32)
+  std::vector<uint32_t> grids_;         // weight-block indices of the grids stored
   std::vector<uint32_t> io_;            // virtual buffers sent or received
   struct Operands {
     uint32_t in0, in1, out;                 // virtual buffers (in1: kNoBuffer)
     int64_t in_place_scratch = -1;          // floats the layer needs to run in place; -1: it cannot
-    uint32_t in0_start = 0, out_start = 0;  // float offsets inside in0 / out (kOpCopy)
+    uint32_t in0_start = 0, out_start = 0;  // value offsets inside in0 / out (kOpCopy)
   };
   static constexpr uint32_t kNoBuffer = UINT32_MAX;
   std::vector<Operands> operands_;  // per layer
@@ -204,12 +222,12 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
     l.op = kOpGlobalAvgPool;
   } else if (node.op == "Relu") {
     l.op = kOpRelu;
-  } else if (node.op == "QuantizeDequantize") {
+  } else if (auto q = QuantizeDequantizeGrid(node)) {
     l.op = kOpQuantize;
-    out.grid[0] = static_cast<float>(node.attrs.Float("scale", 0.0));
-    out.grid[1] = static_cast<float>(node.attrs.Int("zero_point", 0));
-    out.grid[2] = static_cast<float>(node.attrs.Int("qmin", -128));
-    out.grid[3] = static_cast<float>(node.attrs.Int("qmax", 127));
+    out.grid[0] = q->scale;
+    out.grid[1] = static_cast<float>(q->zero_point);
+    out.grid[2] = static_cast<float>(q->qmin);
+    out.grid[3] = static_cast<float>(q->qmax);
     if (!(out.grid[0] > 0) || out.grid[2] > out.grid[1] || out.grid[1] > out.grid[3])
       return Unsupported(node, "a grid without a positive scale");
   } else if (node.op == "Add") {
@@ -224,18 +242,120 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
 
 Status McuCanRun(const Graph& graph, const Node& node) { return DescribeMcuLayer(graph, node).status(); }
 
+std::optional<QuantGrid> McuActivationGrid(const Node& node) {
+  std::optional<QuantGrid> grid = QuantizeDequantizeGrid(node);
+  if (!grid) return std::nullopt;
+  const QuantGrid& g = *grid;
+  if (!(g.scale > 0) || !std::isfinite(g.scale) || g.qmin > g.zero_point || g.zero_point > g.qmax ||
+      int64_t{g.qmax} - g.qmin > 255)
+    return std::nullopt;
+  return grid;
+}
+
+int64_t McuLayerBufferBytes(const Graph& graph, const Node& node) {
+  int64_t bytes = 0;
+  const bool quantize = McuActivationGrid(node).has_value();
+  for (int v : graph.ActivationInputs(node)) {
+    // Fused with the layer that computes it (McuValueBytes gave 1: this is
+    // its only reader): the layer's output is this node's, counted below.
+    if (quantize && graph.values[v].producer >= 0 && McuValueBytes(graph, v) == 1 &&
+        !McuActivationGrid(graph.nodes[graph.values[v].producer]))
+      continue;
+    bytes += NumElements(graph.values[v].shape) * McuValueBytes(graph, v);
+  }
+  if (!node.outputs.empty())
+    bytes += NumElements(graph.values[node.outputs[0]].shape) * McuValueBytes(graph, node.outputs[0]);
+  return bytes;
+}
+
+std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b) {
+  if (!b.grid || !(b.grid->scale > 0) || !std::isfinite(b.grid->scale) || b.grid->qmin > b.grid->zero_point ||
+      b.grid->zero_point > b.grid->qmax || int64_t{b.grid->qmax} - b.grid->qmin > 255)
+    return std::nullopt;
+  return b.grid;
+}
+
+int64_t McuWireBytes(const DeviceProgram& program, const ProgramStep& step) {
+  const int b = step.kind == StepKind::kRecv ? step.dst_buffer : step.src_buffer;
+  const bool codes = b >= 0 && b < static_cast<int>(program.buffers.size()) && McuBufferGrid(program.buffers[b]);
+  return codes ? step.bytes() / 4 : step.bytes();
+}
+
+namespace {
+void GridFloats(const QuantGrid& g, float* q) {
+  q[0] = g.scale, q[1] = static_cast<float>(g.zero_point), q[2] = static_cast<float>(g.qmin),
+  q[3] = static_cast<float>(g.qmax);
+}
+}  // namespace
+
+Result<std::string> McuEncode(const QuantGrid& grid, const std::string& float_bytes, int64_t values) {
+  if (static_cast<int64_t>(float_bytes.size()) != 4 * values)
+    return Status::InvalidArgument("a tensor of " + std::to_string(values) + " floats has " +
+                                   std::to_string(float_bytes.size()) + " bytes");
+  float q[4];
+  GridFloats(grid, q);
+  std::vector<float> x(static_cast<size_t>(values));
+  std::memcpy(x.data(), float_bytes.data(), float_bytes.size());
+  std::string codes(static_cast<size_t>(values), '\0');
+  mcu::EncodeTensor(q, 0, x.data(), static_cast<uint32_t>(values), codes.data());
+  return codes;
+}
+
+Result<std::string> McuDecode(const QuantGrid& grid, const std::string& codes, int64_t values) {
+  if (static_cast<int64_t>(codes.size()) != values)
+    return Status::InvalidArgument("a tensor of " + std::to_string(values) + " int8 codes has " +
+                                   std::to_string(codes.size()) + " bytes");
+  float q[4];
+  GridFloats(grid, q);
+  std::vector<float> x(static_cast<size_t>(values));
+  mcu::DecodeTensor(q, 0, codes.data(), static_cast<uint32_t>(values), x.data());
+  return std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+}
+
+int64_t McuValueBytes(const Graph& graph, int value) {
+  const int producer = graph.values[value].producer;
+  if (producer >= 0 && McuActivationGrid(graph.nodes[producer])) return 1;
+  if (std::find(graph.outputs.begin(), graph.outputs.end(), value) != graph.outputs.end()) return 4;
+  int reader = -1;
+  for (size_t k = 0; k < graph.nodes.size(); ++k) {
+    const std::vector<int> xs = graph.ActivationInputs(graph.nodes[k]);
+    if (std::find(xs.begin(), xs.end(), value) == xs.end()) continue;
+    if (reader >= 0) return 4;
+    reader = static_cast<int>(k);
+  }
+  return reader >= 0 && McuActivationGrid(graph.nodes[reader]) ? 1 : 4;
+}
+
 namespace {
 
 Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& offset) {
   using namespace mcu;
+  // A value a QuantizeDequantize of an 8-bit grid produces is kept as codes.
   auto place = [&](int value) {
-    if (offset[value] == UINT32_MAX) offset[value] = Allocate(NumElements(graph.values[value].shape));
+    if (offset[value] == UINT32_MAX) {
+      const int producer = graph.values[value].producer;
+      offset[value] = Allocate(NumElements(graph.values[value].shape),
+                               producer >= 0 ? McuActivationGrid(graph.nodes[producer]) : std::nullopt);
+    }
     return offset[value];
   };
-  for (const Node& node : graph.nodes) {
+  // The one node reading each value (-1: none or several), for fusing a
+  // QuantizeDequantize into the layer before it.
+  std::vector<int> reader(graph.values.size(), -1), readers(graph.values.size(), 0);
+  for (size_t k = 0; k < graph.nodes.size(); ++k) {
+    std::vector<int> xs = graph.ActivationInputs(graph.nodes[k]);
+    std::sort(xs.begin(), xs.end());
+    xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+    for (int x : xs) ++readers[x], reader[x] = static_cast<int>(k);
+  }
+  for (int v : graph.outputs) readers[v] += 1;  // read outside: kept as computed
+  std::vector<bool> fused(graph.nodes.size(), false);
+  for (size_t k = 0; k < graph.nodes.size(); ++k) {
+    if (fused[k]) continue;
+    const Node& node = graph.nodes[k];
     TS_ASSIGN_OR_RETURN(McuLayerDescription described, DescribeMcuLayer(graph, node));
     std::vector<int> xs = graph.ActivationInputs(node);
-    const int y = node.outputs[0];
+    int y = node.outputs[0];
     if (described.layer.op == 0) {
       // Same bytes, another shape: an alias — unless the output already has
       // a place (a buffer of the device program, e.g. a pipeline stage that
@@ -256,10 +376,33 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
       l.weight = static_cast<uint32_t>(weights_.size());
       weights_.insert(weights_.end(), described.grid, described.grid + 4);
     }
+    // A QuantizeDequantize that alone reads this layer's output, which
+    // nothing else needs, is fused into it: the layer stores its results
+    // as the codes (issue 16 item 1: the float tensor between them is
+    // never held).
+    if (offset[y] == UINT32_MAX && readers[y] == 1 && reader[y] > static_cast<int>(k)) {
+      const Node& q = graph.nodes[reader[y]];
+      const int qy = q.outputs.empty() ? -1 : q.outputs[0];
+      if (McuActivationGrid(q) && qy >= 0 && (offset[qy] == UINT32_MAX || Codes(offset[qy]))) {
+        fused[reader[y]] = true;
+        y = qy;
+      }
+    }
+    uint32_t in0 = place(xs[0]);
+    if ((l.op == kOpConv || l.op == kOpDense) && l.weight_format != kWeightsInt8 && Codes(in0)) {
+      // Codes are read by int8-weight kernels only (mcu_program.h): a
+      // float-weight layer on codes (weights without an exact int8 form,
+      // or one weight per output channel) reads a decoded float copy.
+      const int64_t n = NumElements(graph.values[xs[0]].shape);
+      const uint32_t decoded = Allocate(n);
+      AddCopy(in0, 0, decoded, 0, n);
+      in0 = decoded;
+    }
     const int step = static_cast<int>(layers_.size());
-    Operands o{place(xs[0]), l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};
+    Operands o{in0, l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};
     // Segments: what the layer needs to run in place (mcu_program.h; a
-    // conv's in1, unused otherwise, will name its scratch).
+    // conv's in1, unused otherwise, will name its scratch). Its input and
+    // output must be stored alike (Finish checks).
     if (l.op == kOpRelu || l.op == kOpAdd || l.op == kOpQuantize) {
       o.in_place_scratch = 0;
     } else if (l.op == kOpConv && InPlaceScratchFloats(l) > 0) {
@@ -280,12 +423,13 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
   const int last = std::max<int>(0, static_cast<int>(layers_.size()) - 1);
   std::vector<BufferRequest> requests = buffers_;
   for (BufferRequest& r : requests)
-    if (r.first == kUnused) r.first = r.last = 0;
+    if (r.first == kUnused) r.first = r.last = 0, r.size = 0;  // never touched (fused away): no room
   std::vector<bool> io(buffers_.size(), false);
-  for (uint32_t b : io_) requests[b].first = 0, requests[b].last = last, io[b] = true;
+  for (uint32_t b : io_) requests[b] = buffers_[b], requests[b].first = 0, requests[b].last = last, io[b] = true;
   // Segments (METHODS §6): a layer that can run in place over an operand
-  // it reads last, neither sent nor received, is a candidate; its scratch
-  // is one more request alive at that layer only (size 0 unless merged).
+  // it reads last, neither sent nor received and stored like its output,
+  // is a candidate; its scratch is one more request alive at that layer
+  // only (size 0 unless merged).
   std::vector<SegmentCandidate> candidates;
   std::vector<int> candidate_of(layers_.size(), -1);
   std::vector<size_t> scratch_of(layers_.size(), 0);
@@ -295,7 +439,7 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
     uint32_t in = kNoBuffer;
     for (uint32_t x : {o.in0, o.in1})  // Add: either operand
       if (in == kNoBuffer && x != kNoBuffer && x != o.out && !io[x] && requests[x].last == static_cast<int>(k) &&
-          (x == o.in0 || layers_[k].op == kOpAdd) && o.in0 != o.in1)
+          (x == o.in0 || layers_[k].op == kOpAdd) && o.in0 != o.in1 && Codes(x) == Codes(o.out))
         in = x;
     if (in == kNoBuffer) continue;
     scratch_of[k] = requests.size();
@@ -305,20 +449,31 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
   }
   const SegmentPlan laid = PlanWithSegments(BestOfGreedyLayout(sizeof(float)), requests, candidates);
   const ArenaPlan& plan = laid.plan;
-  auto at = [&](size_t b) { return static_cast<uint32_t>(plan.offsets[b] / sizeof(float)); };
+  // Byte offsets (version 5); `start` values into buffer b.
+  auto at = [&](size_t b, uint32_t start = 0) {
+    const uint32_t bytes = b < buffer_grid_.size() ? ValueBytes(buffer_grid_[b]) : 4u;
+    return static_cast<uint32_t>(plan.offsets[b]) + start * bytes;
+  };
+  auto grid = [&](uint32_t b) { return b == kNoBuffer ? kNoWeights : buffer_grid_[b]; };
   std::vector<Layer> layers = layers_;
   for (size_t k = 0; k < layers.size(); ++k) {
-    layers[k].in0 = at(operands_[k].in0) + operands_[k].in0_start;
-    if (operands_[k].in1 != kNoBuffer) layers[k].in1 = at(operands_[k].in1);
-    layers[k].out = at(operands_[k].out) + operands_[k].out_start;
+    const Operands& o = operands_[k];
+    layers[k].in0 = at(o.in0, o.in0_start);
+    layers[k].in0_grid = grid(o.in0);
+    layers[k].in1_grid = kNoWeights;
+    if (o.in1 != kNoBuffer) layers[k].in1 = at(o.in1), layers[k].in1_grid = grid(o.in1);
+    layers[k].out = at(o.out, o.out_start);
+    layers[k].out_grid = grid(o.out);
     // A merged conv: its output is at its input (the plan gave them one
-    // offset) and in1 names its scratch.
+    // offset) and in1 names its float scratch.
     if (candidate_of[k] >= 0 && laid.merged[candidate_of[k]] && layers[k].op == kOpConv)
       layers[k].in1 = at(scratch_of[k]);
   }
   std::vector<IoEntry> inputs = inputs_, outputs = outputs_;
-  for (size_t k = 0; k < inputs.size(); ++k) inputs[k].offset = at(inputs[k].offset) + input_starts_[k];
-  for (size_t k = 0; k < outputs.size(); ++k) outputs[k].offset = at(outputs[k].offset) + output_starts_[k];
+  for (size_t k = 0; k < inputs.size(); ++k)
+    inputs[k].grid = grid(inputs[k].offset), inputs[k].offset = at(inputs[k].offset, input_starts_[k]);
+  for (size_t k = 0; k < outputs.size(); ++k)
+    outputs[k].grid = grid(outputs[k].offset), outputs[k].offset = at(outputs[k].offset, output_starts_[k]);
   const uint32_t act = static_cast<uint32_t>((plan.size + sizeof(float) - 1) / sizeof(float));
   ProgramHeader h{kProgramMagic,
                   kProgramVersion,
@@ -329,10 +484,12 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
                   uint32_t(outputs.size()),
                   uint32_t(weights_.size())};
   McuProgramImage image;
-  image.activation_floats = act;
+  image.activation_words = act;
   image.macs = macs_;
   image.in_place_layers = laid.merges;
   image.int8_weight_layers = int8_layers_;
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    if (Codes(static_cast<uint32_t>(b))) ++image.int8_activation_tensors;
   auto append = [&](const void* p, size_t n) { image.bytes.append(static_cast<const char*>(p), n); };
   append(&h, sizeof h);
   append(inputs.data(), inputs.size() * sizeof(IoEntry));
@@ -401,7 +558,46 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
   McuProgramWriter writer;
   writer.int8_weights = options.int8_weights;
   std::vector<uint32_t> buffer_offset;
-  for (const ProgramBuffer& b : program.buffers) buffer_offset.push_back(writer.Allocate(b.box.volume()));
+  // A buffer of a value on an 8-bit grid (the compiler marks them,
+  // ProgramBuffer::grid) is kept as codes: received, held and sent as 1 B
+  // a value.
+  for (const ProgramBuffer& b : program.buffers)
+    buffer_offset.push_back(writer.Allocate(b.box.volume(), McuBufferGrid(b)));
+  // A QuantizeDequantize step of its own (a layer of a whole-layer plan)
+  // that alone reads a float buffer the device computed is fused into the
+  // step that computes it: that step writes the codes (mcu_program.h
+  // version 5), the float buffer is never held.
+  const size_t nb = program.buffers.size();
+  std::vector<int> reads(nb, 0), foreign(nb, 0);  // foreign: written by a Recv / Copy, or a model input
+  for (auto [value, buffer] : program.model_inputs) ++foreign[buffer];
+  for (auto [value, buffer] : program.model_outputs) ++reads[buffer];
+  for (const ProgramStep& s : program.steps) {
+    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge) {
+      for (int b : s.inputs)
+        if (b >= 0 && static_cast<size_t>(b) < nb) ++reads[b];
+    } else if (s.kind == StepKind::kSend || s.kind == StepKind::kCopy) {
+      if (s.src_buffer >= 0 && static_cast<size_t>(s.src_buffer) < nb) ++reads[s.src_buffer];
+    }
+    if ((s.kind == StepKind::kRecv || s.kind == StepKind::kCopy) && s.dst_buffer >= 0 &&
+        static_cast<size_t>(s.dst_buffer) < nb)
+      ++foreign[s.dst_buffer];
+  }
+  std::vector<int> fused_into(nb, -1);
+  std::vector<bool> fused_step(program.steps.size(), false);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const ProgramStep& s = program.steps[i];
+    if (s.kind != StepKind::kCompute || s.inputs.size() != 1 || s.outputs.size() != 1 || s.subgraph < 0 ||
+        s.subgraph >= static_cast<int>(program.subgraphs.size()))
+      continue;
+    const Graph& g = program.subgraphs[s.subgraph];
+    const int b = s.inputs[0], q = s.outputs[0];
+    if (g.nodes.size() != 1 || b < 0 || q < 0 || static_cast<size_t>(b) >= nb || static_cast<size_t>(q) >= nb) continue;
+    const std::optional<QuantGrid> grid = McuActivationGrid(g.nodes[0]), holds = McuBufferGrid(program.buffers[q]);
+    if (!grid || !holds || std::memcmp(&*grid, &*holds, sizeof(QuantGrid)) != 0) continue;
+    if (reads[b] != 1 || foreign[b] != 0 || McuBufferGrid(program.buffers[b])) continue;
+    fused_into[b] = q;
+    fused_step[i] = true;
+  }
   for (auto [value, buffer] : program.model_inputs)
     writer.AddInput(MessageFor(options.input_messages, value), buffer_offset[buffer],
                     program.buffers[buffer].box.volume());
@@ -431,11 +627,15 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
       case StepKind::kMerge: {
         if (!writer.has_inputs())
           return Status::NotSupported(at + ": computes before receiving anything; an MCU's run starts with a tensor");
+        if (fused_step[i]) break;  // its QuantizeDequantize runs in the step before
         const Graph& g = program.subgraphs.at(s.subgraph);
         std::vector<uint32_t> offset(g.values.size(), UINT32_MAX);
         for (size_t k = 0; k < g.inputs.size() && k < s.inputs.size(); ++k) offset[g.inputs[k]] = buffer_offset[s.inputs[k]];
-        for (size_t k = 0; k < g.outputs.size() && k < s.outputs.size(); ++k)
-          offset[g.outputs[k]] = buffer_offset[s.outputs[k]];
+        for (size_t k = 0; k < g.outputs.size() && k < s.outputs.size(); ++k) {
+          const int b = s.outputs[k];
+          offset[g.outputs[k]] =
+              buffer_offset[b >= 0 && static_cast<size_t>(b) < nb && fused_into[b] >= 0 ? fused_into[b] : b];
+        }
         Status st = writer.EmitGraph(g, offset);
         if (!st.ok()) return st.WithContext(at + ": ");
         break;

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "partition/compile/device_program.h"
 #include "partition/graph/graph.h"
+#include "partition/graph/quantization.h"
 #include "transport/wire/mcu_program.h"
 #include "util/status.h"
 
@@ -32,15 +34,16 @@ struct McuProgramOptions {
 };
 
 struct McuProgramImage {
-  std::string bytes;               // the program, 4-byte words
-  uint32_t activation_floats = 0;  // activation region the firmware places after it
+  std::string bytes;              // the program, 4-byte words
+  uint32_t activation_words = 0;  // activation region the firmware places after it, 4-byte words
   int64_t macs = 0;
-  int in_place_layers = 0;     // layers that write their output over their input (segments)
-  int int8_weight_layers = 0;  // conv / dense layers whose weights are stored as int8
+  int in_place_layers = 0;          // layers that write their output over their input (segments)
+  int int8_weight_layers = 0;       // conv / dense layers whose weights are stored as int8
+  int int8_activation_tensors = 0;  // tensors held as int8 codes (a QDQ model's; mcu_program.h version 5)
   // What the firmware holds (issue 16 item 3): the program with its
   // weights in its flash region, the activations in its RAM arena.
   size_t flash_bytes() const { return bytes.size(); }
-  size_t ram_bytes() const { return size_t{4} * activation_floats; }
+  size_t ram_bytes() const { return size_t{4} * activation_words; }
 };
 
 // NotSupported naming the node for ops / attributes the MCU cannot run;
@@ -58,6 +61,34 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
 // Whether an MCU can run `node` (OK), else why, naming it: the planner asks
 // this before it places a layer on an MCU, BuildMcuProgram the same.
 Status McuCanRun(const Graph& graph, const Node& node);
+
+// int8 activations (issue 16 item 1, mcu_program.h version 5): the grid of
+// a QuantizeDequantize whose output an MCU keeps as codes (an 8-bit grid);
+// nullopt for any other node.
+std::optional<QuantGrid> McuActivationGrid(const Node& node);
+// Bytes a value of `value` takes in an MCU's RAM at the least: 1 when a
+// QuantizeDequantize of an 8-bit grid produces it, or is its only reader
+// (BuildMcuProgram fuses the two when they share a device, and the float
+// tensor between them is never held); else 4.
+int64_t McuValueBytes(const Graph& graph, int value);
+// The least RAM `node`'s inputs and output take as an MCU layer, values by
+// McuValueBytes — a QuantizeDequantize fused into its producer adds only
+// its output — so no program that runs it holds less while it runs: the
+// planner's per-layer RAM figure for MCUs (planner/placement.h).
+int64_t McuLayerBufferBytes(const Graph& graph, const Node& node);
+// The grid an MCU program keeps buffer `b` of a DeviceProgram on, as int8
+// codes (its ProgramBuffer::grid when 8-bit); nullopt: float32. Its
+// tensors cross the MCU's UART in that form: the Linux board's bridge
+// (daemon/cluster/worker_mcu_bridge.h) encodes and decodes them with
+// McuEncode / McuDecode.
+std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b);
+// The bytes a Send or Recv step of an MCU's program carries on its UART:
+// 1 a value for a buffer it holds as codes (McuBufferGrid), else 4.
+int64_t McuWireBytes(const DeviceProgram& program, const ProgramStep& step);
+// float32 bytes <-> codes (mcu_program.h EncodeCode / DecodeCode, q - qmin a
+// byte). InvalidArgument when `bytes` is not a whole tensor of `values`.
+Result<std::string> McuEncode(const QuantGrid& grid, const std::string& float_bytes, int64_t values);
+Result<std::string> McuDecode(const QuantGrid& grid, const std::string& codes, int64_t values);
 
 // The same from a compiled DeviceProgram (partition/compile/program_compiler.h), for
 // an MCU in a pipeline plan: its Recv steps become program inputs (message

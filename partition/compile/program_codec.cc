@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "util/limits.h"
@@ -250,6 +251,13 @@ proto::DeviceProgramMsg ProgramMsgWithoutSubgraphs(const DeviceProgram& p, const
     bm->set_name(b.name);
     bm->set_value(b.value);
     ToMsg(b.box, bm->mutable_box());
+    if (b.grid) {
+      auto* g = bm->mutable_grid();
+      g->set_scale(b.grid->scale);
+      g->set_zero_point(b.grid->zero_point);
+      g->set_qmin(b.grid->qmin);
+      g->set_qmax(b.grid->qmax);
+    }
   }
   for (const auto& s : p.steps) {
     auto* sm = m.add_steps();
@@ -511,7 +519,16 @@ Result<DeviceProgram> DecodeProgram(proto::DeviceProgramMsg& m, const std::strin
       volume *= std::max<int64_t>(1, r.size());
       if (volume > kMaxValues) return Status::DataLoss(origin + ": buffer '" + bm.name() + "' is implausibly large");
     }
-    p.buffers.push_back({bm.name(), bm.value(), box});
+    std::optional<QuantGrid> grid;
+    if (bm.has_grid()) {
+      const auto& g = bm.grid();
+      if (!(g.scale() > 0) || !std::isfinite(g.scale()) || g.qmin() > g.zero_point() || g.zero_point() > g.qmax())
+        return Status::DataLoss(origin + ": buffer '" + bm.name() + "' has an invalid grid (scale " +
+                                std::to_string(g.scale()) + ", zero point " + std::to_string(g.zero_point()) + ", " +
+                                std::to_string(g.qmin()) + ".." + std::to_string(g.qmax()) + ")");
+      grid = QuantGrid{g.scale(), g.zero_point(), g.qmin(), g.qmax()};
+    }
+    p.buffers.push_back({bm.name(), bm.value(), box, grid});
   }
   for (auto& gm : *m.mutable_subgraphs()) {
     TS_ASSIGN_OR_RETURN(Graph g, FromMsg(gm, origin, &p, share));

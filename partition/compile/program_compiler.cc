@@ -165,6 +165,7 @@ class Compiler {
     CompiledPlan out;
     out.programs = std::move(progs_);
     out.halo_mac_overhead = halo_;
+    MarkQuantizedBuffers(g_, &out.programs);
     TS_RETURN_IF_ERROR(ValidatePrograms(out.programs).WithContext("compiled programs are inconsistent (a tessera bug)"));
     TS_RETURN_IF_ERROR(SetMessageWindows(&out.programs));
     SetScenarios(g_.models, &out.programs);

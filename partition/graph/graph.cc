@@ -293,4 +293,14 @@ std::string ConstantIdentity(const Graph& g, int value_id, bool with_digest) {
   return id;
 }
 
+std::optional<QuantGrid> QuantizeDequantizeGrid(const Node& node) {
+  if (node.op != "QuantizeDequantize") return std::nullopt;
+  QuantGrid g;
+  g.scale = static_cast<float>(node.attrs.Float("scale", 0.0));
+  g.zero_point = static_cast<int32_t>(node.attrs.Int("zero_point", 0));
+  g.qmin = static_cast<int32_t>(node.attrs.Int("qmin", -128));
+  g.qmax = static_cast<int32_t>(node.attrs.Int("qmax", 127));
+  return g;
+}
+
 }  // namespace tessera

@@ -75,11 +75,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
 #include <vector>
 
+#include "partition/graph/quantization.h"
 #include "util/status.h"
 
 namespace tessera {
@@ -192,5 +194,9 @@ uint64_t DigestValues(const float* data, size_t n);
 // them once: on the wire (program_codec.h) and in the runtime, raw and
 // packed (daemon/runtime/kernels/weight_forms.h).
 std::string ConstantIdentity(const Graph& g, int value_id, bool with_digest = true);
+
+// The grid of a QuantizeDequantize node (its attrs scale, zero_point, qmin,
+// qmax; unchecked); nullopt for any other op.
+std::optional<QuantGrid> QuantizeDequantizeGrid(const Node& node);
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "partition/graph/quantization.h"
 
@@ -88,6 +89,37 @@ Graph WithInt8GridWeights(Graph g) {
       for (int64_t i = 0; i < per; ++i) w.values[r * per + i] = QuantizeDequantize(w.values[r * per + i], grid);
     }
   }
+  return g;
+}
+
+Graph WithQdqActivations(const Graph& src) {
+  Graph g = src;
+  std::vector<Node> nodes = std::move(g.nodes);
+  g.nodes.clear();
+  std::map<int, int> on_grid;  // value -> its QuantizeDequantize's output
+  int k = 0;
+  auto qdq = [&](int v) {
+    const std::string name = g.values[v].name + "/qdq";
+    const int y = g.AddValue(name, Shape(g.values[v].shape));
+    Node n{name, "QuantizeDequantize", {v}, {y}, {}};
+    const bool u8 = k % 4 == 3;
+    n.attrs.Set("scale", 0.011 + 0.007 * (k % 5));
+    n.attrs.Set("zero_point", int64_t{u8 ? (k % 8 == 7 ? 0 : 128) : (k % 3) * 20 - 20});
+    n.attrs.Set("qmin", int64_t{u8 ? 0 : -128});
+    n.attrs.Set("qmax", int64_t{u8 ? 255 : 127});
+    ++k;
+    g.AddNode(std::move(n));
+    on_grid[v] = y;
+  };
+  for (int v : g.inputs) qdq(v);
+  for (Node n : nodes) {
+    for (int& x : n.inputs)
+      if (on_grid.count(x)) x = on_grid[x];
+    const std::vector<int> ys = n.outputs;
+    g.AddNode(std::move(n));
+    for (int y : ys) qdq(y);
+  }
+  for (int& v : g.outputs) v = on_grid.at(v);
   return g;
 }
 

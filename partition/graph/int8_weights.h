@@ -53,4 +53,12 @@ int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per);
 // built in memory.
 Graph WithInt8GridWeights(Graph g);
 
+// `src` as a QDQ model's graph (partition/graph/quantization.h): a
+// QuantizeDequantize after its input and after every node, on assorted
+// grids — int8 and uint8, zero points inside and at the edge of the range,
+// scales of 0.011 … 0.039 so that larger values saturate. For the tests
+// and benches of int8 activations (mcu_program.h version 5); not
+// calibrated: `tessera quantize` makes real models.
+Graph WithQdqActivations(const Graph& src);
+
 }  // namespace tessera

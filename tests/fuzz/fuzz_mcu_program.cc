@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (work > kMaxWork) return 0;
   // Exactly the declared region (ASan: one float past it is caught), NaN-free
   // input so the kernels see ordinary values.
-  std::vector<float> act(view.header->activation_floats);
+  std::vector<float> act(view.header->activation_words);
   for (size_t i = 0; i < act.size(); ++i) act[i] = static_cast<float>(i % 17) * 0.25f - 2.0f;
   RunProgram(view, act.data());
   return 0;

@@ -82,9 +82,11 @@ steps { kind: RECV peer: 0 message: 1 dst_buffer: 0 dst_box { dims { begin: 0 en
 steps { kind: COMPUTE subgraph: 0 inputs: 0 outputs: 1 layer: 0 }
 steps { kind: SEND peer: 0 message: 2 src_buffer: 1 src_box { dims { begin: 0 end: 1 } dims { begin: 0 end: 1 } dims { begin: 0 end: 3 } dims { begin: 0 end: 3 } } }
 TXT
-# MCU programs (transport/wire/mcu_program.h, format 4): every layer op (a
-# conv and a dense also with int8 weights), a
-# phased second input on a direct-link UART, an output on UART2.
+# MCU programs (transport/wire/mcu_program.h, format 5): every layer op (a
+# conv and a dense also with int8 weights; a quantize, a conv and a max pool
+# on int8 codes, an output of codes), a phased second input on a
+# direct-link UART, an output on UART2. Offsets are written here in floats
+# and stored in bytes.
 cat > "$tmp/mcu.cc" <<'CC'
 #include <cstdio>
 #include <string>
@@ -94,7 +96,8 @@ using namespace tessera::mcu;
 static Layer L(uint32_t op, uint32_t in0, uint32_t out, uint32_t c, uint32_t h, uint32_t w, uint32_t oc, uint32_t oh,
                uint32_t ow) {
   Layer l{};
-  l.op = op; l.in0 = l.in1 = in0; l.out = out;
+  l.op = op; l.in0 = l.in1 = 4 * in0; l.out = 4 * out;
+  l.in0_grid = l.in1_grid = l.out_grid = kNoWeights;
   l.c = c; l.h = h; l.w = w; l.oc = oc; l.oh = oh; l.ow = ow;
   l.kh = l.kw = l.sh = l.sw = l.dh = l.dw = l.group = 1;
   l.weight = l.bias = kNoWeights;
@@ -137,14 +140,24 @@ int main(int argc, char** argv) {
   Layer dw = L(kOpConv, 0, 176, 1, 6, 6, 1, 6, 6);
   dw.kh = dw.kw = 3; dw.pad_top = dw.pad_left = 2; dw.dh = dw.dw = 2; dw.weight = 0;
   Layer qconv = conv;  // int8 weights: 2 scales, 18 codes in 5 words
-  qconv.weight_format = kWeightsInt8; qconv.weight = 30; qconv.out = 212;
+  qconv.weight_format = kWeightsInt8; qconv.weight = 30; qconv.out = 4 * 212;
   Layer qdense = dense;  // 4 scales, 72 codes in 18 words
-  qdense.weight_format = kWeightsInt8; qdense.weight = 40; qdense.out = 284;
-  Write(dir + "/every_op.bin", {{1, 0, 36, 0, 0}}, {{2, 152, 4, 11, 0}, {3, 156, 2, 11, 0}},
-        {conv, pool, q, dense, add, copy, gap, avg, relu, dw, qconv, qdense}, w, 288);
+  qdense.weight_format = kWeightsInt8; qdense.weight = 40; qdense.out = 4 * 284;
+  // int8 codes on the grid at w[20]: the input quantized to codes, an
+  // int8-weight conv from codes to codes, a max pool of codes (1 B a value).
+  Layer to_codes = L(kOpQuantize, 0, 300, 1, 6, 6, 1, 6, 6);
+  to_codes.weight = 20; to_codes.out_grid = 20;
+  Layer code_conv = qconv;
+  code_conv.in0 = 4 * 300; code_conv.in0_grid = 20; code_conv.out = 4 * 310; code_conv.out_grid = 20;
+  Layer code_pool = pool;
+  code_pool.in0 = 4 * 310; code_pool.in0_grid = 20; code_pool.out = 4 * 330; code_pool.out_grid = 20;
+  const uint32_t F = kNoWeights;
+  Write(dir + "/every_op.bin", {{1, 0, 36, 0, 0, F}},
+        {{2, 4 * 152, 4, 15, 0, F}, {3, 4 * 156, 2, 15, 0, F}, {4, 4 * 330, 18, 15, 0, 20}},
+        {conv, pool, q, dense, add, copy, gap, avg, relu, dw, qconv, qdense, to_codes, code_conv, code_pool}, w, 340);
   // Phases and UARTs: a second input on UART1 before the Add, an output on UART2 after the pool.
-  Write(dir + "/phases_ports.bin", {{1, 0, 36, 0, 0}, {5, 148, 4, 4, 1}}, {{6, 108, 18, 2, 2}, {2, 152, 4, 6, 0}},
-        {conv, pool, q, dense, add, copy}, w, 156);
+  Write(dir + "/phases_ports.bin", {{1, 0, 36, 0, 0, F}, {5, 4 * 148, 4, 4, 1, F}},
+        {{6, 4 * 108, 18, 2, 2, F}, {2, 4 * 152, 4, 6, 0, F}}, {conv, pool, q, dense, add, copy}, w, 156);
   return 0;
 }
 CC

@@ -68,17 +68,29 @@ boot
 # flash (answers checked against the host executor as above); what the decoding costs.
 "$CHECK" --model mlperf-dscnn-int8w --serial "$PTY" --baud 921600 --runs 1 --icount-shift 0 | tee "$WORK/cycles_int8w.txt"
 halt
-/usr/bin/python3 - "$WORK/cycles.txt" "$WORK/cycles_int8w.txt" <<'PY'
+boot
+# Its QDQ form (a QuantizeDequantize after the input and every layer): the
+# activations are int8 codes in RAM too (mcu_program.h version 5), the
+# answer equal to the host executor's (tolerance 0: bit for bit).
+"$CHECK" --model mlperf-dscnn-int8 --serial "$PTY" --baud 921600 --runs 1 --icount-shift 0 --tolerance 0 |
+  tee "$WORK/cycles_int8.txt"
+halt
+/usr/bin/python3 - "$WORK/cycles.txt" "$WORK/cycles_int8w.txt" "$WORK/cycles_int8.txt" <<'PY'
 import re, sys
 def figures(path):
     t = open(path).read()
     return (int(re.search(r"flash_bytes=(\d+)", t).group(1)), int(re.search(r"int8_weight_layers=(\d+)", t).group(1)),
-            int(re.search(r"mcu_run: .* instructions=(\d+)", t).group(1)))
-(f_flash, f_layers, f_ins), (q_flash, q_layers, q_ins) = figures(sys.argv[1]), figures(sys.argv[2])
-assert f_layers == 0 and q_layers == 10, (f_layers, q_layers)
+            int(re.search(r"mcu_run: .* instructions=(\d+)", t).group(1)), int(re.search(r"ram_bytes=(\d+)", t).group(1)),
+            int(re.search(r"int8_activation_tensors=(\d+)", t).group(1)))
+(f_flash, f_layers, f_ins, f_ram, f_codes), (q_flash, q_layers, q_ins, q_ram, q_codes), (a_flash, a_layers, a_ins, a_ram, a_codes) = (
+    figures(sys.argv[1]), figures(sys.argv[2]), figures(sys.argv[3]))
+assert f_layers == 0 and q_layers == 10 and a_layers == 10, (f_layers, q_layers, a_layers)
 assert q_flash * 3 < f_flash, (q_flash, f_flash)
+assert f_codes == q_codes == 0 and a_codes > 0 and q_ram == f_ram and a_ram * 3 < f_ram, (f_ram, q_ram, a_ram, a_codes)
 print("PASS: MLPerf DS-CNN with int8 weights in flash: %d B instead of %d (%.2fx), %.2f M instructions instead of %.2f (%.2fx)"
       % (q_flash, f_flash, q_flash / f_flash, q_ins / 1e6, f_ins / 1e6, q_ins / f_ins))
+print("PASS: MLPerf DS-CNN with int8 activations in RAM: %d B instead of %d (%.2fx), %.2f M instructions (%.2fx the float run)"
+      % (a_ram, f_ram, a_ram / f_ram, a_ins / 1e6, a_ins / f_ins))
 PY
 boot
 # tessera calibrate --mcu: instructions per MAC per op kind into a device file the planner reads

@@ -127,8 +127,8 @@ done
 # steps (kOpQuantize, firmware/mcu_kernels.h, the host's rounding bit for
 # bit; uart_mcu_program_test checks that): every answer equals the
 # single-device run of the QDQ model. The MCUs hold the conv and dense
-# weights as int8 codes (mcu_program.h kWeightsInt8); activations, their
-# RAM, are still float32.
+# weights as int8 codes (mcu_program.h kWeightsInt8) and the outputs of
+# QuantizeDequantize steps as int8 codes in RAM (program format 5).
 QDIR=$(mktemp -d)
 trap 'rm -f "$OUT" "$ERR"; rm -rf "$QDIR"' EXIT
 /usr/bin/python3 - "$QDIR" <<'PY'
@@ -210,7 +210,8 @@ echo "PASS: --mcu-only refuses it: $(grep -o 'layer [0-9]* [^:]*(Pad) cannot run
 # exchange their output-channel slices directly. Every answer equals the
 # single-device run; every direct link carried exactly the payload bytes
 # the programs send over it (counted by both MCUs' firmware, per UART, in
-# STATUS); the bridges relayed none of it over gRPC.
+# STATUS); the bridges relayed none of it over gRPC. A QuantizeDequantize's
+# output crosses as int8 codes: 1 byte a value, not 4.
 for scheme in - fdto; do
   args=(--mcu 2 --mcu-chain --model "$QDIR/kws.int8.onnx")
   [[ $scheme != - ]] && args+=(--force "$scheme")
@@ -229,6 +230,9 @@ assert j["direct_links_as_expected"] is True, direct
 for l in direct:
     assert {l["from"], l["to"]} == {"mcu1", "mcu2"}, l
     assert l["expected_payload_bytes"] > 0, l
+    # int8 codes for a QuantizeDequantize's output (FDTO's slices are); the
+    # planner's pipeline sends the Gemm's float output (its QDQ on mcu2).
+    assert l["expected_payload_bytes"] == (l["values"] if scheme != "-" else 4 * l["values"]), l
     assert l["sent_payload_bytes"] == l["received_payload_bytes"] == l["expected_payload_bytes"], l
     assert l["from_uart"] == (1 if l["from"] == "mcu1" else 2) and l["to_uart"] == (2 if l["to"] == "mcu2" else 1), l
 # nothing between the two MCUs went through a worker
@@ -245,7 +249,7 @@ done
 
 # An all-MCU chain that no single MCU could run (issue 16 items 3 and 4): a
 # quantized CNN of 140 860 weights on STM32F401RB-class boards (128 KiB
-# flash, 64 KiB RAM each, of which the firmware itself takes 16 KiB and
+# flash, 64 KiB RAM each, of which the firmware itself takes 22 KiB and
 # 26 KiB). The MCU programs hold its conv and dense weights as int8 codes
 # with a scale per output channel (143 KB in all; 563 KB as float32, more
 # than three such boards hold). One such MCU alone is refused before
@@ -308,7 +312,11 @@ assert all(d["promised_flash_bytes"] <= d["program_flash_bytes_available"] == d[
            for d in mcus), mcus
 assert mcus[0]["preset_flash_bytes"] == 128 * 1024 and mcus[0]["preset_ram_bytes"] == 64 * 1024, mcus
 assert j["direct_links"] and j["direct_links_as_expected"] is True, j["direct_links"]
+# Its activations are int8 codes in RAM and on the direct UARTs (mcu_program.h version 5).
+assert all(d["int8_activation_tensors"] > 0 for d in mcus), mcus
+assert all(l["expected_payload_bytes"] == l["values"] for l in j["direct_links"]), j["direct_links"]
 print("PASS: wide CNN on 3 STM32F401RB joined UART-to-UART: %d requests within 1 output step (max %.3g), %.0f ms; "
-      "flash %s B (int8 weights); direct UART %s" % (j["requests"], j["max_diff_output_steps"], j["latency_ms"], "/".join(str(d["promised_flash_bytes"]) for d in mcus),
+      "flash %s B (int8 weights), RAM %s B (int8 activations); direct UART %s" % (j["requests"], j["max_diff_output_steps"], j["latency_ms"], "/".join(str(d["promised_flash_bytes"]) for d in mcus),
+         "/".join(str(d["promised_ram_bytes"]) for d in mcus),
          ", ".join("%s->%s %d B" % (l["from"], l["to"], l["sent_payload_bytes"]) for l in j["direct_links"])))
 PY

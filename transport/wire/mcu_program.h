@@ -16,11 +16,13 @@
 // merged map of the next layer) and FFMT stacks after other layers.
 //   float    weights[weight_floats]  4-byte words: floats, and the int8 codes
 //                                    of kWeightsInt8 layers packed 4 per word
-// Activations live in one region of `activation_floats` floats placed by the
-// firmware right after the program in its static arena; every offset below is
-// a float index into that region (weights: into the weight block). The
-// arena a device needs is therefore known on the host before deployment:
-// program bytes + 4 * activation_floats.
+// Activations live in one region of `activation_words` 4-byte words placed
+// by the firmware right after the program in its static arena; every
+// activation offset below is a *byte* offset into that region (weights:
+// float index into the weight block). A tensor is float32 (4 B a value,
+// 4-byte aligned) or, in version 5, int8 codes on a grid (1 B a value:
+// "Activations as int8 codes" below). The arena a device needs is therefore
+// known on the host before deployment: program bytes + 4 * activation_words.
 #pragma once
 
 #include <stddef.h>
@@ -30,7 +32,7 @@
 namespace tessera::mcu {
 
 constexpr uint32_t kProgramMagic = 0x504D5354;  // "TSMP"
-constexpr uint32_t kProgramVersion = 4;
+constexpr uint32_t kProgramVersion = 5;
 constexpr uint32_t kNoWeights = 0xFFFFFFFFu;
 
 enum LayerOp : uint32_t {
@@ -43,8 +45,9 @@ enum LayerOp : uint32_t {
   kOpAdd = 7,   // out = in0 + in1 (same size)
   kOpCopy = 8,  // out = in0, c·h·w floats (a part of one buffer into a part of another)
   // out = in0 put on an int8/uint8 grid (a QDQ model's QuantizeDequantize,
-  // partition/graph/quantization.h): `weight` indexes 4 floats, scale,
-  // zero point, qmin, qmax (integers held exactly as floats).
+  // partition/graph/quantization.h): `weight` indexes a grid (below). With
+  // an out_grid the output is stored as codes, else as the float they
+  // stand for.
   kOpQuantize = 9,
 };
 
@@ -59,9 +62,22 @@ enum Activation : uint32_t { kActNone = 0, kActRelu = 1 };
 // (partition/graph/int8_weights.h): the answers are the float program's.
 enum WeightFormat : uint32_t { kWeightsFloat32 = 0, kWeightsInt8 = 1 };
 
+// Activations as int8 codes (version 5, issue 16 item 1): a QDQ model's
+// tensors that are outputs of a QuantizeDequantize hold only values
+// (q - zero_point) * scale of an 8-bit grid, so a buffer of such a tensor
+// keeps one byte per value, q - qmin (0..255), and every reader decodes
+// float(q - zero_point) * scale — the very float the host's
+// QuantizeDequantize gives (partition/graph/quantization.h DequantizeCode):
+// the answers stay the float program's, bit for bit, in a quarter of the
+// RAM and of the bytes on the UART. A *grid* is the index of 4 floats in the
+// weight block: scale, zero point, qmin, qmax (integers held exactly as
+// floats, qmin <= zero point <= qmax, qmax - qmin <= 255 for activations);
+// kNoWeights: float32. A layer's in0_grid / in1_grid / out_grid and an
+// IoEntry's grid say how its tensors are stored; a layer that writes codes
+// rounds its result onto the grid (the QuantizeDequantize fused into it).
 struct ProgramHeader {
   uint32_t magic, version, plan_id;
-  uint32_t activation_floats;
+  uint32_t activation_words;  // the activation region, in 4-byte words
   uint32_t num_layers, num_inputs, num_outputs;
   uint32_t weight_floats;
 };
@@ -75,25 +91,79 @@ constexpr uint32_t kMaxPorts = 3;
 
 struct IoEntry {
   uint32_t message;  // message id on the link
-  uint32_t offset;   // float index in the activation region
-  uint32_t count;    // floats
+  uint32_t offset;   // byte offset in the activation region
+  uint32_t count;    // values (float32, or codes with a grid)
   uint32_t layer;    // the phase: received before layer `layer` runs / sent after layers 0..layer-1
   uint32_t port;     // the UART it arrives on / is sent on (< kMaxPorts)
+  uint32_t grid;     // kNoWeights: float32 on the wire, else int8 codes of that grid (1 B a value)
 };
 
 struct Layer {
   uint32_t op, activation;
-  uint32_t in0, in1, out;  // activation offsets (in1: Add only)
+  uint32_t in0, in1, out;  // activation byte offsets (in1: Add's second operand, an in-place conv's float scratch)
   uint32_t c, h, w;        // input shape (one image)
   uint32_t oc, oh, ow;     // output shape
   uint32_t kh, kw, sh, sw, pad_top, pad_left, dh, dw;
   uint32_t group;          // conv groups; avg pool: count_include_pad
   uint32_t weight, bias;   // float offsets into the weight block (bias: kNoWeights = none)
   uint32_t weight_format;  // WeightFormat of Conv / Dense weights (others: kWeightsFloat32)
+  uint32_t in0_grid, in1_grid, out_grid;  // how in0 / in1 / out are stored (grids; kNoWeights: float32)
 };
 
-static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 20 && sizeof(Layer) == 92,
+static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 24 && sizeof(Layer) == 104,
               "the program layout is fixed: 32-bit words only");
+
+// Bytes a value of a tensor stored on `grid` takes (kNoWeights: float32).
+inline uint32_t ValueBytes(uint32_t grid) { return grid == kNoWeights ? 4u : 1u; }
+inline uint64_t IoBytes(const IoEntry& e) { return uint64_t(e.count) * ValueBytes(e.grid); }
+
+// The steps of x on the grid q = {scale, zero point, qmin, qmax}:
+// clamp(round_half_to_even(x / scale), qmin - zp, qmax - zp) as a float
+// (q - zero_point of the host's QuantizeToCode, partition/graph/
+// quantization.h), without libm: the clamped value is at most 2^32 wide, so
+// |v| < 2^23 for 8-bit grids, and rounds half to even by adding and
+// subtracting 1.5·2^23 (IEEE single precision in the default rounding
+// mode; no -ffast-math here). NaN maps to the zero point.
+inline float QuantizeSteps(float x, const float* q) {
+  const float lo = q[2] - q[1], hi = q[3] - q[1];
+  float v = x / q[0];
+  if (!(v == v)) v = 0.0f;
+  v = v < lo ? lo : (v > hi ? hi : v);
+  if (v > -8388608.0f && v < 8388608.0f) {
+    volatile float big = 12582912.0f;  // volatile: the compiler must not fold (v + big) - big into v
+    v = (v + big) - big;
+  }
+  return v;
+}
+// A value as its stored code (q - qmin) and back.
+inline uint8_t EncodeCode(float x, const float* q) {
+  return uint8_t(int32_t(QuantizeSteps(x, q)) + int32_t(q[1]) - int32_t(q[2]));
+}
+inline float DecodeCode(uint8_t code, const float* q) {
+  return float(int32_t(code) + int32_t(q[2]) - int32_t(q[1])) * q[0];
+}
+
+// A tensor of `count` values between its wire/arena form on `grid` (the
+// weight block's index; kNoWeights: float32 bytes) and float32 values: what
+// a Linux board's bridge does for the MCU (daemon/cluster/
+// worker_mcu_bridge.h), and what host tests read. `weights`: the program's
+// weight block (ProgramView::weights).
+inline void DecodeTensor(const float* weights, uint32_t grid, const void* bytes, uint32_t count, float* out) {
+  if (grid == kNoWeights) {
+    memcpy(out, bytes, size_t{count} * 4);
+    return;
+  }
+  const uint8_t* b = static_cast<const uint8_t*>(bytes);
+  for (uint32_t i = 0; i < count; ++i) out[i] = DecodeCode(b[i], weights + grid);
+}
+inline void EncodeTensor(const float* weights, uint32_t grid, const float* values, uint32_t count, void* bytes) {
+  if (grid == kNoWeights) {
+    memcpy(bytes, values, size_t{count} * 4);
+    return;
+  }
+  uint8_t* b = static_cast<uint8_t*>(bytes);
+  for (uint32_t i = 0; i < count; ++i) b[i] = EncodeCode(values[i], weights + grid);
+}
 
 // Reply to a STATUS request (frame type kFrameStatus), little-endian words.
 struct McuStatus {
@@ -143,7 +213,7 @@ struct McuStatus {
 constexpr uint32_t kFirmwareStaticRamBytes = 24 * 1024;  // measured 22 360 B: 3 UART links ~6.4 KiB each
 constexpr uint32_t kFirmwareStackBytes = 2 * 1024;  // measured <= 960 B (mlperf-dscnn, SysTick and UART interrupts)
 constexpr uint32_t kFirmwareRamBytes = kFirmwareStaticRamBytes + kFirmwareStackBytes;
-constexpr uint32_t kFirmwareFlashBytes = 16 * 1024;  // code + constants, measured ~12 KiB
+constexpr uint32_t kFirmwareFlashBytes = 22 * 1024;  // code + constants, measured 21 032 B (int8 activation kernels)
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
 constexpr uint32_t kMaxTimedLayers = 64;
 
@@ -202,6 +272,20 @@ inline bool SpatialFits(const Layer& l) {
     if (f >= kMaxSpatial) return false;
   return true;
 }
+// A grid at float `at` of the weight block of `wts` floats: scale > 0
+// and finite, qmin <= zero point <= qmax, all small integers held exactly;
+// `codes`: a grid activations are stored on (qmax - qmin <= 255).
+inline bool GridOk(const float* weights, uint32_t at, uint64_t wts, bool codes) {
+  if (!Inside(at, 4, wts)) return false;
+  const float* q = weights + at;
+  if (!(q[0] > 0.0f) || !(q[0] < 3.0e38f) || !(q[2] >= -2147483520.0f) || !(q[3] <= 2147483520.0f) || !(q[2] <= q[1]) ||
+      !(q[1] <= q[3]))
+    return false;
+  if (!codes) return true;
+  for (int k = 1; k < 4; ++k)
+    if (float(int32_t(q[k])) != q[k]) return false;
+  return q[3] - q[2] <= 255.0f;
+}
 inline uint64_t InputFloats(const Layer& l) { return uint64_t(l.c) * l.h * l.w; }
 inline uint64_t OutputFloats(const Layer& l) { return uint64_t(l.oc) * l.oh * l.ow; }
 }  // namespace detail
@@ -247,7 +331,7 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   uint64_t need = sizeof(ProgramHeader) + uint64_t(h->num_inputs + uint64_t(h->num_outputs)) * sizeof(IoEntry) +
                   uint64_t(h->num_layers) * sizeof(Layer) + uint64_t(h->weight_floats) * 4;
   if (h->num_inputs > 64 || h->num_outputs > 64 || h->num_layers > 4096 || need != nbytes) return kErrProgramTruncated;
-  if (uint64_t(h->activation_floats) * 4 > ram_bytes) return kErrProgramTooLarge;
+  if (uint64_t(h->activation_words) * 4 > ram_bytes) return kErrProgramTooLarge;
   const uint8_t* p = static_cast<const uint8_t*>(bytes) + sizeof(ProgramHeader);
   ProgramView v;
   v.header = h;
@@ -256,9 +340,16 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   v.layers = reinterpret_cast<const Layer*>(v.outputs + h->num_outputs);
   v.weights = reinterpret_cast<const float*>(v.layers + h->num_layers);
   v.bytes = nbytes;
-  const uint64_t act = h->activation_floats, wts = h->weight_floats;
+  const uint64_t act = uint64_t(h->activation_words) * 4, wts = h->weight_floats;
+  // A tensor of `count` values at byte `offset` stored on `grid`: a valid
+  // grid, inside the region, a float tensor 4-byte aligned.
+  auto tensor_ok = [&](uint32_t offset, uint64_t count, uint32_t grid) {
+    if (grid != kNoWeights && !GridOk(v.weights, grid, wts, true)) return false;
+    return Inside(offset, count * ValueBytes(grid), act) && (grid != kNoWeights || offset % 4 == 0);
+  };
   for (uint32_t i = 0; i < h->num_inputs + h->num_outputs; ++i)
-    if (!Inside(v.inputs[i].offset, v.inputs[i].count, act) || v.inputs[i].port >= kMaxPorts) return kErrProgramLayer;
+    if (!tensor_ok(v.inputs[i].offset, v.inputs[i].count, v.inputs[i].grid) || v.inputs[i].port >= kMaxPorts)
+      return kErrProgramLayer;
   // Phases: a run starts with an input of layer 0; inputs come before a
   // layer that exists; both lists are in phase order; the last layer's
   // outputs are sent at the end (layer == num_layers). A program without
@@ -275,9 +366,15 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   for (uint32_t i = 0; i < h->num_layers; ++i) {
     const Layer& l = v.layers[i];
     const uint64_t in = InputFloats(l), out = OutputFloats(l);
-    if (!Inside(l.in0, in, act) || !Inside(l.out, out, act) || out == 0) return kErrProgramLayer;
+    const uint64_t in_bytes = in * ValueBytes(l.in0_grid), out_bytes = out * ValueBytes(l.out_grid);
+    if (!tensor_ok(l.in0, in, l.in0_grid) || !tensor_ok(l.out, out, l.out_grid) || out == 0) return kErrProgramLayer;
+    if (l.op != kOpAdd && l.in1_grid != kNoWeights) return kErrProgramLayer;
     if (l.activation > kActRelu || !SpatialFits(l)) return kErrProgramLayer;
     if (l.weight_format > kWeightsInt8 || (l.weight_format != kWeightsFloat32 && l.op != kOpConv && l.op != kOpDense))
+      return kErrProgramLayer;
+    // A conv or a dense layer reads codes only with int8 weights (the
+    // firmware has those kernels only).
+    if ((l.op == kOpConv || l.op == kOpDense) && l.in0_grid != kNoWeights && l.weight_format != kWeightsInt8)
       return kErrProgramLayer;
     switch (l.op) {
       case kOpConv: {
@@ -287,10 +384,12 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
         if (!Inside(l.weight, WeightWords(l.weight_format, l.oc, uint64_t(l.c / l.group) * l.kh * l.kw), wts))
           return kErrProgramLayer;
         if (l.bias != kNoWeights && !Inside(l.bias, l.oc, wts)) return kErrProgramLayer;
-        if (l.out == l.in0) {  // in place: a kind that can, and its scratch beside the buffer
-          const uint64_t scratch = InPlaceScratchFloats(l), buffer = in > out ? in : out;
-          if (scratch == 0 || !Inside(l.in1, scratch, act)) return kErrProgramLayer;
-          if (l.in1 < l.in0 + buffer && l.in0 < l.in1 + scratch) return kErrProgramLayer;
+        if (l.out == l.in0) {  // in place: a kind that can, both stored alike, a float scratch beside the buffer
+          const uint64_t scratch = InPlaceScratchFloats(l), buffer = in_bytes > out_bytes ? in_bytes : out_bytes;
+          if (scratch == 0 || ValueBytes(l.in0_grid) != ValueBytes(l.out_grid) ||
+              !tensor_ok(l.in1, scratch, kNoWeights))
+            return kErrProgramLayer;
+          if (l.in1 < l.in0 + buffer && l.in0 < l.in1 + scratch * 4) return kErrProgramLayer;
         }
         break;
       }
@@ -310,19 +409,14 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
         if (out != in) return kErrProgramLayer;
         break;
       case kOpAdd:
-        if (out != in || !Inside(l.in1, in, act)) return kErrProgramLayer;
+        if (out != in || !tensor_ok(l.in1, in, l.in1_grid)) return kErrProgramLayer;
         break;
-      case kOpCopy:  // disjoint runs: memcpy
-        if (out != in || (l.in0 < l.out + out && l.out < l.in0 + in)) return kErrProgramLayer;
+      case kOpCopy:  // disjoint runs
+        if (out != in || (l.in0 < l.out + out_bytes && l.out < l.in0 + in_bytes)) return kErrProgramLayer;
         break;
-      case kOpQuantize: {
-        if (out != in || !Inside(l.weight, 4, wts)) return kErrProgramLayer;
-        const float* q = v.weights + l.weight;  // scale > 0, qmin <= zero point <= qmax, all small integers
-        if (!(q[0] > 0.0f) || !(q[0] < 3.0e38f) || !(q[2] >= -2147483520.0f) || !(q[3] <= 2147483520.0f) ||
-            !(q[2] <= q[1]) || !(q[1] <= q[3]))
-          return kErrProgramLayer;
+      case kOpQuantize:
+        if (out != in || !GridOk(v.weights, l.weight, wts, false)) return kErrProgramLayer;
         break;
-      }
       default:
         return kErrProgramLayer;
     }

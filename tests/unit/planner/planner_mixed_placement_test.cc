@@ -32,6 +32,23 @@ Cluster MixedCluster() {
   return *c;
 }
 
+// A Linux worker and one MCU of the given ram: and flash: behind it.
+Result<Cluster> OneMcuCluster(const std::string& ram, const std::string& flash) {
+  auto c = ParseCluster(
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
+      "}\n"
+      "  - { name: mcu1, kind: mcu, ram: " +
+          ram + ", flash: " + flash +
+          ", cpu_hz: 84e6, cycles_per_mac: 9, serial: /dev/null, baud: 115200, via: w1 }\n"
+          "links:\n"
+          "  default: { bandwidth: 10Gbit/s, latency: 20us }\n",
+      "one mcu", PresetDirectories());
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("mixed placement: every MCU gets a layer, each device's layers are contiguous and fit") {
@@ -168,18 +185,7 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's weights as int8, as its p
   // An MCU whose flash, less the firmware's, holds the int8 weights and not
   // the float ones.
   const int64_t flash = mcu::kFirmwareFlashBytes + (int8_weights + float_weights) / 2;
-  auto c = ParseCluster(
-      "devices:\n"
-      "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
-      "}\n"
-      "  - { name: mcu1, kind: mcu, ram: 256KiB, flash: " +
-          std::to_string(flash) +
-          ", cpu_hz: 84e6, cycles_per_mac: 9, serial: /dev/null, baud: 115200, via: w1 }\n"
-          "links:\n"
-          "  default: { bandwidth: 10Gbit/s, latency: 20us }\n",
-      "one mcu", PresetDirectories());
-  INFO(c.status().ToString());
-  REQUIRE(c.ok());
+  auto c = OneMcuCluster("256KiB", std::to_string(flash));
   auto placed = PlaceMixed(q, *c, true);
   INFO(placed.status().ToString());
   REQUIRE(placed.ok());
@@ -196,6 +202,40 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's weights as int8, as its p
     linux_bytes += problem.WeightBytes(0, j), mcu_bytes += problem.WeightBytes(1, j);
   CHECK(linux_bytes == float_weights);
   CHECK(mcu_bytes == int8_weights);
+}
+
+// int8 activations (issue 16 item 1, mcu_program.h version 5): a QDQ
+// model's tensors on 8-bit grids take 1 B a value in an MCU's RAM, and the
+// planner counts them so. KWS whole on one MCU: its program needs 11 732 B
+// with codes and 41 048 B with float activations.
+TEST_CASE("mixed placement: an MCU holds a QDQ model's activations as int8, as its program does") {
+  const Graph float_activations = WithInt8GridWeights(MakeKeywordSpottingGraph());
+  const Graph q = WithInt8GridWeights(WithQdqActivations(MakeKeywordSpottingGraph()));
+  auto fp = BuildMcuProgram(float_activations, {}), qp = BuildMcuProgram(q, {});
+  REQUIRE(fp.ok());
+  REQUIRE(qp.ok());
+  CHECK(qp->ram_bytes() == 11732);
+  CHECK(fp->ram_bytes() == 41048);
+  const int64_t ram = mcu::kFirmwareRamBytes + 16 * 1024;  // holds the codes, not the floats
+  auto c = OneMcuCluster(std::to_string(ram), "1MiB");
+  auto placed = PlaceMixed(q, *c, true);
+  INFO(placed.status().ToString());
+  REQUIRE(placed.ok());
+  CHECK(std::count(placed->device_of_layer.begin(), placed->device_of_layer.end(), 1) ==
+        static_cast<long>(placed->device_of_layer.size()));
+  CHECK_FALSE(PlaceMixed(float_activations, *c, true).ok());
+  // Per layer on the MCU: 1 B a value of a QuantizeDequantize's output, and
+  // of a layer's output that a QuantizeDequantize alone reads (fused into
+  // it); a Linux device counts 4. conv1: input codes 490 + output 7840.
+  PlacementProblem problem = MakePlacementProblem(q, ComputeLayerFigures(q), *c);
+  int conv1 = -1;
+  for (int j = 0; j < problem.layers(); ++j)
+    if (problem.names[j].find("'conv1' (Conv)") != std::string::npos) conv1 = j;
+  REQUIRE(conv1 >= 0);
+  CHECK(problem.BufferBytes(1, conv1) == 490 + 7840);
+  CHECK(problem.BufferBytes(0, conv1) == 4 * (490 + 7840));
+  // Every layer's figure is a lower bound of what its program holds.
+  for (int j = 0; j < problem.layers(); ++j) CHECK(problem.BufferBytes(1, j) <= static_cast<int64_t>(qp->ram_bytes()));
 }
 
 TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or is refused by name") {
