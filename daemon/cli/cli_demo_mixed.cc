@@ -217,12 +217,14 @@ nlohmann::json MixedDirectLinks(const MixedCluster& mc, const std::vector<Device
   // Per link: payload bytes per request, and the values they hold (a
   // tensor of int8 codes takes 1 B a value, mcu_program.h version 5).
   std::map<std::pair<int, int>, int64_t> per_request, values;
-  for (const DeviceProgram& p : programs)
+  for (const DeviceProgram& p : programs) {
+    const McuFusions fusions = FuseMcuQuantizeSteps(p);
     for (const ProgramStep& s : p.steps)
       if (s.kind == StepKind::kSend && s.uart_port > 0) {
-        per_request[{p.device, s.peer}] += McuWireBytes(p, s);
+        per_request[{p.device, s.peer}] += McuWireBytes(p, fusions, s);
         values[{p.device, s.peer}] += s.src_box.volume();
       }
+  }
   auto port_count = [&](int device, const char* key, int port) -> int64_t {
     const auto& row = memory.at(device);
     if (!row.contains(key) || static_cast<int>(row[key].size()) <= port) return -1;

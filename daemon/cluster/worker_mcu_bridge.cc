@@ -125,6 +125,7 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
   // step is relayed in program order, so a tensor the MCU sends (a partial
   // sum) reaches its peer before the bridge waits for the tensor that
   // depends on it (the merged map of the next layer).
+  const McuFusions fusions = FuseMcuQuantizeSteps(program);
   for (const auto& s : program.steps) {
     // A tensor of a direct MCU<->MCU UART (ProgramStep::uart_port) goes
     // from one MCU to the other without this board.
@@ -132,10 +133,9 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
     // A tensor the MCU holds as int8 codes crosses its UART as codes, a
     // quarter of the float bytes (mcu_program.h version 5): encoded here on
     // the way in, decoded on the way out; the peers see float32.
-    const int buffer = s.kind == StepKind::kRecv ? s.dst_buffer : s.src_buffer;
-    const std::optional<QuantGrid> grid = buffer >= 0 && buffer < static_cast<int>(program.buffers.size())
-                                              ? McuBufferGrid(program.buffers[buffer])
-                                              : std::nullopt;
+    // (Also a tensor received into a QuantizeDequantize fused with its Recv:
+    // FuseMcuQuantizeSteps.)
+    const std::optional<QuantGrid> grid = McuWireGrid(program, fusions, s);
     const std::string what = "message " + std::to_string(s.message) + " of MCU " + options_.name;
     if (s.kind == StepKind::kRecv) {
       TS_ASSIGN_OR_RETURN(Link * from, peer_link(s.peer));

@@ -275,10 +275,62 @@ std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b) {
   return b.grid;
 }
 
-int64_t McuWireBytes(const DeviceProgram& program, const ProgramStep& step) {
-  const int b = step.kind == StepKind::kRecv ? step.dst_buffer : step.src_buffer;
-  const bool codes = b >= 0 && b < static_cast<int>(program.buffers.size()) && McuBufferGrid(program.buffers[b]);
-  return codes ? step.bytes() / 4 : step.bytes();
+McuFusions FuseMcuQuantizeSteps(const DeviceProgram& program) {
+  const size_t nb = program.buffers.size();
+  auto ok = [&](int b) { return b >= 0 && static_cast<size_t>(b) < nb; };
+  // Per buffer: its readers; its writers by kind (computing steps, Recvs
+  // the Linux board relays, anything else: a Copy, a direct-link Recv, the
+  // caller's model input).
+  std::vector<int> reads(nb, 0), computed(nb, 0), relayed(nb, 0), other(nb, 0);
+  for (auto [value, buffer] : program.model_inputs)
+    if (ok(buffer)) ++other[buffer];
+  for (auto [value, buffer] : program.model_outputs)
+    if (ok(buffer)) ++reads[buffer];
+  for (const ProgramStep& s : program.steps) {
+    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge) {
+      for (int b : s.inputs)
+        if (ok(b)) ++reads[b];
+      for (int b : s.outputs)
+        if (ok(b)) ++computed[b];
+    } else if (s.kind == StepKind::kSend || s.kind == StepKind::kCopy) {
+      if (ok(s.src_buffer)) ++reads[s.src_buffer];
+    }
+    if (s.kind == StepKind::kRecv && ok(s.dst_buffer)) ++(s.uart_port == 0 ? relayed : other)[s.dst_buffer];
+    if (s.kind == StepKind::kCopy && ok(s.dst_buffer)) ++other[s.dst_buffer];
+  }
+  McuFusions f;
+  f.fused_into.assign(nb, -1);
+  f.fused_step.assign(program.steps.size(), false);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const ProgramStep& s = program.steps[i];
+    if (s.kind != StepKind::kCompute || s.inputs.size() != 1 || s.outputs.size() != 1 || s.subgraph < 0 ||
+        s.subgraph >= static_cast<int>(program.subgraphs.size()))
+      continue;
+    const Graph& g = program.subgraphs[s.subgraph];
+    const int b = s.inputs[0], q = s.outputs[0];
+    if (g.nodes.size() != 1 || !ok(b) || !ok(q) || b == q) continue;
+    const std::optional<QuantGrid> grid = McuActivationGrid(g.nodes[0]), holds = McuBufferGrid(program.buffers[q]);
+    if (!grid || !holds || std::memcmp(&*grid, &*holds, sizeof(QuantGrid)) != 0) continue;
+    if (reads[b] != 1 || other[b] != 0 || McuBufferGrid(program.buffers[b]) ||
+        !(program.buffers[b].box == program.buffers[q].box))
+      continue;
+    // Computed here, or received through the board only: not both.
+    if ((computed[b] > 0) == (relayed[b] > 0)) continue;
+    f.fused_into[b] = q;
+    f.fused_step[i] = true;
+  }
+  return f;
+}
+
+std::optional<QuantGrid> McuWireGrid(const DeviceProgram& program, const McuFusions& fusions, const ProgramStep& step) {
+  int b = step.kind == StepKind::kRecv ? step.dst_buffer : step.src_buffer;
+  if (b < 0 || b >= static_cast<int>(program.buffers.size())) return std::nullopt;
+  if (static_cast<size_t>(b) < fusions.fused_into.size() && fusions.fused_into[b] >= 0) b = fusions.fused_into[b];
+  return McuBufferGrid(program.buffers[b]);
+}
+
+int64_t McuWireBytes(const DeviceProgram& program, const McuFusions& fusions, const ProgramStep& step) {
+  return McuWireGrid(program, fusions, step) ? step.bytes() / 4 : step.bytes();
 }
 
 namespace {
@@ -563,41 +615,10 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
   // a value.
   for (const ProgramBuffer& b : program.buffers)
     buffer_offset.push_back(writer.Allocate(b.box.volume(), McuBufferGrid(b)));
-  // A QuantizeDequantize step of its own (a layer of a whole-layer plan)
-  // that alone reads a float buffer the device computed is fused into the
-  // step that computes it: that step writes the codes (mcu_program.h
-  // version 5), the float buffer is never held.
+  const McuFusions fusions = FuseMcuQuantizeSteps(program);
+  const std::vector<int>& fused_into = fusions.fused_into;
+  const std::vector<bool>& fused_step = fusions.fused_step;
   const size_t nb = program.buffers.size();
-  std::vector<int> reads(nb, 0), foreign(nb, 0);  // foreign: written by a Recv / Copy, or a model input
-  for (auto [value, buffer] : program.model_inputs) ++foreign[buffer];
-  for (auto [value, buffer] : program.model_outputs) ++reads[buffer];
-  for (const ProgramStep& s : program.steps) {
-    if (s.kind == StepKind::kCompute || s.kind == StepKind::kMerge) {
-      for (int b : s.inputs)
-        if (b >= 0 && static_cast<size_t>(b) < nb) ++reads[b];
-    } else if (s.kind == StepKind::kSend || s.kind == StepKind::kCopy) {
-      if (s.src_buffer >= 0 && static_cast<size_t>(s.src_buffer) < nb) ++reads[s.src_buffer];
-    }
-    if ((s.kind == StepKind::kRecv || s.kind == StepKind::kCopy) && s.dst_buffer >= 0 &&
-        static_cast<size_t>(s.dst_buffer) < nb)
-      ++foreign[s.dst_buffer];
-  }
-  std::vector<int> fused_into(nb, -1);
-  std::vector<bool> fused_step(program.steps.size(), false);
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    const ProgramStep& s = program.steps[i];
-    if (s.kind != StepKind::kCompute || s.inputs.size() != 1 || s.outputs.size() != 1 || s.subgraph < 0 ||
-        s.subgraph >= static_cast<int>(program.subgraphs.size()))
-      continue;
-    const Graph& g = program.subgraphs[s.subgraph];
-    const int b = s.inputs[0], q = s.outputs[0];
-    if (g.nodes.size() != 1 || b < 0 || q < 0 || static_cast<size_t>(b) >= nb || static_cast<size_t>(q) >= nb) continue;
-    const std::optional<QuantGrid> grid = McuActivationGrid(g.nodes[0]), holds = McuBufferGrid(program.buffers[q]);
-    if (!grid || !holds || std::memcmp(&*grid, &*holds, sizeof(QuantGrid)) != 0) continue;
-    if (reads[b] != 1 || foreign[b] != 0 || McuBufferGrid(program.buffers[b])) continue;
-    fused_into[b] = q;
-    fused_step[i] = true;
-  }
   for (auto [value, buffer] : program.model_inputs)
     writer.AddInput(MessageFor(options.input_messages, value), buffer_offset[buffer],
                     program.buffers[buffer].box.volume());
@@ -613,7 +634,12 @@ Result<McuProgramImage> BuildMcuProgram(const DeviceProgram& program, const McuP
       // layer's input).
       case StepKind::kRecv: {
         TS_ASSIGN_OR_RETURN(const int64_t start, StartIn(program, s.dst_buffer, s.dst_box, at + ": receives into"));
-        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[s.dst_buffer], s.dst_box.volume(), start,
+        // Into the codes of the QuantizeDequantize it is fused with (the
+        // bridge encodes it), else the buffer itself.
+        const int into = s.dst_buffer >= 0 && static_cast<size_t>(s.dst_buffer) < nb && fused_into[s.dst_buffer] >= 0
+                             ? fused_into[s.dst_buffer]
+                             : s.dst_buffer;
+        writer.AddInput(static_cast<uint32_t>(s.message), buffer_offset[into], s.dst_box.volume(), start,
                         static_cast<uint32_t>(s.uart_port));
         break;
       }

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "partition/compile/device_program.h"
 #include "partition/graph/graph.h"
@@ -82,9 +83,24 @@ int64_t McuLayerBufferBytes(const Graph& graph, const Node& node);
 // (daemon/cluster/worker_mcu_bridge.h) encodes and decodes them with
 // McuEncode / McuDecode.
 std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b);
-// The bytes a Send or Recv step of an MCU's program carries on its UART:
-// 1 a value for a buffer it holds as codes (McuBufferGrid), else 4.
-int64_t McuWireBytes(const DeviceProgram& program, const ProgramStep& step);
+// The QuantizeDequantize steps of an MCU's DeviceProgram that run inside
+// the step writing their input (a layer of a whole-layer plan each): a
+// QuantizeDequantize step that alone reads a float buffer, written only by
+// this device's computing steps or only by Recvs its Linux board relays,
+// goes away, and the writer puts the codes straight into the step's output
+// buffer (a Recv: the bridge encodes the tensor on that grid). The float
+// buffer is never held. BuildMcuProgram applies them; the bridge asks
+// McuWireGrid.
+struct McuFusions {
+  std::vector<int> fused_into;   // per buffer: the code buffer written instead (-1: none)
+  std::vector<bool> fused_step;  // per step: a QuantizeDequantize its writer runs
+};
+McuFusions FuseMcuQuantizeSteps(const DeviceProgram& program);
+// The grid a Send or Recv step's tensor crosses the MCU's UART on (its
+// buffer's, or the one it is fused into); nullopt: float32.
+std::optional<QuantGrid> McuWireGrid(const DeviceProgram& program, const McuFusions& fusions, const ProgramStep& step);
+// Its bytes there: 1 a value on a grid, else 4.
+int64_t McuWireBytes(const DeviceProgram& program, const McuFusions& fusions, const ProgramStep& step);
 // float32 bytes <-> codes (mcu_program.h EncodeCode / DecodeCode, q - qmin a
 // byte). InvalidArgument when `bytes` is not a whole tensor of `values`.
 Result<std::string> McuEncode(const QuantGrid& grid, const std::string& float_bytes, int64_t values);

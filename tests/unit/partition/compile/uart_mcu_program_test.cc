@@ -486,18 +486,26 @@ TEST_CASE("fuzz: corrupted programs are rejected or stay inside the arena", "[mc
   CHECK(accepted < 400);
 }
 
-TEST_CASE("mcu program from a compiled pipeline plan, bridged like a via worker would", "[mcu]") {
-  Graph g = MakeKeywordSpottingGraph();
+namespace {
+// Whole layers: the first `k` on device 0 (the source), the rest on device 1.
+PartitionPlan CutAfter(const Graph& g, size_t k) {
   PartitionPlan plan;
   plan.num_devices = 2;
   plan.source = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     LayerAssignment a;
     a.scheme = LayerScheme::kWhole;
-    a.devices = {i < 3 ? 0 : 1};  // conv1, pool1, conv2 on the Linux worker; the rest on the MCU
+    a.devices = {i < k ? 0 : 1};
     plan.layers.push_back(a);
   }
-  auto compiled = CompilePlan(g, plan);
+  return plan;
+}
+}  // namespace
+
+TEST_CASE("mcu program from a compiled pipeline plan, bridged like a via worker would", "[mcu]") {
+  Graph g = MakeKeywordSpottingGraph();
+  // conv1, pool1, conv2 on the Linux worker; the rest on the MCU
+  auto compiled = CompilePlan(g, CutAfter(g, 3));
   REQUIRE(compiled.ok());
   McuProgramOptions opt;
   opt.plan_id = 77;
@@ -548,6 +556,23 @@ Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<
   };
   const mcu::ProgramHeader& h = *view.header;
   uint32_t next_in = 0, next_out = 0, layer = 0;
+  // A run starts once its first phase's inputs are all here (a program of
+  // no layers, e.g. a QuantizeDequantize fused into its Recv, sends them on).
+  auto receive = [&](uint32_t upto) -> Status {
+    while (next_in < h.num_inputs && view.inputs[next_in].layer <= upto) {
+      const mcu::IoEntry in = view.inputs[next_in++];
+      Link* link = link_for(in.message);
+      if (!link) return Status::Internal("no peer for message " + std::to_string(in.message));
+      auto bytes = link->Recv(in.message, std::chrono::seconds(10));
+      if (!bytes.ok()) return bytes.status();
+      if (bytes->size() != in.count * 4) return Status::Internal("input of the wrong size");
+      std::vector<float> values(in.count);
+      std::memcpy(values.data(), bytes->data(), bytes->size());
+      mcu::EncodeTensor(view.weights, in.grid, values.data(), in.count, mcu::BytesAt(act, in.offset));
+    }
+    return Status::OK();
+  };
+  TS_RETURN_IF_ERROR(receive(0));
   for (;;) {
     while (next_out < h.num_outputs && view.outputs[next_out].layer <= layer) {
       const mcu::IoEntry out = view.outputs[next_out++];
@@ -560,19 +585,31 @@ Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<
           link->Send(out.message, std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4)));
     }
     if (layer >= h.num_layers && next_out >= h.num_outputs) return Status::OK();
-    while (next_in < h.num_inputs && view.inputs[next_in].layer <= layer) {
-      const mcu::IoEntry in = view.inputs[next_in++];
-      Link* link = link_for(in.message);
-      if (!link) return Status::Internal("no peer for message " + std::to_string(in.message));
-      auto bytes = link->Recv(in.message, std::chrono::seconds(10));
-      if (!bytes.ok()) return bytes.status();
-      if (bytes->size() != in.count * 4) return Status::Internal("input of the wrong size");
-      std::vector<float> values(in.count);
-      std::memcpy(values.data(), bytes->data(), bytes->size());
-      mcu::EncodeTensor(view.weights, in.grid, values.data(), in.count, mcu::BytesAt(act, in.offset));
-    }
+    TS_RETURN_IF_ERROR(receive(layer));
     mcu::RunLayers(view, act, layer, layer + 1);
     ++layer;
+  }
+}
+
+// The programs' Sends and Recvs of an MCU, relayed by a bridge, carry
+// codes exactly where its program's IoEntries hold codes: the bridge's
+// choice (McuWireGrid) and the builder's agree, message by message.
+void CheckWireGridsAgree(const DeviceProgram& program, const mcu::ProgramView& view) {
+  const McuFusions fusions = FuseMcuQuantizeSteps(program);
+  std::map<uint32_t, uint32_t> grid_of;  // message -> IoEntry grid
+  for (uint32_t i = 0; i < view.header->num_inputs + view.header->num_outputs; ++i)
+    grid_of[view.inputs[i].message] = view.inputs[i].grid;
+  for (const ProgramStep& s : program.steps) {
+    if (s.kind != StepKind::kSend && s.kind != StepKind::kRecv) continue;
+    INFO("message " << s.message);
+    REQUIRE(grid_of.count(static_cast<uint32_t>(s.message)));
+    const std::optional<QuantGrid> wire = McuWireGrid(program, fusions, s);
+    const uint32_t g = grid_of[static_cast<uint32_t>(s.message)];
+    CHECK(wire.has_value() == (g != mcu::kNoWeights));
+    if (wire && g != mcu::kNoWeights) {
+      CHECK(view.weights[g] == wire->scale);
+      CHECK(view.weights[g + 1] == static_cast<float>(wire->zero_point));
+    }
   }
 }
 
@@ -584,6 +621,59 @@ struct SchemeCase {
 };
 
 }  // namespace
+
+// A whole-layer pipeline of a QDQ model cut after every layer in turn: the
+// first k layers on the host, the rest on an MCU. Each QuantizeDequantize
+// the MCU gets runs inside the step that writes its input — a layer of the
+// MCU, or the Recv of the tensor its bridge encodes (the model's input, when
+// k = 0) — and the float tensor is never held; every answer equals the
+// unsplit run bit for bit.
+TEST_CASE("mcu program: a QDQ pipeline cut anywhere, QuantizeDequantize fused into its writer", "[mcu][int8]") {
+  const Graph g = WithInt8GridWeights(WithQdqActivations(MakeKeywordSpottingGraph()));
+  const auto input = SeededInput(g.values[g.inputs[0]].shape, 6);
+  const std::vector<float> want = Reference(g, input);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    INFO("first " << k << " nodes on the host");
+    auto compiled = CompilePlan(g, CutAfter(g, k));
+    REQUIRE(compiled.ok());
+    const McuFusions fusions = FuseMcuQuantizeSteps(compiled->programs[1]);
+    const int fused = static_cast<int>(std::count(fusions.fused_step.begin(), fusions.fused_step.end(), true));
+    int quantize_steps = 0;
+    for (const ProgramStep& st : compiled->programs[1].steps)
+      if (st.kind == StepKind::kCompute &&
+          compiled->programs[1].subgraphs[st.subgraph].nodes[0].op == "QuantizeDequantize")
+        ++quantize_steps;
+    // Every QuantizeDequantize on the MCU is fused: each follows its writer
+    // there, or reads a tensor the host sends (k = 12: the output's, alone
+    // on the MCU, which receives it as codes and sends it back).
+    CHECK(fused == quantize_steps);
+    auto image = BuildMcuProgram(compiled->programs[1], McuProgramOptions{});
+    REQUIRE(image.ok());
+    HostArena arena;
+    REQUIRE(arena.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
+    CheckWireGridsAgree(compiled->programs[1], arena.view);
+    if (k == 0) CHECK(arena.view.inputs[0].grid != mcu::kNoWeights);  // the model's input arrives as codes
+    auto links = MakeInProcessLinkPair("0", "1");
+    auto runner = ProgramRunner::Create(compiled->programs[0], RunnerOptions{});
+    REQUIRE(runner.ok());
+    std::vector<TensorData> outputs;
+    Status device0, mcu;
+    std::thread host([&] {
+      device0 =
+          (*runner)->Run({nullptr, links.first.get()}, {TensorData{g.values[g.inputs[0]].shape, input}}, &outputs);
+    });
+    std::map<uint64_t, Link*> peer_of;
+    for (const ProgramStep& st : compiled->programs[1].steps)
+      if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv)
+        peer_of[static_cast<uint64_t>(st.message)] = links.second.get();
+    mcu = ServeMcuRequest(arena.view, arena.act(), peer_of);
+    host.join();
+    REQUIRE(mcu.ok());
+    REQUIRE(device0.ok());
+    CHECK(outputs[0].values == want);
+    CHECK(arena.GuardIntact());
+  }
+}
 
 // METHODS §3-§4 on microcontrollers (issue 16 item 4): every device but the
 // source runs its part of a forced FFMT / FDTO / FDTI / fused-pair plan as an
@@ -650,6 +740,7 @@ TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]
             if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv)
               peer_of[static_cast<uint64_t>(st.message)] = links[d][st.peer].get();
           served[d] = ServeMcuRequest(arenas[d].view, arenas[d].act(), peer_of);
+          CheckWireGridsAgree(compiled->programs[d], arenas[d].view);
         });
       std::vector<Link*> peers(c.devices, nullptr);
       for (int d = 1; d < c.devices; ++d) peers[d] = links[0][d].get();
