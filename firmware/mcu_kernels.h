@@ -54,6 +54,11 @@ struct Out {
   }
   Out operator+(uint32_t n) const { return q ? Out{nullptr, q + n, grid} : Out{f + n, nullptr, grid}; }
 };
+// Floats only, no test per value (the float pointwise kernel's stores).
+struct FloatOut {
+  float* f;
+  void Put(uint32_t i, float v) const { f[i] = v; }
+};
 
 // The region's byte `offset` as floats / bytes; a layer's operands.
 inline float* FloatsAt(float* act, uint32_t offset) {
@@ -111,9 +116,9 @@ struct Int8Weights {
 // One pixel of a 1x1 conv: dst[o·ds] = act(b[o] + Σ_c x[c·xs] · w[o, c])
 // for every output channel o, four at a time (each x loaded once for four
 // multiply-adds), channels summed in order.
-template <class Weights, class In>
+template <class Weights, class In, class Dst>
 __attribute__((always_inline)) inline void PointwisePixelImpl(const Layer& l, In x, int32_t xs, const Weights& w,
-                                                              const float* b, const Out& dst, uint32_t ds) {
+                                                              const float* b, const Dst& dst, uint32_t ds) {
   const int32_t C = int32_t(l.c);
   uint32_t o = 0;
   for (; o + 4 <= l.oc; o += 4) {
@@ -147,7 +152,11 @@ __attribute__((always_inline)) inline void PointwisePixelImpl(const Layer& l, In
 // firmware's code stays inside kFirmwareFlashBytes.
 inline void PointwisePixel(const Layer& l, FloatIn x, int32_t xs, const FloatWeights& w, const float* b, const Out& dst,
                            uint32_t ds) {
-  PointwisePixelImpl(l, x, xs, w, b, dst, ds);
+  if (dst.q) {
+    PointwisePixelImpl(l, x, xs, w, b, dst, ds);
+  } else {
+    PointwisePixelImpl(l, x, xs, w, b, FloatOut{dst.f}, ds);
+  }
 }
 template <class Weights, class In>
 __attribute__((noinline)) void PointwisePixel(const Layer& l, In x, int32_t xs, const Weights& w, const float* b,

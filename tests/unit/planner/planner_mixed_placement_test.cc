@@ -236,6 +236,16 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's activations as int8, as i
   CHECK(problem.BufferBytes(0, conv1) == 4 * (490 + 7840));
   // Every layer's figure is a lower bound of what its program holds.
   for (int j = 0; j < problem.layers(); ++j) CHECK(problem.BufferBytes(1, j) <= static_cast<int64_t>(qp->ram_bytes()));
+  // On a link to or from an MCU a QuantizeDequantize's output is codes (the
+  // bridge and the MCU move 1 B a value); conv1's own output is float.
+  REQUIRE(conv1 + 1 < problem.layers());
+  CHECK(problem.OutputBytes(0, 1, conv1 + 1) == 7840);
+  CHECK(problem.OutputBytes(1, 0, conv1 + 1) == 7840);
+  CHECK(problem.OutputBytes(0, 1, conv1) == 4 * 7840);
+  std::vector<int> cut(problem.layers(), 1);
+  for (int j = 0; j <= conv1 + 1; ++j) cut[j] = 0;  // conv1 and its QuantizeDequantize on w1, the rest on the MCU
+  const PlacementCost cost = EvaluatePlacement(problem, cut);
+  CHECK(cost.received_bytes[1] == 7840);
 }
 
 TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or is refused by name") {
