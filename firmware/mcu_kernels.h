@@ -418,15 +418,11 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
         }
         break;
       case kOpQuantize:
-        // Onto its grid: stored as its codes, or as the floats they stand for.
-        for (uint32_t k = 0; k < n; ++k) {
-          const float x = LoadAny(p, act, l.in0, l.in0_grid, k);
-          if (l.out_grid != kNoWeights) {
-            out.Put(k, x);  // EncodeCode on out_grid, the builder's copy of this layer's grid
-          } else {
-            out.Put(k, QuantizeDequantizeValue(x, w));
-          }
-        }
+        // Onto its grid, then stored: as the floats, or as codes of the
+        // output's grid — its own (exact: the value is on it), or that of a
+        // QuantizeDequantize fused after it (a requantization, rounded as
+        // the host rounds the second step).
+        for (uint32_t k = 0; k < n; ++k) out.Put(k, QuantizeDequantizeValue(LoadAny(p, act, l.in0, l.in0_grid, k), w));
         break;
       default: break;  // rejected by ValidateProgram
     }

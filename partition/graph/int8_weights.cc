@@ -99,7 +99,7 @@ Graph WithQdqActivations(const Graph& src) {
   std::map<int, int> on_grid;  // value -> its QuantizeDequantize's output
   int k = 0;
   auto qdq = [&](int v) {
-    const std::string name = g.values[v].name + "/qdq";
+    const std::string name = g.values[v].name + "/qdq" + std::to_string(g.values.size());  // unique, also applied twice
     const int y = g.AddValue(name, Shape(g.values[v].shape));
     Node n{name, "QuantizeDequantize", {v}, {y}, {}};
     const bool u8 = k % 4 == 3;

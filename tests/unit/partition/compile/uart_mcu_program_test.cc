@@ -280,7 +280,10 @@ TEST_CASE("mcu program: an in-place conv must be a kind that can, with its scrat
 // 2933 words.
 TEST_CASE("mcu program: a QDQ model's activations are int8 codes, answers unchanged bit for bit", "[mcu][int8]") {
   const Graph float_kws = MakeKeywordSpottingGraph();
-  for (const Graph& base : {float_kws, MakeMcuOpsGraph(), MakeDsCnnGraph(), MakeMlperfDsCnnGraph()}) {
+  // The last: a QuantizeDequantize after every step twice over, on another
+  // grid each time (a QDQ model may requantize a tensor).
+  for (const Graph& base :
+       {float_kws, MakeMcuOpsGraph(), MakeDsCnnGraph(), MakeMlperfDsCnnGraph(), WithQdqActivations(MakeDsCnnGraph())}) {
     // int8 weights (a quantized model's), and float weights on codes
     // (decoded into a float copy first: the kernels read codes with int8
     // weights only).
