@@ -256,11 +256,19 @@ int64_t McuLayerBufferBytes(const Graph& graph, const Node& node) {
   int64_t bytes = 0;
   const bool quantize = McuActivationGrid(node).has_value();
   for (int v : graph.ActivationInputs(node)) {
-    // Fused with the layer that computes it (McuValueBytes gave 1: this is
-    // its only reader): the layer's output is this node's, counted below.
-    if (quantize && graph.values[v].producer >= 0 && McuValueBytes(graph, v) == 1 &&
-        !McuActivationGrid(graph.nodes[graph.values[v].producer]))
-      continue;
+    // This QuantizeDequantize alone reads it: fused with whatever writes it
+    // on the MCU (a layer, another QuantizeDequantize, a Recv its board
+    // relays), it is never held, and the codes are this node's output,
+    // counted below. (Received over a direct link it is held as floats:
+    // more than 0, so 0 stays a lower bound.)
+    if (quantize && std::find(graph.outputs.begin(), graph.outputs.end(), v) == graph.outputs.end()) {
+      int readers = 0;
+      for (const Node& n : graph.nodes) {
+        const std::vector<int> xs = graph.ActivationInputs(n);
+        readers += std::find(xs.begin(), xs.end(), v) != xs.end();
+      }
+      if (readers == 1) continue;
+    }
     bytes += NumElements(graph.values[v].shape) * McuValueBytes(graph, v);
   }
   if (!node.outputs.empty())

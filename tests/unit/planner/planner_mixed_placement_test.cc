@@ -234,6 +234,10 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's activations as int8, as i
   REQUIRE(conv1 >= 0);
   CHECK(problem.BufferBytes(1, conv1) == 490 + 7840);
   CHECK(problem.BufferBytes(0, conv1) == 4 * (490 + 7840));
+  // The input's QuantizeDequantize: its codes only (the bridge encodes the
+  // model's input as it relays it); conv1's: its codes only (fused).
+  CHECK(problem.BufferBytes(1, 0) == 490);
+  CHECK(problem.BufferBytes(1, conv1 + 1) == 7840);
   // Every layer's figure is a lower bound of what its program holds.
   for (int j = 0; j < problem.layers(); ++j) CHECK(problem.BufferBytes(1, j) <= static_cast<int64_t>(qp->ram_bytes()));
   // On a link to or from an MCU a QuantizeDequantize's output is codes (the
