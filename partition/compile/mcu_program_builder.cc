@@ -242,8 +242,10 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
 
 Status McuCanRun(const Graph& graph, const Node& node) { return DescribeMcuLayer(graph, node).status(); }
 
-std::optional<QuantGrid> McuActivationGrid(const Node& node) {
-  std::optional<QuantGrid> grid = QuantizeDequantizeGrid(node);
+namespace {
+// A grid an MCU can hold codes on (mcu_program.h version 5): a positive
+// finite scale, qmin <= zero point <= qmax, at most 256 codes; else nullopt.
+std::optional<QuantGrid> CodeGrid(const std::optional<QuantGrid>& grid) {
   if (!grid) return std::nullopt;
   const QuantGrid& g = *grid;
   if (!(g.scale > 0) || !std::isfinite(g.scale) || g.qmin > g.zero_point || g.zero_point > g.qmax ||
@@ -251,6 +253,9 @@ std::optional<QuantGrid> McuActivationGrid(const Node& node) {
     return std::nullopt;
   return grid;
 }
+}  // namespace
+
+std::optional<QuantGrid> McuActivationGrid(const Node& node) { return CodeGrid(QuantizeDequantizeGrid(node)); }
 
 int64_t McuLayerBufferBytes(const Graph& graph, const Node& node) {
   int64_t bytes = 0;
@@ -276,12 +281,7 @@ int64_t McuLayerBufferBytes(const Graph& graph, const Node& node) {
   return bytes;
 }
 
-std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b) {
-  if (!b.grid || !(b.grid->scale > 0) || !std::isfinite(b.grid->scale) || b.grid->qmin > b.grid->zero_point ||
-      b.grid->zero_point > b.grid->qmax || int64_t{b.grid->qmax} - b.grid->qmin > 255)
-    return std::nullopt;
-  return b.grid;
-}
+std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b) { return CodeGrid(b.grid); }
 
 McuFusions FuseMcuQuantizeSteps(const DeviceProgram& program) {
   const size_t nb = program.buffers.size();
