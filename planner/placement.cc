@@ -150,10 +150,13 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
       if (at != graph.inputs.end())
         p.model_inputs[j].push_back({static_cast<int>(at - graph.inputs.begin()), NumElements(graph.values[v].shape) * 4});
     }
+    // A QuantizeDequantize's output of an 8-bit grid travels as int8 codes
+    // between any two devices (device_program.h WireGrid): 1 B a value.
+    p.output_bytes[j] = layers[j].K * (node.outputs.empty() ? 4 : ValueWireBytes(graph, node.outputs[0]));
     p.model_output_bytes[j] = 0;
     for (int v : node.outputs)
       if (std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end())
-        p.model_output_bytes[j] += NumElements(graph.values[v].shape) * 4;
+        p.model_output_bytes[j] += NumElements(graph.values[v].shape) * ValueWireBytes(graph, v);
   }
   const bool mcus = std::any_of(cluster.devices.begin(), cluster.devices.end(),
                                 [](const Device& d) { return d.kind == DeviceKind::kMcu; });
@@ -167,8 +170,6 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
       // int8 activations (mcu_program.h version 5): 1 B a value on an 8-bit
       // grid, as BuildMcuProgram holds them.
       p.mcu_buffer_bytes[j] = McuLayerBufferBytes(graph, node);
-      // A QuantizeDequantize's output crosses an MCU's UART as codes.
-      p.mcu_output_bytes.push_back(p.output_bytes[j] / (McuActivationGrid(node) ? 4 : 1));
       if (Status can = McuCanRun(graph, node); !can.ok()) p.mcu_refusals[j] = can.message();
     }
   }

@@ -66,11 +66,10 @@ struct PlacementProblem {
   // value on an 8-bit grid (partition/compile/mcu_program_builder.h
   // McuValueBytes), else 4. Empty: buffer_bytes.
   std::vector<int64_t> mcu_buffer_bytes;
-  std::vector<int64_t> output_bytes; // K_j · 4
-  // Layer j's output on a link from or to an MCU: 1 B a value of a
-  // QuantizeDequantize's output (an MCU holds and sends it as int8 codes,
-  // the Linux board's bridge converts), else 4. Empty: output_bytes.
-  std::vector<int64_t> mcu_output_bytes;
+  // Layer j's output on a link: K_j · 4, or K_j when a QuantizeDequantize
+  // of an 8-bit grid makes it (it travels as int8 codes between any two
+  // devices: partition/compile/device_program.h WireGrid).
+  std::vector<int64_t> output_bytes;
   std::vector<std::vector<int>> producers;  // 0-based layers whose outputs layer j reads
   // The device that receives the model's inputs and returns its outputs (the
   // plan's source); -1: that traffic is not counted (problems made by hand).
@@ -91,11 +90,8 @@ struct PlacementProblem {
                                                                                      : weight_bytes[j];
   }
   // The bytes layer j's output takes on the link from device `from` to `to`.
-  int64_t OutputBytes(int from, int to, int j) const {
-    if (mcu_output_bytes.empty()) return output_bytes[j];
-    const bool mcu = cluster->devices[from].kind == DeviceKind::kMcu || cluster->devices[to].kind == DeviceKind::kMcu;
-    return mcu ? mcu_output_bytes[j] : output_bytes[j];
-  }
+  // (The same on every link; the devices are named for the callers.)
+  int64_t OutputBytes(int /*from*/, int /*to*/, int j) const { return output_bytes[j]; }
   // The RAM layer j's input and output take on device i.
   int64_t BufferBytes(int i, int j) const {
     return !mcu_buffer_bytes.empty() && cluster->devices[i].kind == DeviceKind::kMcu ? mcu_buffer_bytes[j]

@@ -25,8 +25,10 @@ constexpr int64_t kFloatBytes = 4;
 // (CheckTileable), the same rule the compiler applies, so a plan never puts
 // a layer in a stack that the compiler then refuses (e.g. Reorg, whose
 // output rows mix every input row).
+// A QDQ model's input quantization runs whole on the source, so the tiles
+// leave as int8 codes (QuantizesModelInput).
 bool SpatiallyTileable(const Graph& graph, const LayerFigures& f) {
-  if (f.output_shape.size() != 4 || f.output_shape[2] < 2) return false;
+  if (f.output_shape.size() != 4 || f.output_shape[2] < 2 || QuantizesModelInput(graph, f.node)) return false;
   return CheckTileable(graph, f.node).ok();
 }
 
@@ -52,7 +54,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Per-layer traffic between devices, in values, for the device summary.
+// Per-layer traffic between devices, in bytes (a value of a QuantizeDequantize's
+// output travels as one byte: ValueWireBytes), for the device summary.
 struct Traffic {
   std::vector<double> sent, received;
   explicit Traffic(int d) : sent(d, 0), received(d, 0) {}
@@ -208,6 +211,22 @@ struct LayerShares {
   explicit LayerShares(int n) : share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0), traffic(n) {}
 };
 
+// Bytes a value of layer f's activation inputs (on average over them) and
+// of its output takes on a link: 1 on an 8-bit grid, else 4 (ValueWireBytes).
+double InputWireBytes(const Graph& graph, const LayerFigures& f) {
+  double values = 0, bytes = 0;
+  for (int v : graph.ActivationInputs(graph.nodes[f.node])) {
+    const double n = static_cast<double>(NumElements(graph.values[v].shape));
+    values += n;
+    bytes += n * static_cast<double>(ValueWireBytes(graph, v));
+  }
+  return values > 0 ? bytes / values : 4.0;
+}
+double OutputWireBytes(const Graph& graph, const LayerFigures& f) {
+  const Node& node = graph.nodes[f.node];
+  return node.outputs.empty() ? 4.0 : static_cast<double>(ValueWireBytes(graph, node.outputs[0]));
+}
+
 // FFMT: n×1 grid of row stripes of the output. The first layer of a fused
 // stack receives its input tiles from device 0; the last one gathers its
 // output tiles there. An input broadcast over space (an SE gate,
@@ -215,13 +234,15 @@ struct LayerShares {
 LayerShares PlanFfmtLayer(const Graph& graph, const LayerFigures& f, const std::vector<double>& tile_capacity,
                           bool stack_starts, bool stack_ends, PlannedLayer* a) {
   const int n = static_cast<int>(tile_capacity.size());
-  double M = static_cast<double>(f.M);
-  const double K = static_cast<double>(f.K);
-  double broadcast = 0;  // values every tile needs whole
+  // Traffic in bytes: the input's and output's values at their wire width.
+  double M = static_cast<double>(f.M) * InputWireBytes(graph, f);
+  const double K = static_cast<double>(f.K) * OutputWireBytes(graph, f);
+  double broadcast = 0;  // bytes every tile needs whole
   if (auto rule = TileRuleOf(graph, f.node); rule.ok()) {
     const auto acts = graph.ActivationInputs(graph.nodes[f.node]);
     for (size_t k = 0; k < acts.size() && k < rule->whole_input.size(); ++k)
-      if (rule->whole_input[k]) broadcast += static_cast<double>(NumElements(graph.values[acts[k]].shape));
+      if (rule->whole_input[k])
+        broadcast += static_cast<double>(NumElements(graph.values[acts[k]].shape) * ValueWireBytes(graph, acts[k]));
   }
   M -= broadcast;
   LayerShares shares(n);
@@ -257,9 +278,11 @@ LayerShares PlanFfmtLayer(const Graph& graph, const LayerFigures& f, const std::
 // Fan-out (fdto, fdt1): each device reads the whole input and writes its
 // output channels. `r_prev`: the previous layer already left the input on
 // every device; `r`: the next layer reuses the slices in place.
-void FillFanOutShares(const LayerFigures& f, FdtScheme x, bool r_prev, bool r, LayerShares* shares) {
+// `in_width`, `out_width`: bytes a value of the input / output takes on a link.
+void FillFanOutShares(const LayerFigures& f, FdtScheme x, bool r_prev, bool r, double in_width, double out_width,
+                      LayerShares* shares) {
   const int n = static_cast<int>(shares->share.size());
-  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
+  const double M = static_cast<double>(f.M) * in_width, K = static_cast<double>(f.K) * out_width;
   const std::vector<double>& share = shares->share;
   for (int i = 0; i < n; ++i) {
     shares->in_share[i] = share[i] > 0 ? 1.0 : 0.0;
@@ -284,9 +307,12 @@ void FillFanOutShares(const LayerFigures& f, FdtScheme x, bool r_prev, bool r, L
 // Fan-in (fdti, fdt2): input slices out, full-size partial sums back. A
 // grouped Conv (OwpLayer::grouped) ends with its groups' outputs complete on
 // each device: output slices, gathered by whoever reads the whole map next.
-void FillFanInShares(const LayerFigures& f, FdtScheme x, bool grouped, LayerShares* shares) {
+// Partial sums are float32 (4 bytes a value); a grouped Conv's output slices
+// travel at `out_width`.
+void FillFanInShares(const LayerFigures& f, FdtScheme x, bool grouped, double in_width, double out_width,
+                     LayerShares* shares) {
   const int n = static_cast<int>(shares->share.size());
-  const double M = static_cast<double>(f.M), K = static_cast<double>(f.K);
+  const double M = static_cast<double>(f.M) * in_width, K = static_cast<double>(f.K) * (grouped ? out_width : 4.0);
   const std::vector<double>& share = shares->share;
   for (int i = 0; i < n; ++i) {
     shares->in_share[i] = share[i];
@@ -344,9 +370,9 @@ LayerShares PlanFdtLayer(const Graph& graph, const LayerFigures& f, const SplitS
   const bool r = chain[k].linked_to_next && x == FdtScheme::kFanOut &&
                  (next == static_cast<int>(FdtScheme::kFanOut) || next == static_cast<int>(FdtScheme::kPairFirst));
   if (fan_out) {
-    FillFanOutShares(f, x, r_prev, r, &shares);
+    FillFanOutShares(f, x, r_prev, r, InputWireBytes(graph, f), OutputWireBytes(graph, f), &shares);
   } else {
-    FillFanInShares(f, x, chain[k].grouped, &shares);
+    FillFanInShares(f, x, chain[k].grouped, InputWireBytes(graph, f), OutputWireBytes(graph, f), &shares);
   }
   // After a fan-in merge the whole output sits on the source: channel-wise
   // layers that follow run whole there (no slices to carry).
@@ -412,7 +438,7 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     // Time from the layer's time-MACs: its MACs, or its measured time when
     // profiled; plus the CPU its network stack spends on the layer's bytes
     // (Device::net_macs_per_byte; 0 unless the cluster file declares it).
-    const double bytes = (shares.traffic.sent[i] + shares.traffic.received[i]) * kFloatBytes;
+    const double bytes = shares.traffic.sent[i] + shares.traffic.received[i];
     const double seconds = f.TimeMacs() * shares.share[i] / c.devices[i].MacsPerSecond(f.RateKind()) +
                            c.devices[i].NetworkCpuSeconds(bytes);
     t->compute_s[i] += seconds;
@@ -432,8 +458,8 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     // around device 0 this is the sum over senders as before.
     const double busiest = layer_traffic.sent[i] + layer_traffic.received[i];
     if (busiest > 0)
-      transfer_s = std::max(transfer_s, c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0,
-                                                          static_cast<int64_t>(std::ceil(busiest)) * kFloatBytes));
+      transfer_s = std::max(
+          transfer_s, c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0, static_cast<int64_t>(std::ceil(busiest))));
   }
   t->latency_per_layer[l] = slowest + transfer_s;
 }
@@ -491,8 +517,8 @@ void FillSplitLoads(const SplitTotals& t, Plan* plan) {
     for (int l = 0; l < L; ++l) d.peak_buffer_bytes = std::max(d.peak_buffer_bytes, t.buffer_of_layer[l][i]);
     d.compute_s = t.compute_s[i];
     d.compute_share = t.macs[i] / total_macs;
-    d.sent_bytes = static_cast<int64_t>(std::ceil(t.traffic.sent[i])) * kFloatBytes;
-    d.received_bytes = static_cast<int64_t>(std::ceil(t.traffic.received[i])) * kFloatBytes;
+    d.sent_bytes = static_cast<int64_t>(std::ceil(t.traffic.sent[i]));
+    d.received_bytes = static_cast<int64_t>(std::ceil(t.traffic.received[i]));
     plan->footprint_plan_bytes = std::max(plan->footprint_plan_bytes, d.weight_bytes + d.peak_buffer_bytes);
   }
   plan->latency_s = std::accumulate(t.latency_per_layer.begin(), t.latency_per_layer.end(), 0.0);

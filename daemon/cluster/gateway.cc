@@ -847,7 +847,7 @@ std::map<std::pair<int, int>, int64_t> PlannedLinkBytes(const std::vector<Device
   std::map<std::pair<int, int>, int64_t> bytes;
   for (const auto& p : programs)
     for (const auto& s : p.steps)
-      if (s.kind == StepKind::kSend && s.uart_port == 0) bytes[std::make_pair(p.device, s.peer)] += s.bytes();
+      if (s.kind == StepKind::kSend && s.uart_port == 0) bytes[std::make_pair(p.device, s.peer)] += WireBytes(p, s);
   return bytes;
 }
 

@@ -412,7 +412,7 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
   // Every message this device receives, at its size: the inbox keeps nothing else.
   std::map<std::pair<int, int64_t>, int64_t> expected;
   for (const auto& step : loaded->program.steps)
-    if (step.kind == StepKind::kRecv) expected[{step.peer, step.message}] = step.bytes();
+    if (step.kind == StepKind::kRecv) expected[{step.peer, step.message}] = WireBytes(loaded->program, step);
   loaded->inbox = std::make_unique<ExchangeInbox>(std::move(expected));
   const int me = header.device();
   for (int d = 0; d < header.num_devices(); ++d)

@@ -131,22 +131,22 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
     // from one MCU to the other without this board.
     if (s.uart_port > 0) continue;
     // A tensor the MCU holds as int8 codes crosses its UART as codes, a
-    // quarter of the float bytes (mcu_program.h version 5): encoded here on
-    // the way in, decoded on the way out; the peers see float32.
-    // (Also a tensor received into a QuantizeDequantize fused with its Recv:
-    // FuseMcuQuantizeSteps.)
-    const std::optional<QuantGrid> grid = McuWireGrid(program, fusions, s);
+    // quarter of the float bytes (mcu_program.h version 5); so does a
+    // tensor received into a QuantizeDequantize fused with its Recv
+    // (FuseMcuQuantizeSteps). Between devices over gRPC a tensor on an
+    // 8-bit grid travels as codes too (WireGrid, device_program.h). The
+    // two agree but for a fused Recv (floats or other codes from the peer,
+    // codes of the QuantizeDequantize's grid to the MCU): converted here.
+    const std::optional<QuantGrid> uart_grid = McuWireGrid(program, fusions, s);
+    const std::optional<QuantGrid> grpc_grid = WireGrid(program, s);
     const std::string what = "message " + std::to_string(s.message) + " of MCU " + options_.name;
     if (s.kind == StepKind::kRecv) {
       TS_ASSIGN_OR_RETURN(Link * from, peer_link(s.peer));
       TS_ASSIGN_OR_RETURN(std::string bytes, from->Recv(s.message, Remaining(deadline)));
-      if (grid) {
-        Result<std::string> codes = McuEncode(*grid, bytes, s.dst_box.volume());
-        if (!codes.ok()) return codes.status().WithContext(what + ": ");
-        bytes = std::move(*codes);
-      }
+      Result<std::string> converted = RecodeMessage(grpc_grid, uart_grid, std::move(bytes), s.dst_box.volume());
+      if (!converted.ok()) return converted.status().WithContext(what + ": ");
       TS_RETURN_IF_ERROR(
-          link_->Send(s.message, std::move(bytes))
+          link_->Send(s.message, std::move(*converted))
               .WithContext("relaying message " + std::to_string(s.message) + " to MCU " + options_.name));
     } else if (s.kind == StepKind::kSend) {
       TS_ASSIGN_OR_RETURN(Link * to, peer_link(s.peer));
@@ -154,12 +154,9 @@ Status McuBridge::Relay(const DeviceProgram& program, const std::vector<Link*>& 
       if (!bytes.ok())
         return bytes.status().WithContext("waiting for message " + std::to_string(s.message) + " from MCU " +
                                           options_.name + " (" + options_.serial + ")");
-      if (grid) {
-        Result<std::string> floats = McuDecode(*grid, *bytes, s.src_box.volume());
-        if (!floats.ok()) return floats.status().WithContext(what + ": ");
-        *bytes = std::move(*floats);
-      }
-      TS_RETURN_IF_ERROR(to->Send(s.message, std::move(*bytes)));
+      Result<std::string> converted = RecodeMessage(uart_grid, grpc_grid, std::move(*bytes), s.src_box.volume());
+      if (!converted.ok()) return converted.status().WithContext(what + ": ");
+      TS_RETURN_IF_ERROR(to->Send(s.message, std::move(*converted)));
     }
   }
   return Status::OK();

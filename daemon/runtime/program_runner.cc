@@ -41,9 +41,13 @@ struct PreparedProgram::Layout {
   // steps it belongs to, -1 for a Send or Recv; the end belongs to the last
   // run when the last step computes (model outputs are copied out in it).
   std::vector<int> run_of;
-  std::vector<int> run_last;                        // per run: its last step
-  std::vector<bool> recv_direct;                    // per Recv step: its message lands in its buffer itself
-  std::vector<bool> send_direct;                    // per Send step: the link reads its buffer itself
+  std::vector<int> run_last;      // per run: its last step
+  std::vector<bool> recv_direct;  // per Recv step: its message lands in its buffer itself
+  std::vector<bool> send_direct;  // per Send step: the link reads its buffer itself
+  // Per step: the grid of a Send/Recv whose message is int8 codes (WireGrid,
+  // device_program.h), converted from/to the buffer's floats on the way.
+  std::vector<std::optional<QuantGrid>> wire_grid;
+  std::vector<size_t> wire_bytes;                   // per Send/Recv step: its message's bytes
   std::vector<std::vector<int>> wait_sent_after;    // per step (and the end): Sends whose memory is reused after it
   std::vector<std::vector<int>> expect_at;          // per step: Recv steps whose message may arrive from there on
   std::vector<std::vector<int>> zero_at;            // per step: buffers first touched there
@@ -278,6 +282,12 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
   const int num_steps = static_cast<int>(program.steps.size());
   layout->recv_direct.assign(program.steps.size(), false);
   layout->expect_at.assign(program.steps.size(), {});
+  layout->wire_grid.assign(program.steps.size(), std::nullopt);
+  layout->wire_bytes.assign(program.steps.size(), 0);
+  for (int i = 0; i < num_steps; ++i) {
+    layout->wire_grid[i] = WireGrid(program, program.steps[i]);
+    layout->wire_bytes[i] = static_cast<size_t>(WireBytes(program, program.steps[i]));
+  }
   std::vector<bool> received_whole(program.buffers.size(), false);
   for (int i = 0; i < num_steps; ++i) {
     const ProgramStep& s = program.steps[i];
@@ -285,7 +295,8 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     const int from = std::clamp(s.receive_from, 0, i);
     layout->expect_at[from].push_back(i);
     const int b = s.dst_buffer;
-    if (first[b] == i && !is_model_input[b] && s.dst_box == Box::Full(program.buffers[b].shape())) {
+    if (first[b] == i && !is_model_input[b] && !layout->wire_grid[i] &&
+        s.dst_box == Box::Full(program.buffers[b].shape())) {
       layout->recv_direct[i] = true;
       received_whole[b] = true;
       first[b] = from;
@@ -304,7 +315,7 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     if (s.release_after > i && s.release_after <= num_steps) release_at[i] = s.release_after;
     layout->wait_sent_after[release_at[i]].push_back(i);
     const int b = s.src_buffer;
-    if (s.src_box != Box::Full(program.buffers[b].shape())) continue;
+    if (s.src_box != Box::Full(program.buffers[b].shape()) || layout->wire_grid[i]) continue;
     bool written = false;
     for (int t = i + 1; t <= std::min(release_at[i], num_steps - 1) && !written; ++t) {
       const ProgramStep& w = program.steps[t];
@@ -328,9 +339,9 @@ Result<std::shared_ptr<const PreparedProgram>> PreparedProgram::Prepare(const De
     } else if (s.kind == StepKind::kCopy) {
       bytes = Bytes(s.src_box.volume());
     } else if (s.kind == StepKind::kRecv && !layout->recv_direct[i]) {
-      bytes = Bytes(s.dst_box.volume());
+      bytes = layout->wire_bytes[i];  // codes (a quarter of the floats) or floats
     } else if (s.kind == StepKind::kSend && !layout->send_direct[i]) {
-      bytes = Bytes(s.src_box.volume());
+      bytes = layout->wire_bytes[i];
     }
     if (bytes == 0) continue;
     step_request[i] = static_cast<int>(requests.size());
@@ -731,8 +742,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       for (int r : l.expect_at[i]) {
         if (!runs(r)) continue;
         const ProgramStep& recv = p.steps[r];
-        if (Link* link = link_to(recv.peer))
-          link->Expect(recv.message, base + l.step_offset[r], Bytes(recv.dst_box.volume()));
+        if (Link* link = link_to(recv.peer)) link->Expect(recv.message, base + l.step_offset[r], l.wire_bytes[r]);
       }
     };
     if (!runs(i)) {
@@ -768,10 +778,13 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         // The link reads the message from the pipeline buffers until
         // wait_sent (ProgramStep::release_after).
         char* from = base + l.step_offset[i];
-        if (!l.send_direct[i])
+        if (l.wire_grid[i])
+          ExtractBoxCodes(Buffer(s.src_buffer, slot), p.buffers[s.src_buffer].shape(), s.src_box, *l.wire_grid[i],
+                          reinterpret_cast<uint8_t*>(from));
+        else if (!l.send_direct[i])
           ExtractBox(Buffer(s.src_buffer, slot), p.buffers[s.src_buffer].shape(), s.src_box,
                      reinterpret_cast<float*>(from));
-        TS_RETURN_IF_ERROR(link->SendFrom(s.message, from, Bytes(s.src_box.volume())));
+        TS_RETURN_IF_ERROR(link->SendFrom(s.message, from, l.wire_bytes[i]));
         break;
       }
       case StepKind::kRecv: {
@@ -779,10 +792,13 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         if (!link) return Status::FailedPrecondition(me + " has no link to device " + std::to_string(s.peer));
         // Into its place among the pipeline buffers (the link checks its size against the program's).
         char* landed = base + l.step_offset[i];
-        if (Status st = link->RecvInto(s.message, landed, Bytes(s.dst_box.volume()), l.options.timeout); !st.ok())
+        if (Status st = link->RecvInto(s.message, landed, l.wire_bytes[i], l.options.timeout); !st.ok())
           return st.WithContext(me + ", message " + std::to_string(s.message) + " from device " +
                                 std::to_string(s.peer));
-        if (!l.recv_direct[i])
+        if (l.wire_grid[i])
+          InsertBoxCodes(reinterpret_cast<const uint8_t*>(landed), *l.wire_grid[i], Buffer(s.dst_buffer, slot),
+                         p.buffers[s.dst_buffer].shape(), s.dst_box);
+        else if (!l.recv_direct[i])
           InsertBox(reinterpret_cast<const float*>(landed), Buffer(s.dst_buffer, slot), p.buffers[s.dst_buffer].shape(),
                     s.dst_box);
         break;

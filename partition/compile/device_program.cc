@@ -216,7 +216,8 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
     int device;
     int peer;
     int64_t volume;
-    bool direct;  // over a direct MCU<->MCU UART (uart_port > 0)
+    bool direct;                    // over a direct MCU<->MCU UART (uart_port > 0)
+    std::optional<QuantGrid> grid;  // WireGrid
   };
   std::map<int64_t, End> sends, recvs;
   for (size_t d = 0; d < programs.size(); ++d) {
@@ -230,7 +231,9 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
       if (s.kind != StepKind::kSend && s.kind != StepKind::kRecv) continue;
       const bool send = s.kind == StepKind::kSend;
       auto& table = send ? sends : recvs;
-      if (!table.emplace(s.message, End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume(), s.uart_port > 0})
+      if (!table
+               .emplace(s.message,
+                        End{p.device, s.peer, (send ? s.src_box : s.dst_box).volume(), s.uart_port > 0, WireGrid(p, s)})
                .second)
         return Status::InvalidArgument(Where(p.device, i, s) + " reuses message id " + std::to_string(s.message));
     }
@@ -248,6 +251,14 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
       return Status::InvalidArgument(
           "message " + std::to_string(id) + ": device " + std::to_string(s.direct ? s.device : s.peer) +
           " uses a direct MCU UART for it, device " + std::to_string(s.direct ? s.peer : s.device) + " does not");
+    const std::optional<QuantGrid>& g = s.grid;
+    const std::optional<QuantGrid>& h = it->second.grid;
+    if (g.has_value() != h.has_value() ||
+        (g && (g->scale != h->scale || g->zero_point != h->zero_point || g->qmin != h->qmin || g->qmax != h->qmax)))
+      return Status::InvalidArgument("message " + std::to_string(id) + ": device " + std::to_string(s.device) +
+                                     " sends it " + (g ? "as int8 codes" : "as float32") + ", device " +
+                                     std::to_string(s.peer) + " expects " + (h ? "int8 codes" : "float32") +
+                                     (g && h ? " of another grid" : ""));
   }
   for (const auto& [id, r] : recvs)
     if (!sends.count(id))
@@ -255,6 +266,17 @@ Status ValidatePrograms(const std::vector<DeviceProgram>& programs) {
                                      std::to_string(id) + " from device " + std::to_string(r.peer) +
                                      ", which never sends it");
   return Status::OK();
+}
+
+std::optional<QuantGrid> WireGrid(const DeviceProgram& program, const ProgramStep& step) {
+  if (step.kind != StepKind::kSend && step.kind != StepKind::kRecv) return std::nullopt;
+  const int b = step.kind == StepKind::kSend ? step.src_buffer : step.dst_buffer;
+  if (b < 0 || b >= static_cast<int>(program.buffers.size())) return std::nullopt;
+  return ByteGrid(program.buffers[b].grid);
+}
+
+int64_t WireBytes(const DeviceProgram& program, const ProgramStep& step) {
+  return step.values() * (WireGrid(program, step) ? 1 : 4);
 }
 
 Status SetMessageWindows(std::vector<DeviceProgram>* programs) {
@@ -362,6 +384,18 @@ void ExtractBox(const float* tensor, const Shape& shape, const Box& box, float* 
 void InsertBox(const float* in, float* tensor, const Shape& shape, const Box& box) {
   ForEachRow(shape, box, [&](int64_t off, int64_t packed, int64_t n) {
     std::copy(in + packed, in + packed + n, tensor + off);
+  });
+}
+
+void ExtractBoxCodes(const float* tensor, const Shape& shape, const Box& box, const QuantGrid& grid, uint8_t* out) {
+  ForEachRow(shape, box, [&](int64_t off, int64_t packed, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) out[packed + k] = ByteCode(tensor[off + k], grid);
+  });
+}
+
+void InsertBoxCodes(const uint8_t* in, const QuantGrid& grid, float* tensor, const Shape& shape, const Box& box) {
+  ForEachRow(shape, box, [&](int64_t off, int64_t packed, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) tensor[off + k] = ByteValue(in[packed + k], grid);
   });
 }
 

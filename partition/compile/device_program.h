@@ -88,7 +88,8 @@ struct ProgramStep {
   // cluster's direct links (daemon/cluster/mcu_direct_links.h). 0: the
   // ordinary path (gRPC; an MCU's bridge relays it over the MCU's UART0).
   int uart_port = 0;
-  int64_t bytes() const { return src_box.empty() ? dst_box.volume() * 4 : src_box.volume() * 4; }
+  // Values a Send/Recv moves (its box). Its bytes on the wire: WireBytes.
+  int64_t values() const { return src_box.empty() ? dst_box.volume() : src_box.volume(); }
 };
 
 // The steps of a program one merged model needs (issue 18 item 5,
@@ -162,6 +163,16 @@ Status SetMessageWindows(std::vector<DeviceProgram>* programs);
 // QuantizeDequantize of `graph` produces (its scale, zero point, qmin, qmax).
 void MarkQuantizedBuffers(const Graph& graph, std::vector<DeviceProgram>* programs);
 
+// int8 tiles between devices (issue 16 item 1): a Send/Recv of a buffer
+// whose grid holds its codes in a byte (ByteGrid, quantization.h) moves one
+// byte a value, ByteCode (q - qmin), a quarter of the float bytes; the
+// receiver gets back exactly the floats the sender held (they are on the
+// grid). Both ends hold a box of the same graph value, so they agree
+// (ValidatePrograms checks it). nullopt: float32, 4 bytes a value.
+std::optional<QuantGrid> WireGrid(const DeviceProgram& program, const ProgramStep& step);
+// The bytes of a Send/Recv step's message: its values at 1 or 4 bytes each.
+int64_t WireBytes(const DeviceProgram& program, const ProgramStep& step);
+
 // Per step of `program`: the earlier steps that write a buffer it reads
 // (ProgramScenario::waits counts them).
 std::vector<std::vector<int>> StepWriters(const DeviceProgram& program);
@@ -184,5 +195,9 @@ namespace tessera {
 // contiguous array of box.volume() values. REQUIRES: box inside shape.
 void ExtractBox(const float* tensor, const Shape& shape, const Box& box, float* out);
 void InsertBox(const float* in, float* tensor, const Shape& shape, const Box& box);
+// The same with the contiguous side as ByteCode bytes on `grid` (a
+// ByteGrid): what a Send of a coded message writes, and its Recv reads.
+void ExtractBoxCodes(const float* tensor, const Shape& shape, const Box& box, const QuantGrid& grid, uint8_t* out);
+void InsertBoxCodes(const uint8_t* in, const QuantGrid& grid, float* tensor, const Shape& shape, const Box& box);
 
 }  // namespace tessera

@@ -46,8 +46,10 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
       // Every layer the op traits let into a stack whose output has a row and
       // a column per tile (an SE gate's 1x1 branch, global pools and dense
       // layers run whole between the stacks).
+      // A QDQ model's input is quantized whole on the source: its tiles
+      // travel as int8 codes (QuantizesModelInput).
       for (int n = 0; n < L; ++n) {
-        if (!CheckTileable(g, n).ok()) continue;
+        if (!CheckTileable(g, n).ok() || QuantizesModelInput(g, n)) continue;
         const Shape& y = g.values[g.nodes[n].outputs[0]].shape;
         if (y[2] < o.grid_rows || y[3] < o.grid_cols) continue;
         plan.layers[n] = {LayerScheme::kFfmt, all, {}, o.grid_rows, o.grid_cols, o.row_weights, o.col_weights};
@@ -115,6 +117,18 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
         int d = total > 0 ? static_cast<int>((acc * o.devices) / std::max<int64_t>(1, total)) : n * o.devices / L;
         plan.layers[n] = Whole(std::min(d, o.devices - 1));
         acc += figures[n].R;
+      }
+      // A stage that ends just before the QuantizeDequantize of its last
+      // layer's output takes it along: the tensor then crosses as int8
+      // codes (device_program.h WireGrid), a quarter of the float bytes.
+      for (int n = 1; n < L; ++n) {
+        const Node& q = g.nodes[n];
+        const auto acts = g.ActivationInputs(q);
+        if (!ByteGrid(QuantizeDequantizeGrid(q)) || acts.size() != 1 || g.values[acts[0]].producer != n - 1) continue;
+        int readers = 0;
+        for (const Node& r : g.nodes)
+          for (int v : g.ActivationInputs(r)) readers += v == acts[0];
+        if (readers == 1) plan.layers[n] = plan.layers[n - 1];
       }
       break;
     }

@@ -242,20 +242,8 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
 
 Status McuCanRun(const Graph& graph, const Node& node) { return DescribeMcuLayer(graph, node).status(); }
 
-namespace {
-// A grid an MCU can hold codes on (mcu_program.h version 5): a positive
-// finite scale, qmin <= zero point <= qmax, at most 256 codes; else nullopt.
-std::optional<QuantGrid> CodeGrid(const std::optional<QuantGrid>& grid) {
-  if (!grid) return std::nullopt;
-  const QuantGrid& g = *grid;
-  if (!(g.scale > 0) || !std::isfinite(g.scale) || g.qmin > g.zero_point || g.zero_point > g.qmax ||
-      int64_t{g.qmax} - g.qmin > 255)
-    return std::nullopt;
-  return grid;
-}
-}  // namespace
-
-std::optional<QuantGrid> McuActivationGrid(const Node& node) { return CodeGrid(QuantizeDequantizeGrid(node)); }
+// A grid an MCU can hold codes on (mcu_program.h version 5): ByteGrid.
+std::optional<QuantGrid> McuActivationGrid(const Node& node) { return ByteGrid(QuantizeDequantizeGrid(node)); }
 
 int64_t McuLayerBufferBytes(const Graph& graph, const Node& node) {
   int64_t bytes = 0;
@@ -281,7 +269,7 @@ int64_t McuLayerBufferBytes(const Graph& graph, const Node& node) {
   return bytes;
 }
 
-std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b) { return CodeGrid(b.grid); }
+std::optional<QuantGrid> McuBufferGrid(const ProgramBuffer& b) { return ByteGrid(b.grid); }
 
 McuFusions FuseMcuQuantizeSteps(const DeviceProgram& program) {
   const size_t nb = program.buffers.size();
@@ -338,7 +326,7 @@ std::optional<QuantGrid> McuWireGrid(const DeviceProgram& program, const McuFusi
 }
 
 int64_t McuWireBytes(const DeviceProgram& program, const McuFusions& fusions, const ProgramStep& step) {
-  return McuWireGrid(program, fusions, step) ? step.bytes() / 4 : step.bytes();
+  return McuWireGrid(program, fusions, step) ? step.values() : 4 * step.values();
 }
 
 namespace {
@@ -370,6 +358,30 @@ Result<std::string> McuDecode(const QuantGrid& grid, const std::string& codes, i
   std::vector<float> x(static_cast<size_t>(values));
   mcu::DecodeTensor(q, 0, codes.data(), static_cast<uint32_t>(values), x.data());
   return std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+}
+
+namespace {
+bool SameGrid(const std::optional<QuantGrid>& a, const std::optional<QuantGrid>& b) {
+  if (!a || !b) return a.has_value() == b.has_value();
+  return a->scale == b->scale && a->zero_point == b->zero_point && a->qmin == b->qmin && a->qmax == b->qmax;
+}
+}  // namespace
+
+Result<std::string> RecodeMessage(const std::optional<QuantGrid>& from, const std::optional<QuantGrid>& to,
+                                  std::string bytes, int64_t values) {
+  if (SameGrid(from, to)) {
+    const int64_t want = values * (from ? 1 : 4);
+    if (static_cast<int64_t>(bytes.size()) != want)
+      return Status::InvalidArgument("a tensor of " + std::to_string(values) + " values " +
+                                     (from ? "as int8 codes" : "as float32") + " has " + std::to_string(bytes.size()) +
+                                     " bytes, not " + std::to_string(want));
+    return bytes;
+  }
+  if (from) {
+    TS_ASSIGN_OR_RETURN(bytes, McuDecode(*from, bytes, values));
+  }
+  if (to) return McuEncode(*to, bytes, values);
+  return bytes;
 }
 
 int64_t McuValueBytes(const Graph& graph, int value) {

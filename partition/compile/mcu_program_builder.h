@@ -71,6 +71,14 @@ std::optional<QuantGrid> McuActivationGrid(const Node& node);
 // QuantizeDequantize of an 8-bit grid produces it, or is its only reader
 // (BuildMcuProgram fuses the two when they share a device, and the float
 // tensor between them is never held); else 4.
+// A message of `values` values from one form to another, as an MCU's bridge
+// relays it: float32 (nullopt) or codes on a grid — the gRPC side's form
+// (WireGrid, device_program.h) and the UART side's (McuWireGrid) differ only
+// for a Recv fused into a QuantizeDequantize. Codes of one grid to another
+// decode and round again, as two QuantizeDequantize in a row do. Errors
+// name a size that does not fit.
+Result<std::string> RecodeMessage(const std::optional<QuantGrid>& from, const std::optional<QuantGrid>& to,
+                                  std::string bytes, int64_t values);
 int64_t McuValueBytes(const Graph& graph, int value);
 // The least RAM `node`'s inputs and output take as an MCU layer, values by
 // McuValueBytes — a QuantizeDequantize fused into its producer adds only

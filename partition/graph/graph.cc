@@ -303,4 +303,41 @@ std::optional<QuantGrid> QuantizeDequantizeGrid(const Node& node) {
   return g;
 }
 
+int64_t ValueWireBytes(const Graph& graph, int value) {
+  if (value < 0 || value >= static_cast<int>(graph.values.size())) return 4;
+  const int producer = graph.values[value].producer;
+  if (producer < 0 || producer >= static_cast<int>(graph.nodes.size())) return 4;
+  return ByteGrid(QuantizeDequantizeGrid(graph.nodes[producer])) ? 1 : 4;
+}
+
+bool QuantizesModelInput(const Graph& graph, int n) {
+  if (n < 0 || n >= static_cast<int>(graph.nodes.size())) return false;
+  auto sole_reader = [&](int v) {
+    int reader = -1;
+    for (size_t k = 0; k < graph.nodes.size(); ++k)
+      for (int x : graph.ActivationInputs(graph.nodes[k]))
+        if (x == v) {
+          if (reader >= 0 && reader != static_cast<int>(k)) return -1;
+          reader = static_cast<int>(k);
+        }
+    return reader;
+  };
+  for (int v : graph.inputs) {
+    std::vector<int> chain;
+    for (int r = sole_reader(v); r >= 0; r = sole_reader(v)) {
+      const Node& node = graph.nodes[r];
+      if (graph.ActivationInputs(node).size() != 1 || node.outputs.size() != 1) break;
+      if (ByteGrid(QuantizeDequantizeGrid(node))) {
+        if (r == n) return true;
+        return std::find(chain.begin(), chain.end(), n) != chain.end();
+      }
+      if (node.op != "Pad" && node.op != "Transpose" && node.op != "Reshape" && node.op != "Identity") break;
+      if (std::find(graph.outputs.begin(), graph.outputs.end(), node.outputs[0]) != graph.outputs.end()) break;
+      chain.push_back(r);
+      v = node.outputs[0];
+    }
+  }
+  return false;
+}
+
 }  // namespace tessera

@@ -199,4 +199,17 @@ std::string ConstantIdentity(const Graph& g, int value_id, bool with_digest = tr
 // qmax; unchecked); nullopt for any other op.
 std::optional<QuantGrid> QuantizeDequantizeGrid(const Node& node);
 
+// Bytes one value of `value` takes in a message between devices: 1 when a
+// QuantizeDequantize of an 8-bit grid (ByteGrid, quantization.h) produces
+// it (it travels as int8 codes: partition/compile/device_program.h
+// WireGrid), else 4 (float32). What the planner prices links with.
+int64_t ValueWireBytes(const Graph& graph, int value);
+// Whether node `n` is part of a QDQ model's input quantization: a
+// QuantizeDequantize of an 8-bit grid reading a model input, directly or
+// through data-movement nodes alone (Pad, Transpose, Reshape, Identity; each
+// the only reader of its input), or one of those nodes. Split plans run
+// them whole on the source, which holds the input anyway, so tiles and
+// slices leave as int8 codes instead of float32.
+bool QuantizesModelInput(const Graph& graph, int n);
+
 }  // namespace tessera

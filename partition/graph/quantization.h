@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 namespace tessera {
 
@@ -43,5 +44,25 @@ inline float DequantizeCode(int32_t q, const QuantGrid& g) { return static_cast<
 
 // x put on the grid: DequantizeCode(QuantizeToCode(x)).
 inline float QuantizeDequantize(float x, const QuantGrid& g) { return DequantizeCode(QuantizeToCode(x, g), g); }
+
+// A grid whose codes fit one byte: a positive finite scale, qmin <= zero
+// point <= qmax, at most 256 codes; else nullopt. A tensor on such a grid is
+// held and moved as one byte a value, q - qmin (ByteCode): in an MCU's RAM
+// and on its UARTs (transport/wire/mcu_program.h version 5), and in the
+// messages between any two devices (partition/compile/device_program.h
+// WireGrid): a quarter of its float bytes, issue 16 item 1.
+inline std::optional<QuantGrid> ByteGrid(const std::optional<QuantGrid>& grid) {
+  if (!grid) return std::nullopt;
+  const QuantGrid& g = *grid;
+  if (!(g.scale > 0) || !std::isfinite(g.scale) || g.qmin > g.zero_point || g.zero_point > g.qmax ||
+      int64_t{g.qmax} - g.qmin > 255)
+    return std::nullopt;
+  return grid;
+}
+
+// The byte of x on a ByteGrid, and the float a byte stands for. For x on the
+// grid (a QuantizeDequantize's output) ByteValue(ByteCode(x)) == x exactly.
+inline uint8_t ByteCode(float x, const QuantGrid& g) { return static_cast<uint8_t>(QuantizeToCode(x, g) - g.qmin); }
+inline float ByteValue(uint8_t code, const QuantGrid& g) { return DequantizeCode(int32_t{code} + g.qmin, g); }
 
 }  // namespace tessera

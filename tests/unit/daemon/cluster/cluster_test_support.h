@@ -198,7 +198,8 @@ struct TwoWorkerCluster {
 inline std::tuple<int, int64_t, int64_t> LargestReceived(const DeviceProgram& program) {
   std::tuple<int, int64_t, int64_t> best{-1, -1, 0};
   for (const auto& s : program.steps)
-    if (s.kind == StepKind::kRecv && s.bytes() > std::get<2>(best)) best = {s.peer, s.message, s.bytes()};
+    if (s.kind == StepKind::kRecv && WireBytes(program, s) > std::get<2>(best))
+      best = {s.peer, s.message, WireBytes(program, s)};
   return best;
 }
 

@@ -98,7 +98,7 @@ TEST_CASE("worker: exchange frames for requests it never runs or already finishe
   REQUIRE(bytes >= (int64_t{1} << 20));  // large enough that keeping 100 of them shows
   int64_t per_request_from_peer = 0;
   for (const auto& s : c.served.programs[target].steps)
-    if (s.kind == StepKind::kRecv && s.peer == from) per_request_from_peer += s.bytes();
+    if (s.kind == StepKind::kRecv && s.peer == from) per_request_from_peer += WireBytes(c.served.programs[target], s);
 
   const pid_t pid = c.workers[target]->pid;
   auto stub = WorkerStub(c.workers[target]->address);

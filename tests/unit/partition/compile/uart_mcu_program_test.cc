@@ -551,12 +551,19 @@ namespace {
 // Serves one request of an MCU program on a host arena as the firmware does
 // (firmware/main.cc Advance): phase by phase, the outputs due before the
 // next layer are sent, then the next phase's inputs are received and its
-// layers run.
-Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<uint64_t, Link*>& peer_of) {
+// layers run. Messages from and to peers are in `program`'s wire form
+// (WireGrid: int8 codes for a tensor on an 8-bit grid, else float32),
+// converted as the bridge does (RecodeMessage).
+Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<uint64_t, Link*>& peer_of,
+                       const DeviceProgram& program) {
   auto link_for = [&](uint32_t message) -> Link* {
     auto it = peer_of.find(message);
     return it == peer_of.end() ? nullptr : it->second;
   };
+  std::map<uint32_t, std::optional<QuantGrid>> wire_grid;
+  for (const ProgramStep& st : program.steps)
+    if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv)
+      wire_grid[static_cast<uint32_t>(st.message)] = WireGrid(program, st);
   const mcu::ProgramHeader& h = *view.header;
   uint32_t next_in = 0, next_out = 0, layer = 0;
   // A run starts once its first phase's inputs are all here (a program of
@@ -566,9 +573,10 @@ Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<
       const mcu::IoEntry in = view.inputs[next_in++];
       Link* link = link_for(in.message);
       if (!link) return Status::Internal("no peer for message " + std::to_string(in.message));
-      auto bytes = link->Recv(in.message, std::chrono::seconds(10));
+      auto received = link->Recv(in.message, std::chrono::seconds(10));
+      if (!received.ok()) return received.status();
+      auto bytes = RecodeMessage(wire_grid[in.message], std::nullopt, std::move(*received), in.count);
       if (!bytes.ok()) return bytes.status();
-      if (bytes->size() != in.count * 4) return Status::Internal("input of the wrong size");
       std::vector<float> values(in.count);
       std::memcpy(values.data(), bytes->data(), bytes->size());
       mcu::EncodeTensor(view.weights, in.grid, values.data(), in.count, mcu::BytesAt(act, in.offset));
@@ -581,11 +589,15 @@ Status ServeMcuRequest(const mcu::ProgramView& view, float* act, const std::map<
       const mcu::IoEntry out = view.outputs[next_out++];
       Link* link = link_for(out.message);
       if (!link) return Status::Internal("no peer for message " + std::to_string(out.message));
-      // As the bridge relays it: float32 to a peer (version 5 codes decoded).
+      // As the bridge relays it: in the peer's wire form (version 5 codes
+      // decoded to float32, encoded again when the wire carries codes).
       std::vector<float> values(out.count);
       mcu::DecodeTensor(view.weights, out.grid, mcu::BytesAt(act, out.offset), out.count, values.data());
-      TS_RETURN_IF_ERROR(
-          link->Send(out.message, std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4)));
+      auto bytes =
+          RecodeMessage(std::nullopt, wire_grid[out.message],
+                        std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4), out.count);
+      if (!bytes.ok()) return bytes.status();
+      TS_RETURN_IF_ERROR(link->Send(out.message, std::move(*bytes)));
     }
     if (layer >= h.num_layers && next_out >= h.num_outputs) return Status::OK();
     TS_RETURN_IF_ERROR(receive(layer));
@@ -669,7 +681,7 @@ TEST_CASE("mcu program: a QDQ pipeline cut anywhere, QuantizeDequantize fused in
     for (const ProgramStep& st : compiled->programs[1].steps)
       if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv)
         peer_of[static_cast<uint64_t>(st.message)] = links.second.get();
-    mcu = ServeMcuRequest(arena.view, arena.act(), peer_of);
+    mcu = ServeMcuRequest(arena.view, arena.act(), peer_of, compiled->programs[1]);
     host.join();
     REQUIRE(mcu.ok());
     REQUIRE(device0.ok());
@@ -743,7 +755,7 @@ TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]
           for (const ProgramStep& st : compiled->programs[d].steps)
             if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv)
               peer_of[static_cast<uint64_t>(st.message)] = links[d][st.peer].get();
-          served[d] = ServeMcuRequest(arenas[d].view, arenas[d].act(), peer_of);
+          served[d] = ServeMcuRequest(arenas[d].view, arenas[d].act(), peer_of, compiled->programs[d]);
         });
       std::vector<Link*> peers(c.devices, nullptr);
       for (int d = 1; d < c.devices; ++d) peers[d] = links[0][d].get();
