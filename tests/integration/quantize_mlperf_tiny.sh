@@ -23,7 +23,12 @@
 #      schemes compute the same sums;
 #   5. an 8-bit (default) quantization of DS-CNN runs the same in tessera as
 #      onnxruntime's reference semantics (0 steps), and a model below opset 13
-#      is refused by name.
+#      is refused by name;
+#   6. int8 tiles over gRPC: the QDQ VWW model on 3 worker processes
+#      (`tessera demo --force fdto|ffmt`) answers like `tessera run`, every
+#      link carries exactly the bytes its programs say, and the tensors on an
+#      8-bit grid travel as codes: at most 0.3 x what the float model sends
+#      under the same scheme.
 #
 #   quantize_mlperf_tiny.sh TESSERA BUILD_DIR
 # Exit 0 all pass, 1 any failure, 77 skipped (no torch/onnx or onnxruntime-node).
@@ -165,6 +170,28 @@ elif [[ $err == *"--random"*"--calibration"* ]]; then
 else
   fail "no-calibration error unclear: $err"
 fi
+
+# 6. int8 tiles between worker processes.
+m=mobilenet_v1_025_vww
+for force in fdto ffmt; do
+  payload=()
+  for model in "$out/$m.int8.onnx" "$out/$m.onnx"; do
+    j=$(timeout 300 "$tessera" demo --model "$model" --devices 3 --force $force --requests 2 --json 2>"$out/demo.log") ||
+      { fail "$m demo --force $force ($model): $(tail -1 "$out/demo.log")"; continue 2; }
+    line=$(echo "$j" | "$python" -c "
+import json, sys
+j = json.load(sys.stdin)
+ok = j['all_match'] and all(l['payload_bytes'] == l['expected_payload_bytes'] for l in j['links'])
+print(sum(l['payload_bytes'] for l in j['links']) if ok else 'answers or link bytes differ: ' + json.dumps(j['links']))
+sys.exit(0 if ok else 1)") || { fail "$m demo --force $force ($model): $line"; continue 2; }
+    payload+=("$line")
+  done
+  if "$python" -c "import sys; sys.exit(0 if ${payload[0]} <= 0.3 * ${payload[1]} else 1)"; then
+    echo "PASS $m int8 tiles over gRPC (--force $force, 3 workers): ${payload[0]} payload bytes vs ${payload[1]} for the float model, answers match"
+  else
+    fail "$m int8 tiles over gRPC (--force $force): ${payload[0]} bytes, not under 0.3 x the float model's ${payload[1]}"
+  fi
+done
 
 [[ $failed == 0 ]] && echo "all passed" && exit 0
 echo "$failed failure(s)"
