@@ -101,6 +101,12 @@ struct Microkernels {
   // Panels one gemm_panel call may take: 0 = any (K-blocked levels, which
   // also take an indirect B, GemmPanelArgs::b_rows), 1 = one.
   int64_t panels_per_call = 1;
+  // A level with panels_per_call 0 that runs a GEMM whose A (rows × k) has
+  // more floats than this panel by panel instead, each panel over all the
+  // columns, when B is in place (not indirect): A then streams from memory
+  // once rather than once per column tile. 0: never (always K-blocked).
+  // The conv keeps such GEMMs off the indirect path (conv.cc ChooseIndirect).
+  int64_t blocked_max_a = 0;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

@@ -161,6 +161,8 @@ void GemmColumnsAny(const GemmPanelArgs& g, int64_t col, int64_t count) {
 void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t count) { GemmColumnsAny(g, col, count); }
 
 constexpr int kTileVectors = 3;
+// 256 rows of B per block (24 KiB for AVX2).
+constexpr int64_t kBlockDepth = 256;
 #include "daemon/runtime/kernels/microkernels_gemm_blocked.inc"
 
 // Four vectors of positions per step: each accumulator is a chain of T

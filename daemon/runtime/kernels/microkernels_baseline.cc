@@ -94,6 +94,8 @@ void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
 }
 
 constexpr int kTileVectors = kVectors;
+// 256 rows of B per block (24 KiB for AVX2).
+constexpr int64_t kBlockDepth = 256;
 #include "daemon/runtime/kernels/microkernels_gemm_blocked.inc"
 
 void DepthwiseTaps(const DepthwiseTapArgs& d) {

@@ -141,10 +141,14 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
 }
 
 // The K-blocked levels (panels_per_call 0, microkernels_gemm_blocked.inc)
-// take a run of panels in one call and pack B in blocks of 256 rows: depths
-// on both sides of one and two block boundaries, runs ending in a partial
-// panel, and sums that must be bit-identical to one panel per call (each
-// output is summed over k in the same order either way).
+// take a run of panels in one call and pack B in blocks of 256 rows (AVX-512:
+// 128): depths on both sides of one and two block boundaries, runs ending in
+// a partial panel, column tails of 9-15 (AVX-512's zero-padded vector), an A
+// past AVX-512's 48 Ki floats (Microkernels::blocked_max_a: run panel by
+// panel) and depths within one block (AVX-512: B read in place), and sums
+// that must be bit-identical to one panel per call and to the same B read
+// through row offsets (the indirect im2col; always K-blocked): each output
+// is summed over k in the same order every way.
 TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference product", "[kernels][isa]") {
   std::mt19937 rng(13);
   int levels = 0;
@@ -152,9 +156,9 @@ TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference 
     const Microkernels& mk = MicrokernelsFor(isa);
     if (mk.panels_per_call != 0) continue;
     ++levels;
-    for (int64_t rows : {9, 16, 21, 40})
-      for (int64_t k : {255, 256, 257, 600})
-        for (int64_t n : {7, 24, 40, 53})
+    for (int64_t rows : {9, 16, 21, 40, 96})
+      for (int64_t k : {100, 128, 129, 255, 256, 257, 600})
+        for (int64_t n : {7, 24, 40, 53, 61, 63})
           for (const Epilogue& epilogue : {AllEpilogues()[0], AllEpilogues()[3]}) {
             INFO("ISA " << IsaName(isa) << " rows " << rows << " k " << k << " n " << n << " epilogue "
                         << static_cast<int>(epilogue.kind));
@@ -175,9 +179,18 @@ TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference 
               gp.rows = static_cast<int>(std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
               mk.gemm_panel(gp);
             }
+            std::vector<int64_t> b_rows(static_cast<size_t>(k));
+            for (int64_t i = 0; i < k; ++i) b_rows[i] = i * ldb;
+            std::vector<float> indirect(c.size(), 7.f);
+            GemmPanelArgs gi = g;
+            gi.c = indirect.data();
+            gi.b_rows = b_rows.data();
+            gi.ldb = 0;
+            mk.gemm_panel(gi);
             ReferenceProduct(a, b, bias, rows, k, n, ldb, ldc, epilogue, &want);
             CheckClose(c, want);  // the 7s past the last row and column are still there
             REQUIRE(c == one);
+            REQUIRE(c == indirect);
           }
   }
   CHECK(levels >= 1);  // baseline is K-blocked on every CPU
