@@ -173,10 +173,17 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
     const int pi = g.values[v].producer;
     if (pi < 0 || removed[pi] || consumers[v].size() != 1 || is_output[v]) continue;
     Node& p = g.nodes[pi];
-    if (!IsFoldTarget(p) || p.outputs[0] != v) continue;
     if (g.values[c.outputs[0]].shape != g.values[v].shape) continue;
+    // A residual Add's activation (ResNet: Add -> Relu) runs on its result
+    // in place of a second pass over the tensor (the Add kernel applies it).
+    const bool residual = p.op == "Add" && p.outputs.size() == 1 && p.outputs[0] == v &&
+                          p.attrs.String("activation").empty() && g.ActivationInputs(p).size() == 2 && c.op != "Add" &&
+                          c.op != "BatchNormalization";
+    if (!residual && (!IsFoldTarget(p) || p.outputs[0] != v)) continue;
     bool folded = false;
-    if (c.op == "BatchNormalization")
+    if (residual)
+      folded = FuseActivation(c, &p.attrs);
+    else if (c.op == "BatchNormalization")
       folded = FoldBatchNorm(&g, &p, c);
     else if (c.op == "Add")
       folded = FoldBiasAdd(&g, &p, c, v);

@@ -199,6 +199,41 @@ TEST_CASE("onnx: Conv + BatchNormalization + Relu fold into one Conv", "[onnx]")
   CHECK(g->Validate().ok());
 }
 
+// A residual block's Add -> Relu (ResNet) becomes one Add with activation
+// "relu"; an Add whose sum has a second reader, or that is a model output,
+// keeps its Relu. The answer is max(a + b, 0) either way.
+TEST_CASE("onnx: a Relu after a residual Add folds into the Add", "[onnx]") {
+  for (bool shared : {false, true}) {
+    OnnxModelBuilder b(13);
+    b.Input("a", {1, 2, 1, 2});
+    b.Input("b", {1, 2, 1, 2});
+    b.Node("Add", {"a", "b"}, {"s"}, "add");
+    b.Node("Relu", {"s"}, {"y"}, "relu");
+    b.Output("y");
+    if (shared) b.Output("s");
+    auto g = Import(b);
+    REQUIRE(g.ok());
+    if (shared) {
+      CHECK(Ops(*g) == std::vector<std::string>{"Add", "Relu"});
+      CHECK(g->nodes[0].attrs.String("activation").empty());
+      continue;
+    }
+    REQUIRE(Ops(*g) == std::vector<std::string>{"Add"});
+    CHECK(g->nodes[0].attrs.String("activation") == "relu");
+    CHECK(g->values[g->outputs[0]].name == "y");
+    CHECK(g->Validate().ok());
+    auto ex = Executor::Create(*g, ExecutorOptions{});
+    REQUIRE(ex.ok());
+    std::vector<TensorData> out;
+    REQUIRE((*ex)
+                ->Run({TensorData{{1, 2, 1, 2}, {1.f, -2.f, 0.5f, -0.f}},
+                       TensorData{{1, 2, 1, 2}, {-3.f, 1.f, 0.25f, 0.f}}},
+                      &out)
+                .ok());
+    CHECK(out[0].values == std::vector<float>{0.f, 0.f, 0.75f, 0.f});
+  }
+}
+
 // SiLU as PyTorch exports it: Conv -> c -> {Sigmoid -> s, Mul(c, s)} becomes
 // one Conv with activation "silu"; the answer is c·sigmoid(c) computed here.
 TEST_CASE("onnx: Sigmoid + Mul of the same value fold into Conv as silu", "[onnx]") {
