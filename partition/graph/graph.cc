@@ -328,8 +328,8 @@ bool QuantizesModelInput(const Graph& graph, int n) {
       const Node& node = graph.nodes[r];
       if (graph.ActivationInputs(node).size() != 1 || node.outputs.size() != 1) break;
       if (ByteGrid(QuantizeDequantizeGrid(node))) {
-        if (r == n) return true;
-        return std::find(chain.begin(), chain.end(), n) != chain.end();
+        if (r == n || std::find(chain.begin(), chain.end(), n) != chain.end()) return true;
+        break;  // another input's chain may hold n
       }
       if (node.op != "Pad" && node.op != "Transpose" && node.op != "Reshape" && node.op != "Identity") break;
       if (std::find(graph.outputs.begin(), graph.outputs.end(), node.outputs[0]) != graph.outputs.end()) break;

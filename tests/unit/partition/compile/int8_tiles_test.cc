@@ -206,6 +206,30 @@ TEST_CASE("int8 tiles: a QDQ model's input is quantized before its tiles leave",
   CHECK(QuantizesModelInput(g, 0));
   CHECK(QuantizesModelInput(g, 1));
   for (size_t n = 2; n < g.nodes.size(); ++n) CHECK_FALSE(QuantizesModelInput(g, static_cast<int>(n)));
+  // Two model inputs, each quantized (the second behind an Identity): every
+  // node of either chain is found, the Add reading both is not.
+  {
+    Graph two;
+    const int a = two.AddValue("a", {1, 2, 4, 4}), b = two.AddValue("b", {1, 2, 4, 4});
+    two.inputs = {a, b};
+    auto qdq = [&](int x, const std::string& name) {
+      const int y = two.AddValue(name, {1, 2, 4, 4});
+      Node q{name, "QuantizeDequantize", {x}, {y}, {}};
+      q.attrs.Set("scale", 0.05);
+      two.AddNode(std::move(q));
+      return y;
+    };
+    const int qa = qdq(a, "qa");
+    const int ib = two.AddValue("ib", {1, 2, 4, 4});
+    two.AddNode(Node{"id", "Identity", {b}, {ib}, {}});
+    const int qb = qdq(ib, "qb");
+    const int y = two.AddValue("y", {1, 2, 4, 4});
+    two.AddNode(Node{"add", "Add", {qa, qb}, {y}, {}});
+    two.outputs = {y};
+    REQUIRE(two.Validate().ok());
+    for (int n = 0; n < 3; ++n) CHECK(QuantizesModelInput(two, n));  // qa, id, qb
+    CHECK_FALSE(QuantizesModelInput(two, 3));
+  }
   // The float model has no input quantization.
   const Graph f = WithPaddedInput(MakeDsCnnGraph());
   for (size_t n = 0; n < f.nodes.size(); ++n) CHECK_FALSE(QuantizesModelInput(f, static_cast<int>(n)));
