@@ -222,9 +222,23 @@ TEST_CASE("cluster: a full gateway queue rejects with RESOURCE_EXHAUSTED and los
     std::vector<proto::InferReply> replies(kClients);
     std::atomic<int> ready{0};
     std::vector<std::thread> clients;
+    std::vector<std::shared_ptr<grpc::Channel>> channels(kClients);
+    std::vector<std::string> not_connected(kClients);
+    for (int i = 0; i < kClients; ++i) {
+      auto channel = OpenChannel(address, TransportSecurity{});
+      REQUIRE(channel.ok());
+      channels[i] = *channel;
+    }
     for (int i = 0; i < kClients; ++i)
       clients.emplace_back([&, i] {
-        auto stub = GatewayStub(address);
+        // The subject is the gateway's queue, not TCP setup: each client is
+        // connected before the ten calls start together (gRPC fails a call
+        // fast when its channel's first connect attempt fails, which ten
+        // simultaneous connects on a loaded 2-core machine occasionally do).
+        const Status connected =
+            WaitUntilConnected(channels[i], address, TransportSecurity{}, std::chrono::milliseconds(10000));
+        if (!connected.ok()) not_connected[i] = connected.ToString();
+        auto stub = proto::Gateway::NewStub(channels[i]);
         const proto::InferRequest req = RequestFor(c->input);
         ++ready;
         while (ready < kClients) std::this_thread::yield();
@@ -232,6 +246,8 @@ TEST_CASE("cluster: a full gateway queue rejects with RESOURCE_EXHAUSTED and los
       });
     for (auto& t : clients) t.join();
     for (int i = 0; i < kClients; ++i) {
+      INFO("client " << i << ": " << not_connected[i]);
+      CHECK(not_connected[i].empty());
       if (status[i].ok()) {
         ++answered;
         worst = std::max(worst, ReplyDiff(replies[i], c->reference));
