@@ -247,6 +247,89 @@ __attribute__((noinline)) void Conv(const Layer& l, In in, const Weights& w, con
   }
 }
 
+// ---- Integer convolution (issue 16 item 1) --------------------------------
+// int8 weights on codes: each output sums k · (q − z) in int32, exactly,
+// and rounds once, y = fma(float(acc), s_x · s_w, bias) — the formula of
+// partition/graph/int8_weights.h, which the host's conv computes too
+// (daemon/runtime/kernels/conv_int8.h). The sum being exact, its order does
+// not matter: the answers are the host's bit for bit. The builder stores
+// int8 weights only for rows of at most kMaxIntegerDotTerms values, so the
+// sum cannot overflow.
+inline float IntegerOut(int32_t acc, float mult, float bias) { return __builtin_fmaf(float(acc), mult, bias); }
+
+// One pixel of a 1x1 conv on codes, four output channels at a time.
+__attribute__((noinline)) inline void PointwisePixel(const Layer& l, CodeIn x, int32_t xs, const Int8Weights& w,
+                                                     const float* b, const Out& dst, uint32_t ds) {
+  const int32_t C = int32_t(l.c);
+  uint32_t o = 0;
+  for (; o + 4 <= l.oc; o += 4) {
+    const int8_t *k0 = w.codes + o * w.per, *k1 = k0 + w.per, *k2 = k1 + w.per, *k3 = k2 + w.per;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int32_t c = 0; c < C; ++c) {
+      const int32_t v = int32_t(x.p[c * xs]) + x.off;
+      a0 += v * k0[c];
+      a1 += v * k1[c];
+      a2 += v * k2[c];
+      a3 += v * k3[c];
+    }
+    for (uint32_t i = 0; i < 4; ++i) {
+      const int32_t a = i == 0 ? a0 : (i == 1 ? a1 : (i == 2 ? a2 : a3));
+      dst.Put((o + i) * ds,
+              ApplyActivation(IntegerOut(a, x.scale * w.scales[o + i], b ? b[o + i] : 0.0f), l.activation));
+    }
+  }
+  for (; o < l.oc; ++o) {
+    const int8_t* k = w.codes + o * w.per;
+    int32_t a = 0;
+    for (int32_t c = 0; c < C; ++c) a += (int32_t(x.p[c * xs]) + x.off) * k[c];
+    dst.Put(o * ds, ApplyActivation(IntegerOut(a, x.scale * w.scales[o], b ? b[o] : 0.0f), l.activation));
+  }
+}
+
+// Any conv on codes, per output value over its valid taps (Conv's loop, in
+// integers).
+__attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8Weights& w, const float* b,
+                                           const Out& out) {
+  if (IsPointwise(l)) {
+    const uint32_t plane = l.h * l.w;
+    for (uint32_t p = 0; p < plane; ++p) PointwisePixel(l, in + int32_t(p), int32_t(plane), w, b, out + p, plane);
+    return;
+  }
+  const int32_t cg = int32_t(l.c / l.group), og = int32_t(l.oc / l.group);
+  const int32_t H = int32_t(l.h), W = int32_t(l.w), KH = int32_t(l.kh), KW = int32_t(l.kw);
+  const int32_t dh = int32_t(l.dh), dw = int32_t(l.dw), sw = int32_t(l.sw), pl = int32_t(l.pad_left);
+  const int32_t plane_size = H * W;
+  const int32_t taps = KH * KW;
+  for (int32_t oc = 0; oc < int32_t(l.oc); ++oc) {
+    const int8_t* wo = w.codes + uint32_t(oc) * w.per;
+    const float mult = in.scale * w.scales[oc];
+    const float bias = b ? b[oc] : 0.0f;
+    const uint8_t* planes = in.p + (oc / og) * cg * plane_size;
+    for (int32_t oy = 0; oy < int32_t(l.oh); ++oy) {
+      const int32_t iy0 = oy * int32_t(l.sh) - int32_t(l.pad_top);
+      int32_t ky_lo, ky_hi;
+      ValidTaps(iy0, dh, H, KH, &ky_lo, &ky_hi);
+      const Out out_row = out + (uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow;
+      for (int32_t ox = 0; ox < int32_t(l.ow); ++ox) {
+        const int32_t ix0 = ox * sw - pl;
+        int32_t kx_lo, kx_hi;
+        ValidTaps(ix0, dw, W, KW, &kx_lo, &kx_hi);
+        int32_t acc = 0;
+        for (int32_t ic = 0; ic < cg; ++ic) {
+          const uint8_t* plane = planes + ic * plane_size;
+          const int8_t* wk = wo + ic * taps;
+          for (int32_t ky = ky_lo; ky < ky_hi; ++ky) {
+            const uint8_t* row = plane + (iy0 + ky * dh) * W + ix0;
+            const int8_t* wr = wk + ky * KW;
+            for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += (int32_t(row[kx * dw]) + in.off) * wr[kx];
+          }
+        }
+        out_row.Put(uint32_t(ox), ApplyActivation(IntegerOut(acc, mult, bias), l.activation));
+      }
+    }
+  }
+}
+
 template <class Weights, class In>
 inline void Dense(const Layer& l, In in, const Weights& w, const float* b, const Out& out) {
   const uint32_t n = l.c * l.h * l.w;
@@ -329,6 +412,33 @@ inline void ConvInPlace(const Layer& l, In in, const Out& out, const Weights& w,
   for (uint32_t c = 0; c < l.c; ++c) {
     for (uint32_t i = 0; i < in_plane; ++i) scratch[i] = in[int32_t(c * in_plane + i)];
     Conv(one, FloatIn{scratch}, w.From(c), b ? b + c : nullptr, out + c * out_plane);
+  }
+}
+// The same on codes with int8 weights: the scratch keeps the codes (a byte
+// each), so the integer conv reads what it would have read in place.
+inline void ConvInPlace(const Layer& l, CodeIn in, const Out& out, const Int8Weights& w, const float* b,
+                        float* scratch) {
+  uint8_t* const held = reinterpret_cast<uint8_t*>(scratch);
+  if (IsPointwise(l)) {
+    const uint32_t plane = l.h * l.w;
+    const Out to_scratch{scratch, nullptr, nullptr};
+    for (uint32_t p = 0; p < plane; ++p) {
+      if (l.c <= l.oc) {
+        for (uint32_t c = 0; c < l.c; ++c) held[c] = in.p[c * plane + p];
+        PointwisePixel(l, CodeIn{held, in.off, in.scale}, 1, w, b, out + p, plane);
+      } else {
+        PointwisePixel(l, in + int32_t(p), int32_t(plane), w, b, to_scratch, 1);
+        for (uint32_t o = 0; o < l.oc; ++o) out.Put(o * plane + p, scratch[o]);
+      }
+    }
+    return;
+  }
+  Layer one = l;
+  one.c = one.oc = one.group = 1;
+  const uint32_t in_plane = l.h * l.w, out_plane = l.oh * l.ow;
+  for (uint32_t c = 0; c < l.c; ++c) {
+    for (uint32_t i = 0; i < in_plane; ++i) held[i] = in.p[c * in_plane + i];
+    Conv(one, CodeIn{held, in.off, in.scale}, w.From(c), b ? b + c : nullptr, out + c * out_plane);
   }
 }
 

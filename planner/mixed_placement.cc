@@ -76,7 +76,9 @@ Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vec
     a.devices = {d};
     pp.layers.push_back(a);
   }
-  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, pp));
+  CompileOptions co;
+  co.integer_partial_sums = false;  // MCU devices merge FDT partial sums in float
+  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, pp, co));
   return BuildMcuPrograms(cluster, compiled).status();
 }
 

@@ -155,7 +155,9 @@ Result<CompiledPlan> CompileMixedPlan(const Graph& graph, const MixedCluster& mc
     pp.layers.push_back(a);
     *plan_id += "-" + mc.cluster.devices[a.devices[0]].name;
   }
-  return CompilePlan(graph, pp);
+  CompileOptions co;
+  co.integer_partial_sums = false;  // the MCUs merge FDT partial sums in float
+  return CompilePlan(graph, pp, co);
 }
 
 // --force SCHEME: every layer the scheme can cut split over all four
@@ -178,7 +180,9 @@ Result<CompiledPlan> CompileForcedMixedPlan(const Graph& graph, const MixedClust
     for (int d : a.devices) devices += (devices.empty() ? "" : "+") + mc.cluster.devices[d].name;
     *text += (j ? ", " : "") + graph.nodes[j].name + ":" + LayerSchemeName(a.scheme) + "@" + devices;
   }
-  return CompilePlan(graph, pp);
+  CompileOptions co;
+  co.integer_partial_sums = false;  // the MCUs merge FDT partial sums in float
+  return CompilePlan(graph, pp, co);
 }
 
 // The MCU's own figures from its STATUS frame, through the owning worker

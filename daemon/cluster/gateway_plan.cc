@@ -95,7 +95,11 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     for (const WorkerEndpoint& w : served.workers) deployment += "\n" + w.name + " " + w.address + " " + w.identity;
     served.plan_id = loaded.id + "-" + Sha256Hex(deployment).substr(0, 12);
   }
-  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan));
+  served.integer_partial_sums =
+      std::none_of(devices.begin(), devices.end(), [](const Device* d) { return d->kind == DeviceKind::kMcu; });
+  CompileOptions co;
+  co.integer_partial_sums = served.integer_partial_sums;
+  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan, co));
   served.mcu_ports = DirectMcuPorts(cluster, cluster_index);
   int direct = 0;
   for (DeviceProgram& p : compiled.programs) direct += MarkDirectMcuTransfers(served.mcu_ports, &p);
@@ -180,6 +184,20 @@ Status MoveWeightValues(DeviceProgram from, DeviceProgram* into) {
                                 "' has no counterpart of the same shape");
       if (it->second.values.empty()) it->second.values = std::move(data.values);
     }
+  // The figures of an integer conv's split that the compiler takes from its
+  // weight values (program_compiler.cc IntegerMergeOf): only a window
+  // holding that conv's weights has them.
+  for (size_t s = 0; s < from.subgraphs.size(); ++s) {
+    auto& into_nodes = into->subgraphs[s].nodes;
+    const auto& from_nodes = from.subgraphs[s].nodes;
+    if (from_nodes.size() != into_nodes.size())
+      return Status::Internal("device " + std::to_string(into->device) + ": subgraph '" + from.subgraphs[s].name +
+                              "' differs in its nodes between the two compiles");
+    for (size_t n = 0; n < from_nodes.size(); ++n)
+      for (const char* attr : {"int8_row_scales", "int8_requant_mult"})
+        if (from_nodes[n].attrs.Has(attr) && !into_nodes[n].attrs.Has(attr))
+          into_nodes[n].attrs.Set(attr, from_nodes[n].attrs.all().at(attr));
+  }
   return Status::OK();
 }
 
@@ -203,9 +221,11 @@ Result<Graph> ImportModelSource(const ModelSource& model, MergeReport* report) {
 }
 
 Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const PartitionPlan& plan, int device,
-                                                      const ModelSource& model, int64_t window_bytes) {
+                                                      const ModelSource& model, int64_t window_bytes,
+                                                      bool integer_partial_sums) {
   CompileOptions co;
   co.values_for_device = device;
+  co.integer_partial_sums = integer_partial_sums;
   if (!model.with_paths.empty()) {
     // Merged models: imported whole (their values decide what is shared),
     // then the device's program with its weights only.
@@ -279,7 +299,9 @@ Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSe
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const Graph& shapes, const ModelSource& model,
                                        const TransportSecurity& security, const DeployOptions& deploy) {
   auto program = [&](int d) -> Result<DeviceProgram> {
-    TS_ASSIGN_OR_RETURN(DeviceProgram p, CompileDeviceProgramWithWeights(shapes, plan.plan, d, model));
+    TS_ASSIGN_OR_RETURN(
+        DeviceProgram p,
+        CompileDeviceProgramWithWeights(shapes, plan.plan, d, model, kWeightWindowBytes, plan.integer_partial_sums));
     MarkDirectMcuTransfers(plan.mcu_ports, &p);
     return p;
   };

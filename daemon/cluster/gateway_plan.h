@@ -21,6 +21,9 @@ class Cluster;  // planner/cluster.h (not included: its `Link` is not transport'
 
 struct ServedPlan {
   std::string plan_id;
+  // No MCU among the devices: FDT partial sums of integer convs merge as
+  // int32 (CompileOptions::integer_partial_sums; the firmware has no such merge).
+  bool integer_partial_sums = true;
   std::vector<std::string> device_names;  // plan device index -> cluster device name
   PartitionPlan plan;
   std::vector<DeviceProgram> programs;
@@ -99,7 +102,8 @@ Result<std::string> ModelFingerprint(const ModelSource& model);
 inline constexpr int64_t kWeightWindowBytes = 16 << 20;
 Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const PartitionPlan& plan, int device,
                                                       const ModelSource& model,
-                                                      int64_t window_bytes = kWeightWindowBytes);
+                                                      int64_t window_bytes = kWeightWindowBytes,
+                                                      bool integer_partial_sums = true);
 
 // Pushes `plan`'s programs, as compiled (from a graph with weights), to its
 // workers and returns what a gateway then serves (the demo's failover).

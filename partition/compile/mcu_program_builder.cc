@@ -177,6 +177,11 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
   McuLayerDescription out;
   std::vector<int> xs = graph.ActivationInputs(node);
   if (xs.empty() || node.outputs.size() != 1) return Unsupported(node, "a node without one activation input/output");
+  for (const char* attr : {"integer_partial", "integer_sum", "integer_requant"})
+    if (node.attrs.Int(attr, 0) != 0)
+      return Unsupported(node, std::string("an int32 partial sum (") + attr +
+                                   "; the firmware merges FDT partial sums in float: compile with "
+                                   "CompileOptions::integer_partial_sums = false)");
   const int y = node.outputs[0];
   if (node.op == "Reshape" || node.op == "Flatten" || node.op == "Identity") return out;
   Layer& l = out.layer;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "partition/graph/int8_weights.h"
 #include "partition/graph/metrics.h"
 #include "partition/graph/op_traits.h"
 #include "partition/graph/resize_map.h"
@@ -308,9 +310,64 @@ class Compiler {
 
   Node Clone(const Node& n, std::vector<int> inputs, std::vector<int> outputs) const {
     Node c = n;
+    // A conv on codes runs in integers (int8_weights.h); its copy may read
+    // a tile or slice whose producer runs elsewhere, so it carries the grid.
+    if (auto grid = ConvInputByteGrid(g_, n); grid && !n.attrs.Has("int8_input_scale")) SetConvInputGrid(*grid, &c);
     c.inputs = std::move(inputs);
     c.outputs = std::move(outputs);
     return c;
+  }
+
+  // ---- Integer partial sums (CompileOptions::integer_partial_sums) ----------
+  // What the merge of an integer conv's partial sums needs: the scales of
+  // its weights' full rows, in which every slice's codes count (a slice's
+  // own RecoverInt8Rows scale could differ), and per output channel
+  // s_x · s_w, the unsplit conv's multiplier (conv_int8.cc). Without
+  // weight values (a shapes-only graph) the structure alone, no figures.
+  struct IntegerMerge {
+    bool known = false;
+    std::vector<double> scales, mult;
+  };
+  std::optional<IntegerMerge> IntegerMergeOf(const Node& node) const {
+    if (!options_.integer_partial_sums || node.op != "Conv") return std::nullopt;
+    const auto grid = IntegerConvInputGrid(g_, node);
+    if (!grid) return std::nullopt;
+    const TensorData* w = g_.ConstantData(node.inputs.at(1));
+    IntegerMerge m;
+    if (w == nullptr || w->values.empty()) return m;
+    const int64_t rows = w->shape.at(0), per = static_cast<int64_t>(w->values.size()) / rows;
+    const auto q = RecoverInt8Rows(w->values.data(), rows, per);
+    if (!q) return std::nullopt;  // no int8 form: the conv runs in float, and so do its partial sums
+    m.known = true;
+    for (float s : q->scales) {
+      m.scales.push_back(s);
+      m.mult.push_back(static_cast<double>(grid->scale * s));
+    }
+    return m;
+  }
+  static void MarkIntegerPartial(const IntegerMerge& m, Node* clone) {
+    clone->attrs.Set("integer_partial", int64_t{1});
+    if (m.known) clone->attrs.Set("int8_row_scales", m.scales);
+    for (const char* attr : {"activation", "act_alpha", "act_beta"}) clone->attrs.Erase(attr);
+  }
+  // y = fma(float(sum), s_x · s_w, bias) and the conv's activation, on the
+  // merge's int32 sum (an Add in integer_requant mode, binary.cc).
+  Node IntegerRequant(const Node& conv, const IntegerMerge& m, int sum, int bias, int out) const {
+    Node r{conv.name + "/requantize", "Add", {sum, bias}, {out}, {}};
+    r.attrs.Set("integer_requant", int64_t{1});
+    if (m.known) r.attrs.Set("int8_requant_mult", m.mult);
+    for (const char* attr : {"activation", "act_alpha", "act_beta"})
+      if (conv.attrs.Has(attr)) r.attrs.Set(attr, conv.attrs.all().at(attr));
+    return r;
+  }
+  // The conv's bias as the requantizing Add reads it ([1, C, 1, 1]), zeros
+  // when it has none.
+  int RequantBias(const Node& conv, SubgraphBuilder* sb) const {
+    const Shape& ys = g_.values[conv.outputs[0]].shape;
+    const TensorData* b = conv.inputs.size() > 2 && conv.inputs[2] >= 0 ? g_.ConstantData(conv.inputs[2]) : nullptr;
+    TensorData bias = b ? *b : TensorData{{ys[1]}, std::vector<float>(static_cast<size_t>(ys[1]), 0.f)};
+    bias.shape = Shape{1, ys[1], 1, 1};
+    return sb->Constant(b ? g_.values[conv.inputs[2]].name : conv.name + "/zero_bias", bias);
   }
 
   // ---- WHOLE ---------------------------------------------------------------
@@ -431,6 +488,7 @@ class Compiler {
     const int merge_device = devices[0];
     if (scheme == LayerScheme::kFdti || !place_[x].in_place_slices) TS_RETURN_IF_ERROR(CollectAt(x, merge_device));
 
+    const auto integer = IntegerMergeOf(node);
     std::vector<Piece> partials;  // in device order
     for (size_t i = 0; i < devices.size(); ++i) {
       const Range1D c = split[i];
@@ -447,6 +505,7 @@ class Compiler {
       sb.Output(out);
       Node clone = Clone(node, ins, {out});
       clone.attrs.Erase("activation");  // applied once, after the merge
+      if (integer) MarkIntegerPartial(*integer, &clone);
       sb.AddNode(clone);
       TS_ASSIGN_OR_RETURN(Graph sub, sb.Finish());
       Piece piece{devices[i],
@@ -481,9 +540,17 @@ class Compiler {
     for (size_t i = 1; i < ins.size(); ++i) {
       int sum = sb.Value("sum" + std::to_string(i), ys);
       adds.push_back(Node{node.name + "/sum" + std::to_string(i), "Add", {acc, ins[i]}, {sum}, {}});
+      if (integer) adds.back().attrs.Set("integer_sum", int64_t{1});
       acc = sum;
     }
-    if (b || (activated && adds.empty())) {  // no sum to carry the activation: add a zero bias
+    if (integer) {  // int32 sums: one rounding, with the bias and the activation
+      const int bias = RequantBias(node, &sb);
+      const int y_value = sb.Value("requantized", ys);
+      for (Node& add : adds) sb.AddNode(std::move(add));
+      sb.AddNode(IntegerRequant(node, *integer, acc, bias, y_value));
+      adds.clear();
+      acc = y_value;
+    } else if (b || (activated && adds.empty())) {  // no sum to carry the activation: add a zero bias
       TensorData bias = b ? *b : TensorData{{ys[1]}, std::vector<float>(static_cast<size_t>(ys[1]), 0.f)};
       bias.shape = ys.size() == 4 ? Shape{1, ys[1], 1, 1} : Shape{1, ys.back()};
       int bc = sb.Constant(b ? g_.values[node.inputs[2]].name : node.name + "/zero_bias", bias);
@@ -491,7 +558,7 @@ class Compiler {
       adds.push_back(Node{node.name + "/bias", "Add", {acc, bc}, {with_bias}, {}});
       acc = with_bias;
     }
-    if (activated)
+    if (activated && !integer)
       for (const char* attr : {"activation", "act_alpha", "act_beta"})
         if (node.attrs.Has(attr)) adds.back().attrs.Set(attr, node.attrs.all().at(attr));
     for (Node& add : adds) sb.AddNode(std::move(add));
@@ -766,10 +833,14 @@ class Compiler {
                sb.Constant(SliceName(g_.values[node.inputs[1]].name, 1, {c.begin * per_channel, c.end * per_channel}),
                            SliceAxis(w, 1, c.begin * per_channel, c.end * per_channel))};
         const bool first_k = k == first_slice, last_k = k == last_slice;
-        if (first_k && b) ins.push_back(sb.CopyConstant(node.inputs[2]));  // the bias, once
+        // An integer conv split over several slices sums int32 and rounds
+        // once after the last (IntegerMergeOf); one slice is the whole conv.
+        const auto integer = first_k && last_k ? std::nullopt : IntegerMergeOf(node);
+        if (first_k && b && !integer) ins.push_back(sb.CopyConstant(node.inputs[2]));  // the bias, once
         const int partial = sb.Value(g_.values[o].name + "/partial", os);
         Node clone = Clone(node, ins, {partial});
         if (!(first_k && last_k)) clone.attrs.Erase("activation");  // applied once, on the whole sum
+        if (integer) MarkIntegerPartial(*integer, &clone);
         sb.AddNode(clone);
         int result = partial;
         if (!first_k) {
@@ -777,10 +848,18 @@ class Compiler {
           bufs.push_back(sum_buffer);
           result = sb.Value(g_.values[o].name + "/sum" + std::to_string(k), os);
           Node add{node.name + "/sum" + std::to_string(k), "Add", {before, partial}, {result}, {}};
-          if (last_k)  // an Add may carry any fused activation (op_traits.h)
+          if (integer) {
+            add.attrs.Set("integer_sum", int64_t{1});
+          } else if (last_k) {  // an Add may carry any fused activation (op_traits.h)
             for (const char* attr : {"activation", "act_alpha", "act_beta"})
               if (node.attrs.Has(attr)) add.attrs.Set(attr, node.attrs.all().at(attr));
+          }
           sb.AddNode(std::move(add));
+        }
+        if (integer && last_k) {
+          const int requantized = sb.Value(g_.values[o].name + "/requantized", os);
+          sb.AddNode(IntegerRequant(node, *integer, result, RequantBias(node, &sb), requantized));
+          result = requantized;
         }
         sub[o] = result;
       }

@@ -55,6 +55,14 @@ struct CompileOptions {
   // device's program at a time without holding every device's weight
   // slices at once (the gateway, issue 11).
   int values_for_device = -1;
+  // FDTI / FDT2 of a conv that runs in integers (partition/graph/
+  // int8_weights.h): the partial sums stay int32 (conv attr
+  // "integer_partial", the merge's Adds "integer_sum") and are rounded once
+  // after the last ("integer_requant"), so the split answers the unsplit
+  // conv bit for bit. The MCU firmware has no int32 merge: plans with MCU
+  // devices compile with false (float partial sums: within one step of the
+  // output grid, as any two orders of a float sum).
+  bool integer_partial_sums = true;
 };
 
 // REQUIRES: `graph` canonical and validated. Errors name the layer and what

@@ -65,9 +65,47 @@ std::optional<Int8Rows> RecoverInt8Rows(const float* values, int64_t rows, int64
   return out;
 }
 
+bool Int8WeightShapeFits(int64_t rows, int64_t per) {
+  return rows > 0 && per > 0 && per <= kMaxIntegerDotTerms &&
+         Int8Rows::Int8RowsBytes(rows, rows * per) < 4 * rows * per;
+}
+
 std::optional<Int8Rows> SmallerAsInt8(const float* values, int64_t rows, int64_t per) {
-  if (rows <= 0 || per <= 0 || Int8Rows::Int8RowsBytes(rows, rows * per) >= 4 * rows * per) return std::nullopt;
+  if (!Int8WeightShapeFits(rows, per)) return std::nullopt;
   return RecoverInt8Rows(values, rows, per);
+}
+
+std::optional<QuantGrid> ConvInputByteGrid(const Graph& g, const Node& conv) {
+  if (conv.op != "Conv" || conv.inputs.empty()) return std::nullopt;
+  if (conv.attrs.Has("int8_input_scale")) {
+    QuantGrid grid;
+    grid.scale = static_cast<float>(conv.attrs.Float("int8_input_scale", 0.0));
+    grid.zero_point = static_cast<int32_t>(conv.attrs.Int("int8_input_zero_point", 0));
+    grid.qmin = static_cast<int32_t>(conv.attrs.Int("int8_input_qmin", -128));
+    grid.qmax = static_cast<int32_t>(conv.attrs.Int("int8_input_qmax", 127));
+    return ByteGrid(grid);
+  }
+  const int x = conv.inputs[0];
+  if (x < 0 || x >= static_cast<int>(g.values.size())) return std::nullopt;
+  const int producer = g.values[x].producer;
+  if (producer < 0 || producer >= static_cast<int>(g.nodes.size())) return std::nullopt;
+  return ByteGrid(QuantizeDequantizeGrid(g.nodes[producer]));
+}
+
+std::optional<QuantGrid> IntegerConvInputGrid(const Graph& g, const Node& conv) {
+  if (conv.op != "Conv" || conv.inputs.size() < 2) return std::nullopt;
+  const int w = conv.inputs[1];
+  if (w < 0 || w >= static_cast<int>(g.values.size()) || !g.IsConstant(w)) return std::nullopt;
+  const Shape& ws = g.values[w].shape;
+  if (ws.size() != 4 || !Int8WeightShapeFits(ws[0], ws[1] * ws[2] * ws[3])) return std::nullopt;
+  return ConvInputByteGrid(g, conv);
+}
+
+void SetConvInputGrid(const QuantGrid& grid, Node* conv) {
+  conv->attrs.Set("int8_input_scale", static_cast<double>(grid.scale));
+  conv->attrs.Set("int8_input_zero_point", int64_t{grid.zero_point});
+  conv->attrs.Set("int8_input_qmin", int64_t{grid.qmin});
+  conv->attrs.Set("int8_input_qmax", int64_t{grid.qmax});
 }
 
 int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per) {

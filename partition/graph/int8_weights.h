@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "partition/graph/graph.h"
+#include "partition/graph/quantization.h"
 
 namespace tessera {
 
@@ -45,6 +46,41 @@ std::optional<Int8Rows> SmallerAsInt8(const float* values, int64_t rows, int64_t
 // The bytes `values` take in an MCU program: Int8Rows::bytes() of
 // SmallerAsInt8, else 4 per value.
 int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per);
+
+// ---- Integer convolution (issue 16 item 1) ---------------------------------
+// A Conv whose input a QuantizeDequantize of an 8-bit grid produces, with
+// int8 weights (per output channel: codes k and scale s_w, as
+// RecoverInt8Rows finds them), computes each output in integers and rounds
+// once, on the host (daemon/runtime/kernels/conv_int8.cc) and in the MCU
+// firmware (firmware/mcu_kernels.h) alike:
+//   acc = Σ k · (q − z)                                  (int32, exact)
+//   y   = fma(float(acc), s_x · s_w, bias)               (one rounding)
+// then the fused activation; q − z are the input's codes less its zero
+// point. The sum being exact, every order of it — a tile, a slice of
+// output channels, another machine — gives the same y, bit for bit.
+
+// Terms a sum may have: |acc| ≤ 65535 · 255 · 128 < 2^31.
+inline constexpr int64_t kMaxIntegerDotTerms = 65535;
+
+// Whether weights of `rows` output channels × `per` values run as int8
+// codes: what SmallerAsInt8 asks of the shape (smaller than float32, at
+// most kMaxIntegerDotTerms a row). The MCU builder stores int8 weights, and
+// the host runs the integer conv, under the same condition.
+bool Int8WeightShapeFits(int64_t rows, int64_t per);
+
+// The 8-bit grid of `conv`'s input when the conv runs in integers: conv is
+// a Conv with a constant 4-D weight whose shape fits (Int8WeightShapeFits),
+// and its input is produced by a QuantizeDequantize of an 8-bit grid
+// (ByteGrid) — found in `g`, or carried by the conv's attrs int8_input_*
+// (a device program's copy of the conv, whose input's producer runs
+// elsewhere: SetConvInputGrid). Whether the weights have an int8 form is
+// for the caller to find (RecoverInt8Rows). nullopt otherwise.
+std::optional<QuantGrid> IntegerConvInputGrid(const Graph& g, const Node& conv);
+// The byte grid of conv's input alone (attrs, else its producer in g).
+std::optional<QuantGrid> ConvInputByteGrid(const Graph& g, const Node& conv);
+// Records `grid` in conv's attrs int8_input_scale / _zero_point / _qmin /
+// _qmax, for the conv copied into a device program (program_compiler.cc).
+void SetConvInputGrid(const QuantGrid& grid, Node* conv);
 
 // `g` with every Conv and Gemm weight put on a symmetric int8 grid per
 // output channel (scale = max |w| / 127, codes in [-127, 127]), the way

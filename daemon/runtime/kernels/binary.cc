@@ -161,6 +161,28 @@ class BroadcastKernel final : public Kernel {
     TS_RETURN_IF_ERROR(CheckOutputShape(ctx, 0, out));
     size_ = NumElements(out);
     inputs_ = static_cast<int>(ctx.input_shapes.size());
+    // The merge of an integer conv's partial sums (program_compiler.h
+    // CompileOptions::integer_partial_sums): operands hold int32 bits.
+    integer_sum_ = ctx.node.attrs.Int("integer_sum", 0) != 0;
+    integer_requant_ = ctx.node.attrs.Int("integer_requant", 0) != 0;
+    if ((integer_sum_ || integer_requant_) && (op_ != BinaryOp::kAdd || inputs_ != 2))
+      return NodeInvalid(ctx, "integer_sum / integer_requant are attributes of a two-input Add");
+    if (integer_sum_ && (ctx.input_shapes[0] != out || ctx.input_shapes[1] != out))
+      return NodeInvalid(ctx, "an integer sum adds two operands of the output's shape");
+    if (integer_requant_) {
+      // y = fma(float(sum), mult[c], bias[c]): the sum [N, C, ...], the bias C values.
+      requant_mult_.clear();
+      for (double m : ctx.node.attrs.Floats("int8_requant_mult")) requant_mult_.push_back(static_cast<float>(m));
+      channels_ = out.size() >= 2 ? out[1] : 0;
+      if (ctx.input_shapes[0] != out || channels_ < 1 || NumElements(ctx.input_shapes[1]) != channels_ ||
+          (!ctx.shapes_only && static_cast<int64_t>(requant_mult_.size()) != channels_))
+        return NodeInvalid(ctx, "an integer requantization needs a sum of the output's shape " + ShapeToString(out) +
+                                    ", " + std::to_string(channels_) +
+                                    " bias values and as many int8_requant_mult (has " +
+                                    std::to_string(requant_mult_.size()) + ")");
+      inner_ = 1;
+      for (size_t k = 2; k < out.size(); ++k) inner_ *= out[k];
+    }
     // darknet's [shortcut] is an Add carrying an activation (graph.h).
     auto act = FusedActivation::FromAttributes(ctx.node.attrs);
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
@@ -187,6 +209,35 @@ class BroadcastKernel final : public Kernel {
 
   void Eval(const EvalContext& ctx) const override {
     float* y = ctx.outputs[0];
+    if (integer_sum_) {  // int32 bits; the compiler bounds the sum below 2^31 (int8_weights.h)
+      const float *a = ctx.inputs[0], *b = ctx.inputs[1];
+      ParallelFor((size_ + 4095) / 4096, ctx.threads, [&](int64_t chunk) {
+        const int64_t end = std::min(size_, (chunk + 1) * 4096);
+        for (int64_t i = chunk * 4096; i < end; ++i) {
+          uint32_t x, z;
+          std::memcpy(&x, a + i, sizeof x);
+          std::memcpy(&z, b + i, sizeof z);
+          x += z;
+          std::memcpy(y + i, &x, sizeof x);
+        }
+      });
+      return;
+    }
+    if (integer_requant_) {  // the one rounding of an integer conv split over devices (conv_int8.h)
+      const float *sum = ctx.inputs[0], *bias = ctx.inputs[1];
+      const int64_t planes = size_ / inner_;
+      ParallelFor(planes, ctx.threads, [&](int64_t p) {
+        const int64_t c = p % channels_;
+        const float m = requant_mult_[static_cast<size_t>(c)], b = bias[c];
+        for (int64_t i = p * inner_; i < (p + 1) * inner_; ++i) {
+          int32_t acc;
+          std::memcpy(&acc, sum + i, sizeof acc);
+          y[i] = std::fma(static_cast<float>(acc), m, b);
+        }
+      });
+      act_.Apply(y, static_cast<size_t>(size_));
+      return;
+    }
     if (inputs_ == 1) {  // variadic op over a single input
       if (y != ctx.inputs[0]) std::memcpy(y, ctx.inputs[0], sizeof(float) * size_);
       return;
@@ -239,6 +290,9 @@ class BroadcastKernel final : public Kernel {
   int64_t size_ = 0;
   FusedActivation act_;
   std::vector<BroadcastStep> steps_;
+  bool integer_sum_ = false, integer_requant_ = false;
+  std::vector<float> requant_mult_;
+  int64_t channels_ = 0, inner_ = 1;
 };
 
 }  // namespace

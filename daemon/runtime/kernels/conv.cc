@@ -31,12 +31,14 @@
 #include <Eigen/Core>
 #include <omp.h>
 
+#include "daemon/runtime/kernels/conv_int8.h"
 #include "daemon/runtime/kernels/kernel_factories.h"
 #include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/packed_gemm.h"
 #include "daemon/runtime/kernels/parallel_for.h"
 #include "daemon/runtime/kernels/weight_forms.h"
+#include "partition/graph/int8_weights.h"
 
 namespace tessera {
 namespace {
@@ -124,6 +126,26 @@ class ConvKernel final : public Kernel {
 
     prepared_threads_ = std::max(1, ctx.threads);
     microkernels_ = &MicrokernelsFor(ActiveIsa());
+    // On an 8-bit grid's codes with int8 weights: the integer path
+    // (conv_int8.h), unless a test asks for the float one.
+    int8_.reset();
+    in_place_ = kNoInPlace;
+    // An FDTI slice of such a conv (attr integer_partial) always is: its
+    // merge adds int32 sums, whatever the slice's own weight shape.
+    const bool partial_sum = a.Int("integer_partial", 0) != 0;
+    const auto grid = partial_sum ? ConvInputByteGrid(ctx.graph, ctx.node) : IntegerConvInputGrid(ctx.graph, ctx.node);
+    if (partial_sum && (!grid || ConstantOrNull(ctx, 1) == nullptr))
+      return NodeInvalid(ctx, "an integer partial sum needs constant weights and an input on an 8-bit grid");
+    if (grid && (partial_sum || a.Int("integer_conv", 1) != 0)) {
+      auto path = std::make_unique<Int8Conv>();
+      const ConvGeometry geometry{n_,  c_,  h_,  w_,  o_,  group_, cg_, og_, kh_,
+                                  kw_, sh_, sw_, dh_, dw_, pt_,    pl_, oh_, ow_};
+      TS_ASSIGN_OR_RETURN(const bool exact, path->Prepare(ctx, geometry, *grid, act_));
+      if (exact) {
+        int8_ = std::move(path);
+        return Status::OK();
+      }
+    }
     wino_min_channels_ = a.Int("winograd_min_channels", 96);
     indirect_allowed_ = a.Int("indirect_im2col", 1) != 0;  // tests compare both general paths
     // A device short of RAM keeps weights at their raw size (graph.h).
@@ -201,6 +223,7 @@ class ConvKernel final : public Kernel {
   }
 
   size_t ScratchBytes() const override {
+    if (int8_) return int8_->ScratchBytes();
     if (strategy_ == kWinograd)  // padded input planes, then V and M of one chunk of tiles
       return static_cast<size_t>(c_ * (2 * tiles_h_ + 2) * (2 * tiles_w_ + 2) + 16 * (c_ + o_) * wino_chunk_) *
              sizeof(float);
@@ -221,11 +244,12 @@ class ConvKernel final : public Kernel {
 
   // Packed (im2col, pointwise) and Winograd-transformed weights replace the
   // graph's: Eval reads them only on the unpacked and depthwise paths.
-  bool ReadsConstantInEval(int input) const override { return input != 1 || !repacks_weights_; }
+  bool ReadsConstantInEval(int input) const override { return input != 1 || (!repacks_weights_ && !int8_); }
   // The weights are packed a block of output channels at a time (a
   // streamed weight is read a block at a time into a staging block);
   // Winograd builds U = G g Gᵀ of one block at a time.
   size_t PrepareTransientBytes() const override {
+    if (int8_) return int8_->PrepareTransientBytes();
     if (!made_form_ || strategy_ == kDepthwise) return 0;
     const int64_t row = strategy_ == kWinograd ? c_ * 9 : cg_ * kh_ * kw_;
     const int64_t rows = BlockRows();
@@ -242,9 +266,13 @@ class ConvKernel final : public Kernel {
   }
   bool StreamsConstant(int input) const override { return input == 1; }
   // Only the kernel that made a shared form counts it (weight_forms.h).
-  size_t OwnedWeightBytes() const override { return owned_bytes_; }
+  size_t OwnedWeightBytes() const override { return int8_ ? int8_->OwnedWeightBytes() : owned_bytes_; }
 
   void Eval(const EvalContext& ctx) const override {
+    if (int8_) {
+      int8_->Eval(ctx);
+      return;
+    }
     switch (strategy_) {
       case kDepthwise:
         EvalDepthwise(ctx);
@@ -804,6 +832,7 @@ class ConvKernel final : public Kernel {
   }
 
   Strategy strategy_ = kIm2col;
+  std::unique_ptr<Int8Conv> int8_;  // the integer path, when Prepare chose it
   enum InPlace { kNoInPlace, kPointwiseInPlace, kDepthwiseInPlace };
   InPlace in_place_ = kNoInPlace;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, o_ = 0, group_ = 1, cg_ = 0, og_ = 0;

@@ -86,6 +86,33 @@ struct DotRowsArgs {
   float* y = nullptr;
 };
 
+// The integer convolution's tile (conv_int8.cc, issue 16 item 1): four
+// output rows × 16 columns of
+//   acc[r][c] = Σ_j w_lo[j][r] · x[j][2c] + w_hi[j][r] · x[j][2c + 1]
+// in int32, exact (the caller keeps |acc| < 2^31: IntegerDotFits), then
+//   y[r][c] = fma(float(acc[r][c]), mult[r], bias[r])
+// rounded once (std::fma; the firmware's integer conv computes the same
+// expression, firmware/mcu_kernels.h), stored for r < rows, c < cols.
+// w holds kp × 4 int32, each two int16 weights (low half: even k, high
+// half: odd k) of row r at w[4j + r]; x is kp rows of 16 column pairs
+// (x[j][2c], x[j][2c + 1] = the column's values at k = 2j, 2j + 1).
+struct Int16PairGemmArgs {
+  const int32_t* w = nullptr;
+  const int16_t* x = nullptr;
+  int64_t kp = 0;
+  int64_t x_stride = 0;  // int16 values from one k pair's row to the next
+  const float* mult = nullptr;
+  const float* bias = nullptr;  // 4 values
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int rows = 0, cols = 0;
+  // Store acc itself, its int32 bits in y's place (an FDTI partial sum,
+  // conv_int8.h), instead of the rounded y.
+  bool raw = false;
+};
+inline constexpr int kInt16PairRows = 4;
+inline constexpr int kInt16PairCols = 16;
+
 struct Microkernels {
   Isa isa;
   void (*gemm_panel)(const GemmPanelArgs&);
@@ -107,6 +134,7 @@ struct Microkernels {
   // once rather than once per column tile. 0: never (always K-blocked).
   // The conv keeps such GEMMs off the indirect path (conv.cc ChooseIndirect).
   int64_t blocked_max_a = 0;
+  void (*int16_pair_gemm)(const Int16PairGemmArgs&) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

@@ -6,6 +6,8 @@
 // two such halves (the packed layout stays the same for every level).
 #include "daemon/runtime/kernels/microkernels.h"
 
+#include <cstring>
+
 #include <immintrin.h>
 
 namespace tessera {
@@ -28,6 +30,7 @@ __attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) {
   const __m256 dv = (__m256)d, r = _mm256_rcp_ps(dv);
   return (LVec)_mm256_mul_ps(r, _mm256_fnmadd_ps(dv, r, _mm256_set1_ps(2.f)));
 }
+#include "daemon/runtime/kernels/microkernels_int16.inc"
 #include "daemon/runtime/kernels/microkernels_logistic.inc"
 
 inline __m256 HardSigmoid(__m256 x, const Epilogue& e) {
@@ -284,7 +287,8 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& Avx2Microkernels() {
-  static const Microkernels k{Isa::kAvx2, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0};
+  static const Microkernels k{Isa::kAvx2, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic,
+                              0,          0,           &Int16PairGemm};
   return k;
 }
 

@@ -2,6 +2,8 @@
 // this file; nothing here may be reached unless DetectedIsa() >= kAvx512.
 #include "daemon/runtime/kernels/microkernels.h"
 
+#include <cstring>
+
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
 // _mm512_undefined_ps placeholders (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -27,6 +29,7 @@ __attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) {
   const __m512 dv = (__m512)d, r = _mm512_rcp14_ps(dv);
   return (LVec)_mm512_mul_ps(r, _mm512_fnmadd_ps(dv, r, _mm512_set1_ps(2.f)));
 }
+#include "daemon/runtime/kernels/microkernels_int16.inc"
 #include "daemon/runtime/kernels/microkernels_logistic.inc"
 
 inline __m512 HardSigmoid(__m512 x, const Epilogue& e) {
@@ -378,7 +381,7 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 
 const Microkernels& Avx512Microkernels() {
   static const Microkernels k{Isa::kAvx512, &GemmPanelsAny, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0,
-                              kLargeA};
+                              kLargeA,      &Int16PairGemm};
   return k;
 }
 

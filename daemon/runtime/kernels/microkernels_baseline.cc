@@ -4,6 +4,10 @@
 // -ffp-contract=fast (NEON fuses a*b+c into one fma; SSE2 has none).
 #include "daemon/runtime/kernels/microkernels.h"
 
+#include <cstring>
+
+#include <cmath>
+
 namespace tessera {
 namespace {
 
@@ -27,6 +31,7 @@ constexpr int kLogisticLanes = 4;
 typedef float LVec __attribute__((vector_size(16)));
 typedef int32_t LIVec __attribute__((vector_size(16)));
 __attribute__((always_inline)) inline LVec LogisticReciprocal(LVec d) { return Splat(1.f) / d; }
+#include "daemon/runtime/kernels/microkernels_int16.inc"
 #include "daemon/runtime/kernels/microkernels_logistic.inc"
 
 // The epilogue (microkernels.h) on one vector of results.
@@ -132,7 +137,8 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& BaselineMicrokernels() {
-  static const Microkernels k{Isa::kBaseline, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0};
+  static const Microkernels k{Isa::kBaseline, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0, 0,
+                              &Int16PairGemm};
   return k;
 }
 

@@ -123,9 +123,10 @@ TEST_CASE("int8 tiles: every code of a grid crosses as one byte and comes back a
 // Every scheme of a QDQ model, compiled and run over in-process links twice:
 // with int8 tiles, and with the same programs sending float32. The answers
 // are identical bit for bit (the codes stand for exactly the floats), equal
-// to the unsplit run (FDTI: partial sums in another order, within one step
-// of the output's grid), and every message on an 8-bit grid takes a quarter
-// of its float bytes.
+// to the unsplit run bit for bit (FDTI and pairs: int32 partial sums; with
+// float partial sums, as MCUs merge them, within one step of the output's
+// grid), and every message on an 8-bit grid takes a quarter of its float
+// bytes.
 TEST_CASE("int8 tiles: QDQ splits send a quarter of the bytes, answers bit for bit", "[int8][wire]") {
   const Graph graphs[] = {Quantized(MakeKeywordSpottingGraph()), Quantized(MakeDsCnnGraph()),
                           Quantized(MakeMlperfDsCnnGraph())};
@@ -168,15 +169,34 @@ TEST_CASE("int8 tiles: QDQ splits send a quarter of the bytes, answers bit for b
         CHECK(coded->total_bytes == expected);
         CHECK(floats->total_bytes == 4 * (coded_values + float_values));
         CHECK(coded->outputs[0].values == floats->outputs[0].values);
-        if (scheme == ForcedScheme::kFdti) {
-          REQUIRE(coded->outputs[0].values.size() == want.size());
+        // Every scheme equals the unsplit run bit for bit, FDTI and the
+        // pairs too: their convs' partial sums stay int32 and are rounded
+        // once (CompileOptions::integer_partial_sums).
+        CHECK(coded->outputs[0].values == want);
+        if (scheme == ForcedScheme::kFdti || scheme == ForcedScheme::kPairs) {
+          int partial_convs = 0, requantized = 0;
+          for (const DeviceProgram& p : compiled->programs)
+            for (const Graph& sub : p.subgraphs)
+              for (const Node& n : sub.nodes) {
+                partial_convs += n.attrs.Int("integer_partial", 0) != 0;
+                requantized += n.attrs.Int("integer_requant", 0) != 0;
+              }
+          CHECK(partial_convs > 0);
+          CHECK(requantized > 0);
+          // Float partial sums (as for MCU devices): another order of the
+          // sum, within one step of the output's grid.
+          CompileOptions float_sums;
+          float_sums.integer_partial_sums = false;
+          auto f = CompilePlan(g, *plan, float_sums);
+          REQUIRE(f.ok());
+          auto fr = RunProgramsInProcess(g, f->programs, {in}, {});
+          REQUIRE(fr.ok());
+          REQUIRE(fr->outputs[0].values.size() == want.size());
           double worst = 0;
           for (size_t i = 0; i < want.size(); ++i)
-            worst = std::max(worst, double(std::fabs(coded->outputs[0].values[i] - want[i])));
-          INFO("max diff " << worst / step << " output steps");
+            worst = std::max(worst, double(std::fabs(fr->outputs[0].values[i] - want[i])));
+          INFO("float partial sums: max diff " << worst / step << " output steps");
           CHECK(worst <= step * 1.0001);
-        } else {
-          CHECK(coded->outputs[0].values == want);
         }
         // Tiles, slices and stage boundaries are QuantizeDequantize outputs
         // (the model's input is quantized on the source before its tiles

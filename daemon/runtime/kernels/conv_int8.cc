@@ -1,0 +1,228 @@
+// Integer convolution (conv_int8.h).
+#include "daemon/runtime/kernels/conv_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <omp.h>
+
+#include "daemon/runtime/kernels/isa.h"
+#include "daemon/runtime/kernels/parallel_for.h"
+#include "daemon/runtime/kernels/weight_forms.h"
+#include "partition/graph/int8_weights.h"
+
+namespace tessera {
+namespace {
+
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+uint32_t PackPair(int8_t lo, int8_t hi) {
+  return static_cast<uint32_t>(static_cast<uint16_t>(int16_t{lo})) |
+         (static_cast<uint32_t>(static_cast<uint16_t>(int16_t{hi})) << 16);
+}
+
+// Bytes of a pair block a thread builds: about 64 KiB, within L2 beside the
+// weights of four rows.
+constexpr int64_t kPairBlockBytes = 64 << 10;
+
+}  // namespace
+
+Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geometry, const QuantGrid& input_grid,
+                               const FusedActivation& activation) {
+  g_ = geometry;
+  act_ = activation;
+  k_ = g_.cg * g_.kh * g_.kw;
+  kp_ = (k_ + 1) / 2;
+  row_blocks_ = (g_.og + kInt16PairRows - 1) / kInt16PairRows;
+  inv_scale_ = 1.0f / input_grid.scale;
+  lo_ = static_cast<float>(input_grid.qmin - input_grid.zero_point);
+  hi_ = static_cast<float>(input_grid.qmax - input_grid.zero_point);
+  prepared_threads_ = std::max(1, ctx.threads);
+  has_bias_ = ctx.node.inputs.size() > 2 && ctx.node.inputs[2] >= 0;
+  microkernels_ = &MicrokernelsFor(ActiveIsa());
+  raw_ = ctx.node.attrs.Int("integer_partial", 0) != 0;
+  const std::vector<double> row_scales = ctx.node.attrs.Floats("int8_row_scales");
+  if (raw_ && !ctx.shapes_only && static_cast<int64_t>(row_scales.size()) != g_.o)
+    return Status::InvalidArgument("node '" + ctx.node.name + "': an integer partial sum needs " +
+                                   std::to_string(g_.o) + " int8_row_scales, has " + std::to_string(row_scales.size()));
+  if (raw_ && (has_bias_ || act_.kind != FusedActivation::kNone))
+    return Status::InvalidArgument("node '" + ctx.node.name +
+                                   "': an integer partial sum takes no bias and no activation");
+  block_cols_ = std::clamp<int64_t>(RoundUp(kPairBlockBytes / (4 * kp_), kInt16PairCols), kInt16PairCols, 512);
+  block_cols_ = std::min(block_cols_, RoundUp(g_.oh * g_.ow, kInt16PairCols));
+
+  const int64_t block_rows = std::min(ConstantBlockRows(k_), g_.o);
+  const bool streamed = ctx.streamed_inputs.size() > 1 && ctx.streamed_inputs[1];
+  // While reading: a streamed block's floats, and its codes and scales.
+  transient_bytes_ = static_cast<size_t>((streamed ? 4 * block_rows * k_ : 0) + block_rows * (k_ + 4));
+  // The form depends on the weights and on the input's scale (mult).
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &input_grid.scale, sizeof scale_bits);
+  const std::string key = "conv-int8|g" + std::to_string(g_.group) + "|m" + std::to_string(g_.og) + "|k" +
+                          std::to_string(k_) + "|s" + std::to_string(scale_bits) + (raw_ ? "|rows" : "");
+  Status read;
+  bool made = false;
+  const float in_scale = input_grid.scale;
+  form_ = WeightForms::Share<Form>(
+      ctx, 1, key,
+      [&] {
+        auto f = std::make_shared<Form>();
+        f->pairs.assign(static_cast<size_t>(g_.group * row_blocks_ * kp_ * kInt16PairRows), 0);
+        f->mult.assign(static_cast<size_t>(g_.o), 0.0f);
+        std::vector<float> staging;
+        for (int64_t o0 = 0; o0 < g_.o && f->exact; o0 += block_rows) {
+          const int64_t rows = std::min(block_rows, g_.o - o0);
+          auto w = ConstantRows(ctx, 1, o0, rows, k_, &staging);
+          if (!w.ok()) {
+            read = w.status();
+            f->exact = false;
+            break;
+          }
+          // Each row on its own (RecoverInt8Rows is per row): the same
+          // scales whatever the block, and those the MCU builder stores;
+          // a partial sum's codes in its full row's scale.
+          std::optional<Int8Rows> q;
+          if (raw_) {
+            q = Int8Rows{};
+            q->codes.resize(static_cast<size_t>(rows * k_));
+            for (int64_t r = 0; r < rows; ++r) {
+              const float s = static_cast<float>(row_scales[static_cast<size_t>(o0 + r)]);
+              q->scales.push_back(s);
+              for (int64_t i = 0; i < k_; ++i) {
+                const float v = (*w)[r * k_ + i], code = std::nearbyint(v / s);
+                const bool fits = code >= -128.0f && code <= 127.0f;
+                const float back = static_cast<float>(static_cast<int8_t>(fits ? code : 0.0f)) * s;
+                if (!fits || std::memcmp(&back, &v, sizeof v) != 0) q.reset();
+                if (!q) break;
+                q->codes[static_cast<size_t>(r * k_ + i)] = static_cast<int8_t>(code);
+              }
+              if (!q) break;
+            }
+          } else {
+            q = RecoverInt8Rows(*w, rows, k_);
+          }
+          if (!q) {
+            f->exact = false;
+            break;
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t o = o0 + r, grp = o / g_.og, in_group = o % g_.og;
+            const int64_t rb = in_group / kInt16PairRows, lane = in_group % kInt16PairRows;
+            // The same product the firmware forms (mcu_kernels.h IntegerConv).
+            f->mult[static_cast<size_t>(o)] = in_scale * q->scales[static_cast<size_t>(r)];
+            const int8_t* codes = q->codes.data() + r * k_;
+            int32_t* dst = f->pairs.data() + ((grp * row_blocks_ + rb) * kp_) * kInt16PairRows + lane;
+            for (int64_t j = 0; j < kp_; ++j) {
+              const int8_t lo = codes[2 * j], hi = 2 * j + 1 < k_ ? codes[2 * j + 1] : int8_t{0};
+              dst[j * kInt16PairRows] = static_cast<int32_t>(PackPair(lo, hi));
+            }
+          }
+        }
+        return f;
+      },
+      &made);
+  TS_RETURN_IF_ERROR(read);
+  owned_bytes_ = made ? static_cast<size_t>(g_.group * row_blocks_ * kp_ * kInt16PairRows) * sizeof(int32_t) +
+                            static_cast<size_t>(g_.o) * sizeof(float)
+                      : 0;
+  if (!made) transient_bytes_ = 0;
+  if (ctx.shapes_only) return true;
+  const bool exact = form_ != nullptr && form_->exact;
+  if (raw_ && !exact)
+    return Status::InvalidArgument("node '" + ctx.node.name +
+                                   "': weights without an int8 form in their rows' scales cannot be an integer "
+                                   "partial sum");
+  return exact;
+}
+
+int64_t Int8Conv::CodeScratchValues() const { return RoundUp(g_.c * g_.h * g_.w, 32); }
+int64_t Int8Conv::PairScratchValues() const { return RoundUp(kp_ * block_cols_ * 2, 32); }
+
+size_t Int8Conv::ScratchBytes() const {
+  return static_cast<size_t>(CodeScratchValues() + prepared_threads_ * PairScratchValues()) * sizeof(int16_t);
+}
+
+// Pair rows j = 0 … kp−1 of output columns [p0, p0 + cols): the im2col
+// values at k = 2j and 2j + 1 side by side, 0 outside the input (a padded
+// tap's q − z is 0), columns past `cols` up to a multiple of 16 zero.
+void Int8Conv::BuildPairs(const int16_t* codes, int64_t p0, int64_t cols, int16_t* xp) const {
+  const int64_t padded = RoundUp(cols, kInt16PairCols), taps = g_.kh * g_.kw;
+  for (int64_t j = 0; j < kp_; ++j) {
+    int16_t* row = xp + j * block_cols_ * 2;
+    for (int t = 0; t < 2; ++t) {
+      const int64_t k = 2 * j + t;
+      if (k >= k_) {
+        for (int64_t c = 0; c < padded; ++c) row[2 * c + t] = 0;
+        continue;
+      }
+      const int64_t ic = k / taps, ky = (k % taps) / g_.kw, kx = k % g_.kw;
+      const int16_t* plane = codes + ic * g_.h * g_.w;
+      int64_t oy = p0 / g_.ow, ox = p0 % g_.ow;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t iy = oy * g_.sh - g_.pt + ky * g_.dh, ix = ox * g_.sw - g_.pl + kx * g_.dw;
+        row[2 * c + t] = (iy >= 0 && iy < g_.h && ix >= 0 && ix < g_.w) ? plane[iy * g_.w + ix] : int16_t{0};
+        if (++ox == g_.ow) ox = 0, ++oy;
+      }
+      for (int64_t c = cols; c < padded; ++c) row[2 * c + t] = 0;
+    }
+  }
+}
+
+void Int8Conv::Eval(const EvalContext& ctx) const {
+  const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+  const int64_t plane_in = g_.c * g_.h * g_.w, plane_out = g_.oh * g_.ow;
+  const int64_t blocks = (plane_out + block_cols_ - 1) / block_cols_;
+  int16_t* codes = reinterpret_cast<int16_t*>(ctx.scratch);
+  int16_t* pair_scratch = codes + CodeScratchValues();
+  const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
+  static const float kZeros[kInt16PairRows] = {};
+  for (int64_t img = 0; img < g_.n; ++img) {
+    const float* x = ctx.inputs[0] + img * plane_in;
+    float* y = ctx.outputs[0] + img * g_.o * plane_out;
+    // Codes less the zero point: x · (1/scale) rounded (x is on the grid),
+    // clamped to the grid's range so that no sum can overflow.
+    constexpr int64_t kChunk = 4096;
+    ParallelFor((plane_in + kChunk - 1) / kChunk, threads, [&](int64_t ch) {
+      const int64_t end = std::min(plane_in, (ch + 1) * kChunk);
+      for (int64_t i = ch * kChunk; i < end; ++i) {
+        float v = x[i] * inv_scale_;
+        v = !(v >= lo_) ? lo_ : (v > hi_ ? hi_ : v);  // NaN: the low end
+        codes[i] = static_cast<int16_t>(v >= 0.0f ? v + 0.5f : v - 0.5f);
+      }
+    });
+    ParallelFor(g_.group * blocks, threads, [&](int64_t task) {
+      const int64_t grp = task / blocks, p0 = (task % blocks) * block_cols_;
+      const int64_t cols = std::min(block_cols_, plane_out - p0);
+      int16_t* xp = pair_scratch + static_cast<int64_t>(omp_get_thread_num()) * PairScratchValues();
+      BuildPairs(codes + grp * g_.cg * g_.h * g_.w, p0, cols, xp);
+      for (int64_t rb = 0; rb < row_blocks_; ++rb) {
+        const int64_t o0 = grp * g_.og + rb * kInt16PairRows;
+        const int rows = static_cast<int>(std::min<int64_t>(kInt16PairRows, g_.og - rb * kInt16PairRows));
+        Int16PairGemmArgs a;
+        a.w = form_->pairs.data() + (grp * row_blocks_ + rb) * kp_ * kInt16PairRows;
+        a.kp = kp_;
+        a.x_stride = block_cols_ * 2;
+        a.mult = form_->mult.data() + o0;
+        float b[kInt16PairRows] = {};
+        std::memcpy(b, bias ? bias + o0 : kZeros, sizeof(float) * static_cast<size_t>(rows));
+        a.bias = b;
+        a.ldy = plane_out;
+        a.rows = rows;
+        a.raw = raw_;
+        for (int64_t c0 = 0; c0 < cols; c0 += kInt16PairCols) {
+          a.x = xp + c0 * 2;
+          a.y = y + o0 * plane_out + p0 + c0;
+          a.cols = static_cast<int>(std::min<int64_t>(kInt16PairCols, cols - c0));
+          microkernels_->int16_pair_gemm(a);
+        }
+        if (act_.kind != FusedActivation::kNone)
+          for (int r = 0; r < rows; ++r) act_.Apply(y + (o0 + r) * plane_out + p0, static_cast<size_t>(cols));
+      }
+    });
+  }
+}
+
+}  // namespace tessera
