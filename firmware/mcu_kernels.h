@@ -248,7 +248,8 @@ __attribute__((noinline)) void Conv(const Layer& l, In in, const Weights& w, con
 }
 
 // ---- Integer convolution (issue 16 item 1) --------------------------------
-// int8 weights on codes: each output sums k · (q − z) in int32, exactly,
+// int8 weights on codes, a conv or a dense layer: each output sums
+// k · (q − z) in int32, exactly,
 // and rounds once, y = fma(float(acc), s_x · s_w, bias) — the formula of
 // partition/graph/int8_weights.h, which the host's conv computes too
 // (daemon/runtime/kernels/conv_int8.h). The sum being exact, its order does
@@ -327,6 +328,18 @@ __attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8
         out_row.Put(uint32_t(ox), ApplyActivation(IntegerOut(acc, mult, bias), l.activation));
       }
     }
+  }
+}
+
+// A dense layer on codes with int8 weights: the same integer sum.
+__attribute__((noinline)) inline void Dense(const Layer& l, CodeIn in, const Int8Weights& w, const float* b,
+                                            const Out& out) {
+  const uint32_t n = l.c * l.h * l.w;
+  for (uint32_t o = 0; o < l.oc; ++o) {
+    const int8_t* k = w.codes + o * w.per;
+    int32_t acc = 0;
+    for (uint32_t i = 0; i < n; ++i) acc += (int32_t(in.p[i]) + in.off) * k[i];
+    out.Put(o, ApplyActivation(IntegerOut(acc, in.scale * w.scales[o], b ? b[o] : 0.0f), l.activation));
   }
 }
 

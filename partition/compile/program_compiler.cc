@@ -329,7 +329,7 @@ class Compiler {
     std::vector<double> scales, mult;
   };
   std::optional<IntegerMerge> IntegerMergeOf(const Node& node) const {
-    if (!options_.integer_partial_sums || node.op != "Conv") return std::nullopt;
+    if (!options_.integer_partial_sums || (node.op != "Conv" && node.op != "Gemm")) return std::nullopt;
     const auto grid = IntegerConvInputGrid(g_, node);
     if (!grid) return std::nullopt;
     const TensorData* w = g_.ConstantData(node.inputs.at(1));
@@ -360,13 +360,13 @@ class Compiler {
       if (conv.attrs.Has(attr)) r.attrs.Set(attr, conv.attrs.all().at(attr));
     return r;
   }
-  // The conv's bias as the requantizing Add reads it ([1, C, 1, 1]), zeros
-  // when it has none.
+  // The conv's bias as the requantizing Add reads it ([1, C, 1, 1], a dense
+  // layer's [1, C]), zeros when it has none.
   int RequantBias(const Node& conv, SubgraphBuilder* sb) const {
     const Shape& ys = g_.values[conv.outputs[0]].shape;
     const TensorData* b = conv.inputs.size() > 2 && conv.inputs[2] >= 0 ? g_.ConstantData(conv.inputs[2]) : nullptr;
     TensorData bias = b ? *b : TensorData{{ys[1]}, std::vector<float>(static_cast<size_t>(ys[1]), 0.f)};
-    bias.shape = Shape{1, ys[1], 1, 1};
+    bias.shape = ys.size() == 4 ? Shape{1, ys[1], 1, 1} : Shape{1, ys.back()};
     return sb->Constant(b ? g_.values[conv.inputs[2]].name : conv.name + "/zero_bias", bias);
   }
 

@@ -76,7 +76,7 @@ std::optional<Int8Rows> SmallerAsInt8(const float* values, int64_t rows, int64_t
 }
 
 std::optional<QuantGrid> ConvInputByteGrid(const Graph& g, const Node& conv) {
-  if (conv.op != "Conv" || conv.inputs.empty()) return std::nullopt;
+  if ((conv.op != "Conv" && conv.op != "Gemm") || conv.inputs.empty()) return std::nullopt;
   if (conv.attrs.Has("int8_input_scale")) {
     QuantGrid grid;
     grid.scale = static_cast<float>(conv.attrs.Float("int8_input_scale", 0.0));
@@ -85,19 +85,40 @@ std::optional<QuantGrid> ConvInputByteGrid(const Graph& g, const Node& conv) {
     grid.qmax = static_cast<int32_t>(conv.attrs.Int("int8_input_qmax", 127));
     return ByteGrid(grid);
   }
-  const int x = conv.inputs[0];
-  if (x < 0 || x >= static_cast<int>(g.values.size())) return std::nullopt;
-  const int producer = g.values[x].producer;
-  if (producer < 0 || producer >= static_cast<int>(g.nodes.size())) return std::nullopt;
-  return ByteGrid(QuantizeDequantizeGrid(g.nodes[producer]));
+  // The producer, through the aliases an MCU program does not copy
+  // (Reshape, Flatten, Identity: the same buffer, the same codes).
+  int x = conv.inputs[0];
+  for (;;) {
+    if (x < 0 || x >= static_cast<int>(g.values.size())) return std::nullopt;
+    const int producer = g.values[x].producer;
+    if (producer < 0 || producer >= static_cast<int>(g.nodes.size())) return std::nullopt;
+    const Node& p = g.nodes[producer];
+    if ((p.op == "Reshape" || p.op == "Flatten" || p.op == "Identity") && !p.inputs.empty()) {
+      x = p.inputs[0];
+      continue;
+    }
+    return ByteGrid(QuantizeDequantizeGrid(p));
+  }
 }
 
 std::optional<QuantGrid> IntegerConvInputGrid(const Graph& g, const Node& conv) {
-  if (conv.op != "Conv" || conv.inputs.size() < 2) return std::nullopt;
+  if ((conv.op != "Conv" && conv.op != "Gemm") || conv.inputs.size() < 2) return std::nullopt;
   const int w = conv.inputs[1];
   if (w < 0 || w >= static_cast<int>(g.values.size()) || !g.IsConstant(w)) return std::nullopt;
   const Shape& ws = g.values[w].shape;
-  if (ws.size() != 4 || !Int8WeightShapeFits(ws[0], ws[1] * ws[2] * ws[3])) return std::nullopt;
+  if (conv.op == "Conv") {
+    if (ws.size() != 4 || !Int8WeightShapeFits(ws[0], ws[1] * ws[2] * ws[3])) return std::nullopt;
+  } else {
+    // A dense layer in canonical form (graph.h), Y = X · Wᵀ + b, with one
+    // bias value per output (the MCU's dense layer).
+    const auto& a = conv.attrs;
+    if (ws.size() != 2 || a.Int("transA", 0) != 0 || a.Int("transB", 1) == 0 || a.Float("alpha", 1.0) != 1.0 ||
+        a.Float("beta", 1.0) != 1.0 || !Int8WeightShapeFits(ws[0], ws[1]))
+      return std::nullopt;
+    if (conv.inputs.size() > 2 && conv.inputs[2] >= 0 &&
+        (!g.IsConstant(conv.inputs[2]) || NumElements(g.values[conv.inputs[2]].shape) != ws[0]))
+      return std::nullopt;
+  }
   return ConvInputByteGrid(g, conv);
 }
 

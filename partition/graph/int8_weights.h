@@ -48,7 +48,9 @@ std::optional<Int8Rows> SmallerAsInt8(const float* values, int64_t rows, int64_t
 int64_t CompactWeightBytes(const float* values, int64_t rows, int64_t per);
 
 // ---- Integer convolution (issue 16 item 1) ---------------------------------
-// A Conv whose input a QuantizeDequantize of an 8-bit grid produces, with
+// A Conv — or a dense layer (Gemm), a 1x1 conv of one pixel — whose input a
+// QuantizeDequantize of an 8-bit grid produces (directly or through
+// Reshape / Flatten / Identity), with
 // int8 weights (per output channel: codes k and scale s_w, as
 // RecoverInt8Rows finds them), computes each output in integers and rounds
 // once, on the host (daemon/runtime/kernels/conv_int8.cc) and in the MCU
@@ -70,6 +72,8 @@ bool Int8WeightShapeFits(int64_t rows, int64_t per);
 
 // The 8-bit grid of `conv`'s input when the conv runs in integers: conv is
 // a Conv with a constant 4-D weight whose shape fits (Int8WeightShapeFits),
+// or a canonical Gemm with a constant [out, in] weight that fits and a bias
+// of one value per output,
 // and its input is produced by a QuantizeDequantize of an 8-bit grid
 // (ByteGrid) — found in `g`, or carried by the conv's attrs int8_input_*
 // (a device program's copy of the conv, whose input's producer runs

@@ -21,10 +21,10 @@
 #      weights on x86 without VNNI (tests/integration/qdq_oracle.sh);
 #   4. the QDQ model split over devices (`tessera run --force fdti|fdto|ffmt
 #      --devices 2`) answers within 1 output step of the unsplit run
-#      (measured: 0 on all four): a conv on codes sums in int32, FDTI merges
-#      its partial sums as int32 and rounds once, so every split computes
-#      the same sums; a dense layer's FDTI adds float partial sums in
-#      another order, which may move a value across a rounding tie;
+#      (measured: 0 on all four): a conv or dense layer on codes sums in
+#      int32, FDTI merges its partial sums as int32 and rounds once, so
+#      every split computes the same sums (a float layer's FDTI adds float
+#      partial sums in another order, which may cross a rounding tie);
 #   5. an 8-bit (default) quantization of DS-CNN runs the same in tessera as
 #      onnxruntime's reference semantics (0 steps), and a model below opset 13
 #      is refused by name;

@@ -53,6 +53,16 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
                                    "': an integer partial sum takes no bias and no activation");
   block_cols_ = std::clamp<int64_t>(RoundUp(kPairBlockBytes / (4 * kp_), kInt16PairCols), kInt16PairCols, 512);
   block_cols_ = std::min(block_cols_, RoundUp(g_.oh * g_.ow, kInt16PairCols));
+  // Depthwise (grouped, one input channel per group): the direct path. A
+  // one-channel input with one group (DS-CNN's first conv, 40 taps) runs
+  // faster as pairs.
+  direct_ = g_.cg == 1 && g_.group > 1 && g_.oh * g_.ow > 1;
+  dense_ = !direct_ && g_.h == 1 && g_.w == 1 && g_.kh == 1 && g_.kw == 1 && g_.oh == 1 && g_.ow == 1;
+  // The padded plane the taps read, in sh × sw polyphase planes.
+  const int64_t pad_h = (g_.oh - 1) * g_.sh + (g_.kh - 1) * g_.dh + 1;
+  const int64_t pad_w = (g_.ow - 1) * g_.sw + (g_.kw - 1) * g_.dw + 1;
+  phase_h_ = (pad_h + g_.sh - 1) / g_.sh;
+  phase_w_ = (pad_w + g_.sw - 1) / g_.sw;
 
   const int64_t block_rows = std::min(ConstantBlockRows(k_), g_.o);
   const bool streamed = ctx.streamed_inputs.size() > 1 && ctx.streamed_inputs[1];
@@ -62,7 +72,8 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &input_grid.scale, sizeof scale_bits);
   const std::string key = "conv-int8|g" + std::to_string(g_.group) + "|m" + std::to_string(g_.og) + "|k" +
-                          std::to_string(k_) + "|s" + std::to_string(scale_bits) + (raw_ ? "|rows" : "");
+                          std::to_string(k_) + "|s" + std::to_string(scale_bits) + (raw_ ? "|rows" : "") +
+                          (direct_ ? "|direct" : "");
   Status read;
   bool made = false;
   const float in_scale = input_grid.scale;
@@ -70,7 +81,11 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
       ctx, 1, key,
       [&] {
         auto f = std::make_shared<Form>();
-        f->pairs.assign(static_cast<size_t>(g_.group * row_blocks_ * kp_ * kInt16PairRows), 0);
+        if (direct_) {
+          f->taps.assign(static_cast<size_t>(g_.o * k_), 0);
+        } else {
+          f->pairs.assign(static_cast<size_t>(g_.group * row_blocks_ * kp_ * kInt16PairRows), 0);
+        }
         f->mult.assign(static_cast<size_t>(g_.o), 0.0f);
         std::vector<float> staging;
         for (int64_t o0 = 0; o0 < g_.o && f->exact; o0 += block_rows) {
@@ -114,6 +129,10 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
             // The same product the firmware forms (mcu_kernels.h IntegerConv).
             f->mult[static_cast<size_t>(o)] = in_scale * q->scales[static_cast<size_t>(r)];
             const int8_t* codes = q->codes.data() + r * k_;
+            if (direct_) {
+              for (int64_t i = 0; i < k_; ++i) f->taps[static_cast<size_t>(o * k_ + i)] = codes[i];
+              continue;
+            }
             int32_t* dst = f->pairs.data() + ((grp * row_blocks_ + rb) * kp_) * kInt16PairRows + lane;
             for (int64_t j = 0; j < kp_; ++j) {
               const int8_t lo = codes[2 * j], hi = 2 * j + 1 < k_ ? codes[2 * j + 1] : int8_t{0};
@@ -125,9 +144,9 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
       },
       &made);
   TS_RETURN_IF_ERROR(read);
-  owned_bytes_ = made ? static_cast<size_t>(g_.group * row_blocks_ * kp_ * kInt16PairRows) * sizeof(int32_t) +
-                            static_cast<size_t>(g_.o) * sizeof(float)
-                      : 0;
+  const int64_t weight_words = direct_ ? g_.o * k_ : g_.group * row_blocks_ * kp_ * kInt16PairRows;
+  owned_bytes_ =
+      made ? static_cast<size_t>(weight_words) * sizeof(int32_t) + static_cast<size_t>(g_.o) * sizeof(float) : 0;
   if (!made) transient_bytes_ = 0;
   if (ctx.shapes_only) return true;
   const bool exact = form_ != nullptr && form_->exact;
@@ -138,11 +157,19 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
   return exact;
 }
 
-int64_t Int8Conv::CodeScratchValues() const { return RoundUp(g_.c * g_.h * g_.w, 32); }
+// One more value than the input: a dense layer's last pair may read it (its
+// weight is 0, the value is set to 0).
+int64_t Int8Conv::CodeScratchValues() const { return RoundUp(g_.c * g_.h * g_.w + 1, 32); }
 int64_t Int8Conv::PairScratchValues() const { return RoundUp(kp_ * block_cols_ * 2, 32); }
+// The polyphase planes, and the flat sums of the whole output plane (rows
+// phase_w apart; the columns past ow are junk).
+int64_t Int8Conv::DirectScratchValues() const {
+  return RoundUp(g_.sh * g_.sw * phase_h_ * phase_w_, 32) + RoundUp(2 * g_.oh * phase_w_, 32);
+}
 
 size_t Int8Conv::ScratchBytes() const {
-  return static_cast<size_t>(CodeScratchValues() + prepared_threads_ * PairScratchValues()) * sizeof(int16_t);
+  const int64_t per_thread = direct_ ? DirectScratchValues() : (dense_ ? 0 : PairScratchValues());
+  return static_cast<size_t>(CodeScratchValues() + prepared_threads_ * per_thread) * sizeof(int16_t);
 }
 
 // Pair rows j = 0 … kp−1 of output columns [p0, p0 + cols): the im2col
@@ -160,15 +187,104 @@ void Int8Conv::BuildPairs(const int16_t* codes, int64_t p0, int64_t cols, int16_
       }
       const int64_t ic = k / taps, ky = (k % taps) / g_.kw, kx = k % g_.kw;
       const int16_t* plane = codes + ic * g_.h * g_.w;
-      int64_t oy = p0 / g_.ow, ox = p0 % g_.ow;
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t iy = oy * g_.sh - g_.pt + ky * g_.dh, ix = ox * g_.sw - g_.pl + kx * g_.dw;
-        row[2 * c + t] = (iy >= 0 && iy < g_.h && ix >= 0 && ix < g_.w) ? plane[iy * g_.w + ix] : int16_t{0};
-        if (++ox == g_.ow) ox = 0, ++oy;
+      // Output columns ox whose input column ox·sw + off lies in [0, w).
+      const int64_t off = kx * g_.dw - g_.pl;
+      const int64_t ox_lo = off >= 0 ? 0 : (-off + g_.sw - 1) / g_.sw;
+      const int64_t ox_hi = g_.w - off <= 0 ? 0 : std::min(g_.ow, (g_.w - off + g_.sw - 1) / g_.sw);
+      int64_t oy = p0 / g_.ow, ox0 = p0 % g_.ow;
+      for (int64_t c = 0; c < cols; ++oy, ox0 = 0) {  // a run of one output row at a time
+        const int64_t run = std::min(g_.ow - ox0, cols - c);
+        const int64_t iy = oy * g_.sh - g_.pt + ky * g_.dh;
+        int16_t* dst = row + 2 * c + t;
+        if (iy < 0 || iy >= g_.h) {
+          for (int64_t i = 0; i < run; ++i) dst[2 * i] = 0;
+        } else {
+          const int16_t* src = plane + iy * g_.w + off;
+          const int64_t lo = std::clamp(ox_lo - ox0, int64_t{0}, run), hi = std::clamp(ox_hi - ox0, lo, run);
+          for (int64_t i = 0; i < lo; ++i) dst[2 * i] = 0;
+          for (int64_t i = lo; i < hi; ++i) dst[2 * i] = src[(ox0 + i) * g_.sw];
+          for (int64_t i = hi; i < run; ++i) dst[2 * i] = 0;
+        }
+        c += run;
       }
       for (int64_t c = cols; c < padded; ++c) row[2 * c + t] = 0;
     }
   }
+}
+
+void Int8Conv::EvalDirect(const int16_t* codes, const float* bias, float* y, int threads, int16_t* scratch) const {
+  const int64_t plane_out = g_.oh * g_.ow, taps = g_.kh * g_.kw;
+  const int64_t phases = g_.sh * g_.sw, phase_size = phase_h_ * phase_w_;
+  // Flat sums over the phase planes' grid: output (oy, ox) at oy·phase_w + ox.
+  const int64_t n = (g_.oh - 1) * phase_w_ + g_.ow;
+  ParallelFor(g_.o, threads, [&](int64_t o) {
+    int16_t* phase = scratch + static_cast<int64_t>(omp_get_thread_num()) * DirectScratchValues();
+    int32_t* acc = reinterpret_cast<int32_t*>(phase + RoundUp(phases * phase_size, 32));
+    // The input plane (channel o / og: one per group), zero-padded and split
+    // into its sh × sw polyphase planes: phase (py, px) holds padded
+    // (py + sh·r, px + sw·c). Every tap then reads one phase plane with
+    // stride 1, at an offset, the same for every output.
+    const int16_t* plane = codes + (o / g_.og) * g_.h * g_.w;
+    for (int64_t py = 0; py < g_.sh; ++py)
+      for (int64_t px = 0; px < g_.sw; ++px) {
+        int16_t* dst = phase + (py * g_.sw + px) * phase_size;
+        for (int64_t r = 0; r < phase_h_; ++r) {
+          const int64_t iy = py + g_.sh * r - g_.pt;
+          int16_t* row = dst + r * phase_w_;
+          if (iy < 0 || iy >= g_.h) {
+            std::memset(row, 0, sizeof(int16_t) * static_cast<size_t>(phase_w_));
+            continue;
+          }
+          const int16_t* src = plane + iy * g_.w;
+          for (int64_t c = 0; c < phase_w_; ++c) {
+            const int64_t ix = px + g_.sw * c - g_.pl;
+            row[c] = ix >= 0 && ix < g_.w ? src[ix] : int16_t{0};
+          }
+        }
+      }
+    const int32_t* k = form_->taps.data() + o * taps;
+    std::memset(acc, 0, sizeof(int32_t) * static_cast<size_t>(n));
+    for (int64_t ky = 0; ky < g_.kh; ++ky)
+      for (int64_t kx = 0; kx < g_.kw; ++kx) {
+        const int32_t kv = k[ky * g_.kw + kx];
+        if (kv == 0) continue;
+        const int64_t ry = ky * g_.dh, rx = kx * g_.dw;
+        const int16_t* src =
+            phase + ((ry % g_.sh) * g_.sw + rx % g_.sw) * phase_size + (ry / g_.sh) * phase_w_ + rx / g_.sw;
+        microkernels_->int16_axpy(src, 1, n, kv, acc);
+      }
+    float* yo = y + o * plane_out;
+    const float m = form_->mult[static_cast<size_t>(o)], b = bias ? bias[o] : 0.0f;
+    for (int64_t oy = 0; oy < g_.oh; ++oy) {
+      if (raw_) {
+        std::memcpy(yo + oy * g_.ow, acc + oy * phase_w_, sizeof(int32_t) * static_cast<size_t>(g_.ow));
+      } else {
+        microkernels_->requant_row(acc + oy * phase_w_, g_.ow, m, b, yo + oy * g_.ow);
+      }
+    }
+    if (!raw_) act_.Apply(yo, static_cast<size_t>(plane_out));
+  });
+}
+
+void Int8Conv::EvalDense(const int16_t* codes, const float* bias, float* y) const {
+  for (int64_t grp = 0; grp < g_.group; ++grp) {
+    const int16_t* x = codes + grp * g_.cg;
+    for (int64_t rb = 0; rb < row_blocks_; ++rb) {
+      const int32_t* w = form_->pairs.data() + (grp * row_blocks_ + rb) * kp_ * kInt16PairRows;
+      int32_t acc[kInt16PairRows] = {};
+      microkernels_->int16_pair_dot4(w, x, kp_, acc);  // past k_: a weight of 0
+      const int64_t o0 = grp * g_.og + rb * kInt16PairRows;
+      const int rows = static_cast<int>(std::min<int64_t>(kInt16PairRows, g_.og - rb * kInt16PairRows));
+      if (raw_) {
+        std::memcpy(y + o0, acc, sizeof(int32_t) * static_cast<size_t>(rows));
+      } else {
+        for (int r = 0; r < rows; ++r)
+          microkernels_->requant_row(acc + r, 1, form_->mult[static_cast<size_t>(o0 + r)], bias ? bias[o0 + r] : 0.0f,
+                                     y + o0 + r);
+      }
+    }
+  }
+  if (!raw_) act_.Apply(y, static_cast<size_t>(g_.o));
 }
 
 void Int8Conv::Eval(const EvalContext& ctx) const {
@@ -187,12 +303,17 @@ void Int8Conv::Eval(const EvalContext& ctx) const {
     constexpr int64_t kChunk = 4096;
     ParallelFor((plane_in + kChunk - 1) / kChunk, threads, [&](int64_t ch) {
       const int64_t end = std::min(plane_in, (ch + 1) * kChunk);
-      for (int64_t i = ch * kChunk; i < end; ++i) {
-        float v = x[i] * inv_scale_;
-        v = !(v >= lo_) ? lo_ : (v > hi_ ? hi_ : v);  // NaN: the low end
-        codes[i] = static_cast<int16_t>(v >= 0.0f ? v + 0.5f : v - 0.5f);
-      }
+      microkernels_->codes_of(x + ch * kChunk, end - ch * kChunk, inv_scale_, lo_, hi_, codes + ch * kChunk);
     });
+    codes[plane_in] = 0;  // read by a dense layer's last pair (weight 0)
+    if (direct_) {
+      EvalDirect(codes, bias, y, threads, pair_scratch);
+      continue;
+    }
+    if (dense_) {
+      EvalDense(codes, bias, y);
+      continue;
+    }
     ParallelFor(g_.group * blocks, threads, [&](int64_t task) {
       const int64_t grp = task / blocks, p0 = (task % blocks) * block_cols_;
       const int64_t cols = std::min(block_cols_, plane_out - p0);

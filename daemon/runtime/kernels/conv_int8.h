@@ -7,11 +7,17 @@
 //
 // Per image: the input is read back into its codes less the zero point
 // (int16, one pass; every value is on the grid by construction, so the
-// product x · (1/scale) is within 1e-4 of an integer), then per group and
-// block of output columns an im2col of those codes, two k at a time
-// (Int16PairGemmArgs' layout), and the ISA's Int16PairGemm over four output
-// channels × 16 columns at a time, which also applies the one rounding. The
-// fused activation follows on each block while it is in cache.
+// product x · (1/scale) is within 1e-4 of an integer), then
+//  * pair path: per group and block of output columns an im2col of those
+//    codes, two k at a time (Int16PairGemmArgs' layout), and the ISA's
+//    Int16PairGemm over four output channels × 16 columns at a time, which
+//    also applies the one rounding;
+//  * direct path (one input channel per output: depthwise): per output
+//    channel, one Int16Axpy per tap over the zero-padded plane split into
+//    its stride's polyphase planes (so every tap reads with stride 1), then
+//    RequantRow per row;
+//  * dense path (one pixel in and out): dot products over the codes.
+// The fused activation follows on each block while it is in cache.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +58,8 @@ class Int8Conv {
 
   // The weights as Eval reads them, shared through WeightForms.
   struct Form {
-    std::vector<int32_t> pairs;  // [group][og rounded up to 4 / 4][kp][4]
+    std::vector<int32_t> pairs;  // [group][og rounded up to 4 / 4][kp][4] (pair path)
+    std::vector<int32_t> taps;   // [o][kh·kw] (direct path)
     std::vector<float> mult;     // per output channel: input scale · weight scale
     bool exact = true;           // every row had an int8 form
   };
@@ -62,6 +69,14 @@ class Int8Conv {
   int64_t CodeScratchValues() const;  // int16 values of one image's codes, rounded to 32
   int64_t PairScratchValues() const;  // int16 values of one thread's pair block
   void BuildPairs(const int16_t* codes, int64_t p0, int64_t cols, int16_t* xp) const;
+  // One input channel per output channel (depthwise): per output channel,
+  // its padded input plane in polyphase planes and one Int16Axpy per tap
+  // over the whole output plane, no im2col.
+  void EvalDirect(const int16_t* codes, const float* bias, float* y, int threads, int16_t* scratch) const;
+  int64_t DirectScratchValues() const;  // int16 values per thread: padded plane + a row of int32 sums
+  // One pixel in, one out (a dense layer, or a 1x1 conv of a 1x1 map):
+  // dot products over the codes as they are.
+  void EvalDense(const int16_t* codes, const float* bias, float* y) const;
 
   ConvGeometry g_;
   int64_t k_ = 0, kp_ = 0, row_blocks_ = 0, block_cols_ = 16;
@@ -70,6 +85,8 @@ class Int8Conv {
   int prepared_threads_ = 1;
   bool has_bias_ = false;
   bool raw_ = false;  // an integer partial sum
+  bool direct_ = false, dense_ = false;
+  int64_t phase_h_ = 0, phase_w_ = 0;  // the direct path's polyphase planes
   FusedActivation act_;
   std::shared_ptr<const Form> form_;
   size_t owned_bytes_ = 0, transient_bytes_ = 0;

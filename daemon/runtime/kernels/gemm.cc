@@ -6,10 +6,12 @@
 
 #include <Eigen/Core>
 
+#include "daemon/runtime/kernels/conv_int8.h"
 #include "daemon/runtime/kernels/kernel_factories.h"
 #include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/node_checks.h"
 #include "daemon/runtime/kernels/parallel_for.h"
+#include "partition/graph/int8_weights.h"
 
 namespace tessera {
 namespace {
@@ -62,10 +64,36 @@ class GemmKernel final : public Kernel {
     if (!act.ok()) return NodeNotSupported(ctx, act.status().message());
     act_ = *act;
     dot_rows_ = MicrokernelsFor(ActiveIsa()).dot_rows;
+    // On an 8-bit grid's codes with int8 weights: the integer conv's path
+    // (conv_int8.h), as a 1x1 conv of one pixel per input row.
+    int8_.reset();
+    const bool partial_sum = a.Int("integer_partial", 0) != 0;
+    const auto grid = partial_sum ? ConvInputByteGrid(ctx.graph, ctx.node) : IntegerConvInputGrid(ctx.graph, ctx.node);
+    const bool canonical = w_transposed_ && alpha_ == 1.f && beta_ == 1.f && (bias_ == kNoBias || bias_ == kRowBias) &&
+                           ConstantOrNull(ctx, 1) != nullptr;
+    if (partial_sum && (!grid || !canonical))
+      return NodeInvalid(ctx,
+                         "an integer partial sum needs constant [out, in] weights, no scaling and an input on an "
+                         "8-bit grid");
+    if (grid && canonical && (partial_sum || a.Int("integer_conv", 1) != 0)) {
+      auto path = std::make_unique<Int8Conv>();
+      const ConvGeometry geometry{rows_, in_, 1, 1, out_, 1, in_, out_, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+      TS_ASSIGN_OR_RETURN(const bool exact, path->Prepare(ctx, geometry, *grid, act_));
+      if (exact) int8_ = std::move(path);
+    }
     return Status::OK();
   }
 
+  size_t ScratchBytes() const override { return int8_ ? int8_->ScratchBytes() : 0; }
+  bool ReadsConstantInEval(int input) const override { return input != 1 || !int8_; }
+  size_t OwnedWeightBytes() const override { return int8_ ? int8_->OwnedWeightBytes() : 0; }
+  size_t PrepareTransientBytes() const override { return int8_ ? int8_->PrepareTransientBytes() : 0; }
+
   void Eval(const EvalContext& ctx) const override {
+    if (int8_) {
+      int8_->Eval(ctx);
+      return;
+    }
     Eigen::Map<const RowMajorMatrix> x(ctx.inputs[0], rows_, in_);
     Eigen::Map<RowMajorMatrix> y(ctx.outputs[0], rows_, out_);
     if (w_transposed_ && rows_ <= kMaxDotRows) {
@@ -127,6 +155,7 @@ class GemmKernel final : public Kernel {
   BiasForm bias_ = kNoBias;
   FusedActivation act_;
   void (*dot_rows_)(const DotRowsArgs&) = nullptr;
+  std::unique_ptr<Int8Conv> int8_;  // the integer path, when Prepare chose it
 };
 
 }  // namespace

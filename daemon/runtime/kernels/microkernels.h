@@ -135,6 +135,20 @@ struct Microkernels {
   // The conv keeps such GEMMs off the indirect path (conv.cc ChooseIndirect).
   int64_t blocked_max_a = 0;
   void (*int16_pair_gemm)(const Int16PairGemmArgs&) = nullptr;
+  // acc[i] += k · x[i · stride] for i < n (int32, exact): one tap of the
+  // integer depthwise conv over an output row (conv_int8.cc).
+  void (*int16_axpy)(const int16_t* x, int64_t stride, int64_t n, int32_t k, int32_t* acc) = nullptr;
+  // y[i] = fma(float(acc[i]), mult, bias) for i < n: the integer conv's one
+  // rounding (Int16PairGemmArgs).
+  void (*requant_row)(const int32_t* acc, int64_t n, float mult, float bias, float* y) = nullptr;
+  // acc[r] = Σ_j w_lo[j][r] · x[2j] + w_hi[j][r] · x[2j + 1] for r < 4: four
+  // rows of a dense layer's pairs (Int16PairGemmArgs' w layout) against one
+  // input column; x holds 2·kp values.
+  void (*int16_pair_dot4)(const int32_t* w, const int16_t* x, int64_t kp, int32_t* acc) = nullptr;
+  // out[i] = round_half_even(clamp(x[i] · inv, lo, hi)), NaN to lo: values
+  // on an 8-bit grid back to their codes less the zero point (conv_int8.h;
+  // |lo|, |hi| <= 255).
+  void (*codes_of)(const float* x, int64_t n, float inv, float lo, float hi, int16_t* out) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

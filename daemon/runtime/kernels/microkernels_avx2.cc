@@ -6,6 +6,7 @@
 // two such halves (the packed layout stays the same for every level).
 #include "daemon/runtime/kernels/microkernels.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <immintrin.h>
@@ -287,8 +288,8 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& Avx2Microkernels() {
-  static const Microkernels k{Isa::kAvx2, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic,
-                              0,          0,           &Int16PairGemm};
+  static const Microkernels k{Isa::kAvx2, &GemmPanels,    &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
+                              0,          &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf};
   return k;
 }
 

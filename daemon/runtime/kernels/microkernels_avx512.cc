@@ -2,6 +2,7 @@
 // this file; nothing here may be reached unless DetectedIsa() >= kAvx512.
 #include "daemon/runtime/kernels/microkernels.h"
 
+#include <cmath>
 #include <cstring>
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
@@ -380,8 +381,8 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& Avx512Microkernels() {
-  static const Microkernels k{Isa::kAvx512, &GemmPanelsAny, &DepthwiseTaps, &DotRows, &Deinterleave, &Logistic, 0,
-                              kLargeA,      &Int16PairGemm};
+  static const Microkernels k{Isa::kAvx512, &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
+                              kLargeA,      &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf};
   return k;
 }
 

@@ -695,6 +695,29 @@ TEST_CASE("mcu program: a QDQ pipeline cut anywhere, QuantizeDequantize fused in
 // MCU program, served phase by phase on a host arena with the firmware's own
 // interpreter; the source runs on the host. The answer must equal the
 // unsplit run (1e-5 relative: float sums in another order).
+// Int32 partial sums (CompileOptions::integer_partial_sums, the default)
+// have no MCU form yet: a program holding them is refused by name, not run
+// as floats.
+TEST_CASE("mcu program: int32 partial sums are refused by name", "[mcu][int8]") {
+  const Graph g = WithInt8GridWeights(WithQdqActivations(MakeKeywordSpottingGraph()));
+  ForcedPlanOptions fo;
+  fo.devices = 2;
+  auto plan = MakeForcedPlan(g, ForcedScheme::kFdti, fo);
+  REQUIRE(plan.ok());
+  auto compiled = CompilePlan(g, *plan);
+  REQUIRE(compiled.ok());
+  int refused = 0;
+  for (const DeviceProgram& p : compiled->programs) {
+    auto image = BuildMcuProgram(p, McuProgramOptions{});
+    if (image.ok()) continue;
+    ++refused;
+    CHECK(image.status().code() == StatusCode::kNotSupported);
+    CHECK_THAT(image.status().message(),
+               Catch::Contains("int32 partial sum") && Catch::Contains("integer_partial_sums = false"));
+  }
+  CHECK(refused == 2);
+}
+
 TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]") {
   const SchemeCase cases[] = {{"ffmt 3x1", ForcedScheme::kFfmt, 3, 3},
                               {"fdto", ForcedScheme::kFdto, 3, 1},
@@ -703,7 +726,8 @@ TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]
                               {"fdti on 4", ForcedScheme::kFdti, 4, 1}};
   // The QDQ forms hold codes on the MCUs (mcu_program.h version 5), crossing
   // each MCU's link as codes: within one step of the output grid (FDTI
-  // sums its partial sums in another order before it quantizes).
+  // sums its partial sums in float, in another order, before it quantizes:
+  // compiled with integer_partial_sums = false).
   const Graph graphs[] = {MakeKeywordSpottingGraph(), MakeDsCnnGraph(), MakeMlperfDsCnnGraph(),
                           WithInt8GridWeights(WithQdqActivations(MakeKeywordSpottingGraph())),
                           WithInt8GridWeights(WithQdqActivations(MakeDsCnnGraph()))};

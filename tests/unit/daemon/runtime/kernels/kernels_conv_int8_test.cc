@@ -128,6 +128,13 @@ const std::vector<Case>& Cases() {
       {1, 3, 17, 13, 13, 5, 5, 2, 2, 1, 1},       // odd K = 75
       {1, 6, 12, 6, 6, 3, 3, 1, 1, 1, 3, true},   // grouped with a channel multiplier
       {1, 64, 9, 40, 40, 1, 1, 1, 0, 1, 1},       // 1600 columns: several column blocks
+      // The direct path (one input channel per output):
+      {1, 4, 8, 7, 9, 3, 3, 1, 1, 1, 4},          // depthwise with a channel multiplier of 2
+      {1, 3, 3, 30, 40, 3, 3, 2, 1, 1, 3, true},  // stride 2 over rows of 20 outputs (the vector loop)
+      {1, 5, 5, 17, 19, 5, 5, 1, 2, 2, 5},        // dilated 5x5
+      {1, 1, 6, 12, 7, 4, 4, 2, 1, 1, 1},         // one input channel (DS-CNN's first conv)
+      // The dense path (one pixel in and out):
+      {2, 21, 7, 1, 1, 1, 1, 1, 0, 1, 1},
   };
   return cases;
 }
@@ -221,6 +228,43 @@ TEST_CASE("integer conv: a shapes-only prepare sizes what a real one allocates",
     CHECK(sizes[0][2] == sizes[1][2]);
     CHECK(sizes[1][1] > 0);
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST_CASE("integer dense layer: a Gemm on codes equals the formula bit for bit", "[kernels][gemm][int8]") {
+  // A dense layer is a 1x1 conv of one pixel per input row: the same sums.
+  std::mt19937 rng(43);
+  const QuantGrid grid{0.021f, -7, -128, 127};
+  for (int64_t rows : {1, 3})
+    for (int64_t in : {5, 300}) {
+      const int64_t out = 10;
+      Problem p = MakeProblem({rows, in, out, 1, 1, 1, 1, 1, 0, 1, 1, true}, grid, rng);
+      Attributes attrs;
+      attrs.Set("activation", std::string("relu"));
+      Node marked;
+      marked.op = "Gemm";
+      SetConvInputGrid(grid, &marked);
+      for (const auto& [name, value] : marked.attrs.all()) attrs.Set(name, value);
+      const std::vector<float> want = Expected(p);  // [rows, out, 1, 1] = [rows, out]
+      for (int threads : {1, 2}) {
+        INFO("rows " << rows << " in " << in << " threads " << threads);
+        auto run = RunNode("Gemm", attrs, {Activation({rows, in}, p.x), Weights({out, in}, p.w), Weights({out}, p.b)},
+                           {{rows, out}}, threads);
+        REQUIRE(run.status.ok());
+        CHECK(SameBits(run.outputs[0], want));
+        attrs.Set("integer_conv", int64_t{0});
+        auto f = RunNode("Gemm", attrs, {Activation({rows, in}, p.x), Weights({out, in}, p.w), Weights({out}, p.b)},
+                         {{rows, out}}, threads);
+        attrs.Erase("integer_conv");
+        REQUIRE(f.status.ok());
+        testing::ExpectClose(f.outputs[0], testing::ToDouble(want), 1e-4, 1e-4);
+      }
+    }
 }
 
 }  // namespace
