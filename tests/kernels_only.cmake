@@ -2,7 +2,7 @@
 # arm64 cross build): each runs under CMAKE_CROSSCOMPILING_EMULATOR
 # (qemu-aarch64) when cross-compiling. Label `arm64` for the cross build.
 set(KERNEL_TESTS kernels_conv_test kernels_elementwise_test kernels_gemm_test kernels_isa_test kernels_layout_test
-    kernels_pool_test kernels_registry_test kernels_alloc_test kernels_resize_tile_test)
+    kernels_pool_test kernels_registry_test kernels_alloc_test kernels_resize_tile_test kernels_conv_int8_test)
 foreach(name ${KERNEL_TESTS})
   add_executable(${name} ${PROJECT_SOURCE_DIR}/tests/unit/daemon/runtime/kernels/${name}.cc
                  ${PROJECT_SOURCE_DIR}/tests/unit/main.cc ${PROJECT_SOURCE_DIR}/daemon/runtime/executor.cc
