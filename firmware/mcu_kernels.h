@@ -287,8 +287,9 @@ __attribute__((noinline)) inline void PointwisePixel(const Layer& l, CodeIn x, i
   }
 }
 
-// Any conv on codes, per output value over its valid taps (Conv's loop, in
-// integers).
+// Any conv on codes, per output value over its valid taps: Conv's loop in
+// integers (interior columns without a division, 3x3 depthwise rows
+// unrolled with the weights in registers).
 __attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8Weights& w, const float* b,
                                            const Out& out) {
   if (IsPointwise(l)) {
@@ -301,20 +302,40 @@ __attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8
   const int32_t dh = int32_t(l.dh), dw = int32_t(l.dw), sw = int32_t(l.sw), pl = int32_t(l.pad_left);
   const int32_t plane_size = H * W;
   const int32_t taps = KH * KW;
+  const int32_t span = W - 1 - (KW - 1) * dw + pl;
+  const int32_t inner_lo = (pl + sw - 1) / sw;
+  int32_t inner_hi = span < 0 ? 0 : span / sw + 1;
+  if (inner_hi > int32_t(l.ow)) inner_hi = int32_t(l.ow);
+  const int32_t off = in.off;
   for (int32_t oc = 0; oc < int32_t(l.oc); ++oc) {
     const int8_t* wo = w.codes + uint32_t(oc) * w.per;
     const float mult = in.scale * w.scales[oc];
     const float bias = b ? b[oc] : 0.0f;
     const uint8_t* planes = in.p + (oc / og) * cg * plane_size;
+    // Σ k · (p + off) over all nine taps = Σ k · p + off · Σ k.
+    const int32_t w0 = wo[0], w1 = taps > 1 ? wo[1] : 0, w2 = taps > 2 ? wo[2] : 0, w3 = taps > 3 ? wo[3] : 0;
+    const int32_t w4 = taps > 4 ? wo[4] : 0, w5 = taps > 5 ? wo[5] : 0, w6 = taps > 6 ? wo[6] : 0;
+    const int32_t w7 = taps > 7 ? wo[7] : 0, w8 = taps > 8 ? wo[8] : 0;
+    const int32_t all9 = off * (w0 + w1 + w2 + w3 + w4 + w5 + w6 + w7 + w8);
     for (int32_t oy = 0; oy < int32_t(l.oh); ++oy) {
       const int32_t iy0 = oy * int32_t(l.sh) - int32_t(l.pad_top);
       int32_t ky_lo, ky_hi;
       ValidTaps(iy0, dh, H, KH, &ky_lo, &ky_hi);
+      const bool unrolled = cg == 1 && KH == 3 && KW == 3 && dh == 1 && dw == 1 && ky_lo == 0 && ky_hi == 3;
       const Out out_row = out + (uint32_t(oc) * l.oh + uint32_t(oy)) * l.ow;
       for (int32_t ox = 0; ox < int32_t(l.ow); ++ox) {
         const int32_t ix0 = ox * sw - pl;
-        int32_t kx_lo, kx_hi;
-        ValidTaps(ix0, dw, W, KW, &kx_lo, &kx_hi);
+        if (unrolled && ox >= inner_lo && ox < inner_hi) {
+          const uint8_t* r0 = planes + (iy0 * W + ix0);
+          const uint8_t* r1 = r0 + W;
+          const uint8_t* r2 = r1 + W;
+          const int32_t acc = all9 + r0[0] * w0 + r0[1] * w1 + r0[2] * w2 + r1[0] * w3 + r1[1] * w4 + r1[2] * w5 +
+                              r2[0] * w6 + r2[1] * w7 + r2[2] * w8;
+          out_row.Put(uint32_t(ox), ApplyActivation(IntegerOut(acc, mult, bias), l.activation));
+          continue;
+        }
+        int32_t kx_lo = 0, kx_hi = KW;
+        if (ox < inner_lo || ox >= inner_hi) ValidTaps(ix0, dw, W, KW, &kx_lo, &kx_hi);
         int32_t acc = 0;
         for (int32_t ic = 0; ic < cg; ++ic) {
           const uint8_t* plane = planes + ic * plane_size;
@@ -322,7 +343,7 @@ __attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8
           for (int32_t ky = ky_lo; ky < ky_hi; ++ky) {
             const uint8_t* row = plane + (iy0 + ky * dh) * W + ix0;
             const int8_t* wr = wk + ky * KW;
-            for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += (int32_t(row[kx * dw]) + in.off) * wr[kx];
+            for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += (int32_t(row[kx * dw]) + off) * wr[kx];
           }
         }
         out_row.Put(uint32_t(ox), ApplyActivation(IntegerOut(acc, mult, bias), l.activation));
