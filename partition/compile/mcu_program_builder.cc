@@ -169,6 +169,10 @@ class McuProgramWriter {
 
 }  // namespace
 
+// ValidateProgram (transport/wire/mcu_program.h) refuses integer sums of more
+// terms than the builder stores.
+static_assert(kMaxIntegerDotTerms == 65535, "mcu_program.h ValidateProgram's bound on an integer sum's terms");
+
 // What an MCU layer of `node` is, without emitting it: every check of
 // BuildMcuProgram on one node (McuCanRun asks the same). An alias
 // (Reshape, Flatten, Identity) has op 0.

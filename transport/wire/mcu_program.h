@@ -376,6 +376,12 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
     // firmware has those kernels only).
     if ((l.op == kOpConv || l.op == kOpDense) && l.in0_grid != kNoWeights && l.weight_format != kWeightsInt8)
       return kErrProgramLayer;
+    // Those kernels sum in int32, at most 65535 terms of |k · (q − z)| <=
+    // 32640 each, which cannot overflow (partition/graph/int8_weights.h
+    // kMaxIntegerDotTerms; the builder stores such rows only).
+    if ((l.op == kOpConv || l.op == kOpDense) && l.in0_grid != kNoWeights &&
+        (l.op == kOpDense ? uint64_t(l.c) * l.h * l.w : uint64_t(l.c / (l.group ? l.group : 1)) * l.kh * l.kw) > 65535)
+      return kErrProgramLayer;
     switch (l.op) {
       case kOpConv: {
         if (l.group == 0 || l.c % l.group || l.oc % l.group || l.sh == 0 || l.sw == 0 || l.kh == 0 || l.kw == 0 ||
