@@ -126,7 +126,7 @@ Result<bool> Int8Conv::Prepare(const KernelContext& ctx, const ConvGeometry& geo
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t o = o0 + r, grp = o / g_.og, in_group = o % g_.og;
             const int64_t rb = in_group / kInt16PairRows, lane = in_group % kInt16PairRows;
-            // The same product the firmware forms (mcu_kernels.h IntegerConv).
+            // The same product the firmware forms (mcu_kernels.h IntegerOut's mult).
             f->mult[static_cast<size_t>(o)] = in_scale * q->scales[static_cast<size_t>(r)];
             const int8_t* codes = q->codes.data() + r * k_;
             if (direct_) {
@@ -251,7 +251,7 @@ void Int8Conv::EvalDirect(const int16_t* codes, const float* bias, float* y, int
         const int64_t ry = ky * g_.dh, rx = kx * g_.dw;
         const int16_t* src =
             phase + ((ry % g_.sh) * g_.sw + rx % g_.sw) * phase_size + (ry / g_.sh) * phase_w_ + rx / g_.sw;
-        microkernels_->int16_axpy(src, 1, n, kv, acc);
+        microkernels_->int16_axpy(src, n, kv, acc);
       }
     float* yo = y + o * plane_out;
     const float m = form_->mult[static_cast<size_t>(o)], b = bias ? bias[o] : 0.0f;

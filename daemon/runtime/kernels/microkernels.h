@@ -135,9 +135,9 @@ struct Microkernels {
   // The conv keeps such GEMMs off the indirect path (conv.cc ChooseIndirect).
   int64_t blocked_max_a = 0;
   void (*int16_pair_gemm)(const Int16PairGemmArgs&) = nullptr;
-  // acc[i] += k · x[i · stride] for i < n (int32, exact): one tap of the
-  // integer depthwise conv over an output row (conv_int8.cc).
-  void (*int16_axpy)(const int16_t* x, int64_t stride, int64_t n, int32_t k, int32_t* acc) = nullptr;
+  // acc[i] += k · x[i] for i < n (int32, exact): one tap of the integer
+  // depthwise conv over a whole polyphase output plane (conv_int8.cc).
+  void (*int16_axpy)(const int16_t* x, int64_t n, int32_t k, int32_t* acc) = nullptr;
   // y[i] = fma(float(acc[i]), mult, bias) for i < n: the integer conv's one
   // rounding (Int16PairGemmArgs).
   void (*requant_row)(const int32_t* acc, int64_t n, float mult, float bias, float* y) = nullptr;
