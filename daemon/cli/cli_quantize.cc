@@ -82,6 +82,8 @@ int RunQuantize(const QuantizeArgs& a) {
                        Status::InvalidArgument("give exactly one of --random N (N >= 1) and --calibration DIR"));
   auto names = QuantizableActivations(a.model.model_path);
   if (!names.ok()) return ReportError("quantize", names.status());
+  auto pad_sources = ZeroPadSources(a.model.model_path);
+  if (!pad_sources.ok()) return ReportError("quantize", pad_sources.status());
   auto graph = LoadModel(a.model);
   if (!graph.ok()) return ReportError("quantize", graph.status());
   auto samples = CalibrationInputs(a, *graph);
@@ -96,6 +98,8 @@ int RunQuantize(const QuantizeArgs& a) {
   std::vector<int> slots;  // output slot of each measured tensor
   for (const auto& n : *names) {
     auto it = value_of.find(n);
+    if (it == value_of.end())  // a zero Pad's output, folded into its reader: measured as the Pad's input
+      if (auto src = pad_sources->find(n); src != pad_sources->end()) it = value_of.find(src->second);
     if (it == value_of.end()) {
       folded.push_back(n);  // folded into its producer at import (e.g. a conv's output before its BN)
       continue;

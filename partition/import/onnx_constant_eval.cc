@@ -464,9 +464,17 @@ const std::set<std::string>& ArithmeticOps() {
 }
 
 // The one result of a single-output op as the list EvaluateConstantNode returns.
+// One tensor as a node's outputs, moved: a braced list would copy it (its
+// elements are const), a whole folded weight once more.
+std::vector<ConstTensor> OneOutput(ConstTensor t) {
+  std::vector<ConstTensor> out;
+  out.push_back(std::move(t));
+  return out;
+}
+
 Result<std::vector<ConstTensor>> SingleOutput(Result<ConstTensor> r) {
   if (!r.ok()) return r.status();
-  return std::vector<ConstTensor>{std::move(r).value()};
+  return OneOutput(std::move(r).value());
 }
 
 // The first `n` inputs are present.
@@ -494,7 +502,7 @@ Result<std::vector<ConstTensor>> FoldCast(const onnx::NodeProto& node, const std
   if (out.elem_type == TensorProto::STRING || out.elem_type == TensorProto::UNDEFINED)
     return Status::NotSupported("Cast: to string/undefined is not supported");
   for (double& v : out.data) v = Narrow(v, out.elem_type);
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 Result<std::vector<ConstTensor>> FoldUnary(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
@@ -574,7 +582,7 @@ Result<std::vector<ConstTensor>> FoldSqueezeOrUnsqueeze(const onnx::NodeProto& n
   } else {
     TS_ASSIGN_OR_RETURN(out.dims, SqueezedDims(node, out.dims, axes));
   }
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 // Reshape: target shape from attribute "shape" before opset 5, from input 1 since.
@@ -591,7 +599,7 @@ Result<std::vector<ConstTensor>> FoldReshape(const onnx::NodeProto& node, const 
   TS_ASSIGN_OR_RETURN(Shape dims, ResolveReshape(in[0]->dims, target, AttrInt(node, "allowzero", 0) != 0));
   ConstTensor out = *in[0];
   out.dims = dims;
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 Result<std::vector<ConstTensor>> FoldFlatten(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
@@ -604,7 +612,7 @@ Result<std::vector<ConstTensor>> FoldFlatten(const onnx::NodeProto& node, const 
   for (int64_t i = 0; i < axis; ++i) outer *= in[0]->dims[i];
   ConstTensor out = *in[0];
   out.dims = {outer, outer == 0 ? 0 : NumElements(in[0]->dims) / outer};
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 Result<std::vector<ConstTensor>> FoldConstantOfShape(const onnx::NodeProto& node,
@@ -622,7 +630,7 @@ Result<std::vector<ConstTensor>> FoldConstantOfShape(const onnx::NodeProto& node
   out.dims = in[0]->Ints();
   TS_RETURN_IF_ERROR(CheckFoldSize(out.dims));
   out.data.assign(static_cast<size_t>(NumElements(out.dims)), fill);
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 Result<std::vector<ConstTensor>> FoldRange(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
@@ -637,7 +645,7 @@ Result<std::vector<ConstTensor>> FoldRange(const onnx::NodeProto& node, const st
   out.elem_type = in[0]->elem_type;
   out.dims = {n};
   for (int64_t i = 0; i < n; ++i) out.data.push_back(Narrow(start + static_cast<double>(i) * delta, out.elem_type));
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 Result<std::vector<ConstTensor>> FoldExpand(const onnx::NodeProto& node, const std::vector<const ConstTensor*>& in) {
@@ -671,7 +679,7 @@ Result<std::vector<ConstTensor>> FoldTile(const onnx::NodeProto& node, const std
     for (size_t i = 0; i < idx.size(); ++i) off += (idx[i] % x.dims[i]) * strides[i];
     out.data[k] = x.data[off];
   });
-  return std::vector<ConstTensor>{std::move(out)};
+  return OneOutput(std::move(out));
 }
 
 }  // namespace
@@ -751,27 +759,26 @@ Result<Shape> ResolveReshape(const Shape& input, const std::vector<int64_t>& tar
 // DequantizeLinear / QuantizeLinear of constants (issue 16 item 1): a QDQ
 // model's int8 weights and int32 biases become float32 weights at import.
 // Scale and zero point are scalars or 1-D along `axis` (default 1, opset 13+);
-// arithmetic in float32 and rounding as quantization.h.
-Result<std::vector<ConstTensor>> FoldQuantizeLinear(const onnx::NodeProto& node,
-                                                    const std::vector<const ConstTensor*>& in) {
-  TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+// arithmetic in float32 and rounding as quantization.h. The `count` values
+// of the input (dims, element type x_type) come from get(k); put(k, v)
+// stores each result; *out_type is the output's element type.
+template <typename Get, typename Put>
+Status QuantizeLinearValues(const onnx::NodeProto& node, const Shape& dims, int32_t x_type, size_t count,
+                            const ConstTensor& scale, const ConstTensor* zp, Get get, Put put, int32_t* out_type) {
   const bool dequantize = node.op_type() == "DequantizeLinear";
-  const ConstTensor& x = *in[0];
-  const ConstTensor& scale = *in[1];
-  const ConstTensor* zp = in.size() > 2 ? in[2] : nullptr;
-  const int64_t rank = static_cast<int64_t>(x.dims.size());
+  const int64_t rank = static_cast<int64_t>(dims.size());
   int64_t axis = -1;  // per tensor
   if (scale.data.size() != 1) {
     if (scale.dims.size() != 1) return Invalid(node, "scale must be a scalar or 1-D");
     TS_ASSIGN_OR_RETURN(axis, NormalizeAxis(node, AttrInt(node, "axis", 1), rank));
-    if (x.dims[axis] != scale.dims[0])
+    if (dims[axis] != scale.dims[0])
       return Invalid(node, "scale has " + std::to_string(scale.dims[0]) + " values but axis " + std::to_string(axis) +
-                               " has " + std::to_string(x.dims[axis]));
+                               " has " + std::to_string(dims[axis]));
   }
   if (zp != nullptr && zp->data.size() != scale.data.size())
     return Invalid(node, "zero point and scale have different sizes");
   int32_t qtype = zp != nullptr ? zp->elem_type : static_cast<int32_t>(TensorProto::UINT8);
-  if (dequantize) qtype = x.elem_type;
+  if (dequantize) qtype = x_type;
   QuantGrid g;
   switch (qtype) {
     case TensorProto::INT8:
@@ -788,23 +795,52 @@ Result<std::vector<ConstTensor>> FoldQuantizeLinear(const onnx::NodeProto& node,
                                   " (int8, uint8 and int32 biases are supported)");
   }
   int64_t inner = 1;
-  for (int64_t i = axis + 1; axis >= 0 && i < rank; ++i) inner *= x.dims[i];
-  const int64_t channels = axis >= 0 ? x.dims[axis] : 1;
-  ConstTensor out;
-  out.dims = x.dims;
-  out.elem_type = dequantize ? static_cast<int32_t>(TensorProto::FLOAT) : qtype;
-  out.data.resize(x.data.size());
-  for (size_t k = 0; k < x.data.size(); ++k) {
+  for (int64_t i = axis + 1; axis >= 0 && i < rank; ++i) inner *= dims[i];
+  const int64_t channels = axis >= 0 ? dims[axis] : 1;
+  *out_type = dequantize ? static_cast<int32_t>(TensorProto::FLOAT) : qtype;
+  for (size_t k = 0; k < count; ++k) {
     const size_t c = axis >= 0 ? static_cast<size_t>((static_cast<int64_t>(k) / inner) % channels) : 0;
     g.scale = static_cast<float>(scale.data[c]);
     const double z = zp != nullptr ? zp->data[c] : 0.0;
     if (!(z >= -2147483648.0 && z <= 2147483647.0)) return Invalid(node, "zero point out of range");
     g.zero_point = static_cast<int32_t>(z);
     if (!(g.scale > 0) || !std::isfinite(g.scale)) return Invalid(node, "scale must be positive and finite");
-    out.data[k] = dequantize ? DequantizeCode(static_cast<int32_t>(x.data[k]), g)
-                             : QuantizeToCode(static_cast<float>(x.data[k]), g);
+    const double x = get(k);
+    put(k, dequantize ? DequantizeCode(static_cast<int32_t>(x), g) : QuantizeToCode(static_cast<float>(x), g));
   }
-  return std::vector<ConstTensor>{std::move(out)};
+  return Status::OK();
+}
+
+Result<std::vector<ConstTensor>> FoldQuantizeLinear(const onnx::NodeProto& node,
+                                                    const std::vector<const ConstTensor*>& in) {
+  TS_RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const ConstTensor& x = *in[0];
+  ConstTensor out;
+  out.dims = x.dims;
+  out.data.resize(x.data.size());
+  TS_RETURN_IF_ERROR(QuantizeLinearValues(
+      node, x.dims, x.elem_type, x.data.size(), *in[1], in.size() > 2 ? in[2] : nullptr,
+      [&](size_t k) { return x.data[k]; }, [&](size_t k, double v) { out.data[k] = v; }, &out.elem_type));
+  return OneOutput(std::move(out));
+}
+
+Result<onnx::TensorProto> DequantizeWeight(const onnx::NodeProto& node, const onnx::TensorProto& x,
+                                           const ConstTensor& scale, const ConstTensor* zp, const std::string& out) {
+  if (x.data_type() != TensorProto::INT8 && x.data_type() != TensorProto::UINT8)
+    return Status::NotSupported("DequantizeWeight: int8 and uint8 weights only");
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(x));  // exact: 8-bit codes
+  const Shape dims(x.dims().begin(), x.dims().end());
+  int32_t type = 0;
+  TS_RETURN_IF_ERROR(QuantizeLinearValues(
+      node, dims, x.data_type(), v.size(), scale, zp, [&](size_t k) { return static_cast<double>(v[k]); },
+      [&](size_t k, double r) { v[k] = static_cast<float>(r); }, &type));
+  onnx::TensorProto t;
+  t.set_name(out);
+  for (int64_t d : dims) t.add_dims(d);
+  t.set_data_type(TensorProto::FLOAT);
+  t.mutable_float_data()->Reserve(static_cast<int>(v.size()));
+  t.mutable_float_data()->Add(v.begin(), v.end());
+  return t;
 }
 
 Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& node,

@@ -27,6 +27,14 @@ bool IsConstantEvaluable(const std::string& op_type);
 Result<std::vector<ConstTensor>> EvaluateConstantNode(const onnx::NodeProto& node,
                                                       const std::vector<const ConstTensor*>& inputs, int64_t opset);
 
+// DequantizeLinear `node` of the int8 or uint8 initializer `x` straight into
+// a float32 initializer named `out` (EvaluateConstantNode's arithmetic,
+// bit for bit), holding 8 B a value at most instead of three tensors of
+// doubles: a QDQ model's large weights at import. NotSupported for other
+// element types (the caller evaluates those as usual).
+Result<onnx::TensorProto> DequantizeWeight(const onnx::NodeProto& node, const onnx::TensorProto& x,
+                                           const ConstTensor& scale, const ConstTensor* zp, const std::string& out);
+
 // ONNX Reshape target resolution: 0 copies the input dim (unless allowzero),
 // one -1 is inferred from the element count.
 Result<Shape> ResolveReshape(const Shape& input, const std::vector<int64_t>& target, bool allowzero);

@@ -205,6 +205,12 @@ class OnnxModelImporter {
   Status FixInputShapes();
   Status RunShapeInference();
   Status FoldConstantNodes(bool* changed);
+  // A DequantizeLinear of a large int8/uint8 weight initializer folded
+  // straight into a float32 initializer (onnx_import::DequantizeWeight);
+  // false when it is not one (then the general constant folding runs).
+  // With `sole_reader` (the node is the weight's only reader) the codes'
+  // bytes are freed after.
+  bool DequantizeLargeWeight(const onnx::NodeProto& node, bool sole_reader);
   // --- translation ---
   Status BuildGraph();
   Status TranslateNode(const onnx::NodeProto& node, int index);
@@ -247,6 +253,9 @@ class OnnxModelImporter {
   bool IsConst(const std::string& name) const;
   // A constant whose values the shapes-only reader left out (dims only).
   bool IsShapeOnly(const std::string& name) const { return dropped_.count(name) != 0; }
+  // Large float initializers whose values InputValue moved into the graph
+  // (name -> graph value): their protobuf storage is freed.
+  std::unordered_map<std::string, int> released_;
   // A weight matrix as float32, read straight from its initializer (not
   // through Const()'s doubles: a classifier's weights would be held three
   // times while importing, issue 11). REQUIRES: IsConst(name), values present.
@@ -697,6 +706,14 @@ bool OnnxModelImporter::IsConst(const std::string& name) const {
 
 Result<const ConstTensor*> OnnxModelImporter::Const(const std::string& name) {
   if (auto it = const_cache_.find(name); it != const_cache_.end()) return &it->second;
+  if (auto r = released_.find(name); r != released_.end()) {  // InputValue gave its values to the graph
+    ConstTensor c;
+    c.dims = graph_.values[r->second].shape;
+    const TensorData* d = graph_.ConstantData(r->second);
+    if (d != nullptr) c.data.assign(d->values.begin(), d->values.end());
+    auto [pos, inserted] = const_cache_.emplace(name, std::move(c));
+    return &pos->second;
+  }
   auto it = initializer_index_.find(name);
   if (it == initializer_index_.end()) return static_cast<const ConstTensor*>(nullptr);
   if (IsShapeOnly(name))
@@ -711,6 +728,11 @@ Result<const ConstTensor*> OnnxModelImporter::Const(const std::string& name) {
 }
 
 Result<std::vector<float>> OnnxModelImporter::WeightFloats(const std::string& name) {
+  if (auto r = released_.find(name); r != released_.end()) {
+    const TensorData* d = graph_.ConstantData(r->second);
+    if (d == nullptr) return Status::Internal(origin_ + ": '" + name + "' lost its values");
+    return d->values;
+  }
   if (auto it = const_cache_.find(name); it != const_cache_.end()) {  // a folded constant
     const ConstTensor& c = it->second;
     return std::vector<float>(c.data.begin(), c.data.end());
@@ -769,9 +791,46 @@ void OnnxModelImporter::RecordFoldSources(const onnx::NodeProto& node) {
     if (!out.empty()) const_sources_[out] = sources;
 }
 
+bool OnnxModelImporter::DequantizeLargeWeight(const onnx::NodeProto& node, bool sole_reader) {
+  constexpr int64_t kLarge = int64_t{1} << 14;  // smaller ones take the general path
+  const std::string& x = node.input(0);
+  auto it = initializer_index_.find(x);
+  if (it == initializer_index_.end() || IsShapeOnly(x) || const_cache_.count(x)) return false;
+  const onnx::TensorProto& t = model_.graph().initializer(it->second);
+  auto count = onnx_import::TensorElementCount(t);
+  if (!count.ok() || *count <= kLarge) return false;
+  if (t.data_type() != onnx::TensorProto::INT8 && t.data_type() != onnx::TensorProto::UINT8) return false;
+  auto scale = Const(node.input(1));
+  if (!scale.ok() || *scale == nullptr) return false;
+  const ConstTensor* zp = nullptr;
+  if (node.input_size() > 2 && !node.input(2).empty()) {
+    auto z = Const(node.input(2));
+    if (!z.ok() || *z == nullptr) return false;
+    zp = *z;
+  }
+  auto folded = onnx_import::DequantizeWeight(node, t, **scale, zp, node.output(0));
+  if (!folded.ok()) return false;  // the general path reports what is wrong
+  auto* g = model_.mutable_graph();
+  *g->add_initializer() = std::move(folded).value();
+  initializer_index_[node.output(0)] = g->initializer_size() - 1;
+  if (sole_reader) {  // nothing else reads the codes: free them (they stay an initializer, shapes only)
+    onnx::TensorProto& codes = *g->mutable_initializer(it->second);
+    const int64_t elem = onnx_import::RawElementSize(codes.data_type());
+    std::string().swap(*codes.mutable_raw_data());
+    google::protobuf::RepeatedField<int32_t>().Swap(codes.mutable_int32_data());
+    codes.set_raw_data(std::string(1, '\0'));  // a placeholder, as FoldToShapeOnly writes
+    dropped_[x] = {*count * elem, elem};
+  }
+  return true;
+}
+
 Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
   auto* g = model_.mutable_graph();
   std::vector<bool> folded(g->node_size(), false);
+  std::unordered_map<std::string, int> readers;  // how many nodes (and graph outputs) read each tensor
+  for (const auto& n : g->node())
+    for (const std::string& in : n.input()) ++readers[in];
+  for (const auto& o : g->output()) ++readers[o.name()];
   for (int i = 0; i < g->node_size(); ++i) {
     const onnx::NodeProto& node = g->node(i);
     if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
@@ -797,6 +856,12 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
         t.dims = {end - start};
       }
       results.push_back(std::move(t));
+    } else if (op == "DequantizeLinear" && node.input_size() >= 2 && node.output_size() == 1 &&
+               DequantizeLargeWeight(node, readers[node.input(0)] == 1)) {
+      RecordFoldSources(node);
+      folded[i] = true;
+      *changed = true;
+      continue;
     } else if (onnx_import::IsConstantEvaluable(op)) {
       std::vector<const ConstTensor*> inputs;
       bool all_const = true, shape_only = false;
@@ -835,13 +900,26 @@ Status OnnxModelImporter::FoldConstantNodes(bool* changed) {
     } else {
       continue;
     }
+    // A folded weight is kept once, as its initializer: the cache holds 8 B
+    // a value (doubles), so a large result, or a large input this node was
+    // its reader of, is read again from its initializer if asked for
+    // (a QDQ model's DequantizeLinear weights: mobilenet_v2's import peaked
+    // at 117 MB for 14 MB of float weights with every step cached).
+    constexpr size_t kCachedValues = size_t{1} << 14;
     for (size_t k = 0; k < results.size() && k < static_cast<size_t>(node.output_size()); ++k) {
       const std::string& out = node.output(static_cast<int>(k));
       if (out.empty()) continue;
       *g->add_initializer() = onnx_import::WriteTensorProto(out, results[k]);
       initializer_index_[out] = g->initializer_size() - 1;
-      const_cache_[out] = std::move(results[k]);
+      if (results[k].data.size() <= kCachedValues) {
+        const_cache_[out] = std::move(results[k]);
+      } else {
+        const_cache_.erase(out);
+      }
     }
+    for (const std::string& in : node.input())
+      if (auto it = const_cache_.find(in); it != const_cache_.end() && it->second.data.size() > kCachedValues)
+        const_cache_.erase(it);
     RecordFoldSources(node);
     folded[i] = true;
     *changed = true;
@@ -882,8 +960,19 @@ Result<int> OnnxModelImporter::InputValue(const onnx::NodeProto& node, const std
   auto values = onnx_import::ReadFloats(t);
   if (!values.ok()) return values.status().WithContext(origin_ + ": ");
   data.values = std::move(values).value();
+  const bool large = data.values.size() > (size_t{1} << 14);
   const int id = graph_.AddConstant(name, std::move(data));
   value_ids_[name] = id;
+  if (large) {
+    // The graph holds the weight now: free the initializer's copy at once
+    // rather than after the whole graph is built (every weight was held
+    // twice while importing). A later Const() or WeightFloats() of it reads
+    // the graph's values (ReleasedValues).
+    onnx::TensorProto& held = *model_.mutable_graph()->mutable_initializer(idx->second);
+    std::string().swap(*held.mutable_raw_data());
+    google::protobuf::RepeatedField<float>().Swap(held.mutable_float_data());
+    released_[name] = id;
+  }
   return id;
 }
 
@@ -2059,6 +2148,8 @@ Result<Graph> OnnxModelImporter::Import(google::protobuf::io::ZeroCopyInputStrea
     spdlog::debug("{}: fused {} GELU, {} LayerNorm and {} channel LayerNorm subgraphs", origin_, gelus, layer_norms,
                   channel_norms);
   }
+  if (const int pads = FoldPadsIntoWindows(&graph_, &folded); pads > 0)
+    spdlog::debug("{}: folded {} Pad nodes into the windows that read them", origin_, pads);
   TS_RETURN_IF_ERROR(FoldIntoProducers(&graph_, &folded));
   for (const auto& [consumer, producer] : folded) {
     const Sources s = node_sources_[consumer];

@@ -108,6 +108,19 @@ bool FoldBiasAdd(Graph* g, Node* p, const Node& add, int from_value) {
   return true;
 }
 
+// Drops the nodes marked in `removed` and renumbers the values' producers.
+void RemoveNodes(Graph* graph, const std::vector<bool>& removed) {
+  Graph& g = *graph;
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!removed[n]) kept.push_back(std::move(g.nodes[n]));
+  g.nodes = std::move(kept);
+  for (auto& v : g.values) v.producer = -1;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int v : g.nodes[n].outputs) g.values[v].producer = static_cast<int>(n);
+}
+
 }  // namespace
 
 Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
@@ -196,15 +209,69 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
     g.values[v].producer = -1;
     removed[n] = true;
   }
-  std::vector<Node> kept;
-  kept.reserve(g.nodes.size());
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    if (!removed[n]) kept.push_back(std::move(g.nodes[n]));
-  g.nodes = std::move(kept);
-  for (auto& v : g.values) v.producer = -1;
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    for (int v : g.nodes[n].outputs) g.values[v].producer = static_cast<int>(n);
+  RemoveNodes(&g, removed);
   return Status::OK();
+}
+
+int FoldPadsIntoWindows(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
+  Graph& g = *graph;
+  const auto consumers = g.Consumers();
+  std::vector<bool> is_output(g.values.size(), false);
+  for (int v : g.outputs) is_output[v] = true;
+  // The one reader of v, or -1.
+  auto only_reader = [&](int v) { return is_output[v] || consumers[v].size() != 1 ? -1 : consumers[v][0]; };
+  std::vector<bool> removed(g.nodes.size(), false);
+  int count = 0;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& pad = g.nodes[n];
+    if (pad.op != "Pad" || pad.inputs.size() != 1 || pad.outputs.size() != 1 || pad.inputs[0] < 0) continue;
+    const auto p = pad.attrs.Ints("pads");
+    if (pad.attrs.String("mode", "constant") != "constant" || pad.attrs.Float("value", 0.0) != 0.0 || p.size() != 8 ||
+        p[0] != 0 || p[1] != 0 || p[4] != 0 || p[5] != 0 ||
+        std::any_of(p.begin(), p.end(), [](int64_t v) { return v < 0; }))
+      continue;
+    const int x = pad.inputs[0], y = pad.outputs[0];
+    int reader = only_reader(y), qdq = -1;
+    if (reader >= 0 && g.nodes[reader].op == "QuantizeDequantize") {
+      const Node& q = g.nodes[reader];
+      const int64_t z = q.attrs.Int("zero_point", 0);
+      if (q.inputs.size() != 1 || q.outputs.size() != 1 || z < q.attrs.Int("qmin", -128) ||
+          z > q.attrs.Int("qmax", 127))
+        continue;
+      qdq = reader;
+      reader = only_reader(q.outputs[0]);
+    }
+    if (reader < 0 || removed[reader]) continue;
+    Node& w = g.nodes[reader];
+    const int read = qdq >= 0 ? g.nodes[qdq].outputs[0] : y;
+    if (w.inputs.empty() || w.inputs[0] != read) continue;
+    const auto wp = w.attrs.Ints("pads", {0, 0, 0, 0});
+    if (wp.size() != 4 || g.values[x].shape.size() != 4) continue;
+    const std::string auto_pad = w.attrs.String("auto_pad", "NOTSET");
+    if (auto_pad != "NOTSET" && auto_pad != "VALID") continue;
+    if (w.op == "AveragePool") {
+      const bool own_pads = std::any_of(wp.begin(), wp.end(), [](int64_t v) { return v != 0; });
+      if (w.attrs.Int("ceil_mode", 0) != 0 || (own_pads && w.attrs.Int("count_include_pad", 0) == 0)) continue;
+      w.attrs.Set("count_include_pad", int64_t{1});
+    } else if (w.op != "Conv") {
+      continue;
+    }
+    w.attrs.Set("pads", std::vector<int64_t>{wp[0] + p[2], wp[1] + p[3], wp[2] + p[6], wp[3] + p[7]});
+    if (qdq >= 0) {
+      Node& q = g.nodes[qdq];
+      q.inputs[0] = x;
+      g.values[q.outputs[0]].shape = g.values[x].shape;
+    } else {
+      w.inputs[0] = x;
+    }
+    g.values[y].producer = -1;
+    removed[n] = true;
+    ++count;
+    if (folded_into != nullptr) folded_into->emplace_back(pad.name, w.name);
+  }
+  if (count == 0) return 0;
+  RemoveNodes(&g, removed);
+  return count;
 }
 
 }  // namespace tessera

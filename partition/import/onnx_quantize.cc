@@ -441,6 +441,22 @@ Status Quantizer::QuantizeOperands(onnx::NodeProto* n, const std::string& x,
   return Status::OK();
 }
 
+// Whether `name` is a one-value float constant 0 (an initializer or a
+// Constant node's value): a Pad's constant_value that pads with zeros.
+bool IsZeroScalar(const onnx::GraphProto& g, const std::string& name) {
+  auto zero = [](const onnx::TensorProto& t) {
+    auto v = onnx_import::ReadFloats(t);
+    return v.ok() && v->size() == 1 && (*v)[0] == 0.0f;
+  };
+  for (const auto& t : g.initializer())
+    if (t.name() == name) return zero(t);
+  for (const auto& n : g.node())
+    if (n.op_type() == "Constant" && n.output_size() == 1 && n.output(0) == name)
+      for (const auto& a : n.attribute())
+        if (a.name() == "value" && a.has_t()) return zero(a.t());
+  return false;
+}
+
 Status Quantizer::Run(const std::map<std::string, ActivationRange>& ranges) {
   auto* g = m_->mutable_graph();
   const std::vector<std::string> candidates = Candidates(*g);
@@ -464,11 +480,12 @@ Status Quantizer::Run(const std::map<std::string, ActivationRange>& ranges) {
     for (const auto& o : n.output()) producer[o] = &n;
   for (const auto& name : candidates) {
     auto p = producer.find(name);
-    if (p == producer.end() || !grids.count(name) || p->second->input_size() == 0) continue;
+    if (p == producer.end() || p->second->input_size() == 0) continue;
     const onnx::NodeProto& n = *p->second;
     const std::string& op = n.op_type();
     const bool zero_pad = op == "Pad" && onnx_import::AttrString(n, "mode", "constant") == "constant" &&
-                          (n.input_size() < 3 || n.input(2).empty());
+                          (n.input_size() < 3 || n.input(2).empty() || IsZeroScalar(*g, n.input(2)));
+    if (!grids.count(name)) continue;
     const bool moves = op == "MaxPool" || op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
                        op == "Transpose" || op == "Identity" || zero_pad;
     auto in = grids.find(n.input(0));
@@ -540,6 +557,21 @@ Result<std::vector<std::string>> QuantizableActivations(const std::string& path)
   TS_ASSIGN_OR_RETURN(onnx::ModelProto m, ReadModel(path));
   TS_RETURN_IF_ERROR(FoldBatchNorms(&m, path).status());
   return Candidates(m.graph());
+}
+
+Result<std::map<std::string, std::string>> ZeroPadSources(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(onnx::ModelProto m, ReadModel(path));
+  const onnx::GraphProto& g = m.graph();
+  std::map<std::string, std::string> source;
+  for (const auto& n : g.node()) {  // graph order: a Pad's input is resolved before the Pad
+    if (n.op_type() != "Pad" || n.input_size() == 0 || n.output_size() != 1 ||
+        onnx_import::AttrString(n, "mode", "constant") != "constant")
+      continue;
+    if (n.input_size() >= 3 && !n.input(2).empty() && !IsZeroScalar(g, n.input(2))) continue;
+    auto up = source.find(n.input(0));
+    source[n.output(0)] = up != source.end() ? up->second : n.input(0);
+  }
+  return source;
 }
 
 Status QuantizeOnnxModel(const std::string& in_path, const std::map<std::string, ActivationRange>& ranges,

@@ -40,6 +40,13 @@ namespace tessera {
 // quantizes when given their ranges, in graph order (inputs first).
 Result<std::vector<std::string>> QuantizableActivations(const std::string& path);
 
+// Outputs of the model's zero constant Pads, each with the tensor whose
+// calibrated range stands for it: the Pad's input (through further zero
+// Pads). The importer folds such a Pad into the window that reads it
+// (FoldPadsIntoWindows), so its output is no tensor of the imported graph;
+// the padded tensor's range is its input's with 0, which every grid holds.
+Result<std::map<std::string, std::string>> ZeroPadSources(const std::string& path);
+
 struct ActivationRange {
   float min = 0.f, max = 0.f;
 };

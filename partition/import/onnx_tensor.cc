@@ -280,21 +280,29 @@ onnx::TensorProto WriteTensorProto(const std::string& name, const ConstTensor& c
   int32_t type = c.elem_type;
   if (type == TensorProto::FLOAT16 || type == TensorProto::BFLOAT16) type = TensorProto::FLOAT;
   t.set_data_type(type);
+  // Reserved up front: growing by doubling held up to twice a folded
+  // weight's bytes (a QDQ model's dequantized weights are all folded).
+  const int n = static_cast<int>(c.data.size());
   switch (type) {
     case TensorProto::FLOAT:
+      t.mutable_float_data()->Reserve(n);
       for (double v : c.data) t.add_float_data(static_cast<float>(v));
       break;
     case TensorProto::DOUBLE:
+      t.mutable_double_data()->Reserve(n);
       for (double v : c.data) t.add_double_data(v);
       break;
     case TensorProto::INT64:
+      t.mutable_int64_data()->Reserve(n);
       for (double v : c.data) t.add_int64_data(Saturate<int64_t>(v));
       break;
     case TensorProto::UINT32:
     case TensorProto::UINT64:
+      t.mutable_uint64_data()->Reserve(n);
       for (double v : c.data) t.add_uint64_data(Saturate<uint64_t>(v));
       break;
     default:  // int32 and narrower, bool
+      t.mutable_int32_data()->Reserve(n);
       for (double v : c.data) t.add_int32_data(Saturate<int32_t>(v));
       break;
   }

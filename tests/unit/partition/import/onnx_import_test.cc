@@ -1342,4 +1342,104 @@ TEST_CASE("onnx: a Pad by nothing after a layer is another name for its input", 
   CHECK(g->values[g->outputs[0]].shape == Shape{1, 2, 5, 5});
 }
 
+// A zero Pad that only a window reads becomes the window's own padding
+// (FoldPadsIntoWindows): Pad -> Conv, Pad -> QuantizeDequantize -> Conv (TF
+// "same" exports such as MLPerf's VWW) and Pad -> AveragePool, which then
+// counts the padding. Each answer must equal the same model whose Pad (or
+// QuantizeDequantize) is also a model output, which keeps the Pad as a node.
+TEST_CASE("onnx: a zero Pad read only by a Conv or an AveragePool becomes its padding, same answer", "[onnx]") {
+  enum Window { kConv, kQdqConv, kAvgPool };
+  for (Window kind : {kConv, kQdqConv, kAvgPool}) {
+    std::vector<float> folded_answer;
+    for (bool kept : {false, true}) {
+      CAPTURE(kind, kept);
+      OnnxModelBuilder b(13);
+      b.Input("x", {1, 2, 5, 4});
+      b.Int64s("pads", {8}, {0, 0, 1, 0, 0, 0, 2, 1});  // top 1, bottom 2, right 1
+      b.Node("Pad", {"x", "pads"}, {"p"}, "pad");
+      std::string read = "p";
+      if (kind == kQdqConv) {
+        b.Floats("s", {}, {0.125f});
+        Int8s(b, "z", {}, {-3});
+        b.Node("QuantizeLinear", {"p", "s", "z"}, {"pq"}, "quant");
+        b.Node("DequantizeLinear", {"pq", "s", "z"}, {"pd"}, "dequant");
+        read = "pd";
+      }
+      if (kind == kAvgPool) {
+        auto* pool = b.Node("AveragePool", {read}, {"y"}, "window");
+        SetInts(pool, "kernel_shape", {3, 2});
+        SetInts(pool, "strides", {2, 1});
+      } else {
+        std::vector<float> w(3 * 2 * 3 * 3);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = 0.25f * static_cast<float>(int(i * 7 % 11) - 5);
+        b.Floats("w", {3, 2, 3, 3}, w);
+        auto* conv = b.Node("Conv", {read, "w"}, {"y"}, "window");
+        SetInts(conv, "pads", {1, 0, 0, 1});  // its own padding adds to the Pad's
+        SetInts(conv, "strides", {2, 1});
+      }
+      b.Output("y");
+      if (kept) b.Output(read);
+      auto g = Import(b);
+      REQUIRE(g.ok());
+      const std::string window = kind == kAvgPool ? "AveragePool" : "Conv";
+      std::vector<std::string> want_ops;
+      if (kept) want_ops.push_back("Pad");
+      if (kind == kQdqConv) want_ops.push_back("QuantizeDequantize");
+      want_ops.push_back(window);
+      REQUIRE(Ops(*g) == want_ops);
+      const Node& w = g->nodes.back();
+      if (!kept) {
+        CHECK(w.attrs.Ints("pads") ==
+              (kind == kAvgPool ? std::vector<int64_t>{1, 0, 2, 1} : std::vector<int64_t>{2, 0, 2, 2}));
+        if (kind == kAvgPool) CHECK(w.attrs.Int("count_include_pad", 0) == 1);
+        if (kind == kQdqConv) CHECK(g->values[g->nodes[0].outputs[0]].shape == Shape{1, 2, 5, 4});
+      }
+      CHECK(g->Validate().ok());
+      std::vector<float> x(2 * 5 * 4);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.3f * static_cast<float>(int(i * 5 % 13) - 6);
+      auto ex = Executor::Create(*g, ExecutorOptions{});
+      REQUIRE(ex.ok());
+      std::vector<TensorData> out;
+      REQUIRE((*ex)->Run({Tensor({1, 2, 5, 4}, x)}, &out).ok());
+      // Folded and kept give the same values (compared across the two
+      // iterations); the shapes say the padding is all there.
+      CHECK(out[0].shape == (kind == kAvgPool ? Shape{1, 2, 3, 4} : Shape{1, 3, 4, 4}));
+      if (!kept) {
+        folded_answer = out[0].values;
+        CHECK(std::any_of(folded_answer.begin(), folded_answer.end(), [](float v) { return v != 0.f; }));
+      } else {
+        CHECK(out[0].values == folded_answer);
+      }
+    }
+  }
+}
+
+TEST_CASE("onnx: a Pad that is not zeros only a window reads stays a Pad", "[onnx]") {
+  // reflect mode; a non-zero value; a MaxPool (it pads with -inf, not 0); an
+  // AveragePool that pads itself without counting the padding; a Pad with two readers.
+  for (int variant = 0; variant < 5; ++variant) {
+    CAPTURE(variant);
+    OnnxModelBuilder b(13);
+    b.Input("x", {1, 1, 4, 4});
+    b.Int64s("pads", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+    b.Floats("v", {}, {variant == 1 ? 1.0f : 0.0f});
+    auto* pad = b.Node("Pad", {"x", "pads", "v"}, {"p"}, "pad");
+    if (variant == 0) SetString(pad, "mode", "reflect");
+    if (variant <= 1 || variant == 4) {
+      b.Floats("w", {1, 1, 2, 2}, {1, 2, 3, 4});
+      b.Node("Conv", {"p", "w"}, {"y"}, "conv");
+      if (variant == 4) b.Node("Relu", {"p"}, {"r"}, "second_reader");
+    } else {
+      auto* pool = b.Node(variant == 2 ? "MaxPool" : "AveragePool", {"p"}, {"y"}, "pool");
+      SetInts(pool, "kernel_shape", {2, 2});
+      if (variant == 3) SetInts(pool, "pads", {1, 1, 1, 1});
+    }
+    b.Output("y");
+    if (variant == 4) b.Output("r");
+    auto g = Import(b);
+    REQUIRE(g.ok());
+    CHECK(Ops(*g).front() == "Pad");
+  }
+}
+
 }  // namespace tessera
