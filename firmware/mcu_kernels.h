@@ -504,6 +504,45 @@ inline void RunWeighted(const ProgramView& p, const Layer& l, float* act, const 
   }
 }
 
+// e^x for x <= 0 without libm (a softmax's exponents after the row's
+// maximum is taken off): x = k·ln2 + r with |r| <= ln2/2, e^r by its Taylor
+// series to r^7 (the next term is below 5e-9 of the result), 2^k put into the
+// exponent bits. Within 1 ulp of glibc's expf over [-87.4, 0] (0.1 ulp on
+// average; uart_mcu_program_test); below -87.5 (e^x < 1.1e-38) it is 0.
+__attribute__((noinline)) inline float ExpNonPositive(float x) {
+  if (!(x >= -87.5f)) return 0.0f;  // also NaN: a row of NaN has no answer to keep
+  const float kf = x * 1.44269504f;
+  const int32_t k = static_cast<int32_t>(kf - 0.5f);  // round to nearest for kf <= 0 (truncation is toward 0)
+  const float r = (x - static_cast<float>(k) * 0.693145751953125f) - static_cast<float>(k) * 1.42860677e-06f;
+  float e = 1.0f / 5040.0f;
+  e = e * r + 1.0f / 720.0f;
+  e = e * r + 1.0f / 120.0f;
+  e = e * r + 1.0f / 24.0f;
+  e = e * r + 1.0f / 6.0f;
+  e = e * r + 0.5f;
+  e = e * r + 1.0f;
+  e = e * r + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(k + 127) << 23;  // k in [-126, 0]
+  float two_k;
+  memcpy(&two_k, &bits, 4);
+  return e * two_k;
+}
+
+// Softmax of the `l.group` values of a layer's input from element `row`:
+// e^(x - max) / Σ e^(x - max), as the host's kernel divides.
+__attribute__((noinline)) inline void Softmax(const ProgramView& p, float* act, const Layer& l, uint32_t row,
+                                              const Out& out) {
+  float m = LoadAny(p, act, l.in0, l.in0_grid, row);
+  for (uint32_t k = 1; k < l.group; ++k) {
+    const float v = LoadAny(p, act, l.in0, l.in0_grid, row + k);
+    m = v > m ? v : m;
+  }
+  float sum = 0.0f;
+  for (uint32_t k = 0; k < l.group; ++k) sum += ExpNonPositive(LoadAny(p, act, l.in0, l.in0_grid, row + k) - m);
+  for (uint32_t k = 0; k < l.group; ++k)
+    out.Put(row + k, ExpNonPositive(LoadAny(p, act, l.in0, l.in0_grid, row + k) - m) / sum);
+}
+
 // Runs layers [begin, end) of a validated program over the activation
 // region (one phase of a run, mcu_program.h). With `clock` (a free-running
 // tick counter): layer_ticks[k] gets layer k's ticks, k < max_timed; later
@@ -567,6 +606,9 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
         // QuantizeDequantize fused after it (a requantization, rounded as
         // the host rounds the second step).
         for (uint32_t k = 0; k < n; ++k) out.Put(k, QuantizeDequantizeValue(LoadAny(p, act, l.in0, l.in0_grid, k), w));
+        break;
+      case kOpSoftmax:
+        for (uint32_t r = 0; r < n; r += l.group) Softmax(p, act, l, r, out);
         break;
       default: break;  // rejected by ValidateProgram
     }

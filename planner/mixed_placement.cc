@@ -168,21 +168,30 @@ Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bo
         FastestPipelineUsing(problem, mcus, static_cast<int>(graph.nodes.size()), cluster.size(), mcus, built_fit);
     if (!found.ok() && found.status().code() == StatusCode::kResourceExhausted) {
       // Name the shortfall: the weights against the MCUs' flash.
-      int64_t weights = 0, largest = 0, flash = 0, largest_flash = 0;
+      // And the RAM: the layer whose input and output take the most.
+      int64_t weights = 0, largest = 0, flash = 0, largest_flash = 0, buffers = 0, largest_ram = 0;
+      int widest = 0;
       for (int j = 0; j < problem.layers(); ++j) {
         const int64_t w = problem.WeightBytes(mcus[0], j);  // as an MCU program stores them
         weights += w;
         largest = std::max<int64_t>(largest, w);
+        if (problem.BufferBytes(mcus[0], j) > buffers) buffers = problem.BufferBytes(mcus[0], j), widest = j;
       }
       for (int m : mcus) {
         flash += cluster.devices[m].flash_bytes;
         largest_flash = std::max(largest_flash, cluster.devices[m].flash_bytes);
+        largest_ram = std::max(largest_ram, cluster.devices[m].ram_bytes);
       }
-      return Status::ResourceExhausted(
-          found.status().message() + ": the layers' weights are " + std::to_string(weights) +
-          " B (int8 where exact, else float32), the MCUs' flash " + std::to_string(flash) +
-          " B in all; the largest layer's weights " + std::to_string(largest) + " B, the largest MCU's flash " +
-          std::to_string(largest_flash) + " B (RAM: activations, checked per device)");
+      const std::string ram = buffers > largest_ram
+                                  ? "; " + problem.names[widest] + " takes " + std::to_string(buffers) +
+                                        " B of RAM for its input and output, more than the largest MCU's " +
+                                        std::to_string(largest_ram) + " B (a layer runs whole on one MCU here)"
+                                  : " (RAM: activations, checked per device)";
+      return Status::ResourceExhausted(found.status().message() + ": the layers' weights are " +
+                                       std::to_string(weights) +
+                                       " B (int8 where exact, else float32), the MCUs' flash " + std::to_string(flash) +
+                                       " B in all; the largest layer's weights " + std::to_string(largest) +
+                                       " B, the largest MCU's flash " + std::to_string(largest_flash) + " B" + ram);
     }
     TS_ASSIGN_OR_RETURN(MixedPlacement out, std::move(found));
     out.note = "every layer on the MCUs (--mcu-only): the fastest contiguous pipeline over them; " +

@@ -112,6 +112,8 @@ std::pair<std::string, int64_t> LayerKindAndMacs(const mcu::Layer& l) {
       return {"copy", 0};
     case mcu::kOpQuantize:
       return {l.out_grid != mcu::kNoWeights ? "quantize_to_codes" : "quantize", 0};
+    case mcu::kOpSoftmax:
+      return {"softmax", 0};
     default:
       return {"?", 0};
   }

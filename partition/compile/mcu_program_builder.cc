@@ -239,6 +239,12 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
     out.grid[3] = static_cast<float>(q->qmax);
     if (!(out.grid[0] > 0) || out.grid[2] > out.grid[1] || out.grid[1] > out.grid[3])
       return Unsupported(node, "a grid without a positive scale");
+  } else if (node.op == "Softmax") {
+    const Shape& s = graph.values[xs[0]].shape;
+    const int64_t rank = static_cast<int64_t>(s.size()), axis = node.attrs.Int("axis", -1);
+    if (axis != -1 && axis != rank - 1) return Unsupported(node, "Softmax over an axis other than the last");
+    l.op = kOpSoftmax;
+    l.group = static_cast<uint32_t>(s.back());
   } else if (node.op == "Add") {
     l.op = kOpAdd;
     if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)

@@ -49,6 +49,13 @@ enum LayerOp : uint32_t {
   // an out_grid the output is stored as codes, else as the float they
   // stand for.
   kOpQuantize = 9,
+  // out = softmax of in0 along its last axis: rows of `group` values
+  // (a classifier's head, e.g. MLPerf VWW's two classes); float32 or codes
+  // in, stored as the output's form. e^x without libm (mcu_kernels.h
+  // ExpNonPositive, within 1 ulp of expf): the host's Eigen exp differs by
+  // as much, so answers match within 1e-5 relative, or one step of a
+  // QuantizeDequantize after it.
+  kOpSoftmax = 10,
 };
 
 enum Activation : uint32_t { kActNone = 0, kActRelu = 1 };
@@ -213,7 +220,8 @@ struct McuStatus {
 constexpr uint32_t kFirmwareStaticRamBytes = 24 * 1024;  // measured 22 360 B: 3 UART links ~6.4 KiB each
 constexpr uint32_t kFirmwareStackBytes = 2 * 1024;  // measured <= 960 B (mlperf-dscnn, SysTick and UART interrupts)
 constexpr uint32_t kFirmwareRamBytes = kFirmwareStaticRamBytes + kFirmwareStackBytes;
-constexpr uint32_t kFirmwareFlashBytes = 22 * 1024;  // code + constants, measured 21 316 B (integer conv kernels)
+constexpr uint32_t kFirmwareFlashBytes =
+    22 * 1024;                                 // code + constants, measured 21 976 B (integer conv kernels, Softmax)
 constexpr uint32_t kStatusMagic = 0x54535453;  // "STST"
 constexpr uint32_t kMaxTimedLayers = 64;
 
@@ -422,6 +430,11 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
         break;
       case kOpQuantize:
         if (out != in || !GridOk(v.weights, l.weight, wts, false)) return kErrProgramLayer;
+        break;
+      case kOpSoftmax:  // whole rows, not in place (the kernel reads each row twice)
+        if (out != in || l.group == 0 || uint32_t(in) % l.group ||  // 32-bit: tensor_ok bounded it by the arena
+            (l.in0 < l.out + out_bytes && l.out < l.in0 + in_bytes))
+          return kErrProgramLayer;
         break;
       default:
         return kErrProgramLayer;

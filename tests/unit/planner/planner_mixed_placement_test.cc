@@ -223,7 +223,13 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's activations as int8, as i
   REQUIRE(placed.ok());
   CHECK(std::count(placed->device_of_layer.begin(), placed->device_of_layer.end(), 1) ==
         static_cast<long>(placed->device_of_layer.size()));
-  CHECK_FALSE(PlaceMixed(float_activations, *c, true).ok());
+  // Refused, naming the layer whose input and output outgrow every MCU's RAM.
+  auto refused = PlaceMixed(float_activations, *c, true);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kResourceExhausted);
+  CHECK(refused.status().message().find("'pool1' (MaxPool) takes 39040 B of RAM for its input and output, more than "
+                                        "the largest MCU's " +
+                                        std::to_string(c->devices[1].ram_bytes) + " B") != std::string::npos);
   // Per layer on the MCU: 1 B a value of a QuantizeDequantize's output, and
   // of a layer's output that a QuantizeDequantize alone reads (fused into
   // it); a Linux device counts 4. conv1: input codes 490 + output 7840.
@@ -253,13 +259,11 @@ TEST_CASE("mixed placement: an MCU holds a QDQ model's activations as int8, as i
 }
 
 TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or is refused by name") {
-  // The KWS CNN with a Softmax after its dense layer: the firmware has no Softmax.
+  // The KWS CNN with a Sigmoid after its dense layer: the firmware has no Sigmoid.
   Graph g = MakeKeywordSpottingGraph();
   const int logits = g.outputs[0];
   const int probs = g.AddValue("probs", g.values[logits].shape);
-  Node softmax{"softmax", "Softmax", {logits}, {probs}, {}};
-  softmax.attrs.Set("axis", int64_t{1});
-  g.AddNode(std::move(softmax));
+  g.AddNode(Node{"sigmoid", "Sigmoid", {logits}, {probs}, {}});
   g.outputs = {probs};
   REQUIRE(g.Validate().ok());
   const int last = static_cast<int>(g.nodes.size()) - 1;
@@ -287,13 +291,13 @@ TEST_CASE("mixed placement: a layer an MCU cannot run goes to a Linux device, or
   dev[last] = 3;
   const PlacementCost forced = EvaluatePlacement(problem, dev);
   CHECK_FALSE(forced.feasible);
-  CHECK(forced.infeasible_reason.find("mcu2: node 'softmax' (Softmax)") != std::string::npos);
+  CHECK(forced.infeasible_reason.find("mcu2: node 'sigmoid' (Sigmoid)") != std::string::npos);
 
   // --mcu-only cannot place it at all: refused before any search, naming the node.
   auto only = PlaceMixed(g, c, true);
   REQUIRE_FALSE(only.ok());
   CHECK(only.status().code() == StatusCode::kNotSupported);
-  CHECK(only.status().message().find("'softmax' (Softmax): the op is not supported on an MCU") != std::string::npos);
+  CHECK(only.status().message().find("'sigmoid' (Sigmoid): the op is not supported on an MCU") != std::string::npos);
 }
 
 TEST_CASE("mixed placement: an MCU's program is built before its placement is chosen, RAM by liveness") {
