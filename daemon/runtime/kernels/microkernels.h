@@ -149,6 +149,11 @@ struct Microkernels {
   // on an 8-bit grid back to their codes less the zero point (conv_int8.h;
   // |lo|, |hi| <= 255).
   void (*codes_of)(const float* x, int64_t n, float inv, float lo, float hi, int16_t* out) = nullptr;
+  // y[i] = the value x[i]'s code on an 8-bit grid stands for (a QDQ
+  // model's QuantizeDequantize, partition/graph/quantization.h), bit for
+  // bit: clamp(round_half_even(x[i] / scale), lo, hi) · scale, NaN to 0,
+  // with lo, hi = qmin − zero point, qmax − zero point (whole numbers).
+  void (*quantize_dequantize)(const float* x, int64_t n, float scale, float lo, float hi, float* y) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

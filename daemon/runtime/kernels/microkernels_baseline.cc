@@ -138,8 +138,8 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 
 const Microkernels& BaselineMicrokernels() {
   static const Microkernels k{
-      Isa::kBaseline, &GemmPanels, &DepthwiseTaps, &DotRows,       &Deinterleave, &Logistic, 0, 0,
-      &Int16PairGemm, &Int16Axpy,  &RequantRow,    &Int16PairDot4, &CodesOf};
+      Isa::kBaseline, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave,         &Logistic, 0, 0, &Int16PairGemm,
+      &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf, &QuantizeDequantizeRow};
   return k;
 }
 

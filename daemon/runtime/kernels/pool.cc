@@ -228,6 +228,15 @@ class PoolKernel : public Kernel {
     for (int64_t oh = 0; oh < oh_; ++oh) {
       float* yr = y + oh * ow_;
       const float* base = padded + oh * sh_ * padded_w_;
+      if (n == 1) {  // one window across (a classifier's pool over the whole plane): one sum, same order
+        float acc = 0.f;
+        for (int64_t i = 0; i < kh_; ++i) {
+          const float* row = base + i * dh_ * padded_w_;
+          for (int64_t j = 0; j < kw_; ++j) acc += row[j * dw_];
+        }
+        yr[0] = acc * (inv_row_[oh] * inv_col_[0]);
+        continue;
+      }
       for (int64_t ow = 0; ow < n; ++ow) yr[ow] = 0.f;
       for (int64_t i = 0; i < kh_; ++i) {
         for (int64_t j = 0; j < kw_; ++j) {

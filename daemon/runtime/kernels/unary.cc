@@ -190,8 +190,10 @@ class UnaryKernel final : public Kernel {
         y = 0.5f * x * (1.f + (kSqrt2OverPi * (x + 0.044715f * x.cube())).tanh());
         break;
       // quantization.h: the value the int8 code of x stands for.
-      case UnaryOp::kQuantizeDequantize:
-        for (int64_t i = 0; i < n; ++i) out[i] = QuantizeDequantize(in[i], grid_);
+      case UnaryOp::kQuantizeDequantize:  // quantization.h QuantizeDequantize, bit for bit, vectorised
+        MicrokernelsFor(ActiveIsa())
+            .quantize_dequantize(in, n, grid_.scale, static_cast<float>(grid_.qmin - grid_.zero_point),
+                                 static_cast<float>(grid_.qmax - grid_.zero_point), out);
         break;
     }
   }

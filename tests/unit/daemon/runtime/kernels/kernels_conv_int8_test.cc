@@ -8,8 +8,11 @@
 // dilated and padded convs.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
+#include "daemon/runtime/kernels/isa.h"
+#include "daemon/runtime/kernels/microkernels.h"
 #include "daemon/runtime/kernels/weight_forms.h"
 #include "partition/graph/int8_weights.h"
 #include "partition/graph/quantization.h"
@@ -265,6 +268,40 @@ TEST_CASE("integer dense layer: a Gemm on codes equals the formula bit for bit",
         testing::ExpectClose(f.outputs[0], testing::ToDouble(want), 1e-4, 1e-4);
       }
     }
+}
+
+// The QuantizeDequantize microkernel (a QDQ model's every activation step,
+// vectorised) is quantization.h's QuantizeDequantize bit for bit at the
+// active ISA level (this test also runs with TESSERA_ISA=baseline/avx2, on
+// emulated Haswell and Nehalem, and on arm64): ties both ways, saturation,
+// NaN, infinities and values that round to -0 steps (stored as +0, as the
+// scalar code's int32 detour does).
+TEST_CASE("QuantizeDequantize microkernel equals quantization.h bit for bit", "[kernels][int8]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-200.f, 200.f);
+  for (const QuantGrid g :
+       {QuantGrid{0.25f, -5, -128, 127}, QuantGrid{0.0123f, 0, 0, 255}, QuantGrid{3.5f, 127, -128, 127}}) {
+    std::vector<float> x;
+    for (int k = -300; k <= 300; ++k) x.push_back((static_cast<float>(k) + 0.5f) * g.scale);  // ties
+    for (float v : {0.f, -0.f, -0.3f * g.scale, 0.3f * g.scale, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), 1e30f, -1e30f})
+      x.push_back(v);
+    for (int k = 0; k < 1000; ++k) x.push_back(u(rng) * g.scale);
+    for (const size_t n : {x.size(), size_t{7}, size_t{37}}) {  // vector body and scalar tails
+      std::vector<float> got(n, 1.f);
+      MicrokernelsFor(ActiveIsa())
+          .quantize_dequantize(x.data(), static_cast<int64_t>(n), g.scale, static_cast<float>(g.qmin - g.zero_point),
+                               static_cast<float>(g.qmax - g.zero_point), got.data());
+      int differ = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float want = QuantizeDequantize(x[i], g);
+        if (std::memcmp(&want, &got[i], sizeof(float)) != 0 && ++differ <= 3)
+          UNSCOPED_INFO("x " << x[i] << ": want " << want << ", got " << got[i]);
+      }
+      INFO(IsaName(ActiveIsa()) << ", scale " << g.scale << ", n " << n);
+      CHECK(differ == 0);
+    }
+  }
 }
 
 }  // namespace
