@@ -164,7 +164,9 @@ int64_t Int8Conv::PairScratchValues() const { return RoundUp(kp_ * block_cols_ *
 // The polyphase planes, and the flat sums of the whole output plane (rows
 // phase_w apart; the columns past ow are junk).
 int64_t Int8Conv::DirectScratchValues() const {
-  return RoundUp(g_.sh * g_.sw * phase_h_ * phase_w_, 32) + RoundUp(2 * g_.oh * phase_w_, 32);
+  // Phase planes, 16 values of slack (int16_tap_pairs reads up to 15 past a
+  // plane's end), the row of int32 sums.
+  return RoundUp(g_.sh * g_.sw * phase_h_ * phase_w_ + 16, 32) + RoundUp(2 * g_.oh * phase_w_, 32);
 }
 
 size_t Int8Conv::ScratchBytes() const {
@@ -212,6 +214,10 @@ void Int8Conv::BuildPairs(const int16_t* codes, int64_t p0, int64_t cols, int16_
   }
 }
 
+namespace {
+constexpr int64_t kMaxTapPairs = 32;  // kernels up to 8x8 sum every tap in registers (int16_tap_pairs)
+}  // namespace
+
 void Int8Conv::EvalDirect(const int16_t* codes, const float* bias, float* y, int threads, int16_t* scratch) const {
   const int64_t plane_out = g_.oh * g_.ow, taps = g_.kh * g_.kw;
   const int64_t phases = g_.sh * g_.sw, phase_size = phase_h_ * phase_w_;
@@ -236,23 +242,44 @@ void Int8Conv::EvalDirect(const int16_t* codes, const float* bias, float* y, int
             continue;
           }
           const int16_t* src = plane + iy * g_.w;
-          for (int64_t c = 0; c < phase_w_; ++c) {
-            const int64_t ix = px + g_.sw * c - g_.pl;
-            row[c] = ix >= 0 && ix < g_.w ? src[ix] : int16_t{0};
+          // Columns c with ix = px + sw·c − pl inside the row: [c0, c1).
+          const int64_t c0 = std::min(phase_w_, std::max<int64_t>(0, (g_.pl - px + g_.sw - 1) / g_.sw));
+          const int64_t last = g_.w - 1 + g_.pl - px;  // sw·c <= last (none when negative)
+          const int64_t c1 = last < 0 ? c0 : std::max(c0, std::min(phase_w_, last / g_.sw + 1));
+          std::memset(row, 0, sizeof(int16_t) * static_cast<size_t>(c0));
+          if (g_.sw == 1) {
+            std::memcpy(row + c0, src + (px + c0 - g_.pl), sizeof(int16_t) * static_cast<size_t>(c1 - c0));
+          } else {
+            for (int64_t c = c0; c < c1; ++c) row[c] = src[px + g_.sw * c - g_.pl];
           }
+          std::memset(row + c1, 0, sizeof(int16_t) * static_cast<size_t>(phase_w_ - c1));
         }
       }
     const int32_t* k = form_->taps.data() + o * taps;
-    std::memset(acc, 0, sizeof(int32_t) * static_cast<size_t>(n));
-    for (int64_t ky = 0; ky < g_.kh; ++ky)
-      for (int64_t kx = 0; kx < g_.kw; ++kx) {
-        const int32_t kv = k[ky * g_.kw + kx];
-        if (kv == 0) continue;
-        const int64_t ry = ky * g_.dh, rx = kx * g_.dw;
-        const int16_t* src =
-            phase + ((ry % g_.sh) * g_.sw + rx % g_.sw) * phase_size + (ry / g_.sh) * phase_w_ + rx / g_.sw;
-        microkernels_->int16_axpy(src, n, kv, acc);
+    auto tap_src = [&](int64_t t) {  // tap t's phase plane, at its offset
+      const int64_t ry = (t / g_.kw) * g_.dh, rx = (t % g_.kw) * g_.dw;
+      return phase + ((ry % g_.sh) * g_.sw + rx % g_.sw) * phase_size + (ry / g_.sh) * phase_w_ + rx / g_.sw;
+    };
+    if (taps <= kMaxTapPairs * 2) {
+      // Every tap at once, two per vpmaddwd, summed in registers; an odd
+      // tap count pairs the last with a weight of 0.
+      const int16_t* src[kMaxTapPairs * 2];
+      int32_t kpair[kMaxTapPairs];
+      const int64_t pairs = (taps + 1) / 2;
+      for (int64_t p = 0; p < pairs; ++p) {
+        const int64_t t0 = 2 * p, t1 = std::min(2 * p + 1, taps - 1);
+        const int32_t k1 = 2 * p + 1 < taps ? k[t1] : 0;
+        src[2 * p] = tap_src(t0);
+        src[2 * p + 1] = tap_src(t1);
+        kpair[p] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(k[t0])) |
+                                        static_cast<uint32_t>(static_cast<uint16_t>(k1)) << 16);
       }
+      microkernels_->int16_tap_pairs(src, kpair, pairs, n, acc);
+    } else {
+      std::memset(acc, 0, sizeof(int32_t) * static_cast<size_t>(n));
+      for (int64_t t = 0; t < taps; ++t)
+        if (k[t] != 0) microkernels_->int16_axpy(tap_src(t), n, k[t], acc);
+    }
     float* yo = y + o * plane_out;
     const float m = form_->mult[static_cast<size_t>(o)], b = bias ? bias[o] : 0.0f;
     for (int64_t oy = 0; oy < g_.oh; ++oy) {

@@ -154,6 +154,13 @@ struct Microkernels {
   // bit: clamp(round_half_even(x[i] / scale), lo, hi) · scale, NaN to 0,
   // with lo, hi = qmin − zero point, qmax − zero point (whole numbers).
   void (*quantize_dequantize)(const float* x, int64_t n, float scale, float lo, float hi, float* y) = nullptr;
+  // acc[i] = Σ_p k_lo[p] · src[2p][i] + k_hi[p] · src[2p + 1][i] for i < n
+  // (int32, exact; k[p] holds the int16 pair k_lo | k_hi << 16): every tap
+  // of the integer depthwise conv over a whole polyphase output plane at
+  // once, summed in registers (conv_int8.cc; replaces an int16_axpy per tap).
+  // May read up to 15 values past src[t] + n (the caller's scratch has them).
+  void (*int16_tap_pairs)(const int16_t* const* src, const int32_t* k, int64_t pairs, int64_t n,
+                          int32_t* acc) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

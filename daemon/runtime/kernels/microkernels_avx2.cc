@@ -289,8 +289,8 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 
 const Microkernels& Avx2Microkernels() {
   static const Microkernels k{
-      Isa::kAvx2, &GemmPanels,    &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
-      0,          &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow};
+      Isa::kAvx2, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave,          &Logistic,     0, 0, &Int16PairGemm,
+      &Int16Axpy, &RequantRow, &Int16PairDot4, &CodesOf, &QuantizeDequantizeRow, &Int16TapPairs};
   return k;
 }
 

@@ -382,8 +382,9 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 
 const Microkernels& Avx512Microkernels() {
   static const Microkernels k{
-      Isa::kAvx512, &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
-      kLargeA,      &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow};
+      Isa::kAvx512,  &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
+      kLargeA,       &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow,
+      &Int16TapPairs};
   return k;
 }
 

@@ -137,9 +137,21 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& BaselineMicrokernels() {
-  static const Microkernels k{
-      Isa::kBaseline, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave,         &Logistic, 0, 0, &Int16PairGemm,
-      &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf, &QuantizeDequantizeRow};
+  static const Microkernels k{Isa::kBaseline,
+                              &GemmPanels,
+                              &DepthwiseTaps,
+                              &DotRows,
+                              &Deinterleave,
+                              &Logistic,
+                              0,
+                              0,
+                              &Int16PairGemm,
+                              &Int16Axpy,
+                              &RequantRow,
+                              &Int16PairDot4,
+                              &CodesOf,
+                              &QuantizeDequantizeRow,
+                              &Int16TapPairs};
   return k;
 }
 

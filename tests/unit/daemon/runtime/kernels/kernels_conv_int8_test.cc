@@ -136,6 +136,8 @@ const std::vector<Case>& Cases() {
       {1, 3, 3, 30, 40, 3, 3, 2, 1, 1, 3, true},  // stride 2 over rows of 20 outputs (the vector loop)
       {1, 5, 5, 17, 19, 5, 5, 1, 2, 2, 5},        // dilated 5x5
       {1, 1, 6, 12, 7, 4, 4, 2, 1, 1, 1},         // one input channel (DS-CNN's first conv)
+      {1, 2, 2, 9, 1, 3, 1, 2, 0, 1, 2},          // one column, stride 2: a column phase with no input
+      {1, 16, 16, 6, 6, 3, 3, 1, 1, 1, 16},       // small planes, many channels (VWW's 6x6 depthwise)
       // The dense path (one pixel in and out):
       {2, 21, 7, 1, 1, 1, 1, 1, 0, 1, 1},
   };
