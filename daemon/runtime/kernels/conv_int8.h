@@ -13,9 +13,10 @@
 //    Int16PairGemm over four output channels × 16 columns at a time, which
 //    also applies the one rounding;
 //  * direct path (one input channel per output: depthwise): per output
-//    channel, one Int16Axpy per tap over the zero-padded plane split into
-//    its stride's polyphase planes (so every tap reads with stride 1), then
-//    RequantRow per row;
+//    channel, the zero-padded plane split into its stride's polyphase
+//    planes (so every tap reads with stride 1), every tap summed at once
+//    over the whole output plane (Int16TapPairs, two taps per vpmaddwd;
+//    one Int16Axpy per tap for kernels over 64 taps), then RequantRow per row;
 //  * dense path (one pixel in and out): dot products over the codes.
 // The fused activation follows on each block while it is in cache.
 #pragma once
@@ -70,10 +71,10 @@ class Int8Conv {
   int64_t PairScratchValues() const;  // int16 values of one thread's pair block
   void BuildPairs(const int16_t* codes, int64_t p0, int64_t cols, int16_t* xp) const;
   // One input channel per output channel (depthwise): per output channel,
-  // its padded input plane in polyphase planes and one Int16Axpy per tap
-  // over the whole output plane, no im2col.
+  // its padded input plane in polyphase planes and every tap summed over
+  // the whole output plane (int16_tap_pairs), no im2col.
   void EvalDirect(const int16_t* codes, const float* bias, float* y, int threads, int16_t* scratch) const;
-  int64_t DirectScratchValues() const;  // int16 values per thread: padded plane + a row of int32 sums
+  int64_t DirectScratchValues() const;  // int16 per thread: phase planes, 16 of slack, the int32 sums
   // One pixel in, one out (a dense layer, or a 1x1 conv of a 1x1 map):
   // dot products over the codes as they are.
   void EvalDense(const int16_t* codes, const float* bias, float* y) const;
