@@ -967,7 +967,7 @@ Result<int> OnnxModelImporter::InputValue(const onnx::NodeProto& node, const std
     // The graph holds the weight now: free the initializer's copy at once
     // rather than after the whole graph is built (every weight was held
     // twice while importing). A later Const() or WeightFloats() of it reads
-    // the graph's values (ReleasedValues).
+    // the graph's values (released_).
     onnx::TensorProto& held = *model_.mutable_graph()->mutable_initializer(idx->second);
     std::string().swap(*held.mutable_raw_data());
     google::protobuf::RepeatedField<float>().Swap(held.mutable_float_data());
