@@ -213,7 +213,10 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
   return Status::OK();
 }
 
-int FoldPadsIntoWindows(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
+namespace {
+
+// One pass of FoldPadsIntoWindows (below).
+int FoldPadsOnce(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
   Graph& g = *graph;
   const auto consumers = g.Consumers();
   std::vector<bool> is_output(g.values.size(), false);
@@ -272,6 +275,16 @@ int FoldPadsIntoWindows(Graph* graph, std::vector<std::pair<std::string, std::st
   if (count == 0) return 0;
   RemoveNodes(&g, removed);
   return count;
+}
+
+}  // namespace
+
+int FoldPadsIntoWindows(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded_into) {
+  // Until none is left: in a chain of zero Pads, the first reads into a Pad,
+  // not a window, until the one after it is folded.
+  int total = 0;
+  for (int n = FoldPadsOnce(graph, folded_into); n > 0; n = FoldPadsOnce(graph, folded_into)) total += n;
+  return total;
 }
 
 }  // namespace tessera

@@ -37,7 +37,8 @@ Status FoldIntoProducers(Graph* graph, std::vector<std::pair<std::string, std::s
 // TF-"same" models (MobileNet VWW, exported from ZeroPad2d) pad before every
 // stride-2 conv: one pass and one padded copy fewer on a host, and layers an
 // MCU can run (its firmware has no Pad).
-// Returns how many Pads were folded; `folded` gets (Pad's name, W's name).
+// A chain of such Pads folds whole. Returns how many Pads were folded;
+// `folded` gets (Pad's name, W's name).
 int FoldPadsIntoWindows(Graph* graph, std::vector<std::pair<std::string, std::string>>* folded = nullptr);
 
 }  // namespace tessera

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "daemon/runtime/executor.h"
 #include "onnx/onnx_pb.h"
 #include "partition/import/model_import.h"
+#include "partition/import/onnx_quantize.h"
 
 namespace tessera {
 namespace {
@@ -1440,6 +1442,41 @@ TEST_CASE("onnx: a Pad that is not zeros only a window reads stays a Pad", "[onn
     REQUIRE(g.ok());
     CHECK(Ops(*g).front() == "Pad");
   }
+}
+
+// tessera quantize calibrates on the imported graph, where a folded zero
+// Pad's output is no tensor: ZeroPadSources names the tensor measured for
+// it, the Pad's input (through a chain of zero Pads). A Pad by another value
+// or mode keeps its own range.
+TEST_CASE("quantize: a zero Pad's output is calibrated as its input", "[onnx][quantized]") {
+  OnnxModelBuilder b(13);
+  b.Input("x", {1, 1, 4, 4});
+  b.Int64s("pads", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+  b.Floats("zero", {}, {0.f});
+  b.Floats("one", {}, {1.f});
+  b.Floats("w", {1, 1, 3, 3}, std::vector<float>(9, 0.5f));
+  b.Node("Pad", {"x", "pads", "zero"}, {"p1"}, "pad_zero");
+  b.Node("Pad", {"p1", "pads"}, {"p2"}, "pad_default");  // no value: zeros
+  b.Node("Conv", {"p2", "w"}, {"c"}, "conv");
+  b.Node("Pad", {"c", "pads", "one"}, {"p3"}, "pad_one");
+  auto* reflect = b.Node("Pad", {"p3", "pads"}, {"p4"}, "pad_reflect");
+  SetString(reflect, "mode", "reflect");
+  b.Node("Conv", {"p4", "w"}, {"y"}, "conv2");
+  b.Output("y");
+  const std::string path = (std::filesystem::temp_directory_path() / "tessera_zero_pad_sources.onnx").string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << b.Bytes();
+  }
+  auto sources = ZeroPadSources(path);
+  std::remove(path.c_str());
+  REQUIRE(sources.ok());
+  CHECK(*sources == std::map<std::string, std::string>{{"p1", "x"}, {"p2", "x"}});
+  // And the import folds exactly those two into the first conv.
+  auto g = Import(b);
+  REQUIRE(g.ok());
+  CHECK(Ops(*g) == std::vector<std::string>{"Conv", "Pad", "Pad", "Conv"});
+  CHECK(g->nodes[0].attrs.Ints("pads") == std::vector<int64_t>{2, 2, 2, 2});
 }
 
 }  // namespace tessera
