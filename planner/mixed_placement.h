@@ -32,7 +32,11 @@ inline constexpr double kMaxMixedCandidates = 2e6;
 double ContiguousPipelines(int layers, int devices);
 
 struct MixedPlacement {
-  std::vector<int> device_of_layer;  // per graph node
+  std::vector<int> device_of_layer;  // per graph node (a tiled layer: the first device of its tiles)
+  // Non-empty: how each layer is cut, when some are cut over several MCUs
+  // (an --mcu-only stem in FFMT row tiles, PlaceMixed); empty: every layer
+  // whole on device_of_layer.
+  std::vector<LayerAssignment> assignments;
   PlacementCost cost;                // EvaluatePlacement of it
   bool forced = false;               // not the planner's own plan
   std::string note;                  // why this placement, for the user
@@ -42,7 +46,14 @@ struct MixedPlacement {
 // Source device 0 takes the inputs and returns the outputs. `mcus_only`:
 // every layer on an MCU (an MCU chain; the Linux source only feeds the
 // input and takes the output), the fastest such pipeline, without asking
-// the planner.
+// the planner. When no pipeline of whole layers fits the MCUs' RAM (the
+// large early feature maps of a CNN: VWW's 48x48 layers on 38 KiB), the
+// shortest stem of layers [0, s] that leaves every later layer small
+// enough for one MCU is cut into k row tiles on the first k MCUs (FFMT,
+// METHODS §3: each tile with its halo), s and then k as small as fit once
+// the MCU programs are built, and the layers after it are the fastest
+// contiguous pipeline over the MCUs (`assignments` holds the cut). No
+// latency is predicted for such a placement (cost.latency_s 0).
 Result<MixedPlacement> PlaceMixed(const Graph& graph, const Cluster& cluster, bool mcus_only = false);
 
 // The fastest contiguous pipeline (each device's layers consecutive) that
@@ -72,5 +83,14 @@ Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vec
 // firmware's (ResourceExhausted naming the MCU, its need and its preset):
 // what `demo --mcu` promises each MCU and McuProgramsFit asks.
 Result<std::map<int, McuProgramImage>> BuildMcuPrograms(const Cluster& cluster, const CompiledPlan& compiled);
+
+// How plans with MCU devices compile: FDT partial sums merge in float (the
+// firmware has no int32 merge) and every transfer to, from or on an MCU
+// moves contiguous runs (CompileOptions::contiguous_io_devices).
+CompileOptions McuCompileOptions(const Cluster& cluster);
+
+// The plan of a MixedPlacement: its assignments, or every layer whole on
+// device_of_layer.
+PartitionPlan MixedPartitionPlan(const MixedPlacement& placement, int devices);
 
 }  // namespace tessera

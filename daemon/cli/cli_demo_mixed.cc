@@ -141,23 +141,24 @@ Result<MixedCluster> StartMixedCluster(const std::string& firmware, const std::s
   return mc;
 }
 
-// Whole layers on the devices of `placement`; the plan id names them.
+// The layers of `placement` on its devices (whole, or an --mcu-only stem
+// in row tiles); the plan id names them.
 Result<CompiledPlan> CompileMixedPlan(const Graph& graph, const MixedCluster& mc, const MixedPlacement& placement,
                                       std::string* plan_id) {
-  PartitionPlan pp;
-  pp.num_devices = mc.cluster.size();
-  pp.source = 0;
-  *plan_id = "mixed-kws";
-  for (size_t j = 0; j < graph.nodes.size(); ++j) {
-    LayerAssignment a;
-    a.scheme = LayerScheme::kWhole;
-    a.devices = {placement.device_of_layer[j]};
-    pp.layers.push_back(a);
-    *plan_id += "-" + mc.cluster.devices[a.devices[0]].name;
+  const PartitionPlan pp = MixedPartitionPlan(placement, mc.cluster.size());
+  // Runs of layers cut alike: "mixed-mcu1+mcu2:ffmt9-mcu3:40-..." (devices, scheme, layers).
+  *plan_id = "mixed";
+  for (size_t j = 0; j < pp.layers.size();) {
+    const LayerAssignment& a = pp.layers[j];
+    size_t end = j + 1;
+    while (end < pp.layers.size() && pp.layers[end].devices == a.devices && pp.layers[end].scheme == a.scheme) ++end;
+    std::string devices;
+    for (int d : a.devices) devices += (devices.empty() ? "" : "+") + mc.cluster.devices[d].name;
+    *plan_id += "-" + devices + ":" + (a.scheme == LayerScheme::kWhole ? "" : LayerSchemeName(a.scheme)) +
+                std::to_string(end - j);
+    j = end;
   }
-  CompileOptions co;
-  co.integer_partial_sums = false;  // the MCUs merge FDT partial sums in float
-  return CompilePlan(graph, pp, co);
+  return CompilePlan(graph, pp, McuCompileOptions(mc.cluster));
 }
 
 // --force SCHEME: every layer the scheme can cut split over all four
@@ -180,9 +181,7 @@ Result<CompiledPlan> CompileForcedMixedPlan(const Graph& graph, const MixedClust
     for (int d : a.devices) devices += (devices.empty() ? "" : "+") + mc.cluster.devices[d].name;
     *text += (j ? ", " : "") + graph.nodes[j].name + ":" + LayerSchemeName(a.scheme) + "@" + devices;
   }
-  CompileOptions co;
-  co.integer_partial_sums = false;  // the MCUs merge FDT partial sums in float
-  return CompilePlan(graph, pp, co);
+  return CompilePlan(graph, pp, McuCompileOptions(mc.cluster));
 }
 
 // The MCU's own figures from its STATUS frame, through the owning worker
@@ -486,9 +485,14 @@ int RunMixedDemo(const DemoOptions& d) {
     placement = PlaceMixed(graph, mc->cluster, d.mcu_only);
     if (!placement.ok()) return ReportError(kWhat, placement.status());
     compiled = CompileMixedPlan(graph, *mc, *placement, &report.plan_id);
-    for (size_t j = 0; j < graph.nodes.size(); ++j)
-      report.placement_text +=
-          (j ? ", " : "") + graph.nodes[j].name + "@" + mc->cluster.devices[placement->device_of_layer[j]].name;
+    const PartitionPlan pp = MixedPartitionPlan(*placement, mc->cluster.size());
+    for (size_t j = 0; j < graph.nodes.size() && j < pp.layers.size(); ++j) {
+      std::string devices;
+      for (int dev : pp.layers[j].devices) devices += (devices.empty() ? "" : "+") + mc->cluster.devices[dev].name;
+      const bool whole = pp.layers[j].scheme == LayerScheme::kWhole;
+      report.placement_text += (j ? ", " : "") + graph.nodes[j].name +
+                               (whole ? "" : std::string(":") + LayerSchemeName(pp.layers[j].scheme)) + "@" + devices;
+    }
   } else {
     compiled = CompileForcedMixedPlan(graph, *mc, d.force, &report.plan_id, &*placement, &report.placement_text);
   }

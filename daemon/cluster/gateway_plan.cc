@@ -95,11 +95,10 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     for (const WorkerEndpoint& w : served.workers) deployment += "\n" + w.name + " " + w.address + " " + w.identity;
     served.plan_id = loaded.id + "-" + Sha256Hex(deployment).substr(0, 12);
   }
-  served.integer_partial_sums =
-      std::none_of(devices.begin(), devices.end(), [](const Device* d) { return d->kind == DeviceKind::kMcu; });
-  CompileOptions co;
-  co.integer_partial_sums = served.integer_partial_sums;
-  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan, co));
+  for (size_t d = 0; d < devices.size(); ++d)
+    if (devices[d]->kind == DeviceKind::kMcu) served.compile.contiguous_io_devices.insert(static_cast<int>(d));
+  served.compile.integer_partial_sums = served.compile.contiguous_io_devices.empty();
+  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan, served.compile));
   served.mcu_ports = DirectMcuPorts(cluster, cluster_index);
   int direct = 0;
   for (DeviceProgram& p : compiled.programs) direct += MarkDirectMcuTransfers(served.mcu_ports, &p);
@@ -222,10 +221,9 @@ Result<Graph> ImportModelSource(const ModelSource& model, MergeReport* report) {
 
 Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const PartitionPlan& plan, int device,
                                                       const ModelSource& model, int64_t window_bytes,
-                                                      bool integer_partial_sums) {
-  CompileOptions co;
+                                                      const CompileOptions& options) {
+  CompileOptions co = options;
   co.values_for_device = device;
-  co.integer_partial_sums = integer_partial_sums;
   if (!model.with_paths.empty()) {
     // Merged models: imported whole (their values decide what is shared),
     // then the device's program with its weights only.
@@ -299,9 +297,8 @@ Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const TransportSe
 Result<ServedCluster> DeployServedPlan(const ServedPlan& plan, const Graph& shapes, const ModelSource& model,
                                        const TransportSecurity& security, const DeployOptions& deploy) {
   auto program = [&](int d) -> Result<DeviceProgram> {
-    TS_ASSIGN_OR_RETURN(
-        DeviceProgram p,
-        CompileDeviceProgramWithWeights(shapes, plan.plan, d, model, kWeightWindowBytes, plan.integer_partial_sums));
+    TS_ASSIGN_OR_RETURN(DeviceProgram p,
+                        CompileDeviceProgramWithWeights(shapes, plan.plan, d, model, kWeightWindowBytes, plan.compile));
     MarkDirectMcuTransfers(plan.mcu_ports, &p);
     return p;
   };

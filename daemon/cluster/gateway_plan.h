@@ -11,6 +11,7 @@
 #include "daemon/cluster/mcu_direct_links.h"
 #include "daemon/runtime/device_memory.h"
 #include "partition/compile/partition_plan.h"
+#include "partition/compile/program_compiler.h"
 #include "partition/graph/graph.h"
 #include "partition/graph/merge_models.h"
 #include "partition/import/model_import.h"
@@ -21,9 +22,10 @@ class Cluster;  // planner/cluster.h (not included: its `Link` is not transport'
 
 struct ServedPlan {
   std::string plan_id;
-  // No MCU among the devices: FDT partial sums of integer convs merge as
-  // int32 (CompileOptions::integer_partial_sums; the firmware has no such merge).
-  bool integer_partial_sums = true;
+  // How the programs are compiled: with MCUs among the devices, FDT partial
+  // sums merge in float (the firmware has no int32 merge) and their
+  // transfers move contiguous runs only (CompileOptions).
+  CompileOptions compile;
   std::vector<std::string> device_names;  // plan device index -> cluster device name
   PartitionPlan plan;
   std::vector<DeviceProgram> programs;
@@ -103,7 +105,7 @@ inline constexpr int64_t kWeightWindowBytes = 16 << 20;
 Result<DeviceProgram> CompileDeviceProgramWithWeights(const Graph& shapes, const PartitionPlan& plan, int device,
                                                       const ModelSource& model,
                                                       int64_t window_bytes = kWeightWindowBytes,
-                                                      bool integer_partial_sums = true);
+                                                      const CompileOptions& options = CompileOptions());
 
 // Pushes `plan`'s programs, as compiled (from a graph with weights), to its
 // workers and returns what a gateway then serves (the demo's failover).

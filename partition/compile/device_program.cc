@@ -64,6 +64,42 @@ std::string Box::ToString() const {
   return os.str();
 }
 
+int64_t ContiguousStart(const Shape& shape, const Box& box) {
+  if (box.dims.size() != shape.size()) return -1;
+  // Row-major: a box is one run when, for the innermost dimension it does
+  // not cover whole, every dimension outside it has extent 1.
+  size_t last_partial = shape.size();
+  for (size_t k = shape.size(); k-- > 0;)
+    if (box.dims[k].begin != 0 || box.dims[k].end != shape[k]) {
+      last_partial = k;
+      break;
+    }
+  if (last_partial == shape.size()) return 0;  // the whole buffer
+  for (size_t k = 0; k < last_partial; ++k)
+    if (box.dims[k].end - box.dims[k].begin != 1) return -1;
+  int64_t start = 0;
+  for (size_t k = 0; k < shape.size(); ++k) start = start * shape[k] + box.dims[k].begin;
+  return start;
+}
+
+std::vector<Box> ContiguousPieces(const Box& region, const Box& a, const Box& b) {
+  std::vector<Box> out;
+  if (region.empty()) return out;
+  if (ContiguousStart(a.shape(), region.RelativeTo(a)) >= 0 && ContiguousStart(b.shape(), region.RelativeTo(b)) >= 0)
+    return {region};
+  // Cut along the outermost dimension the region spans more than once; a
+  // region one value wide in every dimension is one value, always contiguous.
+  size_t k = 0;
+  while (k < region.dims.size() && region.dims[k].end - region.dims[k].begin <= 1) ++k;
+  if (k == region.dims.size()) return {region};
+  for (int64_t i = region.dims[k].begin; i < region.dims[k].end; ++i) {
+    Box slab = region;
+    slab.dims[k] = {i, i + 1};
+    for (Box& piece : ContiguousPieces(slab, a, b)) out.push_back(std::move(piece));
+  }
+  return out;
+}
+
 const char* StepKindName(StepKind kind) {
   switch (kind) {
     case StepKind::kSend: return "send";

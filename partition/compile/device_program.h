@@ -39,6 +39,20 @@ struct Box {
   bool operator==(const Box&) const = default;
 };
 
+// Where `box` (relative to a buffer of `shape`) starts in the buffer's
+// row-major values, when they are one contiguous run there: every
+// dimension after some dimension k is whole and every one before k has
+// extent 1 (a single value always is one). -1 otherwise.
+int64_t ContiguousStart(const Shape& shape, const Box& box);
+
+// `region` (full-tensor coordinates, inside boxes `a` and `b`) cut into
+// pieces that are each one contiguous run in a buffer holding `a` and in
+// one holding `b`: `region` itself when it already is, else slabs along its
+// outermost dimension wider than one value, cut further as needed (a row
+// band of an NCHW map: one piece per channel). For a device that moves only
+// contiguous runs (an MCU: mcu_program.h IoEntry).
+std::vector<Box> ContiguousPieces(const Box& region, const Box& a, const Box& b);
+
 struct ProgramBuffer {
   std::string name;  // "<value name>@<box>" for reading logs
   int value = -1;    // graph value it holds a box of (-1: a partial sum)

@@ -586,28 +586,6 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
   return image;
 }
 
-// Where `box` (relative to a buffer of `shape`) starts in the buffer's
-// row-major floats, when its floats are one contiguous run there: every
-// dimension before the first partial one has extent 1 and every one after
-// it is whole. -1 otherwise.
-int64_t ContiguousStart(const Shape& shape, const Box& box) {
-  if (box.dims.size() != shape.size()) return -1;
-  size_t first_partial = shape.size();
-  for (size_t k = 0; k < shape.size(); ++k)
-    if (box.dims[k].begin != 0 || box.dims[k].end != shape[k]) {
-      first_partial = k;
-      break;
-    }
-  if (first_partial == shape.size()) return 0;  // the whole buffer
-  for (size_t k = 0; k < first_partial; ++k)    // whole dimensions before it: only of size 1
-    if (shape[k] != 1) return -1;
-  for (size_t k = first_partial + 1; k < shape.size(); ++k)
-    if (box.dims[k].begin != 0 || box.dims[k].end != shape[k]) return -1;
-  int64_t start = 0;
-  for (size_t k = 0; k < shape.size(); ++k) start = start * shape[k] + box.dims[k].begin;
-  return start;
-}
-
 // ContiguousStart of `box` in buffer `b`, or NotSupported naming both.
 Result<int64_t> StartIn(const DeviceProgram& program, int b, const Box& box, const std::string& what) {
   const int64_t start = ContiguousStart(program.buffers[b].shape(), box);

@@ -212,6 +212,17 @@ class Compiler {
   }
 
   void AddTransfer(const Piece& from, const Box& region, int to_device, int to_buffer, const Box& to_box) {
+    if (options_.contiguous_io_devices.count(from.device) || options_.contiguous_io_devices.count(to_device)) {
+      const std::vector<Box> runs = ContiguousPieces(region, from.box, to_box);
+      if (runs.size() > 1) {
+        for (const Box& run : runs) AddOneTransfer(from, run, to_device, to_buffer, to_box);
+        return;
+      }
+    }
+    AddOneTransfer(from, region, to_device, to_buffer, to_box);
+  }
+
+  void AddOneTransfer(const Piece& from, const Box& region, int to_device, int to_buffer, const Box& to_box) {
     ProgramStep s;
     if (from.device == to_device) {
       s.kind = StepKind::kCopy;
@@ -915,6 +926,16 @@ class Compiler {
     return true;
   }
 
+  // A QuantizeDequantize that reads a stack input and only that (a QDQ
+  // model's input quantizer), on a device that moves contiguous runs only
+  // (an MCU): computed per tile in a step of its own.
+  bool QuantizesStackInputApart(const Node& node, int device, const std::set<int>& in_stack_values) const {
+    if (node.op != "QuantizeDequantize" || !options_.contiguous_io_devices.count(device)) return false;
+    const auto acts = g_.ActivationInputs(node);
+    return acts.size() == 1 && !in_stack_values.count(acts[0]) && consumers_[acts[0]].size() == 1 &&
+           g_.values[acts[0]].shape.size() == 4;
+  }
+
   Status CompileStack(int start, int end) {
     for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(CheckTileable(g_, n));
     const LayerAssignment& a = plan_.layers[start];
@@ -983,6 +1004,26 @@ class Compiler {
         const Node& node = g_.nodes[n];
         const LayerView& lv = view[n - start];
         if (!lv.used) continue;
+        if (QuantizesStackInputApart(node, device, in_stack_values)) {
+          // A step of its own, so that an MCU receives its tile of the
+          // input as codes (mcu_program_builder.h FuseMcuQuantizeSteps).
+          const int in_v = node.inputs[0], out_v = node.outputs[0];
+          const Box in_box = SpatialBox(g_.values[in_v].shape, need[in_v]);
+          const Box out_box = SpatialBox(g_.values[out_v].shape, need[out_v]);
+          TS_ASSIGN_OR_RETURN(int in_buf, Fetch(in_v, device, in_box));
+          SubgraphBuilder qb(g_, node.name + "/tile" + std::to_string(t));
+          std::vector<int> qins{qb.Input(in_v, in_box.shape())};
+          for (size_t k = 1; k < node.inputs.size(); ++k) TakeNonActivation(node.inputs[k], &qb, &qins);
+          const int q_out = qb.Value(g_.values[out_v].name, out_box.shape());
+          qb.AddNode(Clone(node, qins, {q_out}));
+          qb.Output(q_out);
+          TS_ASSIGN_OR_RETURN(Graph qsub, qb.Finish());
+          const int q_buf = progs_[device].AddBuffer(out_v, out_box, g_.values[out_v].name + "@" + out_box.ToString());
+          AddCompute(device, std::move(qsub), {in_buf}, n, StepKind::kCompute, {Piece{device, q_buf, out_box}});
+          bufs.push_back(q_buf);
+          sub_value[out_v] = sb.Input(out_v, out_box.shape());
+          continue;
+        }
         std::vector<int> ins;
         size_t act_index = 0;
         for (int v : node.inputs) {

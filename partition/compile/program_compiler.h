@@ -63,6 +63,13 @@ struct CompileOptions {
   // devices compile with false (float partial sums: within one step of the
   // output grid, as any two orders of a float sum).
   bool integer_partial_sums = true;
+  // Devices that send, receive and copy only contiguous runs of a buffer
+  // (MCUs: each IoEntry of an MCU program is one run). A transfer or copy
+  // to or from one of them whose region is not one run in both buffers (a
+  // row band of an NCHW map with more than one channel: an FFMT tile and
+  // its halo) becomes one message per run (ContiguousPieces), so such
+  // devices can take FFMT tiles (METHODS §3).
+  std::set<int> contiguous_io_devices;
 };
 
 // REQUIRES: `graph` canonical and validated. Errors name the layer and what
