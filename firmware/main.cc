@@ -136,7 +136,7 @@ struct Worker {
   uint32_t plan_id = 0;
   uint32_t program_bytes = 0;  // received so far
   float* act = nullptr;
-  uint64_t inputs_ready = 0;
+  mcu::ReadySet inputs_ready{};
   // the run in progress (phases): next layer to run, next output to send
   uint32_t next_layer = 0, next_output = 0;
   bool running = false;
@@ -185,7 +185,7 @@ void OnProgramChunk(const wire::FrameHeader& h, const uint8_t* payload) {
     g.state = mcu::kStateIdle;
     g.last_error = mcu::kErrNone;
     g.program_bytes = 0;
-    g.inputs_ready = 0;
+    g.inputs_ready.Clear();
     g.running = false;
     g.next_layer = g.next_output = 0;
   }
@@ -224,7 +224,7 @@ void OnTensorChunk(uint32_t port, const wire::FrameHeader& h, const uint8_t* pay
     // Validated: in.offset + IoBytes(in) <= 4 * activation_words; decoder: offset + length <= total.
     memcpy(reinterpret_cast<uint8_t*>(g.act) + in.offset + h.offset, payload, h.length);
     g_ports[port].payload_received += h.length;
-    if (h.offset + h.length == h.total) g.inputs_ready |= uint64_t{1} << i;
+    if (h.offset + h.length == h.total) g.inputs_ready.Set(i);
     return;
   }
   ++g.refused;
@@ -456,10 +456,10 @@ void Advance() {
     g.next_layer = end;
     // Every input has been read once the last layer ran: the next request's
     // may arrive while the last outputs are being sent.
-    if (g.next_layer >= ph.num_layers) g.inputs_ready = 0;
+    if (g.next_layer >= ph.num_layers) g.inputs_ready.Clear();
   }
   g.running = false;
-  if (ph.num_layers == 0) g.inputs_ready = 0;
+  if (ph.num_layers == 0) g.inputs_ready.Clear();
   g.last_run_ticks = g.run_ticks;
   g.last_run_ms = g.run_ms;
   memcpy(g_layer_ticks, g_run_layer_ticks, sizeof g_layer_ticks);

@@ -273,6 +273,9 @@ PlacementProblem SuffixProblem(const PlacementProblem& p, int first) {
 // on the first k MCUs, the rest whole (see mixed_placement.h).
 Result<MixedPlacement> PlaceTiledStem(const Graph& graph, const Cluster& cluster, const PlacementProblem& problem,
                                       const std::vector<int>& mcus) {
+  if (mcus.size() < 2)
+    return Status::ResourceExhausted("no stem in row tiles either: tiles need 2 or more MCUs, the cluster has " +
+                                     std::to_string(mcus.size()));
   const int layers = problem.layers();
   int64_t largest_ram = 0;
   for (int m : mcus) largest_ram = std::max(largest_ram, cluster.devices[m].ram_bytes);

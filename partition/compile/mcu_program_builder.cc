@@ -835,4 +835,18 @@ Graph MakeMcuOpsGraph(uint32_t seed) {
   return std::move(b.g);
 }
 
+Graph MakeVwwStemGraph(uint32_t seed) {
+  GraphBuilder b(seed);
+  const int x = b.Input("vww_stem", "image", {1, 3, 24, 24});
+  // MobileNetV1's stem: conv 3x3 stride 2 (TF "same": pads bottom/right), then
+  // depthwise-separable blocks, the second depthwise with stride 2.
+  int y = b.Conv("conv", x, 8, 3, 3, 2, {0, 0, 1, 1}, 1, true);
+  y = b.Conv("dw1", y, 8, 3, 8, true);
+  y = b.Conv("pw1", y, 16, 1, 1, true);
+  y = b.Conv("dw2", y, 16, 3, 3, 2, {1, 1, 1, 1}, 16, true);
+  y = b.Conv("pw2", y, 32, 1, 1, true);
+  b.g.outputs = {b.PoolAndDense(y, 2)};
+  return std::move(b.g);
+}
+
 }  // namespace tessera

@@ -138,5 +138,11 @@ Graph MakeDsCnnGraph(uint32_t seed = 3);
 // 4 x (depthwise 3x3 + relu, pointwise 64 + relu) -> global average pool ->
 // dense(12); ~2.66 M MACs, seeded weights. bench/mcu times it.
 Graph MakeMlperfDsCnnGraph(uint32_t seed = 4);
+// A visual-wake-words-style stem (MobileNetV1): input [1,3,24,24] (RGB) ->
+// conv3x3 stride 2 (8)+relu -> depthwise3x3+relu -> pointwise(16)+relu ->
+// depthwise3x3 stride 2+relu -> pointwise(32)+relu -> global average pool
+// -> dense(2), seeded weights. Its maps have several channels, so an FFMT
+// tile of them is several runs of a buffer.
+Graph MakeVwwStemGraph(uint32_t seed = 5);
 
 }  // namespace tessera

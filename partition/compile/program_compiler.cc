@@ -212,8 +212,12 @@ class Compiler {
   }
 
   void AddTransfer(const Piece& from, const Box& region, int to_device, int to_buffer, const Box& to_box) {
-    if (options_.contiguous_io_devices.count(from.device) || options_.contiguous_io_devices.count(to_device)) {
-      const std::vector<Box> runs = ContiguousPieces(region, from.box, to_box);
+    const bool from_runs = options_.contiguous_io_devices.count(from.device) > 0,
+               to_runs = options_.contiguous_io_devices.count(to_device) > 0;
+    if (from_runs || to_runs) {
+      // Runs where it matters: a device that moves any box (the region
+      // relative to itself is one run) sends or receives a piece as it is.
+      const std::vector<Box> runs = ContiguousPieces(region, from_runs ? from.box : region, to_runs ? to_box : region);
       if (runs.size() > 1) {
         for (const Box& run : runs) AddOneTransfer(from, run, to_device, to_buffer, to_box);
         return;

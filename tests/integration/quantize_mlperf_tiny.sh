@@ -212,6 +212,54 @@ sys.exit(0 if ok else 1)") || { fail "$m demo --force $force ($model): $line"; c
   fi
 done
 
+# 7. VWW on four STM32F401RB-class MCUs under QEMU (issue 16 item 4: a model
+# that fits no single preset). Its weights (230 016 B as int8) need 3-4
+# boards' flash, and its 48x48 layers (46-55 KB of input and output) more
+# than a board's 38 KiB of RAM: --mcu-only tiles the stem in rows over 3
+# MCUs and pipelines the rest, joined UART-to-UART. Every answer must equal
+# `tessera run` (0 output steps), each MCU hold what it was promised.
+fw=$build/firmware/tessera_mcu_worker.elf
+if ! command -v qemu-system-arm >/dev/null 2>&1 || [[ ! -f $fw ]]; then
+  fail "VWW on MCUs: qemu-system-arm or $fw missing (deploy/install-deps.sh, the tessera_firmware target)"
+else
+  vww_demo() {
+    TESSERA_MCU_FIRMWARE=$fw timeout 600 "$tessera" demo --model "$out/$m.int8.onnx" --mcu 4 \
+      --mcu-preset STM32F401RB --mcu-only --mcu-chain --requests 2 --json >"$out/vww_mcu.json" 2>"$out/vww_mcu.log"
+  }
+  rc=0
+  vww_demo || rc=$?
+  if [[ $rc -ne 0 ]] && grep -q "program bytes: .*not acknowledged" "$out/vww_mcu.log"; then
+    echo "RETRY: VWW on MCUs: a program upload was not acknowledged (see integration.mixed_qemu)"
+    rc=0
+    vww_demo || rc=$?
+  fi
+  if [[ $rc -ne 0 ]]; then
+    fail "VWW on 4 STM32F401RB exited $rc: $(grep -v '^\[' "$out/vww_mcu.log" | tail -2)"
+  elif line=$("$python" - "$out/vww_mcu.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["all_match"] is True and j["answered"] == j["requests"] == 2, j
+assert j["max_diff_output_steps"] == 0, j["max_diff_output_steps"]
+assert j["mcu_only"] and j["mcu_memory_as_promised"] and j["direct_links_as_expected"], j
+placed = [p.rsplit("@", 1) for p in j["placement"].split(", ")]
+assert all(d.startswith("mcu") for _, d in placed), j["placement"]
+tiled = [n for n, d in placed if ":ffmt" in n and "+" in d]
+assert tiled and any("features.6/Conv" in n for n in tiled), j["placement"]  # the 55 296 B layer, in tiles
+mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
+assert len(mcus) == 4 and all(d["promised_ram_bytes"] <= d["program_ram_bytes_available"] for d in mcus), mcus
+flash = sum(d["promised_flash_bytes"] for d in mcus)
+assert flash > mcus[0]["program_flash_bytes_available"], mcus  # fits no single board
+print("%d requests equal (0 steps), %.0f ms each; %d layers in row tiles; flash %s B, RAM %s B of %d"
+      % (j["requests"], j["latency_ms"], len(tiled), "/".join(str(d["promised_flash_bytes"]) for d in mcus),
+         "/".join(str(d["promised_ram_bytes"]) for d in mcus), mcus[0]["program_ram_bytes_available"]))
+PY
+  ); then
+    echo "PASS $m on 4 STM32F401RB (QEMU, --mcu-only --mcu-chain): $line"
+  else
+    fail "VWW on 4 STM32F401RB: $line"
+  fi
+fi
+
 [[ $failed == 0 ]] && echo "all passed" && exit 0
 echo "$failed failure(s)"
 exit 1

@@ -95,6 +95,10 @@ struct ProgramHeader {
 // microcontroller chains), UART1 and UART2 of the board. A tensor of a
 // direct link never passes through a Linux board.
 constexpr uint32_t kMaxPorts = 3;
+// The most inputs and outputs a program has (each one contiguous run of a
+// buffer: an MCU gathering FFMT tiles of a map with C channels receives C
+// runs per tile).
+constexpr uint32_t kMaxIo = 256;
 
 struct IoEntry {
   uint32_t message;  // message id on the link
@@ -338,7 +342,8 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   if (h->magic != kProgramMagic || h->version != kProgramVersion) return kErrProgramMagic;
   uint64_t need = sizeof(ProgramHeader) + uint64_t(h->num_inputs + uint64_t(h->num_outputs)) * sizeof(IoEntry) +
                   uint64_t(h->num_layers) * sizeof(Layer) + uint64_t(h->weight_floats) * 4;
-  if (h->num_inputs > 64 || h->num_outputs > 64 || h->num_layers > 4096 || need != nbytes) return kErrProgramTruncated;
+  if (h->num_inputs > kMaxIo || h->num_outputs > kMaxIo || h->num_layers > 4096 || need != nbytes)
+    return kErrProgramTruncated;
   if (uint64_t(h->activation_words) * 4 > ram_bytes) return kErrProgramTooLarge;
   const uint8_t* p = static_cast<const uint8_t*>(bytes) + sizeof(ProgramHeader);
   ProgramView v;
@@ -444,11 +449,20 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   return kErrNone;
 }
 
-// Whether every input of a layer <= `layer` has arrived (`ready`: bit i set
-// once input i is complete).
-inline bool InputsReadyFor(const ProgramView& p, uint64_t ready, uint32_t layer) {
+// Which inputs of the current request are complete: bit i for input i.
+struct ReadySet {
+  uint32_t words[kMaxIo / 32];
+  void Clear() {
+    for (uint32_t& w : words) w = 0;
+  }
+  void Set(uint32_t i) { words[i >> 5] |= 1u << (i & 31); }
+  bool Has(uint32_t i) const { return (words[i >> 5] >> (i & 31) & 1u) != 0; }
+};
+
+// Whether every input of a layer <= `layer` has arrived.
+inline bool InputsReadyFor(const ProgramView& p, const ReadySet& ready, uint32_t layer) {
   for (uint32_t i = 0; i < p.header->num_inputs && p.inputs[i].layer <= layer; ++i)
-    if (!(ready >> i & 1u)) return false;
+    if (!ready.Has(i)) return false;
   return true;
 }
 

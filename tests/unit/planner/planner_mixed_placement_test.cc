@@ -49,6 +49,24 @@ Result<Cluster> OneMcuCluster(const std::string& ram, const std::string& flash) 
   return c;
 }
 
+// A Linux worker and `mcus` MCUs behind it, each leaving `ram` bytes of
+// RAM beside the firmware and 1 MiB of flash.
+Cluster McusOfRam(int mcus, int64_t ram) {
+  std::string yaml =
+      "devices:\n"
+      "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
+      "}\n";
+  for (int m = 1; m <= mcus; ++m)
+    yaml += "  - { name: mcu" + std::to_string(m) +
+            ", kind: mcu, ram: " + std::to_string(ram + mcu::kFirmwareRamBytes) +
+            ", flash: 1MiB, cpu_hz: 84e6, cycles_per_mac: 9, serial: /dev/null, baud: 115200, via: w1 }\n";
+  yaml += "links:\n  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
+  auto c = ParseCluster(yaml, "mcus", PresetDirectories());
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return *c;
+}
+
 }  // namespace
 
 TEST_CASE("mixed placement: every MCU gets a layer, each device's layers are contiguous and fit") {
@@ -312,20 +330,7 @@ TEST_CASE("mixed placement: an MCU's program is built before its placement is ch
   for (const auto& f : ComputeLayerFigures(g)) largest_layer = std::max<int64_t>(largest_layer, 4 * (f.M + f.K));
   REQUIRE(largest_layer <= ram);
   REQUIRE(static_cast<int64_t>(whole->ram_bytes()) > ram);
-  auto cluster = [&](int mcus) {
-    std::string yaml =
-        "devices:\n"
-        "  - { name: w1, kind: linux, address: 127.0.0.1:1, ram: 1GiB, flash: 4GiB, cpu_hz: 1.5e9, cycles_per_mac: 0.4 "
-        "}\n";
-    for (int m = 1; m <= mcus; ++m)
-      yaml += "  - { name: mcu" + std::to_string(m) +
-              ", kind: mcu, ram: " + std::to_string(ram + mcu::kFirmwareRamBytes) +
-              ", flash: 1MiB, cpu_hz: 84e6, cycles_per_mac: 9, " + "serial: /dev/null, baud: 115200, via: w1 }\n";
-    yaml += "links:\n  default: { bandwidth: 10Gbit/s, latency: 20us }\n";
-    auto c = ParseCluster(yaml, "mcus", PresetDirectories());
-    REQUIRE(c.ok());
-    return *c;
-  };
+  auto cluster = [&](int mcus) { return McusOfRam(mcus, ram); };
   // Two such MCUs do not do either: whoever takes conv1's output must hold
   // it (31 360 B) beside its own output. Three do: conv1, pool1, the rest.
   const Cluster one = cluster(1), two = cluster(2), three = cluster(3);
@@ -346,4 +351,62 @@ TEST_CASE("mixed placement: an MCU's program is built before its placement is ch
   REQUIRE(split.ok());
   CHECK(McuProgramsFit(g, three, split->device_of_layer).ok());
   for (int m = 1; m <= 3; ++m) CHECK(std::count(split->device_of_layer.begin(), split->device_of_layer.end(), m) > 0);
+}
+
+// --mcu-only when no MCU holds some early layer whole (VWW's 48x48 maps on
+// STM32F401RB-class boards): the stem up to the last such layer goes in
+// FFMT row tiles over the first k MCUs, the rest is a pipeline of whole
+// layers, and every MCU's program, built, fits. One MCU cannot take tiles
+// and is refused naming both attempts.
+TEST_CASE("mixed placement: --mcu-only cuts a stem no MCU holds whole into row tiles over the MCUs") {
+  const Graph g = WithInt8GridWeights(WithQdqActivations(MakeVwwStemGraph()));
+  auto cluster = [](int mcus, int64_t ram) { return McusOfRam(mcus, ram); };
+  // RAM for every layer but the largest, as the MCU holds it (codes).
+  const Cluster probe = cluster(1, 1 << 20);
+  const PlacementProblem problem = MakePlacementProblem(g, ComputeLayerFigures(g), probe);
+  int64_t largest = 0;
+  int widest = 0;
+  for (int j = 0; j < problem.layers(); ++j)
+    if (problem.BufferBytes(1, j) > largest) largest = problem.BufferBytes(1, j), widest = j;
+  REQUIRE(widest < problem.layers() / 2);  // an early layer
+  const int64_t ram = largest - 1;
+
+  const Cluster three = cluster(3, ram);
+  auto placed = PlaceMixed(g, three, true);
+  INFO(placed.status().ToString());
+  REQUIRE(placed.ok());
+  REQUIRE(placed->assignments.size() == g.nodes.size());
+  // Layers 0..s tiled over k >= 2 MCUs (s reaches the layer no MCU holds), the rest whole on MCUs.
+  int tiled = 0;
+  while (tiled < static_cast<int>(g.nodes.size()) && placed->assignments[tiled].scheme == LayerScheme::kFfmt) ++tiled;
+  CHECK(tiled > widest);
+  const LayerAssignment& stem = placed->assignments[0];
+  CHECK(stem.devices.size() >= 2);
+  CHECK(stem.grid_rows == static_cast<int64_t>(stem.devices.size()));
+  for (int j = 0; j < tiled; ++j) CHECK(placed->assignments[j].devices == stem.devices);
+  for (size_t j = tiled; j < g.nodes.size(); ++j) {
+    CHECK(placed->assignments[j].scheme == LayerScheme::kWhole);
+    REQUIRE(placed->assignments[j].devices.size() == 1);
+    CHECK(placed->assignments[j].devices[0] != 0);  // nothing on w1
+  }
+  CHECK(placed->note.find("row tiles on mcu1+mcu2") != std::string::npos);
+  CHECK(placed->cost.latency_s == 0);  // no prediction for tiles
+  // Its programs, built as the bridges will, fit every MCU; every MCU computes.
+  auto compiled = CompilePlan(g, MixedPartitionPlan(*placed, three.size()), McuCompileOptions(three));
+  REQUIRE(compiled.ok());
+  auto images = BuildMcuPrograms(three, *compiled);
+  INFO(images.status().ToString());
+  REQUIRE(images.ok());
+  REQUIRE(images->size() == 3);
+  for (const auto& [device, image] : *images) {
+    CHECK(static_cast<int64_t>(image.ram_bytes()) <= ram);
+    CHECK(image.macs > 0);
+  }
+  // One MCU: no pipeline and no tiles.
+  auto refused = PlaceMixed(g, cluster(1, ram), true);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kResourceExhausted);
+  INFO(refused.status().message());
+  CHECK(refused.status().message().find("no stem in row tiles either: tiles need 2 or more MCUs, the cluster has 1") !=
+        std::string::npos);
 }

@@ -42,6 +42,51 @@ TEST_CASE("box algebra: intersection, containment, relative coordinates") {
   CHECK(Box{{{0, 2}, {5, 5}}}.empty());
 }
 
+TEST_CASE("contiguous runs: where a box starts in its buffer, and a region cut into runs of two buffers") {
+  const Shape s = {1, 4, 6, 5};  // NCHW
+  const Box full = Box::Full(s);
+  CHECK(ContiguousStart(s, full) == 0);
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {1, 3}, {0, 6}, {0, 5}}}) == 30);   // channels 1-2: one run
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {2, 3}, {1, 3}, {0, 5}}}) == 65);   // rows of one channel
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {3, 4}, {5, 6}, {4, 5}}}) == 119);  // one value: always one run
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {2, 3}, {1, 2}, {1, 4}}}) == 66);   // part of one row
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {0, 4}, {1, 3}, {0, 5}}}) == -1);   // rows of every channel
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {2, 3}, {1, 3}, {1, 4}}}) == -1);   // columns of several rows
+  CHECK(ContiguousStart(s, Box{{{0, 1}, {0, 4}, {0, 6}}}) == -1);           // another rank
+
+  auto total = [](const std::vector<Box>& pieces) {
+    int64_t v = 0;
+    for (const Box& b : pieces) v += b.volume();
+    return v;
+  };
+  // An FFMT tile's rows with a halo, from the whole map into the tile's
+  // buffer: one run per channel in the whole map (the tile's buffer holds
+  // them back to back).
+  const Box rows{{{0, 1}, {0, 4}, {2, 5}, {0, 5}}};
+  const auto per_channel = ContiguousPieces(rows, full, rows);
+  REQUIRE(per_channel.size() == 4);
+  for (int c = 0; c < 4; ++c) CHECK(per_channel[c] == (Box{{{0, 1}, {c, c + 1}, {2, 5}, {0, 5}}}));
+  // Already one run in both: itself.
+  const Box two_channels{{{0, 1}, {1, 3}, {0, 6}, {0, 5}}};
+  CHECK(ContiguousPieces(two_channels, full, two_channels) == std::vector<Box>{two_channels});
+  // A column band: one run per channel and row; every value once.
+  const Box cols{{{0, 1}, {0, 2}, {0, 6}, {1, 3}}};
+  const auto per_row = ContiguousPieces(cols, full, cols);
+  CHECK(per_row.size() == 12);
+  CHECK(total(per_row) == cols.volume());
+  for (const Box& b : per_row) {
+    CHECK(ContiguousStart(s, b.RelativeTo(full)) >= 0);
+    CHECK(ContiguousStart(cols.shape(), b.RelativeTo(cols)) >= 0);
+  }
+  // The rows of two tiles that meet inside the region: runs in both buffers.
+  const Box a{{{0, 1}, {0, 4}, {0, 4}, {0, 5}}}, b{{{0, 1}, {0, 4}, {3, 6}, {0, 5}}};
+  const Box overlap = a.Intersect(b);
+  const auto pieces = ContiguousPieces(overlap, a, b);
+  CHECK(pieces.size() == 4);
+  CHECK(total(pieces) == overlap.volume());
+  CHECK(ContiguousPieces(Box{{{0, 1}, {0, 0}, {0, 6}, {0, 5}}}, full, full).empty());  // nothing to move
+}
+
 TEST_CASE("programs whose sends and receives do not pair up are rejected naming both ends") {
   std::vector<DeviceProgram> p(2);
   p[0].device = 0;

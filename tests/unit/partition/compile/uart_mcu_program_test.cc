@@ -689,6 +689,9 @@ struct SchemeCase {
   ForcedScheme scheme;
   int devices;
   int64_t grid_rows;
+  // The whole layers after the last FFMT tile on MCU 1, not the source: it
+  // gathers the tiles from the other devices (--mcu-only's tiled stem).
+  bool tail_on_mcu = false;
 };
 
 }  // namespace
@@ -774,19 +777,83 @@ TEST_CASE("mcu program: int32 partial sums are refused by name", "[mcu][int8]") 
   CHECK(refused == 2);
 }
 
+TEST_CASE("mcu program: an FFMT tile of a map with channels moves as one message per contiguous run", "[mcu][phases]") {
+  const Graph g = WithInt8GridWeights(WithQdqActivations(MakeVwwStemGraph()));
+  ForcedPlanOptions fo;
+  fo.devices = 3;
+  fo.grid_rows = 3;
+  auto plan = MakeForcedPlan(g, ForcedScheme::kFfmt, fo);
+  REQUIRE(plan.ok());
+  // The layers after the tiles (pool, dense) on MCU 1: it gathers the
+  // 32-channel map's tiles from devices 0 and 2.
+  size_t tiled_end = 0, tiled_begin = plan->layers.size();
+  for (size_t j = 0; j < plan->layers.size(); ++j)
+    if (plan->layers[j].scheme == LayerScheme::kFfmt) tiled_end = j + 1, tiled_begin = std::min(tiled_begin, j);
+  const int stack_input = g.nodes[tiled_begin].inputs[0];
+  REQUIRE(g.values[stack_input].shape[1] == 3);
+  REQUIRE(tiled_end >= 5);
+  for (size_t j = tiled_end; j < plan->layers.size(); ++j) plan->layers[j].devices = {1};
+  CompileOptions co;
+  co.integer_partial_sums = false;
+  // Compiled for devices that move any box, the gather is refused by name.
+  auto plain = CompilePlan(g, *plan, co);
+  REQUIRE(plain.ok());
+  auto refused = BuildMcuProgram(plain->programs[1], McuProgramOptions{});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kNotSupported);
+  CHECK_THAT(refused.status().message(), Catch::Contains("not one contiguous run"));
+  // For MCUs: every transfer of theirs is a run of its buffer on the MCU.
+  // A tile of the 3-channel input (quantized on the source) is a whole
+  // buffer on the MCU: one message (the source, on Linux, gathers its
+  // rows), as codes. MCU 1 gathers the other
+  // tiles of the 32-channel map as one message per channel and tile.
+  co.contiguous_io_devices = {1, 2};
+  auto compiled = CompilePlan(g, *plan, co);
+  REQUIRE(compiled.ok());
+  for (int d = 1; d < 3; ++d) {
+    INFO("device " << d);
+    const DeviceProgram& p = compiled->programs[d];
+    int input_messages = 0;
+    for (const ProgramStep& s : p.steps) {
+      if (s.kind == StepKind::kRecv) {
+        CHECK(ContiguousStart(p.buffers[s.dst_buffer].shape(), s.dst_box) >= 0);
+        if (p.buffers[s.dst_buffer].value == stack_input) ++input_messages;
+      } else if (s.kind == StepKind::kSend) {
+        CHECK(ContiguousStart(p.buffers[s.src_buffer].shape(), s.src_box) >= 0);
+      }
+    }
+    CHECK(input_messages == 1);
+    auto image = BuildMcuProgram(p, McuProgramOptions{});
+    INFO(image.status().ToString());
+    REQUIRE(image.ok());
+    HostArena arena;
+    REQUIRE(arena.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
+    // Device 1: the input tile and 2 x 32 runs of the other tiles, all codes.
+    const uint32_t inputs = arena.view.header->num_inputs;
+    CHECK(inputs == (d == 1 ? 1u + 2 * 32 : 1u));
+    for (uint32_t i = 0; i < inputs; ++i) CHECK(arena.view.inputs[i].grid != mcu::kNoWeights);
+  }
+}
+
 TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]") {
-  const SchemeCase cases[] = {{"ffmt 3x1", ForcedScheme::kFfmt, 3, 3},
-                              {"fdto", ForcedScheme::kFdto, 3, 1},
-                              {"fdti", ForcedScheme::kFdti, 3, 1},
-                              {"pairs", ForcedScheme::kPairs, 3, 1},
-                              {"fdti on 4", ForcedScheme::kFdti, 4, 1}};
+  const SchemeCase cases[] = {
+      {"ffmt 3x1", ForcedScheme::kFfmt, 3, 3}, {"ffmt 3x1, the rest on an MCU", ForcedScheme::kFfmt, 3, 3, true},
+      {"fdto", ForcedScheme::kFdto, 3, 1},     {"fdti", ForcedScheme::kFdti, 3, 1},
+      {"pairs", ForcedScheme::kPairs, 3, 1},   {"fdti on 4", ForcedScheme::kFdti, 4, 1}};
   // The QDQ forms hold codes on the MCUs (mcu_program.h version 5), crossing
   // each MCU's link as codes: within one step of the output grid (FDTI
   // sums its partial sums in float, in another order, before it quantizes:
   // compiled with integer_partial_sums = false).
-  const Graph graphs[] = {MakeKeywordSpottingGraph(), MakeDsCnnGraph(), MakeMlperfDsCnnGraph(),
+  // MakeVwwStemGraph's maps have 3-32 channels: an FFMT tile's rows of one
+  // are a run per channel of the NCHW buffer, each its own message to or
+  // from the MCU (CompileOptions::contiguous_io_devices).
+  const Graph graphs[] = {MakeKeywordSpottingGraph(),
+                          MakeDsCnnGraph(),
+                          MakeMlperfDsCnnGraph(),
+                          MakeVwwStemGraph(),
                           WithInt8GridWeights(WithQdqActivations(MakeKeywordSpottingGraph())),
-                          WithInt8GridWeights(WithQdqActivations(MakeDsCnnGraph()))};
+                          WithInt8GridWeights(WithQdqActivations(MakeDsCnnGraph())),
+                          WithInt8GridWeights(WithQdqActivations(MakeVwwStemGraph()))};
   for (const Graph& g : graphs) {
     const Node& last = g.nodes[g.values[g.outputs[0]].producer];
     const bool qdq = last.op == "QuantizeDequantize";
@@ -797,8 +864,16 @@ TEST_CASE("mcu programs run FFMT tiles and FDT slices in phases", "[mcu][phases]
       fo.grid_rows = c.grid_rows;
       auto plan = MakeForcedPlan(g, c.scheme, fo);
       REQUIRE(plan.ok());
+      if (c.tail_on_mcu) {
+        size_t tiled_end = 0;
+        for (size_t j = 0; j < plan->layers.size(); ++j)
+          if (plan->layers[j].scheme == LayerScheme::kFfmt) tiled_end = j + 1;
+        REQUIRE(tiled_end > 0);
+        for (size_t j = tiled_end; j < plan->layers.size(); ++j) plan->layers[j].devices = {1};
+      }
       CompileOptions co;
       co.integer_partial_sums = false;  // the firmware merges FDT partial sums in float
+      for (int d = 1; d < c.devices; ++d) co.contiguous_io_devices.insert(d);
       auto compiled = CompilePlan(g, *plan, co);
       REQUIRE(compiled.ok());
       // Every MCU program is built and validated first.
