@@ -65,8 +65,11 @@ inline float* FloatsAt(float* act, uint32_t offset) {
   return reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(act) + offset);
 }
 inline uint8_t* BytesAt(float* act, uint32_t offset) { return reinterpret_cast<uint8_t*>(act) + offset; }
+// Int32 sums (kInt32Sums) are an Out of floats whose `grid` is set: the
+// integer kernels store their sums' bits there (PutSum); nothing else
+// writes sums (ValidateProgram).
 inline Out OutAt(const ProgramView& p, float* act, uint32_t offset, uint32_t grid) {
-  if (grid == kNoWeights) return {FloatsAt(act, offset), nullptr, nullptr};
+  if (grid >= kInt32Sums) return {FloatsAt(act, offset), nullptr, grid == kInt32Sums ? p.weights : nullptr};
   return {nullptr, BytesAt(act, offset), p.weights + grid};
 }
 // Element k of an operand, either form (elementwise layers).
@@ -257,6 +260,16 @@ __attribute__((noinline)) void Conv(const Layer& l, In in, const Weights& w, con
 // int8 weights only for rows of at most kMaxIntegerDotTerms values, so the
 // sum cannot overflow.
 inline float IntegerOut(int32_t acc, float mult, float bias) { return __builtin_fmaf(float(acc), mult, bias); }
+// Stores an integer kernel's sum: rounded once with its bias and activation,
+// or, into int32 sums, as the sum itself (an FDTI slice's partial sum).
+__attribute__((noinline)) inline void PutSum(const Out& o, uint32_t i, int32_t acc, float mult, float bias,
+                                             uint32_t act) {
+  if (!o.q && o.grid) {
+    memcpy(o.f + i, &acc, 4);
+    return;
+  }
+  o.Put(i, ApplyActivation(IntegerOut(acc, mult, bias), act));
+}
 
 // One pixel of a 1x1 conv on codes, four output channels at a time.
 __attribute__((noinline)) inline void PointwisePixel(const Layer& l, CodeIn x, int32_t xs, const Int8Weights& w,
@@ -275,15 +288,14 @@ __attribute__((noinline)) inline void PointwisePixel(const Layer& l, CodeIn x, i
     }
     for (uint32_t i = 0; i < 4; ++i) {
       const int32_t a = i == 0 ? a0 : (i == 1 ? a1 : (i == 2 ? a2 : a3));
-      dst.Put((o + i) * ds,
-              ApplyActivation(IntegerOut(a, x.scale * w.scales[o + i], b ? b[o + i] : 0.0f), l.activation));
+      PutSum(dst, (o + i) * ds, a, x.scale * w.scales[o + i], b ? b[o + i] : 0.0f, l.activation);
     }
   }
   for (; o < l.oc; ++o) {
     const int8_t* k = w.codes + o * w.per;
     int32_t a = 0;
     for (int32_t c = 0; c < C; ++c) a += (int32_t(x.p[c * xs]) + x.off) * k[c];
-    dst.Put(o * ds, ApplyActivation(IntegerOut(a, x.scale * w.scales[o], b ? b[o] : 0.0f), l.activation));
+    PutSum(dst, o * ds, a, x.scale * w.scales[o], b ? b[o] : 0.0f, l.activation);
   }
 }
 
@@ -331,7 +343,7 @@ __attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8
           const uint8_t* r2 = r1 + W;
           const int32_t acc = all9 + r0[0] * w0 + r0[1] * w1 + r0[2] * w2 + r1[0] * w3 + r1[1] * w4 + r1[2] * w5 +
                               r2[0] * w6 + r2[1] * w7 + r2[2] * w8;
-          out_row.Put(uint32_t(ox), ApplyActivation(IntegerOut(acc, mult, bias), l.activation));
+          PutSum(out_row, uint32_t(ox), acc, mult, bias, l.activation);
           continue;
         }
         int32_t kx_lo = 0, kx_hi = KW;
@@ -346,7 +358,7 @@ __attribute__((noinline)) inline void Conv(const Layer& l, CodeIn in, const Int8
             for (int32_t kx = kx_lo; kx < kx_hi; ++kx) acc += (int32_t(row[kx * dw]) + off) * wr[kx];
           }
         }
-        out_row.Put(uint32_t(ox), ApplyActivation(IntegerOut(acc, mult, bias), l.activation));
+        PutSum(out_row, uint32_t(ox), acc, mult, bias, l.activation);
       }
     }
   }
@@ -360,7 +372,7 @@ __attribute__((noinline)) inline void Dense(const Layer& l, CodeIn in, const Int
     const int8_t* k = w.codes + o * w.per;
     int32_t acc = 0;
     for (uint32_t i = 0; i < n; ++i) acc += (int32_t(in.p[i]) + in.off) * k[i];
-    out.Put(o, ApplyActivation(IntegerOut(acc, in.scale * w.scales[o], b ? b[o] : 0.0f), l.activation));
+    PutSum(out, o, acc, in.scale * w.scales[o], b ? b[o] : 0.0f, l.activation);
   }
 }
 
@@ -543,6 +555,34 @@ __attribute__((noinline)) inline void Softmax(const ProgramView& p, float* act, 
     out.Put(row + k, ExpNonPositive(LoadAny(p, act, l.in0, l.in0_grid, row + k) - m) / sum);
 }
 
+// An Add on int32 sums (kInt32Sums): the merge of two partial sums, or the
+// one requantization of the merged sum, per output channel, as the host's
+// integer_requant Add (daemon/runtime/kernels/binary.cc).
+__attribute__((noinline)) inline void AddSums(const ProgramView& p, float* act, const Layer& l, const Out& out,
+                                              uint32_t n) {
+  const uint8_t* s = BytesAt(act, l.in0);
+  if (l.out_grid == kInt32Sums) {
+    const uint8_t* t = BytesAt(act, l.in1);
+    uint8_t* y = BytesAt(act, l.out);
+    for (uint32_t k = 0; k < n; ++k) {
+      uint32_t a, b;
+      memcpy(&a, s + 4 * k, 4);
+      memcpy(&b, t + 4 * k, 4);
+      a += b;  // the builder bounds every sum below 2^31 (int8_weights.h)
+      memcpy(y + 4 * k, &a, 4);
+    }
+    return;
+  }
+  const uint32_t plane = l.oh * l.ow;
+  const float *m = p.weights + l.weight, *b = p.weights + l.bias;
+  for (uint32_t k = 0; k < n; ++k) {
+    int32_t a;
+    memcpy(&a, s + 4 * k, 4);
+    const uint32_t c = k / plane;
+    out.Put(k, ApplyActivation(IntegerOut(a, m[c], b[c]), l.activation));
+  }
+}
+
 // Runs layers [begin, end) of a validated program over the activation
 // region (one phase of a run, mcu_program.h). With `clock` (a free-running
 // tick counter): layer_ticks[k] gets layer k's ticks, k < max_timed; later
@@ -556,7 +596,7 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
     const float* b = l.bias == kNoWeights ? nullptr : p.weights + l.bias;
     const uint32_t n = l.oc * l.oh * l.ow;
     const Out out = OutAt(p, act, l.out, l.out_grid);
-    const bool codes_in = l.in0_grid != kNoWeights;
+    const bool codes_in = l.in0_grid < kInt32Sums;
     const FloatIn fin{FloatsAt(act, l.in0)};
     const CodeIn cin = codes_in ? CodesAt(BytesAt(act, l.in0), p.weights + l.in0_grid) : CodeIn{nullptr, 0, 0.0f};
     switch (l.op) {
@@ -589,6 +629,10 @@ inline void RunLayers(const ProgramView& p, float* act, uint32_t begin, uint32_t
         for (uint32_t k = 0; k < n; ++k) out.Put(k, ApplyActivation(LoadAny(p, act, l.in0, l.in0_grid, k), kActRelu));
         break;
       case kOpAdd:
+        if (l.in0_grid == kInt32Sums) {
+          AddSums(p, act, l, out, n);
+          break;
+        }
         for (uint32_t k = 0; k < n; ++k)
           out.Put(k, ApplyActivation(LoadAny(p, act, l.in0, l.in0_grid, k) + LoadAny(p, act, l.in1, l.in1_grid, k),
                                      l.activation));

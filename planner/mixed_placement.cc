@@ -80,8 +80,7 @@ Result<std::map<int, McuProgramImage>> BuildMcuPrograms(const Cluster& cluster, 
 }
 
 CompileOptions McuCompileOptions(const Cluster& cluster) {
-  CompileOptions co;
-  co.integer_partial_sums = false;  // MCU devices merge FDT partial sums in float
+  CompileOptions co;  // integer partial sums: the firmware merges them too (mcu::kInt32Sums)
   for (int i = 0; i < cluster.size(); ++i)
     if (cluster.devices[i].kind == DeviceKind::kMcu) co.contiguous_io_devices.insert(i);
   return co;

@@ -84,9 +84,9 @@ Status McuProgramsFit(const Graph& graph, const Cluster& cluster, const std::vec
 // what `demo --mcu` promises each MCU and McuProgramsFit asks.
 Result<std::map<int, McuProgramImage>> BuildMcuPrograms(const Cluster& cluster, const CompiledPlan& compiled);
 
-// How plans with MCU devices compile: FDT partial sums merge in float (the
-// firmware has no int32 merge) and every transfer to, from or on an MCU
-// moves contiguous runs (CompileOptions::contiguous_io_devices).
+// How plans with MCU devices compile: every transfer to, from or on an MCU
+// moves contiguous runs (CompileOptions::contiguous_io_devices); integer
+// FDT partial sums stay int32 on MCUs as on Linux (mcu::kInt32Sums).
 CompileOptions McuCompileOptions(const Cluster& cluster);
 
 // The plan of a MixedPlacement: its assignments, or every layer whole on

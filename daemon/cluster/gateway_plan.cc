@@ -97,7 +97,6 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   }
   for (size_t d = 0; d < devices.size(); ++d)
     if (devices[d]->kind == DeviceKind::kMcu) served.compile.contiguous_io_devices.insert(static_cast<int>(d));
-  served.compile.integer_partial_sums = served.compile.contiguous_io_devices.empty();
   TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, loaded.plan, served.compile));
   served.mcu_ports = DirectMcuPorts(cluster, cluster_index);
   int direct = 0;

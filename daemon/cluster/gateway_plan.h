@@ -22,8 +22,7 @@ class Cluster;  // planner/cluster.h (not included: its `Link` is not transport'
 
 struct ServedPlan {
   std::string plan_id;
-  // How the programs are compiled: with MCUs among the devices, FDT partial
-  // sums merge in float (the firmware has no int32 merge) and their
+  // How the programs are compiled: with MCUs among the devices, their
   // transfers move contiguous runs only (CompileOptions).
   CompileOptions compile;
   std::vector<std::string> device_names;  // plan device index -> cluster device name

@@ -126,13 +126,47 @@ class McuProgramWriter {
       l->weight = AddWeights(graph, value);
       return;
     }
+    StoreInt8Rows(*q, l);
+  }
+  // Scales, then the codes packed 4 to a word (mcu_program.h kWeightsInt8).
+  void StoreInt8Rows(const Int8Rows& q, mcu::Layer* l) {
     l->weight_format = mcu::kWeightsInt8;
     l->weight = static_cast<uint32_t>(weights_.size());
-    weights_.insert(weights_.end(), q->scales.begin(), q->scales.end());
-    std::vector<float> words((q->codes.size() + 3) / 4, 0.0f);
-    std::memcpy(words.data(), q->codes.data(), q->codes.size());
+    weights_.insert(weights_.end(), q.scales.begin(), q.scales.end());
+    std::vector<float> words((q.codes.size() + 3) / 4, 0.0f);
+    std::memcpy(words.data(), q.codes.data(), q.codes.size());
     weights_.insert(weights_.end(), words.begin(), words.end());
     ++int8_layers_;
+  }
+  // A partial conv's weights (attr "int8_row_scales", program_compiler.cc
+  // MarkIntegerPartial): each value is code · the full row's scale, stored
+  // as those codes and scales. NotSupported when one is not.
+  Status AddRowScaledWeights(const Graph& graph, const Node& node, mcu::Layer* l) {
+    const TensorData* d = graph.ConstantData(node.inputs.at(1));
+    const std::vector<double> scales = node.attrs.Floats("int8_row_scales");
+    const int64_t rows = l->oc, n = d ? static_cast<int64_t>(d->values.size()) : 0;
+    if (!d || rows <= 0 || static_cast<int64_t>(scales.size()) != rows || n % rows != 0 ||
+        n / rows > kMaxIntegerDotTerms || (node.inputs.size() > 2 && node.inputs[2] >= 0) ||
+        l->activation != mcu::kActNone)
+      return Status::NotSupported("node '" + node.name +
+                                  "': an int32 partial sum needs int8 weights with one row scale per output "
+                                  "channel, no bias and no activation");
+    const int64_t per = n / rows;
+    Int8Rows q;
+    q.codes.resize(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s = static_cast<float>(scales[r]);
+      q.scales.push_back(s);
+      for (int64_t i = 0; i < per; ++i) {
+        const float w = d->values[r * per + i], code = s > 0 ? std::nearbyint(w / s) : 0.0f;
+        if (!(code >= -127 && code <= 127) || code * s != w)
+          return Status::NotSupported("node '" + node.name + "': weight " + std::to_string(r * per + i) +
+                                      " is no int8 code of its row's scale");
+        q.codes[r * per + i] = static_cast<int8_t>(code);
+      }
+    }
+    StoreInt8Rows(q, l);
+    return Status::OK();
   }
   uint32_t AddWeights(const Graph& graph, int value) {
     const TensorData* d = graph.ConstantData(value);
@@ -160,6 +194,7 @@ class McuProgramWriter {
     uint32_t in0, in1, out;                 // virtual buffers (in1: kNoBuffer)
     int64_t in_place_scratch = -1;          // floats the layer needs to run in place; -1: it cannot
     uint32_t in0_start = 0, out_start = 0;  // value offsets inside in0 / out (kOpCopy)
+    uint32_t sums = 0;                      // which operands are int32 sums (kSumsIn0 | kSumsIn1 | kSumsOut)
   };
   static constexpr uint32_t kNoBuffer = UINT32_MAX;
   std::vector<Operands> operands_;  // per layer
@@ -181,11 +216,11 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
   McuLayerDescription out;
   std::vector<int> xs = graph.ActivationInputs(node);
   if (xs.empty() || node.outputs.size() != 1) return Unsupported(node, "a node without one activation input/output");
-  for (const char* attr : {"integer_partial", "integer_sum", "integer_requant"})
-    if (node.attrs.Int(attr, 0) != 0)
-      return Unsupported(node, std::string("an int32 partial sum (") + attr +
-                                   "; the firmware merges FDT partial sums in float: compile with "
-                                   "CompileOptions::integer_partial_sums = false)");
+  const bool partial = node.attrs.Int("integer_partial", 0) != 0, merge = node.attrs.Int("integer_sum", 0) != 0;
+  out.requant = node.attrs.Int("integer_requant", 0) != 0;
+  if (partial && node.op != "Conv" && node.op != "Gemm") return Unsupported(node, "integer_partial on a " + node.op);
+  if ((merge || out.requant) && node.op != "Add") return Unsupported(node, "an integer merge that is not an Add");
+  out.sums = partial ? kSumsOut : merge ? kSumsIn0 | kSumsIn1 | kSumsOut : out.requant ? kSumsIn0 : 0;
   const int y = node.outputs[0];
   if (node.op == "Reshape" || node.op == "Flatten" || node.op == "Identity") return out;
   Layer& l = out.layer;
@@ -245,6 +280,15 @@ Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& nod
     if (axis != -1 && axis != rank - 1) return Unsupported(node, "Softmax over an axis other than the last");
     l.op = kOpSoftmax;
     l.group = static_cast<uint32_t>(s.back());
+  } else if (node.op == "Add" && out.requant) {
+    // The merged sum (int32) and the conv's bias: one value per channel
+    // (program_compiler.cc IntegerRequant), the conv's multipliers in an
+    // attribute.
+    l.op = kOpAdd;
+    const TensorData* b = node.inputs.size() == 2 ? graph.ConstantData(node.inputs[1]) : nullptr;
+    if (xs.size() != 1 || !b || NumElements(b->shape) != l.oc ||
+        static_cast<int64_t>(node.attrs.Floats("int8_requant_mult").size()) != l.oc)
+      return Unsupported(node, "a requantization without one bias and one multiplier per channel");
   } else if (node.op == "Add") {
     l.op = kOpAdd;
     if (xs.size() != 2 || graph.values[xs[0]].shape != graph.values[xs[1]].shape)
@@ -456,9 +500,19 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
     }
     Layer l = described.layer;
     macs_ += described.macs;
-    if (l.op == kOpConv || l.op == kOpDense) {
+    if ((l.op == kOpConv || l.op == kOpDense) && (described.sums & kSumsOut)) {
+      // An FDTI slice's partial sums: its codes in the full rows' scales
+      // (so that every slice's sums count alike), no bias, no activation.
+      TS_RETURN_IF_ERROR(AddRowScaledWeights(graph, node, &l));
+      if (!Codes(place(xs[0])))
+        return Status::NotSupported("node '" + node.name + "': an int32 partial sum of an input that is not codes");
+    } else if (l.op == kOpConv || l.op == kOpDense) {
       AddLayerWeights(graph, node.inputs[1], &l);
       if (node.inputs.size() > 2) l.bias = AddWeights(graph, node.inputs[2]);
+    } else if (described.requant) {
+      l.weight = static_cast<uint32_t>(weights_.size());
+      for (double m : node.attrs.Floats("int8_requant_mult")) weights_.push_back(static_cast<float>(m));
+      l.bias = AddWeights(graph, node.inputs[1]);
     } else if (l.op == kOpQuantize) {
       l.weight = static_cast<uint32_t>(weights_.size());
       weights_.insert(weights_.end(), described.grid, described.grid + 4);
@@ -486,7 +540,8 @@ Status McuProgramWriter::EmitGraph(const Graph& graph, std::vector<uint32_t>& of
       in0 = decoded;
     }
     const int step = static_cast<int>(layers_.size());
-    Operands o{in0, l.op == kOpAdd ? place(xs[1]) : kNoBuffer, place(y)};
+    Operands o{in0, l.op == kOpAdd && xs.size() > 1 ? place(xs[1]) : kNoBuffer, place(y)};
+    o.sums = described.sums;
     // Segments: what the layer needs to run in place (mcu_program.h; a
     // conv's in1, unused otherwise, will name its scratch). Its input and
     // output must be stored alike (Finish checks).
@@ -551,6 +606,10 @@ McuProgramImage McuProgramWriter::Finish(uint32_t plan_id, bool segments) const 
     if (o.in1 != kNoBuffer) layers[k].in1 = at(o.in1), layers[k].in1_grid = grid(o.in1);
     layers[k].out = at(o.out, o.out_start);
     layers[k].out_grid = grid(o.out);
+    // Int32 sums sit in buffers of 4-byte values; the layer says so.
+    if (o.sums & kSumsIn0) layers[k].in0_grid = kInt32Sums;
+    if (o.sums & kSumsIn1) layers[k].in1_grid = kInt32Sums;
+    if (o.sums & kSumsOut) layers[k].out_grid = kInt32Sums;
     // A merged conv: its output is at its input (the plan gave them one
     // offset) and in1 names its float scratch.
     if (candidate_of[k] >= 0 && laid.merged[candidate_of[k]] && layers[k].op == kOpConv)

@@ -57,7 +57,14 @@ struct McuLayerDescription {
   mcu::Layer layer{};  // op 0: an alias (Reshape, Flatten, Identity), no layer
   int64_t macs = 0;
   float grid[4] = {};  // kOpQuantize: scale, zero point, qmin, qmax
+  // Int32 partial sums (CompileOptions::integer_partial_sums, mcu::kInt32Sums):
+  // which operands hold sums, bits kSumsIn0 | kSumsIn1 | kSumsOut; and
+  // whether the layer requantizes a merged sum (an Add of its conv's
+  // multipliers and bias).
+  uint32_t sums = 0;
+  bool requant = false;
 };
+inline constexpr uint32_t kSumsIn0 = 1, kSumsIn1 = 2, kSumsOut = 4;
 Result<McuLayerDescription> DescribeMcuLayer(const Graph& graph, const Node& node);
 // Whether an MCU can run `node` (OK), else why, naming it: the planner asks
 // this before it places a layer on an MCU, BuildMcuProgram the same.

@@ -59,9 +59,9 @@ struct CompileOptions {
   // int8_weights.h): the partial sums stay int32 (conv attr
   // "integer_partial", the merge's Adds "integer_sum") and are rounded once
   // after the last ("integer_requant"), so the split answers the unsplit
-  // conv bit for bit. The MCU firmware has no int32 merge: plans with MCU
-  // devices compile with false (float partial sums: within one step of the
-  // output grid, as any two orders of a float sum).
+  // conv bit for bit, on Linux devices and MCUs alike (mcu::kInt32Sums).
+  // false: float partial sums (within one step of the output grid, as any
+  // two orders of a float sum).
   bool integer_partial_sums = true;
   // Devices that send, receive and copy only contiguous runs of a buffer
   // (MCUs: each IoEntry of an MCU program is one run). A transfer or copy

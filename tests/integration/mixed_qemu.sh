@@ -315,10 +315,10 @@ if [[ $rc -ne 0 ]]; then cat "$OUT"; echo "FAIL: the wide CNN on a chain of 3 ST
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["all_match"] is True and j["answered"] == j["requests"] == 2, j
-# A QDQ model's outputs are on an int8 grid; an MCU summing in another float
-# order may round a value at a tie the other way: one step of the output
-# grid is the stated tolerance (seen: 1 step on 1 of 4 requests, 0 here).
-assert j["max_diff_output_steps"] <= 1.0 + 1e-6, j["max_diff_output_steps"]
+# A QDQ model's outputs are on an int8 grid. Its convs and dense layer sum
+# in int32 on the MCUs as on the host (int8 weights on codes), and MaxPool
+# only selects: the answers are the host's bit for bit (0 steps).
+assert j["max_diff_output_steps"] == 0, j["max_diff_output_steps"]
 assert j["mcu_only"] is True and j["mcu_chain"] is True and j["mcu_memory_as_promised"] is True, j
 assert all(not p.endswith("@w1") and not p.endswith("@w2") for p in j["placement"].split(", ")), j["placement"]
 mcus = [d for d in j["device_memory"] if d["kind"] == "mcu"]
@@ -339,7 +339,7 @@ assert j["direct_links"] and j["direct_links_as_expected"] is True, j["direct_li
 # Its activations are int8 codes in RAM and on the direct UARTs (mcu_program.h version 5).
 assert all(d["int8_activation_tensors"] > 0 for d in mcus), mcus
 assert all(l["expected_payload_bytes"] == l["values"] for l in j["direct_links"]), j["direct_links"]
-print("PASS: wide CNN on 3 STM32F401RB joined UART-to-UART: %d requests within 1 output step (max %.3g), %.0f ms; "
+print("PASS: wide CNN on 3 STM32F401RB joined UART-to-UART: %d requests equal (max %.3g output steps), %.0f ms; "
       "flash %s B (int8 weights), RAM %s B (int8 activations); direct UART %s" % (j["requests"], j["max_diff_output_steps"], j["latency_ms"], "/".join(str(d["promised_flash_bytes"]) for d in mcus),
          "/".join(str(d["promised_ram_bytes"]) for d in mcus),
          ", ".join("%s->%s %d B" % (l["from"], l["to"], l["sent_payload_bytes"]) for l in j["direct_links"])))

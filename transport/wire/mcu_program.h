@@ -34,6 +34,17 @@ namespace tessera::mcu {
 constexpr uint32_t kProgramMagic = 0x504D5354;  // "TSMP"
 constexpr uint32_t kProgramVersion = 5;
 constexpr uint32_t kNoWeights = 0xFFFFFFFFu;
+// A layer operand's "grid" that is no grid: int32 sums, 4 B a value (an FDTI
+// slice's partial sums, METHODS §4, merged exactly and requantized once:
+// partition/compile/program_compiler.h CompileOptions::integer_partial_sums).
+// Written by a conv or dense layer with int8 weights on codes (its sums,
+// without bias or activation); read by kOpAdd only: in0 and in1 sums and
+// out sums (the merge), or in0 sums and an output of any other form (the
+// requantization: out[c, ...] = act(fma(float(in0), weight[c], bias[c]))
+// per channel c of oc, `weight` and `bias` oc floats each, in1 unused).
+// On a link a sums tensor is 4 B a value, passed as is (IoEntry grid
+// kNoWeights).
+constexpr uint32_t kInt32Sums = 0xFFFFFFFEu;
 
 enum LayerOp : uint32_t {
   kOpConv = 1,   // NCHW conv, groups (depthwise: group == C == OC), dilation
@@ -125,7 +136,7 @@ static_assert(sizeof(ProgramHeader) == 32 && sizeof(IoEntry) == 24 && sizeof(Lay
               "the program layout is fixed: 32-bit words only");
 
 // Bytes a value of a tensor stored on `grid` takes (kNoWeights: float32).
-inline uint32_t ValueBytes(uint32_t grid) { return grid == kNoWeights ? 4u : 1u; }
+inline uint32_t ValueBytes(uint32_t grid) { return grid >= kInt32Sums ? 4u : 1u; }
 inline uint64_t IoBytes(const IoEntry& e) { return uint64_t(e.count) * ValueBytes(e.grid); }
 
 // The steps of x on the grid q = {scale, zero point, qmin, qmax}:
@@ -160,7 +171,7 @@ inline float DecodeCode(uint8_t code, const float* q) {
 // worker_mcu_bridge.h), and what host tests read. `weights`: the program's
 // weight block (ProgramView::weights).
 inline void DecodeTensor(const float* weights, uint32_t grid, const void* bytes, uint32_t count, float* out) {
-  if (grid == kNoWeights) {
+  if (grid >= kInt32Sums) {  // float32, or int32 sums passed as they are
     memcpy(out, bytes, size_t{count} * 4);
     return;
   }
@@ -168,7 +179,7 @@ inline void DecodeTensor(const float* weights, uint32_t grid, const void* bytes,
   for (uint32_t i = 0; i < count; ++i) out[i] = DecodeCode(b[i], weights + grid);
 }
 inline void EncodeTensor(const float* weights, uint32_t grid, const float* values, uint32_t count, void* bytes) {
-  if (grid == kNoWeights) {
+  if (grid >= kInt32Sums) {
     memcpy(bytes, values, size_t{count} * 4);
     return;
   }
@@ -357,8 +368,8 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
   // A tensor of `count` values at byte `offset` stored on `grid`: a valid
   // grid, inside the region, a float tensor 4-byte aligned.
   auto tensor_ok = [&](uint32_t offset, uint64_t count, uint32_t grid) {
-    if (grid != kNoWeights && !GridOk(v.weights, grid, wts, true)) return false;
-    return Inside(offset, count * ValueBytes(grid), act) && (grid != kNoWeights || offset % 4 == 0);
+    if (grid < kInt32Sums && !GridOk(v.weights, grid, wts, true)) return false;
+    return Inside(offset, count * ValueBytes(grid), act) && (grid < kInt32Sums || offset % 4 == 0);
   };
   for (uint32_t i = 0; i < h->num_inputs + h->num_outputs; ++i)
     if (!tensor_ok(v.inputs[i].offset, v.inputs[i].count, v.inputs[i].grid) || v.inputs[i].port >= kMaxPorts)
@@ -382,6 +393,14 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
     const uint64_t in_bytes = in * ValueBytes(l.in0_grid), out_bytes = out * ValueBytes(l.out_grid);
     if (!tensor_ok(l.in0, in, l.in0_grid) || !tensor_ok(l.out, out, l.out_grid) || out == 0) return kErrProgramLayer;
     if (l.op != kOpAdd && l.in1_grid != kNoWeights) return kErrProgramLayer;
+    // Sums (kInt32Sums): read by an Add alone, written by an Add of sums or
+    // by a conv / dense layer with int8 weights on codes.
+    const bool sums_in = l.in0_grid == kInt32Sums, sums_out = l.out_grid == kInt32Sums;
+    if (l.in1_grid == kInt32Sums && !sums_in) return kErrProgramLayer;
+    if (sums_in && (l.op != kOpAdd || sums_out != (l.in1_grid == kInt32Sums))) return kErrProgramLayer;
+    if (sums_out && l.op != kOpAdd &&
+        ((l.op != kOpConv && l.op != kOpDense) || l.weight_format != kWeightsInt8 || l.in0_grid == kNoWeights))
+      return kErrProgramLayer;
     if (l.activation > kActRelu || !SpatialFits(l)) return kErrProgramLayer;
     if (l.weight_format > kWeightsInt8 || (l.weight_format != kWeightsFloat32 && l.op != kOpConv && l.op != kOpDense))
       return kErrProgramLayer;
@@ -428,7 +447,12 @@ inline McuError ValidateProgram(const void* bytes, uint32_t nbytes, uint64_t ram
         if (out != in) return kErrProgramLayer;
         break;
       case kOpAdd:
-        if (out != in || !tensor_ok(l.in1, in, l.in1_grid)) return kErrProgramLayer;
+        if (out != in) return kErrProgramLayer;
+        if (sums_in && !sums_out) {  // requantization: oc multipliers and biases, no in1
+          if (!Inside(l.weight, l.oc, wts) || !Inside(l.bias, l.oc, wts) || l.oc == 0) return kErrProgramLayer;
+        } else if (!tensor_ok(l.in1, in, l.in1_grid)) {
+          return kErrProgramLayer;
+        }
         break;
       case kOpCopy:  // disjoint runs
         if (out != in || (l.in0 < l.out + out_bytes && l.out < l.in0 + in_bytes)) return kErrProgramLayer;

@@ -124,7 +124,7 @@ TEST_CASE("int8 tiles: every code of a grid crosses as one byte and comes back a
 // with int8 tiles, and with the same programs sending float32. The answers
 // are identical bit for bit (the codes stand for exactly the floats), equal
 // to the unsplit run bit for bit (FDTI and pairs: int32 partial sums; with
-// float partial sums, as MCUs merge them, within one step of the output's
+// float partial sums (CompileOptions::integer_partial_sums = false) within one step of the output's
 // grid), and every message on an 8-bit grid takes a quarter of its float
 // bytes.
 TEST_CASE("int8 tiles: QDQ splits send a quarter of the bytes, answers bit for bit", "[int8][wire]") {
@@ -183,7 +183,7 @@ TEST_CASE("int8 tiles: QDQ splits send a quarter of the bytes, answers bit for b
               }
           CHECK(partial_convs > 0);
           CHECK(requantized > 0);
-          // Float partial sums (as for MCU devices): another order of the
+          // Float partial sums (integer_partial_sums = false): another order of the
           // sum, within one step of the output's grid.
           CompileOptions float_sums;
           float_sums.integer_partial_sums = false;
