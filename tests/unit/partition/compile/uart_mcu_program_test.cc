@@ -762,17 +762,24 @@ TEST_CASE("mcu program: a QDQ pipeline cut anywhere, QuantizeDequantize fused in
 // merges adds them and requantizes once. ValidateProgram lets only Adds
 // read sums and only integer kernels or Adds write them: a program that
 // says otherwise is refused before it runs.
-TEST_CASE("mcu program: int32 sums are written by integer kernels and read by Adds only", "[mcu][int8]") {
+namespace {
+// The program of MCU 1 in a forced FDTI plan of the quantized KWS CNN over 3
+// devices whose FDTI layers merge on MCU 1 (their devices[0]): it computes
+// a slice's int32 partial sums, adds the others' and requantizes.
+Result<McuProgramImage> FdtiMergedOnMcuProgram() {
   const Graph g = WithInt8GridWeights(WithQdqActivations(MakeKeywordSpottingGraph()));
   ForcedPlanOptions fo;
   fo.devices = 3;
-  auto plan = MakeForcedPlan(g, ForcedScheme::kFdti, fo);
-  REQUIRE(plan.ok());
-  for (LayerAssignment& a : plan->layers)  // merged on MCU 1
+  TS_ASSIGN_OR_RETURN(PartitionPlan plan, MakeForcedPlan(g, ForcedScheme::kFdti, fo));
+  for (LayerAssignment& a : plan.layers)
     if (a.scheme == LayerScheme::kFdti) std::rotate(a.devices.begin(), a.devices.begin() + 1, a.devices.end());
-  auto compiled = CompilePlan(g, *plan);
-  REQUIRE(compiled.ok());
-  auto image = BuildMcuProgram(compiled->programs[1], McuProgramOptions{});
+  TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(g, plan));
+  return BuildMcuProgram(compiled.programs[1], McuProgramOptions{});
+}
+}  // namespace
+
+TEST_CASE("mcu program: int32 sums are written by integer kernels and read by Adds only", "[mcu][int8]") {
+  auto image = FdtiMergedOnMcuProgram();
   INFO(image.status().ToString());
   REQUIRE(image.ok());
   HostArena arena;
@@ -810,6 +817,40 @@ TEST_CASE("mcu program: int32 sums are written by integer kernels and read by Ad
   for (uint32_t i = 0; i < arena.view.header->num_layers; ++i)
     if (arena.view.layers[i].op == mcu::kOpQuantize || arena.view.layers[i].op == mcu::kOpMaxPool)
       CHECK(refused(static_cast<int>(i), [](mcu::Layer& l) { l.in0_grid = mcu::kInt32Sums; }));
+}
+
+// A hostile program cannot use the sums form to reach outside the arena:
+// every layer with each of its three operand forms turned into sums (or
+// sums turned into floats or codes) is refused or, if valid, runs inside
+// the region; so do random corruptions of a program that merges sums.
+TEST_CASE("fuzz: int32-sums forms in any operand are refused or stay inside the arena", "[mcu][fuzz][int8]") {
+  auto image = FdtiMergedOnMcuProgram();
+  REQUIRE(image.ok());
+  HostArena base;
+  REQUIRE(base.Load(image->bytes, image->ram_bytes()) == mcu::kErrNone);
+  const size_t layers_at =
+      reinterpret_cast<const char*>(base.view.layers) - reinterpret_cast<const char*>(base.view.header);
+  int accepted = 0, tried = 0;
+  for (uint32_t k = 0; k < base.view.header->num_layers; ++k)
+    for (int field = 0; field < 3; ++field)
+      for (uint32_t form : {mcu::kInt32Sums, mcu::kNoWeights, base.view.layers[k].out_grid}) {
+        std::string bytes = image->bytes;
+        mcu::Layer l;
+        std::memcpy(&l, bytes.data() + layers_at + k * sizeof l, sizeof l);
+        (field == 0 ? l.in0_grid : field == 1 ? l.in1_grid : l.out_grid) = form;
+        std::memcpy(bytes.data() + layers_at + k * sizeof l, &l, sizeof l);
+        HostArena arena;
+        ++tried;
+        if (arena.Load(bytes, image->ram_bytes()) != mcu::kErrNone) continue;
+        ++accepted;
+        mcu::RunProgram(arena.view, arena.act());
+        REQUIRE(arena.GuardIntact());
+      }
+  INFO("accepted " << accepted << " of " << tried);
+  CHECK(accepted < tried);
+  const int random = FuzzProgram(*image, image->bytes.size(), 11);
+  INFO("accepted " << random << " of 400 randomly corrupted");
+  CHECK(random < 400);
 }
 
 TEST_CASE("mcu program: an FFMT tile of a map with channels moves as one message per contiguous run", "[mcu][phases]") {
