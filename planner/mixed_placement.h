@@ -1,6 +1,7 @@
 // Whole-layer placement on a cluster of Linux boards and microcontrollers
-// (METHODS §5) that gives every MCU at least one layer: what `tessera demo
-// --mcu` runs, and the shape of a plan for MCU chains.
+// (METHODS §5) that gives every MCU at least one layer, with a stem in FFMT
+// row tiles (METHODS §3) when an MCU-only placement needs one: what
+// `tessera demo --mcu` runs, and the shape of a plan for MCU chains.
 //
 // The planner's latency plan is used as is when it already puts a layer on
 // every MCU and keeps every layer whole (an MCU runs receive-all / compute /

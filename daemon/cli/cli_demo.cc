@@ -449,7 +449,8 @@ void RegisterDemoCommand(CLI::App& app) {
                 "and tensors between neighbouring MCUs take them");
   cmd->add_flag("--mcu-only", d->mcu_only,
                 "With --mcu: every layer on the MCUs (the fastest contiguous pipeline over them within their flash "
-                "and RAM); the first Linux worker only sends the input and takes the answer");
+                "and RAM; where no MCU holds an early layer whole, a stem in row tiles over several MCUs first); the "
+                "first Linux worker only sends the input and takes the answer");
   cmd->add_flag("--unplug", d->unplug,
                 "Kill the last worker (SIGKILL) half-way through the requests: the gateway fails over to the others "
                 "and every request must still be answered correctly");

@@ -474,7 +474,10 @@ int RunMixedDemo(const DemoOptions& d) {
   demo::ChildProcesses children;
   demo::InstallSignalHandlers();
   if (d.mcu_only && !d.force.empty())
-    return ReportError(kWhat, Status::InvalidArgument("--mcu-only places whole layers; it does not go with --force"));
+    return ReportError(
+        kWhat,
+        Status::InvalidArgument(
+            "--mcu-only chooses its own placement (whole layers, tiles where needed); it does not go with --force"));
   if (d.mcu_chain && d.mcu < 2)
     return ReportError(kWhat, Status::InvalidArgument("--mcu-chain joins MCUs to each other: give --mcu 2 or more"));
   auto mc = StartMixedCluster(firmware, (*demo_dir)->path(), d.threads, d.mcu, d.mcu_preset, d.mcu_chain);
