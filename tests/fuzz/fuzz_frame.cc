@@ -1,7 +1,10 @@
 // libFuzzer target: the UART frame decoder (transport/wire/frame.h,
 // FrameStreamDecoder over wire::FrameDecoder). Bytes are fed in two pieces
 // (split by the first byte) to cover frames across Feed calls. Every frame
-// it accepts must encode back to bytes that decode to the same frame.
+// it accepts must encode back to bytes that decode to the same frame. A
+// compact continuation frame (kFrameMore) decodes only once the decoder has
+// learnt its session from a frame of sequence 0, so a fuzzer has to find
+// such a frame first; its round trip re-teaches a fresh decoder the session.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +42,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     tessera::FrameStreamDecoder again;
     std::vector<tessera::Frame> back;
-    again.Feed(tessera::EncodeFrame(f.header, f.payload), &back);
+    if (f.header.type == tessera::wire::kFrameMore) {
+      if (f.payload.empty()) {
+        std::fprintf(stderr, "a compact frame without payload\n");
+        std::abort();
+      }
+      tessera::wire::FrameHeader teach;
+      teach.session = f.header.session;
+      teach.sequence = 0;
+      again.Feed(
+          tessera::EncodeFrame(teach, "") + tessera::EncodeCompactFrame(f.header.session, f.header.sequence, f.payload),
+          &back);
+      if (!back.empty()) back.erase(back.begin());
+    } else {
+      again.Feed(tessera::EncodeFrame(f.header, f.payload), &back);
+    }
     if (back.size() != 1 || !SameHeader(back[0].header, f.header) || back[0].payload != f.payload) {
       std::fprintf(stderr, "a decoded frame does not survive EncodeFrame + decode (%zu frames back)\n", back.size());
       std::abort();

@@ -20,6 +20,7 @@ static std::string Encode(FrameHeader h, const std::string& payload) {
   size_t n = EncodeFrame(h, reinterpret_cast<const uint8_t*>(payload.data()), scratch, out);
   return std::string(reinterpret_cast<char*>(out), n);
 }
+static uint8_t scratch_c[kMaxRawFrame], out_c[kMaxEncodedFrame];
 static void Write(const char* path, const std::string& bytes) {
   FILE* f = std::fopen(path, "wb");
   std::fwrite(bytes.data(), 1, bytes.size(), f);
@@ -37,6 +38,12 @@ int main(int argc, char** argv) {
   Write((dir + "/zeros_payload.bin").c_str(), std::string(1, '\x00') + Encode(data, zeros));
   Write((dir + "/max_payload.bin").c_str(), std::string(1, '\x80') + Encode(data, big));
   Write((dir + "/garbage_then_frame.bin").c_str(), std::string("\x03\x11\x22\x00\x01\x02", 6) + Encode(ack, ""));
+  // A message's first frame (sequence 0: the decoder learns session 1), then
+  // a compact continuation frame of that session.
+  FrameHeader first{kFrameData, 0, 0, 7, 1, 0, 3, 0, 16};
+  size_t n = EncodeCompactFrame(1, 1, reinterpret_cast<const uint8_t*>("ijklmnop"), 8, scratch_c, out_c);
+  Write((dir + "/compact_continuation.bin").c_str(),
+        std::string(1, '\x20') + Encode(first, "abcdefgh") + std::string(reinterpret_cast<char*>(out_c), n));
   return 0;
 }
 CC

@@ -22,6 +22,10 @@
 //    `max_retries` such timeouts in a row without progress
 //    the link is broken and every pending and later call fails (Unavailable
 //    / DataLoss) — a tensor arrives intact or not at all;
+//  * a message's first frame carries the full header, its later frames the
+//    3-byte compact one (compact_frames; wire::kFrameMore): ~25 bytes a
+//    frame more for payload, which matters most on a lossy line where
+//    frames are short;
 //  * frames shrink when the line loses them (adapt_frame_payload): the
 //    payload per frame is chosen from the measured loss per byte so that the
 //    expected goodput is highest, back up to `frame_payload` on a clean line.
@@ -63,6 +67,10 @@ struct UartLinkOptions {
   // mcu::kRxSlots + 1 towards it); frames it cannot hold are sent again.
   int window = 16;
   bool adapt_frame_payload = true;  // smaller frames while the line loses frames
+  // A message's later frames with the 3-byte compact header (frame_codec.h
+  // kFrameMore) instead of the 28-byte one. Every tessera peer (host link,
+  // MCU firmware) reads both; off only for a peer built before the format.
+  bool compact_frames = true;
   // Minimum retransmission timeout; 0: derived from the baud — two full
   // frame times plus 50 ms. The effective timeout adapts upwards to the peer.
   std::chrono::milliseconds retransmit_timeout{0};

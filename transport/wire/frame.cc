@@ -12,6 +12,14 @@ std::string EncodeFrame(wire::FrameHeader header, const std::string& payload) {
   return std::string(reinterpret_cast<const char*>(out), n);
 }
 
+std::string EncodeCompactFrame(uint32_t session, uint32_t sequence, const std::string& payload) {
+  uint8_t scratch[wire::kMaxRawFrame];
+  uint8_t out[wire::kMaxEncodedFrame];
+  size_t n = wire::EncodeCompactFrame(session, sequence, reinterpret_cast<const uint8_t*>(payload.data()),
+                                      payload.size(), scratch, out);
+  return std::string(reinterpret_cast<const char*>(out), n);
+}
+
 uint64_t FrameErrorCounts::total() const {
   uint64_t t = 0;
   for (uint64_t v : by_reason) t += v;

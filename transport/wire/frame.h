@@ -20,6 +20,9 @@ struct Frame {
 // Encoded bytes of one frame, delimiter included. Sets header.length from the
 // payload. REQUIRES: payload.size() <= wire::kMaxPayload.
 std::string EncodeFrame(wire::FrameHeader header, const std::string& payload);
+// Encoded bytes of a compact continuation frame (wire::kFrameMore) of the
+// sender's `session`. REQUIRES: 1 <= payload.size() <= wire::kMaxPayload.
+std::string EncodeCompactFrame(uint32_t session, uint32_t sequence, const std::string& payload);
 
 // Counts of chunks dropped by a decoder, by reason (wire::FrameError).
 struct FrameErrorCounts {

@@ -35,6 +35,26 @@
 // whose length exceeds kMaxSackBytes is rejected by the decoder (kLength).
 // A sender may keep at most kMaxSackBytes * 8 + 1 frames in flight, so every
 // frame it waits for is covered by one ACK.
+//
+// Compact continuation frames (kFrameMore). A message of several frames
+// sends its first frame with the full header; each later frame may instead be
+//     COBS( type=5 | sequence_low16[2] | payload[n >= 1] | crc32[4] ) 0x00
+// with the CRC seeded by the sender's session:
+//     crc = Crc32(type .. payload, Crc32(session as 4 little-endian bytes)).
+// Such a frame continues the message of the frame one sequence before it
+// (a sender frames one message at a time, so consecutive sequences belong to
+// the same message until it is complete): type, plan, message and total are
+// that frame's, its offset is where that frame ended. The receiver delivers
+// in sequence order, so when it delivers a kFrameMore the frame it continues
+// has just been delivered (ContinueFrame); until then it is held like any
+// frame past a gap. The low 16 bits of the sequence name it unambiguously
+// because the receiver only accepts sequences within kMaxWindow of the one
+// it expects (ExpandSequence). The session is not sent but checked: a
+// decoder learns the peer's session from its full reliable frames of
+// sequence 0 — the receiver's rule for adopting a session — and a compact
+// frame of any other session (a restarted peer's stale frame) fails the CRC.
+// 3 header bytes instead of 28: on a line losing 3e-4 of its bytes the
+// goodput ceiling rises from ~0.81 to ~0.89 of the baud (bench/uart).
 #pragma once
 
 #include <stddef.h>
@@ -47,12 +67,14 @@ enum FrameType : uint8_t {
   kFrameAck = 2,      // `sequence` = next expected; payload: selective-ack bitmap
   kFrameProgram = 3,  // a chunk of a device program (MCU: the compact program)
   kFrameStatus = 4,   // status request (length 0) or reply (payload: McuStatus)
+  kFrameMore = 5,     // compact continuation of the previous sequence's message (above)
 };
 
-inline bool IsKnownFrameType(uint8_t t) { return t >= kFrameData && t <= kFrameStatus; }
-inline bool IsReliableFrameType(uint8_t t) { return t == kFrameData || t == kFrameProgram || t == kFrameStatus; }
+inline bool IsKnownFrameType(uint8_t t) { return t >= kFrameData && t <= kFrameMore; }
+inline bool IsReliableFrameType(uint8_t t) { return t != kFrameAck && IsKnownFrameType(t); }
 
 constexpr size_t kHeaderBytes = 28;
+constexpr size_t kCompactHeaderBytes = 3;  // type + low 16 bits of the sequence
 constexpr size_t kCrcBytes = 4;
 constexpr size_t kMaxPayload = 1024;
 // Selective-acknowledgement bitmap of an ACK: up to 64 frames past the gap.
@@ -171,6 +193,46 @@ inline size_t EncodeFrame(const FrameHeader& h, const uint8_t* payload, uint8_t*
   return n;
 }
 
+// A compact continuation frame (kFrameMore) of `n` >= 1 payload bytes of the
+// sender's `session`. Same buffers as EncodeFrame.
+inline size_t EncodeCompactFrame(uint32_t session, uint32_t sequence, const uint8_t* payload, size_t n,
+                                 uint8_t* scratch, uint8_t* out) {
+  uint8_t* p = scratch;
+  p[0] = kFrameMore;
+  PutU16(p + 1, uint16_t(sequence));
+  for (size_t i = 0; i < n; ++i) p[kCompactHeaderBytes + i] = payload[i];
+  size_t raw = kCompactHeaderBytes + n;
+  uint8_t seed[4];
+  PutU32(seed, session);
+  PutU32(p + raw, Crc32(p, raw, Crc32(seed, 4)));
+  raw += kCrcBytes;
+  size_t w = CobsEncode(p, raw, out);
+  out[w++] = 0;
+  return w;
+}
+
+// The sequence whose low 16 bits a compact frame carries: the one nearest to
+// the receiver's next expected sequence (a receiver accepts only sequences
+// within kMaxWindow of it, far less than 2^15).
+inline uint32_t ExpandSequence(uint32_t low16, uint32_t expected) {
+  return expected + uint32_t(int32_t(int16_t(uint16_t(low16 - expected))));
+}
+
+// Fills a kFrameMore header from `prev`, the frame of the sequence before it
+// (already delivered, full or expanded): its type, plan, message and total,
+// the offset where it ended. False when `prev` leaves no room for this frame
+// (it finished its message, or this frame would pass the total).
+inline bool ContinueFrame(const FrameHeader& prev, FrameHeader* h) {
+  const uint32_t at = prev.offset + prev.length;
+  if (!IsReliableFrameType(prev.type) || at >= prev.total || h->length > prev.total - at) return false;
+  h->type = prev.type;
+  h->plan_id = prev.plan_id;
+  h->message = prev.message;
+  h->offset = at;
+  h->total = prev.total;
+  return true;
+}
+
 // Selective-ack bitmap helpers: frame `ack_sequence + 1 + i` <-> bit i.
 inline bool SackHas(const uint8_t* bitmap, size_t bytes, uint32_t i) {
   return i / 8 < bytes && (bitmap[i / 8] >> (i % 8)) & 1u;
@@ -187,7 +249,7 @@ enum class FrameError : uint8_t {
   kCobs,      // not valid COBS
   kTooShort,  // shorter than header + CRC
   kLength,    // header length disagrees with the bytes, > kMaxPayload, ACK bitmap > kMaxSackBytes
-  kCrc,       // CRC mismatch
+  kCrc,       // CRC mismatch (compact frame: also a session not learnt, see kFrameMore)
   kType,      // unknown frame type (CRC was fine: a newer peer)
   kRange,     // offset + length > total
 };
@@ -232,16 +294,35 @@ class FrameDecoder {
     if (n == 0) return Event::kNone;  // back-to-back delimiters: idle line
     long raw = CobsDecode(encoded_, n, raw_, sizeof(raw_));
     if (raw < 0) return Fail(FrameError::kCobs);
-    if (size_t(raw) < kHeaderBytes + kCrcBytes) return Fail(FrameError::kTooShort);
+    // One path for both forms (the firmware's flash is tight): a compact
+    // frame has a 3-byte header, at least one payload byte, its length
+    // implied by the bytes, and a CRC seeded by the learnt session.
+    const bool compact = raw > 0 && raw_[0] == kFrameMore;
+    const size_t head = compact ? kCompactHeaderBytes : kHeaderBytes;
+    if (size_t(raw) < head + kCrcBytes + compact) return Fail(FrameError::kTooShort);
     const size_t body = size_t(raw) - kCrcBytes;
-    const uint16_t length = GetU16(raw_ + 2);
-    if (length > kMaxPayload || kHeaderBytes + length != body) return Fail(FrameError::kLength);
-    if (Crc32(raw_, body) != GetU32(raw_ + body)) return Fail(FrameError::kCrc);
+    const size_t length = compact ? body - head : GetU16(raw_ + 2);
+    if (length > kMaxPayload || head + length != body) return Fail(FrameError::kLength);
+    uint32_t crc = 0;
+    if (compact) {
+      uint8_t seed[4];
+      PutU32(seed, session_);
+      crc = Crc32(seed, 4);
+    }
+    if ((compact && !have_session_) || Crc32(raw_, body, crc) != GetU32(raw_ + body)) return Fail(FrameError::kCrc);
+    payload_at_ = head;
+    h_.type = raw_[0];
+    h_.length = uint16_t(length);
+    if (compact) {
+      h_.flags = 0;
+      h_.plan_id = h_.message = h_.offset = h_.total = 0;
+      h_.session = session_;
+      h_.sequence = GetU16(raw_ + 1);
+      return Event::kFrame;
+    }
     if (!IsKnownFrameType(raw_[0])) return Fail(FrameError::kType);
     if (raw_[0] == kFrameAck && length > kMaxSackBytes) return Fail(FrameError::kLength);
-    h_.type = raw_[0];
     h_.flags = raw_[1];
-    h_.length = length;
     h_.plan_id = GetU32(raw_ + 4);
     h_.session = GetU32(raw_ + 8);
     h_.sequence = GetU32(raw_ + 12);
@@ -249,11 +330,19 @@ class FrameDecoder {
     h_.offset = GetU32(raw_ + 20);
     h_.total = GetU32(raw_ + 24);
     if (uint64_t(h_.offset) + h_.length > h_.total && h_.type != kFrameAck) return Fail(FrameError::kRange);
+    // The peer's session, as its receiver adopts it: a reliable frame of
+    // sequence 0 (compact frames of that session check against it).
+    if (h_.type != kFrameAck && h_.sequence == 0) {
+      session_ = h_.session;
+      have_session_ = true;
+    }
     return Event::kFrame;
   }
 
   const FrameHeader& header() const { return h_; }
-  const uint8_t* payload() const { return raw_ + kHeaderBytes; }
+  // A kFrameMore frame's header holds type, length, the low 16 bits of its
+  // sequence (ExpandSequence) and the session it was checked against.
+  const uint8_t* payload() const { return raw_ + payload_at_; }
   FrameError error() const { return error_; }
 
  private:
@@ -264,7 +353,10 @@ class FrameDecoder {
   uint8_t encoded_[kMaxEncodedFrame];
   uint8_t raw_[kMaxRawFrame];
   size_t n_ = 0;
+  size_t payload_at_ = 0;  // set with every frame (0: zero-initialised storage, no constructor code)
   bool overflow_ = false;
+  bool have_session_ = false;
+  uint32_t session_ = 0;
   FrameHeader h_{};
   FrameError error_ = FrameError::kNone;
 };

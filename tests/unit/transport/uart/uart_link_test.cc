@@ -115,6 +115,10 @@ class FrameCable {
     char buf[4096];
     std::string pending;
     std::map<uint32_t, int> transmissions;
+    // One decoder for the whole stream: it learns the sender's session from
+    // the first frame, which compact continuation frames (kFrameMore) need.
+    // Their header holds the low 16 bits of the sequence: the tests' are small.
+    wire::FrameDecoder decoder;
     while (!stop_) {
       pollfd p[2] = {{a_.master, POLLIN, 0}, {b_.master, POLLIN, 0}};
       if (poll(p, 2, 10) <= 0) continue;
@@ -127,7 +131,6 @@ class FrameCable {
       for (ssize_t i = 0; i < n; ++i) {
         pending.push_back(buf[i]);
         if (buf[i] != 0) continue;
-        wire::FrameDecoder decoder;
         wire::FrameDecoder::Event e = wire::FrameDecoder::Event::kNone;
         for (char c : pending) e = decoder.Feed(static_cast<uint8_t>(c));
         if (e == wire::FrameDecoder::Event::kFrame && wire::IsReliableFrameType(decoder.header().type)) {
@@ -186,6 +189,44 @@ TEST_CASE("uart link: messages of every size arrive intact, both ways, in any or
   CHECK(cable.right->Recv(999, 10ms).status().code() == StatusCode::kDeadlineExceeded);
 }
 
+TEST_CASE("uart link: a message's later frames carry the 3-byte compact header; full-header peers interoperate",
+          "[uart][compact]") {
+  for (bool compact : {true, false}) {
+    INFO("left sends " << (compact ? "compact" : "full") << " continuation frames, right the other form");
+    UartLinkOptions opt = Fast();
+    opt.adapt_frame_payload = false;
+    opt.compact_frames = compact;
+    UartLinkOptions other = opt;
+    other.compact_frames = !compact;
+    Cable cable(opt, {}, &other);
+    const std::string tensor = RandomBytes(20000, 31), reply = RandomBytes(5000, 32);
+    REQUIRE(cable.left->Send(1, tensor).ok());
+    REQUIRE(cable.right->Send(2, reply).ok());
+    auto got = cable.right->Recv(1, 5s);
+    auto back = cable.left->Recv(2, 5s);
+    REQUIRE(got.ok());
+    CHECK(*got == tensor);
+    REQUIRE(back.ok());
+    CHECK(*back == reply);
+    REQUIRE(cable.left->Flush(5s).ok());
+    REQUIRE(cable.right->Flush(5s).ok());
+    // Every frame byte the left link wrote: 20 frames (1024-byte payloads,
+    // the last 544) and its ACKs (empty bitmaps on a clean line). A frame is
+    // header + payload + CRC + one COBS code + the delimiter: RandomBytes
+    // has no 254-byte run without a zero.
+    const auto c = cable.left->counters();
+    uint64_t expected = c.acks_sent * (wire::kHeaderBytes + wire::kCrcBytes + 2);
+    for (size_t offset = 0; offset < tensor.size(); offset += 1024) {
+      const size_t header = offset > 0 && compact ? wire::kCompactHeaderBytes : wire::kHeaderBytes;
+      expected += header + std::min<size_t>(1024, tensor.size() - offset) + wire::kCrcBytes + 2;
+    }
+    CHECK(c.frames_sent == 20);
+    CHECK(c.wire_bytes_sent == expected);
+    CHECK(c.bad_frames.total() == 0);
+    CHECK(cable.right->counters().protocol_errors == 0);
+  }
+}
+
 TEST_CASE("uart link: corrupted, dropped and duplicated bytes are repaired", "[uart][faults]") {
   // 1e-4 of each fault per byte damages about a quarter of the 1 KiB frames
   // (3e-4 did more than half: go-back-N then crawls, and on a loaded CI
@@ -240,6 +281,37 @@ static void CarryAcross(FrameCable& cable, const std::string& tensor) {
   REQUIRE(got.ok());
   CHECK(*got == tensor);
   REQUIRE(cable.left->Flush(5s).ok());
+}
+
+TEST_CASE("uart link: a compact frame of another session or continuing nothing never reaches a message",
+          "[uart][compact]") {
+  // After message 1 (one frame, sequence 0) the cable adds a compact frame
+  // of another session; after message 2 (sequence 1) one of the right
+  // session whose sequence follows a finished message: a confused peer.
+  FrameCable cable(Exact(1024, 16), [](const wire::FrameHeader& h, const std::string& f, int transmission) {
+    std::vector<std::string> out{f};
+    if (transmission == 0 && h.sequence == 0) out.push_back(EncodeCompactFrame(h.session ^ 4u, 1, "stale session"));
+    if (transmission == 0 && h.sequence == 1) out.push_back(EncodeCompactFrame(h.session, 2, "continues nothing"));
+    return out;
+  });
+  REQUIRE(cable.left->Send(1, "message one").ok());
+  REQUIRE(cable.right->Recv(1, 5s).ok());
+  REQUIRE(cable.left->Send(2, "message two").ok());
+  auto two = cable.right->Recv(2, 5s);
+  REQUIRE(two.ok());
+  CHECK(*two == "message two");
+  // The receiver now expects sequence 3, which the sender never sent: its
+  // ACKs are refused as confused (the sender's protocol_errors) and the
+  // link would break after its retries — what a confused peer should get.
+  auto r = cable.right->counters();
+  for (int i = 0; i < 200 && r.protocol_errors == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+    r = cable.right->counters();
+  }
+  CHECK(r.bad_frames.by_reason[static_cast<int>(wire::FrameError::kCrc)] == 1);
+  CHECK(r.protocol_errors == 1);
+  CHECK(cable.right->Recv(1, 50ms).status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(cable.right->Recv(2, 50ms).status().code() == StatusCode::kDeadlineExceeded);
 }
 
 TEST_CASE("uart link: frames after a lost one are kept, only the lost frame is sent again", "[uart][srepeat]") {

@@ -143,16 +143,147 @@ TEST_CASE("selective-ack bitmap: bits map to frames past the cumulative ack, lon
   CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kLength)] == 1);
 }
 
+// What a decoder reports for a compact frame: type, length, the low 16 bits
+// of the sequence, the session it was checked against; the rest zero.
+static Frame CompactAsDecoded(uint32_t session, uint32_t sequence, const std::string& payload) {
+  Frame f;
+  f.header = wire::FrameHeader{};
+  f.header.type = wire::kFrameMore;
+  f.header.length = static_cast<uint16_t>(payload.size());
+  f.header.session = session;
+  f.header.sequence = sequence & 0xFFFFu;
+  f.payload = payload;
+  return f;
+}
+
+TEST_CASE("compact continuation frames: 3-byte header, checked against the session the decoder learnt",
+          "[frame][compact]") {
+  std::mt19937 rng(11);
+  const uint32_t session = 0x5e551011u;
+  wire::FrameHeader first;
+  first.type = wire::kFrameProgram;
+  first.session = session;
+  first.sequence = 0;
+  first.total = 3000;
+  const std::string more = Bytes(rng, 700, true);
+  const std::string compact = EncodeCompactFrame(session, 0x12345, more);
+  // Header 3 + payload + CRC 4, COBS (at most one code per 254 bytes + 1) and the delimiter.
+  CHECK(compact.size() <= 3 + more.size() + 4 + (3 + more.size() + 4) / 254 + 2);
+  CHECK(compact.size() + 25 <= EncodeFrame(first, more).size());
+
+  FrameStreamDecoder decoder;
+  std::vector<Frame> got;
+  // Before any frame of sequence 0 the decoder knows no session: refused.
+  decoder.Feed(compact, &got);
+  CHECK(got.empty());
+  CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kCrc)] == 1);
+  // An ACK of sequence 0 names the *receiver's* session: not learnt from it.
+  wire::FrameHeader ack;
+  ack.type = wire::kFrameAck;
+  ack.session = session;
+  ack.sequence = 0;
+  decoder.Feed(EncodeFrame(ack, ""), &got);
+  decoder.Feed(compact, &got);
+  REQUIRE(got.size() == 1);
+  CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kCrc)] == 2);
+  // The peer's first reliable frame teaches it; then the compact frame decodes.
+  decoder.Feed(EncodeFrame(first, Bytes(rng, 100)) + compact, &got);
+  REQUIRE(got.size() == 3);
+  CHECK(SameFrame(got[2], CompactAsDecoded(session, 0x12345, more)));
+  // Another session's compact frame (a restarted peer's stale one) fails the CRC.
+  decoder.Feed(EncodeCompactFrame(session ^ 1u, 1, more), &got);
+  CHECK(got.size() == 3);
+  CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kCrc)] == 3);
+  // No payload is no continuation; more than kMaxPayload does not fit.
+  decoder.Feed(EncodeCompactFrame(session, 1, ""), &got);
+  CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kTooShort)] == 1);
+  std::string raw(3 + wire::kMaxPayload + 1 + 4, '\x01');  // hand-built: the encoder does not make it
+  raw[0] = wire::kFrameMore;
+  std::string enc(raw.size() + raw.size() / 254 + 2, '\0');
+  enc.resize(wire::CobsEncode(reinterpret_cast<const uint8_t*>(raw.data()), raw.size(),
+                              reinterpret_cast<uint8_t*>(enc.data())));
+  decoder.Feed(enc + '\0', &got);
+  CHECK(decoder.errors().by_reason[static_cast<int>(wire::FrameError::kLength)] == 1);
+  CHECK(got.size() == 3);
+  // A new session at sequence 0 replaces the old one, as the receiver does.
+  first.session = session + 2;
+  decoder.Feed(EncodeFrame(first, "x") + EncodeCompactFrame(session + 2, 1, "y") + EncodeCompactFrame(session, 2, "z"),
+               &got);
+  REQUIRE(got.size() == 5);
+  CHECK(got[4].payload == "y");
+}
+
+TEST_CASE("compact frames: the sequence is recovered near the expected one, the header from the frame before",
+          "[frame][compact]") {
+  CHECK(wire::ExpandSequence(5, 3) == 5u);
+  CHECK(wire::ExpandSequence(0x0002, 0x1FFFEu) == 0x20002u);        // the low half wrapped
+  CHECK(wire::ExpandSequence(0xFFFE, 0x20001u) == 0x1FFFEu);        // a duplicate just behind
+  CHECK(wire::ExpandSequence(0x0001, 0xFFFFFFF0u) == 0x00000001u);  // 32-bit wrap
+  CHECK(wire::ExpandSequence(uint16_t(0xFFF0u + wire::kMaxWindow), 0xFFFFFFF0u) ==
+        uint32_t(0xFFFFFFF0u + wire::kMaxWindow));
+
+  wire::FrameHeader prev;
+  prev.type = wire::kFrameData;
+  prev.plan_id = 42;
+  prev.message = 7;
+  prev.offset = 1000;
+  prev.length = 500;
+  prev.total = 2000;
+  wire::FrameHeader h;
+  h.type = wire::kFrameMore;
+  h.length = 500;
+  REQUIRE(wire::ContinueFrame(prev, &h));
+  CHECK(h.type == wire::kFrameData);
+  CHECK(h.plan_id == 42u);
+  CHECK(h.message == 7u);
+  CHECK(h.offset == 1500u);
+  CHECK(h.total == 2000u);
+  // The frame that ended its message is continued by nothing; nor may a
+  // continuation pass the total, nor continue an ACK or nothing at all.
+  wire::FrameHeader last = h, more;
+  more.type = wire::kFrameMore;
+  more.length = 1;
+  CHECK(!wire::ContinueFrame(last, &more));
+  prev.length = 999;  // ends 1 byte before the total
+  more.length = 2;
+  CHECK(!wire::ContinueFrame(prev, &more));
+  more.length = 1;
+  CHECK(wire::ContinueFrame(prev, &more));
+  wire::FrameHeader ack;
+  ack.type = wire::kFrameAck;
+  ack.total = 100;
+  more.length = 1;
+  CHECK(!wire::ContinueFrame(ack, &more));
+  wire::FrameHeader none{};
+  none.type = 0;
+  none.total = 100;
+  CHECK(!wire::ContinueFrame(none, &more));
+}
+
 TEST_CASE("fuzz: damaged streams never yield a frame that was not sent", "[frame][fuzz]") {
   std::mt19937 rng(3);
   for (int round = 0; round < 300; ++round) {
     std::vector<Frame> sent;
     std::string stream;
     int frames = 1 + rng() % 6;
+    // Odd rounds: a session's first frame, then compact continuations.
+    const bool with_compact = round % 2 == 1;
+    uint32_t session = 0;
     for (int i = 0; i < frames; ++i) {
       size_t n = rng() % 300;
+      if (with_compact && i > 0 && n > 0 && rng() % 3 != 0) {
+        Frame f = CompactAsDecoded(session, rng(), Bytes(rng, n, rng() % 2));
+        stream += EncodeCompactFrame(session, f.header.sequence, f.payload);
+        sent.push_back(f);
+        continue;
+      }
       Frame f{RandomHeader(rng, n), Bytes(rng, n, rng() % 2)};
       f.header.length = static_cast<uint16_t>(n);
+      if (with_compact && i == 0) {
+        f.header.type = n > wire::kMaxSackBytes || rng() % 2 ? wire::kFrameData : wire::kFrameStatus;
+        f.header.sequence = 0;
+        session = f.header.session;
+      }
       stream += EncodeFrame(f.header, f.payload);
       sent.push_back(f);
     }
