@@ -33,6 +33,7 @@ struct RunOptions {
   int warmup = 0;
   bool json = false;
   bool profile = false;   // per-node times of the timed runs
+  int profile_nodes = 12;  // how many of the slowest nodes --profile lists
   std::string plan_path;
   std::string force;      // ffmt|fdto|fdti|pairs|pipeline
   int devices = 2;        // with --force
@@ -268,7 +269,7 @@ int RunRun(const RunOptions& ro) {
       for (const auto& [v, op] : ops)
         std::printf("%-24s %6d %10.3f %6.1f%%\n", op.c_str(), op_ms[op].first, v, sum > 0 ? 100 * v / sum : 0.0);
       std::printf("\n%-40s %-18s %10s\n", "slowest nodes", "op", "ms");
-      for (size_t k = 0; k < node_ms.size() && k < 12; ++k)
+      for (size_t k = 0; k < node_ms.size() && k < static_cast<size_t>(ro.profile_nodes); ++k)
         std::printf("%-40s %-18s %10.3f\n", graph->nodes[node_ms[k].second].name.substr(0, 40).c_str(),
                     graph->nodes[node_ms[k].second].op.c_str(), node_ms[k].first);
     }
@@ -300,6 +301,9 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_flag("--no-segments", ro->no_segments,
                 "Never write a step's output over its input (METHODS §6 segments), e.g. to compare arenas");
   cmd->add_flag("--profile", ro->profile, "Time every node of the timed runs; print the time per op and the slowest nodes");
+  cmd->add_option("--profile-nodes", ro->profile_nodes, "How many of the slowest nodes --profile lists")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   cmd->add_option("--plan", ro->plan_path,
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");
   cmd->add_option("--force", ro->force,

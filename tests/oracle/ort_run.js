@@ -6,12 +6,18 @@
 // Usage:
 //   node ort_run.js MODEL.onnx --input x.npy [--input ...] [--output y.npy ...]
 //        [--threads N] [--repeat N] [--warmup N] [--opt all|extended|basic|disabled] [--json]
+//        [--profile PREFIX]
 //
 // Inputs are float32 .npy files bound to the session's inputs in declaration
 // order (dynamic dims take the .npy's shape). --repeat N times N runs after
 // --warmup runs and reports the median. Threads: intraOpNumThreads=N,
 // interOpNumThreads=1, sequential execution. onnxruntime-node is found through
 // NODE_PATH (the scripts point it at their npm cache).
+//
+// --profile PREFIX turns on onnxruntime's profiler for the timed runs and
+// writes its Chrome-trace JSON to PREFIX_<date>.json (the path is printed on
+// stderr): per-node kernel times after onnxruntime's graph rewrites, to
+// compare with `tessera run --profile`.
 //
 // --json prints {"outputs":[{"name","shape","checksum"}],"seconds","median_ms",
 // "runs_ms","ort_version"}; checksum is the plain sum of the output's values.
@@ -25,7 +31,8 @@ function usage(msg) {
 }
 
 function parseArgs(argv) {
-  const a = {model: null, inputs: [], outputs: [], threads: 1, repeat: 1, warmup: 1, opt: 'all', json: false};
+  const a =
+      {model: null, inputs: [], outputs: [], threads: 1, repeat: 1, warmup: 1, opt: 'all', json: false, profile: null};
   for (let i = 0; i < argv.length; ++i) {
     const k = argv[i];
     const next = () => {
@@ -39,6 +46,8 @@ function parseArgs(argv) {
     else if (k === '--warmup') a.warmup = parseInt(next(), 10);
     else if (k === '--opt') a.opt = next();
     else if (k === '--json') a.json = true;
+    else if (k === '--profile')
+      a.profile = next();
     else if (k.startsWith('--')) usage(`unknown option ${k}`);
     else if (a.model === null) a.model = k;
     else usage(`unexpected argument ${k}`);
@@ -109,6 +118,8 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: args.opt,
+    enableProfiling: args.profile !== null,
+    ...(args.profile !== null ? {profileFilePrefix: args.profile} : {}),
   });
   if (args.inputs.length !== session.inputNames.length) {
     usage(`${args.model} has ${session.inputNames.length} inputs (${session.inputNames.join(', ')}), got ${args.inputs.length} --input`);
@@ -129,6 +140,10 @@ async function main() {
     runsMs.push(Number(process.hrtime.bigint() - s) / 1e6);
   }
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9 / args.repeat;
+  if (args.profile !== null) {
+    const file = session.endProfiling();
+    process.stderr.write(`ort_run.js: profile written to ${file || '(onnxruntime did not say where)'}\n`);
+  }
 
   const outputs = session.outputNames.map((name, i) => {
     const t = results[name];

@@ -112,57 +112,55 @@ inline void BlockTile(const float* __restrict ap, const float* __restrict bp, in
 // Row i of B (microkernels.h: through b_rows when the caller gives them).
 inline const float* BRow(const GemmPanelArgs& g, int64_t i) { return g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb; }
 
-// Columns [col, col + J) of one panel with the panel's 8 rows as the vector:
-// acc[j] = Σ_i A_panel[i][0..8) · B[i][col + j]. For the column tail past
-// the last whole vector (a 7x7 or 1x1 plane), where BlockTile would spend
-// two half-panels of FMAs per step of k on a few lanes; here it is J FMAs.
+// Columns [col, col + J) of P consecutive panels with each panel's 8 rows
+// as the vector: acc[p][j] = Σ_i A_panel(p)[i][0..8) · B[i][col + j]. For
+// the column tail past the last whole vector (a 7x7 or 1x1 plane), where
+// BlockTile would spend two half-panels of FMAs per step of k on a few
+// lanes; here it is J·P FMAs, in J·P independent chains (one panel and one
+// column made all of k one dependent chain). J·P + J + 1 ≤ 16 registers.
 // Same products summed in the same order as BlockTile.
-template <int J>
-void GemmColumns(const GemmPanelArgs& g, int64_t col) {
-  __m256 acc[J];
+template <int J, int P>
+void GemmColumnsPanels(const GemmPanelArgs& g, int64_t col) {
+  __m256 acc[P][J];
 #pragma GCC unroll 8
-  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) acc[p][j] = _mm256_setzero_ps();
   const float* __restrict ap = g.a;
+  const int64_t panel_stride = g.k * kPanelRows;
   for (int64_t i = 0; i < g.k; ++i) {
     const float* __restrict b = BRow(g, i) + col;
-    const __m256 av = _mm256_loadu_ps(ap);
+    __m256 bj[J];
 #pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + j), acc[j]);
+    for (int j = 0; j < J; ++j) bj[j] = _mm256_broadcast_ss(b + j);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const __m256 av = _mm256_loadu_ps(ap + p * panel_stride);
+#pragma GCC unroll 8
+      for (int j = 0; j < J; ++j) acc[p][j] = _mm256_fmadd_ps(av, bj[j], acc[p][j]);
+    }
     ap += kPanelRows;
   }
-  alignas(32) float t[J][kPanelRows];
-  float bias[kPanelRows] = {};
-  for (int r = 0; r < g.rows && g.bias; ++r) bias[r] = g.bias[r];
-  const __m256 bias_v = _mm256_loadu_ps(bias);
+  for (int p = 0; p < P; ++p) {
+    const int64_t rows = g.rows - p * kPanelRows < kPanelRows ? g.rows - p * kPanelRows : kPanelRows;
+    if (rows <= 0) break;
+    const float* pbias = g.bias ? g.bias + p * kPanelRows : nullptr;
+    alignas(32) float t[J][kPanelRows];
+    float bias[kPanelRows] = {};
+    for (int64_t r = 0; r < rows && pbias; ++r) bias[r] = pbias[r];
+    const __m256 bias_v = _mm256_loadu_ps(bias);
 #pragma GCC unroll 8
-  for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], Finish(_mm256_add_ps(acc[j], bias_v), g.epilogue));
-  for (int r = 0; r < g.rows; ++r) {
-    float* cr = g.c + r * g.ldc + col;
+    for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], Finish(_mm256_add_ps(acc[p][j], bias_v), g.epilogue));
+    for (int64_t r = 0; r < rows; ++r) {
+      float* cr = g.c + (p * kPanelRows + r) * g.ldc + col;
 #pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) cr[j] = t[j][r];
+      for (int j = 0; j < J; ++j) cr[j] = t[j][r];
+    }
   }
 }
 
-void GemmColumnsAny(const GemmPanelArgs& g, int64_t col, int64_t count) {
-  switch (count) {
-    case 1:
-      return GemmColumns<1>(g, col);
-    case 2:
-      return GemmColumns<2>(g, col);
-    case 3:
-      return GemmColumns<3>(g, col);
-    case 4:
-      return GemmColumns<4>(g, col);
-    case 5:
-      return GemmColumns<5>(g, col);
-    case 6:
-      return GemmColumns<6>(g, col);
-    case 7:
-      return GemmColumns<7>(g, col);
-  }
-}
-
-void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t count) { GemmColumnsAny(g, col, count); }
+constexpr int kNarrowMax = 7;
+#include "daemon/runtime/kernels/microkernels_narrow_columns.inc"
 
 constexpr int kTileVectors = 3;
 // 256 rows of B per block (24 KiB for AVX2).

@@ -104,9 +104,16 @@ inline void BlockTile(const float* __restrict ap, const float* __restrict bp, in
 // acc[r][v] = Σ_k A[r][k] · B[k][v·16 .. v·16+16) for one panel of kRows rows
 // and NV vectors of columns (the last one masked to `last` lanes), then
 // bias, the epilogue, and a store of the first `rows` rows: 8 × 3 accumulators.
-template <int NV>
+// kExtra: also the single column right after the tile (B and C at
+// NV·16), the panel's 8 rows as one 8-lane vector: the odd last column of a
+// 7x7 plane (49 = 48 + 1) rides along with the tile's k loop instead of a
+// pass of its own, whose k FMAs formed one dependent chain (k = 4608 in
+// resnet18's 512-channel convs: ~18 000 cycles a panel). 24 + 3 + 1 + 3
+// registers. Same products summed in the same order as GemmColumnsPanels.
+template <int NV, bool kExtra = false>
 inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* __restrict c, __mmask16 last) {
   __m512 acc[kRows][NV];
+  __m256 extra = _mm256_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 4
@@ -123,6 +130,7 @@ inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* _
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
+    if (kExtra) extra = _mm256_fmadd_ps(_mm256_loadu_ps(ap), _mm256_broadcast_ss(b + NV * kLanes), extra);
     ap += kRows;
     b += g.ldb;
   }
@@ -140,71 +148,75 @@ inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* _
         _mm512_storeu_ps(cr + v * kLanes, x);
     }
   }
+  if (kExtra) {
+    alignas(64) float t[2 * kRows] = {};
+    float bias[2 * kRows] = {};
+    for (int r = 0; r < g.rows && g.bias; ++r) bias[r] = g.bias[r];
+    _mm256_store_ps(t, extra);
+    _mm512_store_ps(t, Finish(_mm512_add_ps(_mm512_load_ps(t), _mm512_loadu_ps(bias)), g.epilogue));
+    for (int r = 0; r < g.rows; ++r) c[r * g.ldc + NV * kLanes] = t[r];
+  }
 }
 
 // Row i of B (microkernels.h: through b_rows when the caller gives them).
 inline const float* BRow(const GemmPanelArgs& g, int64_t i) { return g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb; }
 
-// Columns [col, col + J) of one panel with the panel's 8 rows as the vector:
-// acc[j] = Σ_i A_panel[i][0..8) · B[i][col + j]. For a column tail narrower
-// than half a vector (a 7x7 or 1x1 plane, 14·14 = 4·48 + 4), where GemmTile
-// would spend 8 full-width FMAs per step of k on a few lanes; here it is J
-// 8-lane FMAs. Same products summed in the same order as GemmTile.
-template <int J>
-void GemmColumns(const GemmPanelArgs& g, int64_t col) {
-  __m256 acc[J];
+// Columns [col, col + J) of P consecutive panels with each panel's 8 rows as
+// the vector: acc[p][j] = Σ_i A_panel(p)[i][0..8) · B[i][col + j]. For a
+// column tail narrower than half a vector (a 7x7 or 1x1 plane, 14·14 =
+// 4·48 + 4), where GemmTile would spend 8 full-width FMAs per step of k on
+// a few lanes; here it is J·P 8-lane FMAs. P panels at once (the K-blocked
+// path's narrow tail, where the run's A is small enough to stay in cache)
+// give J·P independent accumulator chains instead of J: with one panel and
+// one column all of k was one dependent chain of FMAs (4 cycles each).
+// J·P + J ≤ 16 ymm registers (-mavx512f without VL: VEX encoding).
+// Same products summed in the same order as GemmTile.
+template <int J, int P>
+void GemmColumnsPanels(const GemmPanelArgs& g, int64_t col) {
+  __m256 acc[P][J];
 #pragma GCC unroll 8
-  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) acc[p][j] = _mm256_setzero_ps();
   const float* __restrict ap = g.a;
+  const int64_t panel_stride = g.k * kRows;
   for (int64_t i = 0; i < g.k; ++i) {
     const float* __restrict b = BRow(g, i) + col;
-    const __m256 av = _mm256_loadu_ps(ap);
+    __m256 bj[J];
 #pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(b + j), acc[j]);
+    for (int j = 0; j < J; ++j) bj[j] = _mm256_broadcast_ss(b + j);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const __m256 av = _mm256_loadu_ps(ap + p * panel_stride);
+#pragma GCC unroll 8
+      for (int j = 0; j < J; ++j) acc[p][j] = _mm256_fmadd_ps(av, bj[j], acc[p][j]);
+    }
     ap += kRows;
   }
   // Bias and epilogue two columns per vector, then the valid rows out.
-  alignas(64) float t[J + 1][kRows];
-  float bias[2 * kRows] = {};
-  for (int r = 0; r < g.rows && g.bias; ++r) bias[r] = bias[kRows + r] = g.bias[r];
-  const __m512 bias_v = _mm512_loadu_ps(bias);
+  for (int p = 0; p < P; ++p) {
+    const int rows = static_cast<int>(g.rows - p * kRows < kRows ? g.rows - p * kRows : kRows);
+    if (rows <= 0) break;
+    const float* pbias = g.bias ? g.bias + p * kRows : nullptr;
+    alignas(64) float t[J + 1][kRows];
+    float bias[2 * kRows] = {};
+    for (int r = 0; r < rows && pbias; ++r) bias[r] = bias[kRows + r] = pbias[r];
+    const __m512 bias_v = _mm512_loadu_ps(bias);
 #pragma GCC unroll 8
-  for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], acc[j]);
+    for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], acc[p][j]);
 #pragma GCC unroll 4
-  for (int j = 0; j < J; j += 2) _mm512_store_ps(t[j], Finish(_mm512_add_ps(_mm512_load_ps(t[j]), bias_v), g.epilogue));
-  for (int r = 0; r < g.rows; ++r) {
-    float* cr = g.c + r * g.ldc + col;
+    for (int j = 0; j < J; j += 2)
+      _mm512_store_ps(t[j], Finish(_mm512_add_ps(_mm512_load_ps(t[j]), bias_v), g.epilogue));
+    for (int r = 0; r < rows; ++r) {
+      float* cr = g.c + (p * kRows + r) * g.ldc + col;
 #pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) cr[j] = t[j][r];
+      for (int j = 0; j < J; ++j) cr[j] = t[j][r];
+    }
   }
 }
 
-void GemmColumnsAny(const GemmPanelArgs& g, int64_t col, int64_t count) {
-  switch (count) {
-    case 1:
-      return GemmColumns<1>(g, col);
-    case 2:
-      return GemmColumns<2>(g, col);
-    case 3:
-      return GemmColumns<3>(g, col);
-    case 4:
-      return GemmColumns<4>(g, col);
-    case 5:
-      return GemmColumns<5>(g, col);
-    case 6:
-      return GemmColumns<6>(g, col);
-    case 7:
-      return GemmColumns<7>(g, col);
-    case 8:
-      return GemmColumns<8>(g, col);
-  }
-}
-
-// The column tail past the last whole vector (< 16 columns: a 7x7 or 1x1
-// plane) of one panel, at most 8 columns a pass.
-void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t count) {
-  for (int64_t c = 0; c < count; c += 8) GemmColumnsAny(g, col + c, count - c < 8 ? count - c : 8);
-}
+constexpr int kNarrowMax = 8;
+#include "daemon/runtime/kernels/microkernels_narrow_columns.inc"
 
 constexpr int kHalfRows = kRows;  // a tile is a whole panel: 24 accumulators fit the 32 registers
 constexpr int kTileVectors = 3;
@@ -217,9 +229,14 @@ constexpr int64_t kBlockDepth = 128;
 void GemmPanel(const GemmPanelArgs& g) {
   constexpr int64_t kTile = 3 * kLanes;  // columns per full micro-tile
   const int64_t full = g.n / kTile, rest = g.n - full * kTile;
-  for (int64_t t = 0; t < full; ++t)
-    GemmTile<3>(g, g.b + t * kTile, g.c + t * kTile, static_cast<__mmask16>(0xFFFF));
-  if (rest == 0) return;
+  const bool one_more = full > 0 && rest == 1;  // a 7x7 plane: the last column rides with the last tile
+  for (int64_t t = 0; t < full; ++t) {
+    if (one_more && t == full - 1)
+      GemmTile<3, true>(g, g.b + t * kTile, g.c + t * kTile, static_cast<__mmask16>(0xFFFF));
+    else
+      GemmTile<3>(g, g.b + t * kTile, g.c + t * kTile, static_cast<__mmask16>(0xFFFF));
+  }
+  if (rest == 0 || one_more) return;
   int64_t col = full * kTile;
   // Whole vectors, and a last part vector unless it is narrow enough for GemmColumns.
   const int64_t narrow = rest % kLanes <= kLanes / 2 ? rest % kLanes : 0;
@@ -231,6 +248,8 @@ void GemmPanel(const GemmPanelArgs& g) {
     if (vectors == 3) GemmTile<3>(g, g.b + col, g.c + col, last);
     col += rest - narrow;
   }
+  // While this panel of A is in cache (a second pass over all of a large A
+  // would stream it from memory again).
   if (narrow > 0) GemmColumnsAny(g, col, narrow);
 }
 
@@ -244,6 +263,7 @@ void GemmPanel(const GemmPanelArgs& g) {
 // from packing B either (Winograd's GEMMs on 128 channels: 10 % faster in
 // place). Same products in the same order either way.
 constexpr int64_t kLargeA = 48 * 1024;  // floats (192 KiB)
+
 void GemmPanelsAny(const GemmPanelArgs& g) {
   if (g.b_rows != nullptr || (g.rows * g.k <= kLargeA && g.k > kBlockDepth)) return GemmPanels(g);
   for (int64_t r0 = 0; r0 < g.rows; r0 += kPanelRows) {

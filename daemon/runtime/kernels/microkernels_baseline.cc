@@ -82,18 +82,20 @@ inline void BlockTile(const float* __restrict ap, const float* __restrict bp, in
   }
 }
 
-// The last n < 4 columns, one at a time.
+// The last n < 4 columns of a run of panels, one column of one panel at a time.
 void NarrowColumns(const GemmPanelArgs& g, int64_t col, int64_t n) {
-  for (int64_t j = col; j < col + n; ++j) {
-    float acc[kPanelRows] = {};
-    const float* ap = g.a;
-    for (int64_t i = 0; i < g.k; ++i) {
-      const float bv = (g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb)[j];
-      for (int r = 0; r < kPanelRows; ++r) acc[r] += ap[r] * bv;
-      ap += kPanelRows;
-    }
-    for (int r = 0; r < g.rows; ++r) {
-      g.c[r * g.ldc + j] = FinishScalar(acc[r] + (g.bias ? g.bias[r] : 0.f), g.epilogue);
+  for (int64_t r0 = 0; r0 < g.rows; r0 += kPanelRows) {
+    const int64_t rows = g.rows - r0 < kPanelRows ? g.rows - r0 : kPanelRows;
+    for (int64_t j = col; j < col + n; ++j) {
+      float acc[kPanelRows] = {};
+      const float* ap = g.a + r0 * g.k;  // panel r0 / kPanelRows: k × kPanelRows floats
+      for (int64_t i = 0; i < g.k; ++i) {
+        const float bv = (g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb)[j];
+        for (int r = 0; r < kPanelRows; ++r) acc[r] += ap[r] * bv;
+        ap += kPanelRows;
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        g.c[(r0 + r) * g.ldc + j] = FinishScalar(acc[r] + (g.bias ? g.bias[r0 + r] : 0.f), g.epilogue);
     }
   }
 }

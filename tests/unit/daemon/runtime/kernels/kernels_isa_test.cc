@@ -148,7 +148,10 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
 // panel) and depths within one block (AVX-512: B read in place), and sums
 // that must be bit-identical to one panel per call and to the same B read
 // through row offsets (the indirect im2col; always K-blocked): each output
-// is summed over k in the same order every way.
+// is summed over k in the same order every way. Narrow tails of 1-5 columns
+// run several panels at a time (up to 8 independent accumulator chains);
+// 49 = 48 + 1 columns with a large A take the last column inside the last
+// tile's k loop (AVX-512's GemmTile<3, true>).
 TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference product", "[kernels][isa]") {
   std::mt19937 rng(13);
   int levels = 0;
@@ -158,7 +161,7 @@ TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference 
     ++levels;
     for (int64_t rows : {9, 16, 21, 40, 96})
       for (int64_t k : {100, 128, 129, 255, 256, 257, 600})
-        for (int64_t n : {7, 24, 40, 53, 61, 63})
+        for (int64_t n : {1, 2, 3, 5, 7, 24, 40, 49, 50, 53, 61, 63})
           for (const Epilogue& epilogue : {AllEpilogues()[0], AllEpilogues()[3]}) {
             INFO("ISA " << IsaName(isa) << " rows " << rows << " k " << k << " n " << n << " epilogue "
                         << static_cast<int>(epilogue.kind));
