@@ -161,6 +161,10 @@ struct Microkernels {
   // May read up to 15 values past src[t] + n (the caller's scratch has them).
   void (*int16_tap_pairs)(const int16_t* const* src, const int32_t* k, int64_t pairs, int64_t n,
                           int32_t* acc) = nullptr;
+  // dst[i] = std::max(a[i], b[i]) for i < n, NaN as std::max has it (a NaN
+  // b keeps a); dst may be a or b. Max pooling's row and column passes
+  // (pool.cc).
+  void (*max_of)(float* dst, const float* a, const float* b, int64_t n) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

@@ -268,6 +268,14 @@ void DotRows(const DotRowsArgs& d) {
 
 // 16 inputs per step: two loads; per phase one in-lane shuffle picks the
 // phase from both, one cross-lane permute puts its halves in order.
+// _mm256_max_ps(x, y) returns y when either is NaN: (b, a) is std::max(a, b).
+void MaxOf(float* dst, const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    _mm256_storeu_ps(dst + i, _mm256_max_ps(_mm256_loadu_ps(b + i), _mm256_loadu_ps(a + i)));
+  for (; i < n; ++i) dst[i] = a[i] < b[i] ? b[i] : a[i];
+}
+
 void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
   int64_t i = 0;  // outputs per phase so far; inputs so far 2i
   for (; 2 * i + 2 * kLanes <= n; i += kLanes) {
@@ -286,9 +294,22 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& Avx2Microkernels() {
-  static const Microkernels k{
-      Isa::kAvx2, &GemmPanels, &DepthwiseTaps, &DotRows, &Deinterleave,          &Logistic,     0, 0, &Int16PairGemm,
-      &Int16Axpy, &RequantRow, &Int16PairDot4, &CodesOf, &QuantizeDequantizeRow, &Int16TapPairs};
+  static const Microkernels k{Isa::kAvx2,
+                              &GemmPanels,
+                              &DepthwiseTaps,
+                              &DotRows,
+                              &Deinterleave,
+                              &Logistic,
+                              0,
+                              0,
+                              &Int16PairGemm,
+                              &Int16Axpy,
+                              &RequantRow,
+                              &Int16PairDot4,
+                              &CodesOf,
+                              &QuantizeDequantizeRow,
+                              &Int16TapPairs,
+                              &MaxOf};
   return k;
 }
 

@@ -380,6 +380,17 @@ void DotRows(const DotRowsArgs& d) {
   }
 }
 
+// _mm512_max_ps(x, y) returns y when either is NaN: (b, a) is std::max(a, b).
+void MaxOf(float* dst, const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    _mm512_storeu_ps(dst + i, _mm512_max_ps(_mm512_loadu_ps(b + i), _mm512_loadu_ps(a + i)));
+  if (i < n) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_max_ps(_mm512_maskz_loadu_ps(m, b + i), _mm512_maskz_loadu_ps(m, a + i)));
+  }
+}
+
 // 32 inputs per step: two loads, one two-source permute per phase.
 void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
   const __m512i even_lanes = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -402,9 +413,9 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 
 const Microkernels& Avx512Microkernels() {
   static const Microkernels k{
-      Isa::kAvx512,  &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
-      kLargeA,       &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow,
-      &Int16TapPairs};
+      Isa::kAvx512,   &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
+      kLargeA,        &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow,
+      &Int16TapPairs, &MaxOf};
   return k;
 }
 

@@ -131,6 +131,10 @@ void DotRows(const DotRowsArgs& d) {
   }
 }
 
+void MaxOf(float* dst, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = a[i] < b[i] ? b[i] : a[i];
+}
+
 void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
   for (int64_t i = 0; 2 * i < n; ++i) even[i] = src[2 * i];
   for (int64_t i = 0; 2 * i + 1 < n; ++i) odd[i] = src[2 * i + 1];
@@ -153,7 +157,8 @@ const Microkernels& BaselineMicrokernels() {
                               &Int16PairDot4,
                               &CodesOf,
                               &QuantizeDequantizeRow,
-                              &Int16TapPairs};
+                              &Int16TapPairs,
+                              &MaxOf};
   return k;
 }
 

@@ -6,6 +6,7 @@
 // differ only in fma vs mul+add rounding and summation is in the same order).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -275,6 +276,38 @@ TEST_CASE("every ISA's deinterleave splits even and odd positions and writes not
       for (int64_t i = 0; i < 40; ++i) {
         REQUIRE(even[i] == (2 * i < n ? src[2 * i] : 7.f));
         REQUIRE(odd[i] == (2 * i + 1 < n ? src[2 * i + 1] : 7.f));
+      }
+    }
+  }
+}
+
+// max_of is std::max element by element, NaN included (a NaN second operand
+// keeps the first, a NaN first stays), in place over either source, and
+// writes nothing past n.
+TEST_CASE("every ISA's max_of is std::max per element, NaN and aliasing included", "[kernels][isa]") {
+  std::mt19937 rng(15);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    REQUIRE(mk.max_of != nullptr);
+    for (int64_t n = 0; n <= 50; ++n) {
+      INFO("ISA " << IsaName(isa) << " n " << n);
+      std::vector<float> a = Random(static_cast<size_t>(n), rng), b = Random(static_cast<size_t>(n), rng);
+      for (int64_t i = 0; i < n; i += 7) (i % 2 ? a : b)[i] = nan;
+      if (n > 3) a[3] = b[3] = -std::numeric_limits<float>::infinity();
+      std::vector<float> want(static_cast<size_t>(n) + 4, 7.f), got = want;
+      for (int64_t i = 0; i < n; ++i) want[i] = std::max(a[i], b[i]);
+      mk.max_of(got.data(), a.data(), b.data(), n);
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("i " << i);
+        REQUIRE((std::isnan(got[i]) ? std::isnan(want[i]) : got[i] == want[i]));
+      }
+      std::vector<float> in_a = a, in_b = b;  // dst aliasing a, then b
+      mk.max_of(in_a.data(), in_a.data(), b.data(), n);
+      mk.max_of(in_b.data(), a.data(), in_b.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        REQUIRE((std::isnan(in_a[i]) ? std::isnan(want[i]) : in_a[i] == want[i]));
+        REQUIRE((std::isnan(in_b[i]) ? std::isnan(want[i]) : in_b[i] == want[i]));
       }
     }
   }
