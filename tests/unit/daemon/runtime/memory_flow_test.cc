@@ -265,7 +265,11 @@ void AnswersBitForBit(const PreparedProgram& prepared, const std::vector<TensorD
 
 TEST_CASE("the tiles of a stack keep each weight once: on the wire, decoded, packed and sized") {
   // im2col 3x3 (packed), depthwise 3x3 (raw, read in Eval), pointwise (packed).
-  const Graph g = FromCfg("shared", Net(40, 40, 32) + Conv(64, 3, 1, "leaky") + Conv(64, 3, 1, "relu", 64) +
+  // 8 input channels keep the first conv on im2col: Winograd (from 16
+  // channels, conv.cc) sums a tile whose halo starts on an odd row in other
+  // 2x2 blocks than the whole plane does, so the answers below would agree
+  // only to rounding, not bit for bit.
+  const Graph g = FromCfg("shared", Net(40, 40, 8) + Conv(64, 3, 1, "leaky") + Conv(64, 3, 1, "relu", 64) +
                                         Conv(64, 1, 0, "linear") + kMaxPool);
   PartitionPlan tiled_plan = SingleDevicePlan(g.nodes.size());
   for (int k = 0; k < 3; ++k) tiled_plan.layers[k] = LayerAssignment{LayerScheme::kFfmt, {0}, {}, 2, 2, {}, {}};

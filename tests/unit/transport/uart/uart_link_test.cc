@@ -189,7 +189,7 @@ TEST_CASE("uart link: messages of every size arrive intact, both ways, in any or
   CHECK(cable.right->Recv(999, 10ms).status().code() == StatusCode::kDeadlineExceeded);
 }
 
-TEST_CASE("uart link: a message's later frames carry the 3-byte compact header; full-header peers interoperate",
+TEST_CASE("uart link: a message's later frames carry the 3-byte compact header, and full-header peers interoperate",
           "[uart][compact]") {
   for (bool compact : {true, false}) {
     INFO("left sends " << (compact ? "compact" : "full") << " continuation frames, right the other form");
