@@ -247,7 +247,8 @@ void OnTensorChunk(uint32_t port, const wire::FrameHeader& h, const uint8_t* pay
 void Deliver(uint32_t port, wire::FrameHeader& h, const uint8_t* payload) {
   wire::FrameHeader& last = g_ports[port].delivered;
   if (h.type == wire::kFrameMore && !wire::ContinueFrame(last, &h)) {
-    ++g.refused;  // continues nothing: a confused peer (frame_codec.h kFrameMore)
+    ++g.refused;     // continues nothing: a confused peer (frame_codec.h kFrameMore)
+    last.total = 0;  // nor may a later compact frame continue that message
     return;
   }
   last = h;

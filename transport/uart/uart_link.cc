@@ -96,8 +96,9 @@ struct UartLink::State {
   uint32_t rx_session = 0, rx_expected = 0;
   std::map<uint32_t, Frame> held;  // reliable frames past a gap, by sequence (< rx_expected + kMaxWindow)
   std::map<std::pair<uint8_t, uint32_t>, PartialMessage> partial;
-  wire::FrameHeader delivered{};  // the last frame delivered in order: what a kFrameMore continues
-  bool delivered_valid = false;
+  // The last frame delivered in order: what a kFrameMore continues. Reset
+  // to an empty header (total 0), which ContinueFrame refuses to continue.
+  wire::FrameHeader delivered{};
   std::array<uint8_t, 4096> read_buf{};
   FrameStreamDecoder decoder;
 
@@ -447,7 +448,7 @@ struct UartLink::State {
       rx_expected = 0;
       held.clear();
       partial.clear();
-      delivered_valid = false;
+      delivered = wire::FrameHeader{};
     }
     ack_pending = true;
     if (SeqBefore(h.sequence, rx_expected)) {  // delivered already: its ACK was lost, or the line repeated it
@@ -483,15 +484,14 @@ struct UartLink::State {
   void Deliver(Frame& f) {
     wire::FrameHeader& h = f.header;
     const size_t header_bytes = h.type == wire::kFrameMore ? wire::kCompactHeaderBytes : wire::kHeaderBytes;
-    if (h.type == wire::kFrameMore && (!delivered_valid || !wire::ContinueFrame(delivered, &h))) {
-      delivered_valid = false;
+    if (h.type == wire::kFrameMore && !wire::ContinueFrame(delivered, &h)) {
+      delivered = wire::FrameHeader{};  // nor may a later compact frame continue it
       std::lock_guard<std::mutex> l(mu);
       ++counters.frames_received;
       ++counters.protocol_errors;
       return;
     }
     delivered = h;
-    delivered_valid = true;
     std::unique_lock<std::mutex> lock(mu);
     ++counters.frames_received;
     if (h.type == wire::kFrameData && h.plan_id != plan_id) {

@@ -112,50 +112,22 @@ inline void BlockTile(const float* __restrict ap, const float* __restrict bp, in
 // Row i of B (microkernels.h: through b_rows when the caller gives them).
 inline const float* BRow(const GemmPanelArgs& g, int64_t i) { return g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb; }
 
-// Columns [col, col + J) of P consecutive panels with each panel's 8 rows
-// as the vector: acc[p][j] = Σ_i A_panel(p)[i][0..8) · B[i][col + j]. For
-// the column tail past the last whole vector (a 7x7 or 1x1 plane), where
-// BlockTile would spend two half-panels of FMAs per step of k on a few
-// lanes; here it is J·P FMAs, in J·P independent chains (one panel and one
-// column made all of k one dependent chain). J·P + J + 1 ≤ 16 registers.
-// Same products summed in the same order as BlockTile.
-template <int J, int P>
-void GemmColumnsPanels(const GemmPanelArgs& g, int64_t col) {
-  __m256 acc[P][J];
+// Panel p's narrow-tail sums (microkernels_narrow_columns.inc): bias and
+// the epilogue on the 8 rows of each column, then the valid rows out.
+template <int J>
+void FinishColumns(const GemmPanelArgs& g, const __m256* acc, int64_t p, int64_t col) {
+  const int64_t rows = g.rows - p * kPanelRows < kPanelRows ? g.rows - p * kPanelRows : kPanelRows;
+  const float* pbias = g.bias ? g.bias + p * kPanelRows : nullptr;
+  alignas(32) float t[J][kPanelRows];
+  float bias[kPanelRows] = {};
+  for (int64_t r = 0; r < rows && pbias; ++r) bias[r] = pbias[r];
+  const __m256 bias_v = _mm256_loadu_ps(bias);
 #pragma GCC unroll 8
-  for (int p = 0; p < P; ++p)
+  for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], Finish(_mm256_add_ps(acc[j], bias_v), g.epilogue));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = g.c + (p * kPanelRows + r) * g.ldc + col;
 #pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) acc[p][j] = _mm256_setzero_ps();
-  const float* __restrict ap = g.a;
-  const int64_t panel_stride = g.k * kPanelRows;
-  for (int64_t i = 0; i < g.k; ++i) {
-    const float* __restrict b = BRow(g, i) + col;
-    __m256 bj[J];
-#pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) bj[j] = _mm256_broadcast_ss(b + j);
-#pragma GCC unroll 8
-    for (int p = 0; p < P; ++p) {
-      const __m256 av = _mm256_loadu_ps(ap + p * panel_stride);
-#pragma GCC unroll 8
-      for (int j = 0; j < J; ++j) acc[p][j] = _mm256_fmadd_ps(av, bj[j], acc[p][j]);
-    }
-    ap += kPanelRows;
-  }
-  for (int p = 0; p < P; ++p) {
-    const int64_t rows = g.rows - p * kPanelRows < kPanelRows ? g.rows - p * kPanelRows : kPanelRows;
-    if (rows <= 0) break;
-    const float* pbias = g.bias ? g.bias + p * kPanelRows : nullptr;
-    alignas(32) float t[J][kPanelRows];
-    float bias[kPanelRows] = {};
-    for (int64_t r = 0; r < rows && pbias; ++r) bias[r] = pbias[r];
-    const __m256 bias_v = _mm256_loadu_ps(bias);
-#pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], Finish(_mm256_add_ps(acc[p][j], bias_v), g.epilogue));
-    for (int64_t r = 0; r < rows; ++r) {
-      float* cr = g.c + (p * kPanelRows + r) * g.ldc + col;
-#pragma GCC unroll 8
-      for (int j = 0; j < J; ++j) cr[j] = t[j][r];
-    }
+    for (int j = 0; j < J; ++j) cr[j] = t[j][r];
   }
 }
 

@@ -109,7 +109,8 @@ inline void BlockTile(const float* __restrict ap, const float* __restrict bp, in
 // 7x7 plane (49 = 48 + 1) rides along with the tile's k loop instead of a
 // pass of its own, whose k FMAs formed one dependent chain (k = 4608 in
 // resnet18's 512-channel convs: ~18 000 cycles a panel). 24 + 3 + 1 + 3
-// registers. Same products summed in the same order as GemmColumnsPanels.
+// registers. Same products summed in the same order as GemmColumnsPanels
+// (microkernels_narrow_columns.inc).
 template <int NV, bool kExtra = false>
 inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* __restrict c, __mmask16 last) {
   __m512 acc[kRows][NV];
@@ -161,57 +162,24 @@ inline void GemmTile(const GemmPanelArgs& g, const float* __restrict b, float* _
 // Row i of B (microkernels.h: through b_rows when the caller gives them).
 inline const float* BRow(const GemmPanelArgs& g, int64_t i) { return g.b_rows ? g.b + g.b_rows[i] : g.b + i * g.ldb; }
 
-// Columns [col, col + J) of P consecutive panels with each panel's 8 rows as
-// the vector: acc[p][j] = Σ_i A_panel(p)[i][0..8) · B[i][col + j]. For a
-// column tail narrower than half a vector (a 7x7 or 1x1 plane, 14·14 =
-// 4·48 + 4), where GemmTile would spend 8 full-width FMAs per step of k on
-// a few lanes; here it is J·P 8-lane FMAs. P panels at once (the K-blocked
-// path's narrow tail, where the run's A is small enough to stay in cache)
-// give J·P independent accumulator chains instead of J: with one panel and
-// one column all of k was one dependent chain of FMAs (4 cycles each).
-// J·P + J ≤ 16 ymm registers (-mavx512f without VL: VEX encoding).
-// Same products summed in the same order as GemmTile.
-template <int J, int P>
-void GemmColumnsPanels(const GemmPanelArgs& g, int64_t col) {
-  __m256 acc[P][J];
+// Panel p's narrow-tail sums (microkernels_narrow_columns.inc): bias and
+// the epilogue two columns per 16-lane vector, then the valid rows out.
+template <int J>
+void FinishColumns(const GemmPanelArgs& g, const __m256* acc, int64_t p, int64_t col) {
+  const int rows = static_cast<int>(g.rows - p * kRows < kRows ? g.rows - p * kRows : kRows);
+  const float* pbias = g.bias ? g.bias + p * kRows : nullptr;
+  alignas(64) float t[J + 1][kRows];
+  float bias[2 * kRows] = {};
+  for (int r = 0; r < rows && pbias; ++r) bias[r] = bias[kRows + r] = pbias[r];
+  const __m512 bias_v = _mm512_loadu_ps(bias);
 #pragma GCC unroll 8
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) acc[p][j] = _mm256_setzero_ps();
-  const float* __restrict ap = g.a;
-  const int64_t panel_stride = g.k * kRows;
-  for (int64_t i = 0; i < g.k; ++i) {
-    const float* __restrict b = BRow(g, i) + col;
-    __m256 bj[J];
-#pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) bj[j] = _mm256_broadcast_ss(b + j);
-#pragma GCC unroll 8
-    for (int p = 0; p < P; ++p) {
-      const __m256 av = _mm256_loadu_ps(ap + p * panel_stride);
-#pragma GCC unroll 8
-      for (int j = 0; j < J; ++j) acc[p][j] = _mm256_fmadd_ps(av, bj[j], acc[p][j]);
-    }
-    ap += kRows;
-  }
-  // Bias and epilogue two columns per vector, then the valid rows out.
-  for (int p = 0; p < P; ++p) {
-    const int rows = static_cast<int>(g.rows - p * kRows < kRows ? g.rows - p * kRows : kRows);
-    if (rows <= 0) break;
-    const float* pbias = g.bias ? g.bias + p * kRows : nullptr;
-    alignas(64) float t[J + 1][kRows];
-    float bias[2 * kRows] = {};
-    for (int r = 0; r < rows && pbias; ++r) bias[r] = bias[kRows + r] = pbias[r];
-    const __m512 bias_v = _mm512_loadu_ps(bias);
-#pragma GCC unroll 8
-    for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], acc[p][j]);
+  for (int j = 0; j < J; ++j) _mm256_store_ps(t[j], acc[j]);
 #pragma GCC unroll 4
-    for (int j = 0; j < J; j += 2)
-      _mm512_store_ps(t[j], Finish(_mm512_add_ps(_mm512_load_ps(t[j]), bias_v), g.epilogue));
-    for (int r = 0; r < rows; ++r) {
-      float* cr = g.c + (p * kRows + r) * g.ldc + col;
+  for (int j = 0; j < J; j += 2) _mm512_store_ps(t[j], Finish(_mm512_add_ps(_mm512_load_ps(t[j]), bias_v), g.epilogue));
+  for (int r = 0; r < rows; ++r) {
+    float* cr = g.c + (p * kRows + r) * g.ldc + col;
 #pragma GCC unroll 8
-      for (int j = 0; j < J; ++j) cr[j] = t[j][r];
-    }
+    for (int j = 0; j < J; ++j) cr[j] = t[j][r];
   }
 }
 

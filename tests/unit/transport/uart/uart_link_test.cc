@@ -314,6 +314,25 @@ TEST_CASE("uart link: a compact frame of another session or continuing nothing n
   CHECK(cable.right->Recv(2, 50ms).status().code() == StatusCode::kDeadlineExceeded);
 }
 
+TEST_CASE("uart link: after a compact frame that overruns its message, no later compact frame completes it",
+          "[uart][compact]") {
+  // Message 1 is 1500 bytes: sequence 0 carries 1024 with the full header.
+  // In place of sequence 1 the cable sends a compact frame of 600 bytes
+  // (1024 + 600 > 1500: refused) and then one of 476 at sequence 2, which
+  // would end the message exactly if it continued sequence 0's frame.
+  FrameCable cable(Exact(1024, 16), [](const wire::FrameHeader& h, const std::string& f, int transmission) {
+    if (transmission == 0 && h.sequence == 1)
+      return std::vector<std::string>{EncodeCompactFrame(h.session, 1, std::string(600, 'x')),
+                                      EncodeCompactFrame(h.session, 2, std::string(476, 'y'))};
+    return std::vector<std::string>{f};
+  });
+  REQUIRE(cable.left->Send(1, RandomBytes(1500, 41)).ok());
+  auto got = cable.right->Recv(1, 1500ms);
+  INFO(got.status().ToString());
+  CHECK_FALSE(got.ok());  // never the forged bytes
+  CHECK(cable.right->counters().protocol_errors == 2);
+}
+
 TEST_CASE("uart link: frames after a lost one are kept, only the lost frame is sent again", "[uart][srepeat]") {
   FrameCable cable(Exact(1024, 16), [](const wire::FrameHeader& h, const std::string& f, int transmission) {
     if (h.sequence == 2 && transmission == 0) return std::vector<std::string>{};  // lost on the line
