@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include "partition/compile/program_compiler.h"
 #include "planner/memory_split.h"
@@ -536,6 +537,153 @@ Status BuildSplitPlan(const Graph& graph, const std::vector<LayerFigures>& layer
   return CheckDeviceMemory(*plan, layers, totals.buffer_of_layer);
 }
 
+// Where a value lives in a tiled plan, as the compiler tracks it
+// (program_compiler.h): its primary pieces (rows per device: one device's
+// whole value, or a row tile on each device) and, per device, the row
+// ranges it holds (its own rows plus the replicas it fetched before).
+struct TiledValue {
+  std::vector<std::pair<int, Range1D>> primary;
+  std::vector<std::vector<Range1D>> held;
+};
+
+// The input rows device i's output rows `out` of layer f read from its
+// activation input of `in_rows` rows (the halo of METHODS §2), clipped to it.
+Range1D TileInputRows(const TileRule& rule, const LayerFigures& f, int64_t in_rows, Range1D out) {
+  Range1D in = out;
+  const int64_t out_rows = f.output_shape[2];
+  if (rule.window) {
+    in = InputRangeOf(rule.w, 0, out);
+  } else if (in_rows != out_rows && out_rows > 0) {
+    in = {out.begin * in_rows / out_rows, (out.end * in_rows + out_rows - 1) / out_rows};
+  }
+  return {std::clamp<int64_t>(in.begin, 0, in_rows), std::clamp<int64_t>(in.end, 0, in_rows)};
+}
+
+int64_t Overlap(Range1D a, Range1D b) {
+  return std::max<int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
+}
+
+// FFMT with halo exchange (METHODS §2, issue 15): every layer a stack may
+// hold is cut into row tiles over all devices (sized by MAC rate), each
+// layer a stack of its own (LayerAssignment::stack_start). A tile's input
+// is its device's own rows of the layer before plus the halo rows its
+// neighbours computed, sent device to device: no MAC is recomputed and only
+// halos cross the cables, at the price of every device holding all the
+// weights of those layers. Layers no stack may hold run whole on device 0,
+// which gathers the tiles they read; the tiles of the next stack leave from
+// there. Model inputs arrive on device 0, outputs are gathered there. The
+// traffic follows the compiler's Fetch exactly (a region a device already
+// holds is not sent again), so the bytes this plan promises are the bytes
+// its programs send.
+Status BuildTiledPlan(const Graph& graph, const std::vector<LayerFigures>& layers, const PlanOptions& options,
+                      Plan* plan) {
+  const auto start = std::chrono::steady_clock::now();
+  const Cluster& c = plan->cluster;
+  const int n = c.size();
+  const int L = static_cast<int>(layers.size());
+  const SplitCapacities capacity = CapacitiesFor(c, options.objective);
+  SplitTotals totals(L, n);
+  std::vector<TiledValue> where(graph.values.size());
+  auto rows_of = [&](int v) {
+    const Shape& s = graph.values[v].shape;
+    return s.size() == 4 ? s[2] : int64_t{1};
+  };
+  auto row_bytes = [&](int v) {
+    return static_cast<double>(NumElements(graph.values[v].shape) / std::max<int64_t>(rows_of(v), 1) *
+                               ValueWireBytes(graph, v));
+  };
+  auto place_whole = [&](int v, int device) {
+    where[v].primary = {{device, Range1D{0, rows_of(v)}}};
+    where[v].held.assign(n, {});
+    where[v].held[device].push_back({0, rows_of(v)});
+  };
+  // Rows `need` of value v on device i (program_compiler.cc Fetch).
+  auto fetch = [&](int v, int i, Range1D need, Traffic* traffic) {
+    TiledValue& w = where[v];
+    for (const Range1D& h : w.held[i])
+      if (h.begin <= need.begin && need.end <= h.end) return;
+    for (const auto& [j, rows] : w.primary)
+      if (j != i) traffic->Move(j, i, Overlap(need, rows) * row_bytes(v));
+    w.held[i].push_back(need);
+  };
+  for (int v : graph.inputs) place_whole(v, 0);
+  bool tiled_any = false;
+  for (int l = 0; l < L; ++l) {
+    const LayerFigures& f = layers[l];
+    const Node& node = graph.nodes[f.node];
+    PlannedLayer a;
+    a.index = f.index;
+    a.name = f.name;
+    a.op = f.op;
+    LayerShares shares(n);
+    const auto acts = graph.ActivationInputs(node);
+    if (SpatiallyTileable(graph, f)) {
+      tiled_any = true;
+      TS_ASSIGN_OR_RETURN(const TileRule rule, TileRuleOf(graph, f.node));
+      const int64_t rows = f.output_shape[2];
+      const std::vector<int64_t> r = SplitProportional(rows, capacity.tile);
+      std::vector<Range1D> out(n);
+      int64_t row = 0;
+      for (int i = 0; i < n; ++i) {
+        out[i] = {row, row + r[i]};
+        row += r[i];
+      }
+      a.scheme = "ffmt";
+      a.split_axis = "rows";
+      a.stack_start = true;
+      for (int i = 0; i < n; ++i)
+        if (r[i] > 0) {
+          a.devices.push_back(i);
+          a.split.push_back(r[i]);
+        }
+      a.grid = {static_cast<int64_t>(a.devices.size()), 1};
+      for (int i = 0; i < n; ++i) {
+        if (r[i] == 0) continue;
+        for (size_t k = 0; k < acts.size(); ++k) {
+          const int v = acts[k];
+          const bool whole = (k < rule.whole_input.size() && rule.whole_input[k]) || graph.values[v].shape.size() != 4;
+          const Range1D need = whole ? Range1D{0, rows_of(v)} : TileInputRows(rule, f, rows_of(v), out[i]);
+          if (k == 0) shares.in_share[i] = static_cast<double>(need.size()) / std::max<int64_t>(rows_of(v), 1);
+          fetch(v, i, need, &shares.traffic);
+        }
+        shares.out_share[i] = shares.share[i] = static_cast<double>(r[i]) / rows;
+        shares.w_share[i] = 1.0;  // every tile needs all the weights
+      }
+      for (int y : node.outputs) {
+        where[y].primary.clear();
+        where[y].held.assign(n, {});
+        for (int i = 0; i < n; ++i)
+          if (r[i] > 0) {
+            where[y].primary.push_back({i, out[i]});
+            where[y].held[i].push_back(out[i]);
+          }
+      }
+    } else {
+      for (int v : acts) fetch(v, 0, {0, rows_of(v)}, &shares.traffic);
+      PlanWholeLayer(n, &a);
+      shares.share[0] = shares.in_share[0] = shares.out_share[0] = shares.w_share[0] = 1.0;
+      for (int y : node.outputs) place_whole(y, 0);
+    }
+    // The model's outputs are collected on device 0.
+    for (int y : node.outputs)
+      if (std::find(graph.outputs.begin(), graph.outputs.end(), y) != graph.outputs.end())
+        fetch(y, 0, {0, rows_of(y)}, &shares.traffic);
+    AddLayerCosts(c, f, l, shares, &totals);
+    plan->layers.push_back(std::move(a));
+  }
+  if (!tiled_any) return Status::NotFound("no layer of the model can be cut into row tiles");
+  FillSplitLoads(totals, plan);
+  const MemorySplit split = SolveMemorySplitExact(layers, n);
+  plan->footprint_single_bytes = SingleDeviceFootprint(layers) * kFloatBytes;
+  plan->footprint_per_device_bytes = split.footprint * kFloatBytes;
+  double sent = 0;
+  for (const DeviceLoad& d : plan->loads) sent += static_cast<double>(d.sent_bytes);
+  plan->communication_plan_values = sent / kFloatBytes;
+  plan->solver = SolverReport("tiled", false, Seconds(start), L);
+  plan->sub_solvers.push_back(plan->solver);
+  return CheckDeviceMemory(*plan, layers, totals.buffer_of_layer);
+}
+
 // METHODS §5: whole layers pipelined across devices.
 Status BuildPipelinePlan(const Graph& graph, const std::vector<LayerFigures>& layers, const PlanOptions& options,
                          Plan* plan) {
@@ -703,6 +851,20 @@ Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& laye
       split_won = true;
     }
   }
+  {
+    Plan candidate;
+    candidate.cluster = cluster;
+    FillModelTotals(graph, layers, &candidate);
+    if (BuildTiledPlan(graph, layers, options, &candidate).ok()) {
+      const std::string what = "tiled plan (FFMT, halo exchange, METHODS §2): " + FormatPrediction(candidate);
+      if ((!have_pipeline && !split_won) || better(candidate, plan)) {
+        candidate.objective = options.objective;
+        choice = what + (choice.empty() ? "" : "; beats " + choice);
+        plan = std::move(candidate);
+        split_won = true;
+      }
+    }
+  }
   if (!have_pipeline && !split_won) return pipeline;
   plan.choice = choice;
   return plan;
@@ -722,6 +884,7 @@ PartitionPlan ToPartitionPlan(const Plan& plan) {
     else if (a.scheme == "part") la.scheme = LayerScheme::kPart;
     else la.scheme = LayerScheme::kWhole;
     la.devices = a.devices;
+    la.stack_start = la.scheme == LayerScheme::kFfmt && a.stack_start;
     if (la.scheme == LayerScheme::kFfmt && a.devices.size() == 1 && a.split.empty() && a.grid.size() == 2) {
       // One device's tiles in turn (DeviceLoad::tiled_paths): its own grid;
       // split_axis "parts": processed in row bands, overlaps kept.
@@ -791,6 +954,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
       l["split_axis"] = a.split_axis;
     }
     if (!a.grid.empty()) l["grid"] = a.grid;
+    if (a.stack_start) l["stack_start"] = true;
     layers.push_back(l);
   }
   j["layers"] = layers;
@@ -853,7 +1017,8 @@ std::string FormatPlanTable(const Plan& plan) {
   out += line;
   std::snprintf(line, sizeof line, "%5s  %-30s %-18s %-6s %s\n", "index", "name", "op", "scheme", "devices (split)");
   out += line;
-  for (const auto& a : plan.layers) {
+  for (size_t k = 0; k < plan.layers.size(); ++k) {
+    const PlannedLayer& a = plan.layers[k];
     std::string devs;
     for (size_t k = 0; k < a.devices.size(); ++k) {
       devs += (k ? " " : "") + plan.cluster.devices[a.devices[k]].name;
@@ -868,6 +1033,10 @@ std::string FormatPlanTable(const Plan& plan) {
     } else if (!a.split_axis.empty()) {
       devs += " " + a.split_axis;
     }
+    // A stack of its own after tiles on the same devices: its input's halo
+    // rows come from the neighbouring tiles (LayerAssignment::stack_start).
+    if (a.stack_start && k > 0 && plan.layers[k - 1].scheme == "ffmt" && plan.layers[k - 1].devices == a.devices)
+      devs += ", halo exchange";
     const std::string name = a.name.size() > 30 ? a.name.substr(0, 27) + "..." : a.name;
     std::snprintf(line, sizeof line, "%5d  %-30s %-18s %-6s %s\n", a.index, name.c_str(), a.op.c_str(),
                   a.scheme.c_str(), devs.c_str());

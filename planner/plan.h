@@ -45,6 +45,7 @@ struct PlannedLayer {
   std::vector<int64_t> split;        // per device: rows or channels
   std::string split_axis;            // rows|out_channels|in_channels|""
   std::vector<int64_t> grid;         // ffmt: [rows, cols]
+  bool stack_start = false;          // ffmt: a stack of its own (LayerAssignment::stack_start)
 };
 
 struct DeviceLoad {

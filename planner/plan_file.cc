@@ -59,6 +59,7 @@ Result<LoadedPlan> ReadPlanFile(const std::string& path, const Graph& graph) {
     if (a.scheme == LayerScheme::kFfmt) {
       // Processed in parts on one device (issue 18 item 3): split_axis "parts".
       a.parts = l.split_axis() == "parts";
+      a.stack_start = l.stack_start();
       // FFMT splits are output rows per device (an uneven row grid).
       for (int64_t s : l.split()) a.row_weights.push_back(static_cast<double>(s));
       if (!a.row_weights.empty()) a.grid_rows = static_cast<int64_t>(a.row_weights.size());

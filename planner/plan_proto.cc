@@ -71,6 +71,7 @@ Status WritePlanProto(const Plan& plan, const std::string& path) {
     for (int64_t s : a.split) pl->add_split(s);
     for (int64_t g : a.grid) pl->add_grid(g);
     pl->set_split_axis(a.split_axis);
+    pl->set_stack_start(a.stack_start);
   }
   p.set_switch_layer(plan.switch_layer);
   p.set_footprint_single_bytes(static_cast<int64_t>(plan.footprint_single_bytes));

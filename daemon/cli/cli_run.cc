@@ -308,9 +308,10 @@ void RegisterRunCommand(CLI::App& app) {
                   "Run a plan (tessera plan --out) with every device in this process and compare with the unsplit run");
   cmd->add_option("--force", ro->force,
                   "Instead of a plan file, force one scheme wherever it applies: ffmt|fdto|fdti|pairs|pipeline|parts "
-                  "(row bands on one device, --grid Px1)");
+                  "(row bands on one device, --grid Px1)|halo (FFMT tiles, each layer a stack: halo rows exchanged "
+                  "between neighbours)");
   cmd->add_option("--devices", ro->devices, "Devices for --force")->capture_default_str()->check(CLI::Range(1, 64));
-  cmd->add_option("--grid", ro->grid, "FFMT tile grid for --force ffmt, ROWSxCOLS")->capture_default_str();
+  cmd->add_option("--grid", ro->grid, "FFMT tile grid for --force ffmt|halo, ROWSxCOLS")->capture_default_str();
   cmd->callback([ro] {
     if (int rc = RunRun(*ro)) throw CLI::RuntimeError(rc);
   });

@@ -145,6 +145,7 @@ Status TileDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& lay
       if (a.scheme == LayerScheme::kFfmt) {
         l.split_axis = a.parts ? "parts" : "rows";
         l.grid = {a.grid_rows, a.grid_cols};
+        l.stack_start = a.stack_start;
       } else {
         l.split_axis = a.scheme == LayerScheme::kFdt2 ? "in_channels" : "out_channels";
       }

@@ -23,7 +23,9 @@ Result<ForcedScheme> ParseForcedScheme(const std::string& t) {
   if (t == "pairs") return ForcedScheme::kPairs;
   if (t == "pipeline") return ForcedScheme::kPipeline;
   if (t == "parts") return ForcedScheme::kParts;
-  return Status::InvalidArgument("unknown forced scheme '" + t + "': use ffmt, fdto, fdti, pairs, pipeline or parts");
+  if (t == "halo") return ForcedScheme::kHalo;
+  return Status::InvalidArgument("unknown forced scheme '" + t +
+                                 "': use ffmt, fdto, fdti, pairs, pipeline, parts or halo");
 }
 
 Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const ForcedPlanOptions& o) {
@@ -43,6 +45,7 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
   };
   switch (scheme) {
     case ForcedScheme::kFfmt:
+    case ForcedScheme::kHalo:
       // Every layer the op traits let into a stack whose output has a row and
       // a column per tile (an SE gate's 1x1 branch, global pools and dense
       // layers run whole between the stacks).
@@ -53,6 +56,7 @@ Result<PartitionPlan> MakeForcedPlan(const Graph& g, ForcedScheme scheme, const 
         const Shape& y = g.values[g.nodes[n].outputs[0]].shape;
         if (y[2] < o.grid_rows || y[3] < o.grid_cols) continue;
         plan.layers[n] = {LayerScheme::kFfmt, all, {}, o.grid_rows, o.grid_cols, o.row_weights, o.col_weights};
+        plan.layers[n].stack_start = scheme == ForcedScheme::kHalo;
       }
       break;
     case ForcedScheme::kParts:

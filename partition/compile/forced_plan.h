@@ -19,9 +19,11 @@ enum class ForcedScheme {
   kPipeline,  // contiguous layer ranges, one per device, sized by MACs
   kParts,     // FFMT's stacks on device 0 alone, processed in grid_rows row bands
               // with their overlaps kept (LayerAssignment::parts; issue 18 item 3)
+  kHalo,      // FFMT's layers, each a stack of its own: halo exchange between
+              // neighbouring tiles (LayerAssignment::stack_start; issue 15)
 };
 
-Result<ForcedScheme> ParseForcedScheme(const std::string& text);  // ffmt|fdto|fdti|pairs|pipeline|parts
+Result<ForcedScheme> ParseForcedScheme(const std::string& text);  // ffmt|fdto|fdti|pairs|pipeline|parts|halo
 
 struct ForcedPlanOptions {
   int devices = 2;

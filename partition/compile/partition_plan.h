@@ -37,6 +37,13 @@ struct LayerAssignment {
   // conv) in a small buffer between bands: no MAC is recomputed, and every
   // feature map of the stack is held a band's window at a time.
   bool parts = false;
+  // FFMT: this layer begins a new fused stack even when the layer before it
+  // has the same devices and grid (METHODS §2 FFMT, issue 15). A stack of one
+  // layer after a stack on the same row split is *halo exchange*: each device
+  // assembles its input tile from its own rows (a local copy) and the halo
+  // rows its neighbours computed (sent device to device), so no row is
+  // recomputed and nothing passes through the source.
+  bool stack_start = false;
 };
 
 struct PartitionPlan {

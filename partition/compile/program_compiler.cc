@@ -178,7 +178,7 @@ class Compiler {
   static bool SameStackAssignment(const LayerAssignment& a, const LayerAssignment& b) {
     return b.scheme == LayerScheme::kFfmt && a.devices == b.devices && a.grid_rows == b.grid_rows &&
            a.grid_cols == b.grid_cols && a.row_weights == b.row_weights && a.col_weights == b.col_weights &&
-           a.parts == b.parts;
+           a.parts == b.parts && !b.stack_start;
   }
 
   std::string LayerName(int n) const { return LayerLabel(g_, n); }

@@ -75,5 +75,43 @@ print(('PASS' if ok else 'FAIL') + ' max_rel_diff=%.3g halo_macs=%d arena=%d' % 
     if [[ $verdict == PASS* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
   done
 done
+# Halo exchange (issue 15, --force halo): every tileable layer a stack of its
+# own over N row tiles, halo rows sent between neighbours: equal to the
+# unsplit run, no MAC computed twice; and the latency objective's plan
+# (which picks it when it predicts best) with the bytes it promised.
+for m in "${models[@]}" darknet:yolov2-tiny; do
+  model=$out/$m.onnx
+  [[ $m == darknet:* ]] && model=/usr/share/darknet/cfg/${m#darknet:}.cfg
+  for n in 3 4; do
+    if ! json=$("$tessera" run "$model" --force halo --grid ${n}x1 --devices $n --json 2>&1); then
+      echo "FAIL $m halo N=$n: ${json##*$'\n'}"; failed=$((failed + 1)); continue
+    fi
+    verdict=$(printf '%s' "$json" | "$python" -c "
+import json, sys
+j = json.load(sys.stdin)
+ok = j['max_rel_diff'] <= $tol and j['halo_mac_overhead'] == 0 and j['total_bytes'] > 0
+print(('PASS' if ok else 'FAIL') + ' max_rel_diff=%.3g halo_macs=%d bytes=%d' % (j['max_rel_diff'], j['halo_mac_overhead'], j['total_bytes']))
+")
+    echo "${verdict%% *} $m halo N=$n: ${verdict#* }"
+    if [[ $verdict == PASS* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  done
+  plan=$build/oracle/${m#darknet:}.latency4.pb
+  if ! "$tessera" plan "$model" --devices 4 --objective latency --out "$plan" --json >"$plan.json" 2>"$plan.log"; then
+    echo "FAIL $m latency plan N=4: $(tail -1 "$plan.log")"; failed=$((failed + 1)); continue
+  fi
+  if ! json=$("$tessera" run "$model" --plan "$plan" --json 2>&1); then
+    echo "FAIL $m latency plan N=4: ${json##*$'\n'}"; failed=$((failed + 1)); continue
+  fi
+  verdict=$(printf '%s' "$json" | "$python" -c "
+import json, sys
+j = json.load(sys.stdin)
+p = json.load(open('$plan.json'))
+promised = p['communication']['plan_bytes']
+ok = j['max_rel_diff'] <= $tol and (j['total_bytes'] == promised or p['solver']['name'] != 'tiled')
+print(('PASS' if ok else 'FAIL') + ' max_rel_diff=%.3g plan %s, bytes %d (promised %d)' % (j['max_rel_diff'], p['solver']['name'], j['total_bytes'], promised))
+")
+  echo "${verdict%% *} $m latency plan N=4: ${verdict#* }"
+  if [[ $verdict == PASS* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -115,8 +115,11 @@ TEST_CASE("darknet cfgs: every objective plans yolov2-tiny on 4 devices", "[plan
     INFO(ObjectiveName(o));
     REQUIRE(plan.ok());
     CHECK(plan->layers.size() == it->second.layers.size());
-    // B&B for throughput may stop at its node limit (weak bound); the rest are proven.
-    if (o != Objective::kThroughput) CHECK(plan->solver.optimal);
+    // B&B for throughput may stop at its node limit (weak bound); the rest are
+    // proven, except the tiled plan (FFMT with halo exchange), which is built,
+    // not searched. On 4 equal devices with fast links it wins for latency.
+    if (o == Objective::kLatency) CHECK(plan->solver.name == "tiled");
+    if (o != Objective::kThroughput && plan->solver.name != "tiled") CHECK(plan->solver.optimal);
     const auto j = PlanToJson(*plan);
     CHECK(j["model"]["layers"] == 16);
     CHECK(j["devices"] == 4);

@@ -250,6 +250,75 @@ TEST_CASE("ffmt tiles reassemble to the unsplit output (2x2, 3x3, uneven)") {
   CheckEquivalent(g, uneven);
 }
 
+TEST_CASE("halo exchange: each FFMT layer a stack of its own recomputes nothing and moves only halo rows") {
+  // LayerAssignment::stack_start (issue 15): the input tile of every layer is
+  // the device's own rows plus its neighbours' halo rows, sent device to device.
+  Graph g = SmallCnn();
+  for (auto [n, rows, cols] : {std::tuple{2, 2, 1}, std::tuple{3, 3, 1}, std::tuple{4, 2, 2}, std::tuple{4, 4, 1}}) {
+    INFO("N=" << n << " grid " << rows << "x" << cols);
+    PartitionPlan fused, halo;
+    fused.num_devices = halo.num_devices = n;
+    for (int l = 0; l < 5; ++l) {
+      fused.layers.push_back(Ffmt(Range(n), rows, cols));
+      halo.layers.push_back(Ffmt(Range(n), rows, cols));
+      halo.layers.back().stack_start = true;
+    }
+    for (int l = 5; l < 9; ++l) fused.layers.push_back(Whole(0)), halo.layers.push_back(Whole(0));
+    auto compiled_fused = CompilePlan(g, fused);
+    auto compiled_halo = CompilePlan(g, halo);
+    REQUIRE(compiled_fused.ok());
+    REQUIRE(compiled_halo.ok());
+    CHECK(compiled_fused->halo_mac_overhead > 0);
+    CHECK(compiled_halo->halo_mac_overhead == 0);
+    // One compute step per layer and tile: the stacks are single layers.
+    int computes = 0;
+    for (const auto& p : compiled_halo->programs)
+      for (const auto& step : p.steps) computes += step.kind == StepKind::kCompute && step.layer <= 5;
+    CHECK(computes == 5 * rows * cols);
+    // After the first layer a tile's input comes from its neighbours: with
+    // three devices or more, pairs other than (0, i) exchange rows.
+    int peer_sends = 0;
+    for (const auto& p : compiled_halo->programs)
+      for (const auto& step : p.steps) peer_sends += step.kind == StepKind::kSend && p.device != 0 && step.peer != 0;
+    CHECK((peer_sends > 0) == (n > 2));
+    CheckEquivalent(g, halo);
+  }
+}
+
+TEST_CASE("the latency objective tiles conv-heavy layers with halo exchange and predicts its bytes exactly") {
+  GraphMaker m({1, 8, 48, 48});
+  int y = m.Conv(m.input(), 16, 3, 1, 1, 1, 1, "relu");
+  y = m.Conv(y, 16, 3, 1, 1, 1, 1, "relu");
+  y = m.Pool(y, "MaxPool", 2, 2);
+  y = m.Conv(y, 32, 3, 1, 1, 1, 1, "leaky_relu");
+  y = m.Conv(y, 32, 3, 2, 1, 1, 1, "relu");
+  y = m.Conv(y, 8, 1, 1, 0);
+  Graph g = m.Finish(y);
+  for (int n : {2, 3, 4}) {
+    INFO("N=" << n);
+    PlanOptions po;
+    po.objective = Objective::kLatency;
+    auto plan = BuildPlan(g, ComputeLayerFigures(g), UniformCluster(n), po);
+    INFO(plan.status().ToString());
+    REQUIRE(plan.ok());
+    INFO(plan->choice);
+    CHECK(plan->choice.rfind("tiled plan", 0) == 0);
+    for (const PlannedLayer& a : plan->layers) {
+      CHECK(a.scheme == "ffmt");
+      CHECK(a.stack_start);
+    }
+    const PartitionPlan pp = ToPartitionPlan(*plan);
+    auto compiled = CompilePlan(g, pp);
+    REQUIRE(compiled.ok());
+    CHECK(compiled->halo_mac_overhead == 0);
+    auto run = CheckEquivalent(g, pp);
+    CHECK(run.total_bytes == static_cast<int64_t>(std::llround(plan->communication_plan_values * 4)));
+    int64_t sent = 0;
+    for (const DeviceLoad& d : plan->loads) sent += d.sent_bytes;
+    CHECK(sent == run.total_bytes);
+  }
+}
+
 TEST_CASE("compact weights (no Winograd) on a device give the same answers and store raw-size weights") {
   // PartitionPlan::compact_weights: the compiler marks the device's convs;
   // the kernel then packs 3x3 weights for im2col instead of transforming
