@@ -79,6 +79,10 @@ MODELS = {
     "yolov2-tiny": ("/usr/share/darknet/cfg/yolov2-tiny.cfg", "1x3x416x416"),
     "yolov2-tiny-160": ("/usr/share/darknet/cfg/yolov2-tiny.cfg", "1x3x160x160"),
     "vgg-16": ("/usr/share/darknet/cfg/vgg-16.cfg", "1x3x224x224"),
+    "resnet50": ("/usr/share/darknet/cfg/resnet50.cfg", "1x3x224x224"),
+    # torchvision's architecture with random weights, exported on first use
+    # (tests/oracle/export_torchvision.py; python3-torch from Debian).
+    "mobilenet_v2": ("torchvision:mobilenet_v2", "1x3x224x224"),
 }
 
 
@@ -169,9 +173,22 @@ class Bench:
         self.failures.append(what)
 
     # ---- pieces ---------------------------------------------------------
+    def model(self, name):
+        """(model file, input shape) of a MODELS entry; a torchvision one is exported once."""
+        model, shape = MODELS[name]
+        if model.startswith("torchvision:"):
+            arch = model.split(":", 1)[1]
+            path = os.path.join(self.dir, arch + ".onnx")
+            if not os.path.exists(path):
+                repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                subprocess.run(["/usr/bin/python3", os.path.join(repo, "tests/oracle/export_torchvision.py"), self.dir,
+                                "--models", arch], check=True, capture_output=True)
+            model = path
+        return model, shape
+
     def model_macs(self, name):
         if name not in self.macs:
-            model, shape = MODELS[name]
+            model, shape = self.model(name)
             out = subprocess.run([self.tessera, "inspect", model, "--input-shape", shape, "--json"],
                                  capture_output=True, text=True, check=True).stdout
             self.macs[name] = json.loads(out)["totals"]["macs"]
@@ -180,7 +197,7 @@ class Bench:
     def input_and_reference(self, name):
         """Seeded input .npy and `tessera run`'s outputs for it (this machine, unconstrained)."""
         import numpy as np
-        model, shape = MODELS[name]
+        model, shape = self.model(name)
         x = os.path.join(self.dir, name + ".x.npy")
         ref = os.path.join(self.dir, name + ".ref.npy")
         if not os.path.exists(ref):
@@ -194,7 +211,7 @@ class Bench:
         """This machine's single-thread rate on the model, and the quota for a device."""
         if name in self.host_rate:
             return self.host_rate[name]
-        model, shape = MODELS[name]
+        model, shape = self.model(name)
         out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--threads",
                               "1", "--repeat", "5", "--warmup", "1", "--profile", "--json"], capture_output=True,
                              text=True, check=True).stdout
@@ -228,7 +245,7 @@ class Bench:
             fraction = self.fraction[name] = 1.0
         # The kernel's smallest quota is 1 ms: stretch the period so that a
         # small fraction still gets a quota >= 1 ms, at most 1 s.
-        period = int(min(1_000_000, max(20_000, math.ceil(1000 / fraction))))
+        period = int(min(1_000_000, max(10_000, math.ceil(1000 / fraction))))
         return fraction, period
 
     def measured_device_rate(self, name, tries=3):
@@ -236,7 +253,7 @@ class Bench:
         gets. The first quota comes from this machine's wall-clock rate,
         which other load on the machine makes look slower than it is; the
         quota is corrected by target/measured until within 15 % (or tries)."""
-        model, shape = MODELS[name]
+        model, shape = self.model(name)
         group = "%s-calib" % emulation.PREFIX
         rate = 0.0
         for attempt in range(tries):
@@ -363,14 +380,15 @@ class Bench:
         self.net.close()
 
     def start_gateway(self, name, cluster, objective, in_flight=1):
-        model, shape = MODELS[name]
+        model, shape = self.model(name)
         port, http = free_port(), free_port()
         logpath = os.path.join(self.dir, "gw-%s.log" % objective)
         logf = open(logpath, "wb")
         p = subprocess.Popen([self.tessera, "gateway", "--cluster", cluster, "--model", model, "--input-shape", shape,
                               "--objective", objective, "--listen", "127.0.0.1:%d" % port, "--http",
                               "127.0.0.1:%d" % http, "--data-dir", os.path.join(self.dir, "gw-" + objective),
-                              "--insecure", "--max-in-flight", str(in_flight)] + self.profile_args(name),
+                              "--insecure", "--max-in-flight", str(in_flight), "--default-deadline-ms",
+                              str(int(self.args.deadline_s * 1000))] + self.profile_args(name),
                              stdout=logf, stderr=logf)
         self.procs.append(p)
         deadline = time.monotonic() + self.args.deploy_timeout
@@ -420,7 +438,7 @@ class Bench:
 
     def promised(self, name, cluster, objective, in_flight=1):
         """Each device's worker RAM with `in_flight` requests at once (the gateway's --max-in-flight)."""
-        model, shape = MODELS[name]
+        model, shape = self.model(name)
         r = subprocess.run([self.tessera, "--log-level", "warn", "plan", model, "--input-shape", shape, "--cluster",
                             cluster, "--objective", objective, "--in-flight", str(in_flight), "--json"] +
                            self.profile_args(name),
@@ -598,7 +616,7 @@ class Bench:
     # ---- experiments ----------------------------------------------------
     def fits(self, name, ram, devices):
         """Item 2: refused on one device, OOM-killed when forced, equal answers on N."""
-        model, shape = MODELS[name]
+        model, shape = self.model(name)
         result = {"model": name, "ram_bytes": ram}
         one = self.cluster_file(1, None, "1gbit", self.args.delay_ms, ram)
         r = subprocess.run([self.tessera, "plan", model, "--input-shape", shape, "--cluster", one, "--objective",
@@ -682,7 +700,7 @@ def main():
     ap.add_argument("--tessera", default="build/tessera")
     ap.add_argument("--smoke", action="store_true", help="2 devices, small model, <= 60 s; non-zero exit on mismatch")
     ap.add_argument("--experiment", choices=["all", "fits", "speedup"], default="all")
-    ap.add_argument("--models", default="yolov2,vgg-16")
+    ap.add_argument("--models", default="yolov2,vgg-16,resnet50,mobilenet_v2")
     ap.add_argument("--fit-model", default="yolov2")
     ap.add_argument("--fit-ram", type=parse_bytes, default=parse_bytes("128MiB"))
     ap.add_argument("--fit-devices", default="4,6")
@@ -691,6 +709,10 @@ def main():
     ap.add_argument("--bandwidths", default="1gbit,100mbit,10mbit")
     ap.add_argument("--objectives", default="latency,memory,communication,throughput")
     ap.add_argument("--device-macs", type=float, default=2e9, help="each device's MAC/s (default: a Pi 4 core)")
+    ap.add_argument("--isa", default="baseline",
+                    help="kernel level every tessera of the bench runs at (TESSERA_ISA): baseline = 128-bit vectors, "
+                         "as a Pi's NEON; 'native' = this CPU's best. A device is a quota of this CPU calibrated "
+                         "to --device-macs on these kernels")
     ap.add_argument("--ram", type=parse_bytes, default=parse_bytes("1GiB"), help="each device's RAM (speed-up runs)")
     ap.add_argument("--delay-ms", type=float, default=0.2, help="one-way delay of every cable (netem)")
     ap.add_argument("--requests", type=int, default=3)
@@ -715,6 +737,9 @@ def main():
             print("cluster-emulated: %s missing (deploy/install-deps.sh installs iproute2)" % tool, file=sys.stderr)
             return 2
 
+    if args.isa != "native":
+        # Inherited by every tessera the bench starts: calibration, workers, reference.
+        os.environ["TESSERA_ISA"] = args.isa
     bench = Bench(args)
 
     def on_signal(signum, frame):

@@ -253,6 +253,11 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--http", a->http, "HTTP address (\"\" = none)")->capture_default_str();
   cmd->add_option("--max-in-flight", a->gateway.max_in_flight, "Requests on the cluster at once")->capture_default_str();
   cmd->add_option("--queue", a->gateway.queue_capacity, "Requests waiting before RESOURCE_EXHAUSTED")->capture_default_str();
+  cmd->add_option("--default-deadline-ms", a->gateway.default_deadline_ms,
+                  "Deadline of a request that sets none (HTTP requests, gRPC calls without a deadline), from its "
+                  "arrival: time in the queue included")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}));
   cmd->add_option("--max-body-bytes", a->gateway.max_input_bytes,
                   "Largest accepted request: HTTP body (413 beyond) and gRPC inputs")
       ->capture_default_str();

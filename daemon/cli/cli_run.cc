@@ -104,6 +104,7 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
   j["device_memory_bytes"] = run->device_memory_bytes;
   j["seconds"] = run->seconds;  // median of --repeat runs, kernels prepared before
   j["prepare_seconds"] = run->prepare_seconds;
+  j["device_cpu_seconds"] = run->device_cpu_seconds;  // per device, its thread's CPU in the median run
   if (ro.json) {
     std::printf("%s\n", j.dump(1).c_str());
   } else {
@@ -112,8 +113,9 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
       std::printf("  link %-12s -> %-12s %12lld bytes\n", l["from"].get<std::string>().c_str(),
                   l["to"].get<std::string>().c_str(), static_cast<long long>(l["bytes"].get<int64_t>()));
     for (size_t d = 0; d < run->device_memory_bytes.size(); ++d)
-      std::printf("  device %-12s arena %12zu bytes (%s)\n", loaded->device_names.at(d).c_str(),
-                  run->device_memory_bytes[d], FormatBytes(static_cast<double>(run->device_memory_bytes[d])).c_str());
+      std::printf("  device %-12s arena %12zu bytes (%s), CPU %.4f s\n", loaded->device_names.at(d).c_str(),
+                  run->device_memory_bytes[d], FormatBytes(static_cast<double>(run->device_memory_bytes[d])).c_str(),
+                  run->device_cpu_seconds.at(d));
     std::printf("total %lld bytes between devices; halo recompute %lld MACs\n",
                 static_cast<long long>(run->total_bytes), static_cast<long long>(compiled->halo_mac_overhead));
     std::printf("against the unsplit run: max abs diff %.3g, max rel diff %.3g\n", max_abs, max_rel);

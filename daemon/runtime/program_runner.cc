@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <set>
@@ -830,6 +831,15 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   return Status::OK();
 }
 
+namespace {
+// CPU time of the calling thread (its share of a device's work in process).
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+}  // namespace
+
 Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<DeviceProgram>& programs,
                                           const std::vector<TensorData>& inputs, const RunnerOptions& options,
                                           int repeat, int scenario) {
@@ -860,6 +870,7 @@ Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<
   InProcessRun result;
   result.prepare_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_prepare).count();
   std::vector<double> seconds;
+  std::vector<std::vector<double>> cpu(n);  // per device, per run
   std::vector<int64_t> sent_before(n * n, 0);
   for (int r = 0; r < std::max(1, repeat); ++r) {
     for (size_t a = 0; a < n; ++a)
@@ -872,7 +883,9 @@ Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<
         for (size_t q = 0; q < n; ++q) peers[q] = links[d][q].get();
         std::vector<TensorData> my_inputs;
         for (const auto& [value, buffer] : programs[d].model_inputs) my_inputs.push_back(inputs[input_index.at(value)]);
+        const double cpu0 = ThreadCpuSeconds();
         status[d] = runners[d]->Run(peers, my_inputs, &outs[d], scenario);
+        cpu[d].push_back(ThreadCpuSeconds() - cpu0);
         if (!status[d].ok())  // unblock peers waiting on this device
           for (auto& l : links[d]) l.reset();
       });
@@ -883,6 +896,10 @@ Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<
   }
   std::sort(seconds.begin(), seconds.end());
   result.seconds = seconds[seconds.size() / 2];
+  for (auto& c : cpu) {
+    std::sort(c.begin(), c.end());
+    result.device_cpu_seconds.push_back(c[c.size() / 2]);
+  }
   std::map<int, TensorData> by_value;
   for (size_t d = 0; d < n; ++d)
     for (size_t k = 0; k < programs[d].model_outputs.size(); ++k)

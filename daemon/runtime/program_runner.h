@@ -193,6 +193,10 @@ struct InProcessRun {
   std::vector<size_t> device_memory_bytes;
   double seconds = 0;          // the median run (kernels prepared before the first)
   double prepare_seconds = 0;  // preparing every device's kernels once
+  // Per device: the CPU time of its thread over one run (median of the
+  // runs): its steps' work, not its waits. Intra-op worker threads
+  // (RunnerOptions threads > 1) are not counted.
+  std::vector<double> device_cpu_seconds;
 };
 
 // `inputs`: one per graph input, in Graph::inputs order, delivered to the
