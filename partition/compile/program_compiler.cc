@@ -940,6 +940,55 @@ class Compiler {
            g_.values[acts[0]].shape.size() == 4;
   }
 
+  // One tile's walk back through a fused stack [start, end] from its region
+  // of the stack output y (METHODS §2 FFMT).
+  struct LayerView {
+    std::vector<TileRegion> in;  // per activation input, the region it reads
+    TileRegion out;              // the region of its output this tile computes
+    int64_t pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
+    bool used = false;
+  };
+  struct TileWalk {
+    std::map<int, TileRegion> need;  // graph value -> region the tile needs of it
+    std::vector<LayerView> view;     // per layer of the stack
+    int64_t macs = 0;                // MACs the tile computes
+  };
+  Result<TileWalk> WalkTileBack(int start, int end, int y, const TileRegion& tile) const {
+    TileWalk w;
+    std::map<int, TileRegion>& need = w.need;
+    w.view.resize(end - start + 1);
+    need[y] = tile;
+    for (int n = end; n >= start; --n) {
+      const Node& node = g_.nodes[n];
+      auto it = need.find(node.outputs[0]);
+      if (it == need.end()) continue;
+      LayerView& lv = w.view[n - start];
+      lv.used = true;
+      const TileRegion out = it->second;
+      lv.out = out;
+      TS_ASSIGN_OR_RETURN(const TileRule rule, TileRuleOf(g_, n));
+      const auto acts = g_.ActivationInputs(node);
+      for (size_t k = 0; k < acts.size(); ++k) {
+        const int v = acts[k];
+        TileRegion in = out;
+        if (rule.whole_input[k]) {  // broadcast over space (an SE gate): every tile reads all of it
+          const Shape& vs = g_.values[v].shape;
+          in = TileRegion{{0, vs[2]}, {0, vs[3]}};
+        } else if (rule.window) {
+          TS_ASSIGN_OR_RETURN(auto regions, BackPropagateTile({rule.w}, out));
+          in = regions[0].input;
+          for (int ax = 0; ax < 2; ++ax)
+            lv.pad_begin[ax] = regions[0].pad_begin[ax], lv.pad_end[ax] = regions[0].pad_end[ax];
+        }
+        lv.in.push_back(in);
+        auto [pos, inserted] = need.emplace(v, in);
+        if (!inserted) pos->second = Union(pos->second, in);
+      }
+      w.macs += out.rows.size() * out.cols.size() * macs_per_position_[n];
+    }
+    return w;
+  }
+
   Status CompileStack(int start, int end) {
     for (int n = start; n <= end; ++n) TS_RETURN_IF_ERROR(CheckTileable(g_, n));
     const LayerAssignment& a = plan_.layers[start];
@@ -960,46 +1009,34 @@ class Compiler {
       const Shape& s = g_.values[g_.nodes[n].outputs[0]].shape;
       whole_macs += s[2] * s[3] * macs_per_position_[n];
     }
+    // Backwards, every tile: the region each value must provide, and each
+    // layer's view.
+    std::vector<TileWalk> walks;
+    for (const TileRegion& tile : tiles) {
+      TS_ASSIGN_OR_RETURN(TileWalk w, WalkTileBack(start, end, y, tile));
+      tiled_macs += w.macs;
+      walks.push_back(std::move(w));
+    }
+    // Every tile's stack inputs are fetched before any tile computes, so a
+    // device sends what its peers need of values it already holds before
+    // it starts on its own tile (halo exchange: neighbours' rows of the
+    // layer before); fetched inside the tile loop, a device's sends for
+    // later tiles would wait for its own tile's compute, and each tile
+    // would wait for the one before it.
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const int device = devices[t % devices.size()];
+      for (int n = start; n <= end; ++n) {
+        if (!walks[t].view[n - start].used) continue;
+        for (int v : g_.nodes[n].inputs)
+          if (v >= 0 && !g_.values[v].constant && !in_stack_values.count(v))
+            TS_RETURN_IF_ERROR(Fetch(v, device, SpatialBox(g_.values[v].shape, walks[t].need.at(v))).status());
+      }
+    }
     std::vector<Piece> pieces;
     for (size_t t = 0; t < tiles.size(); ++t) {
       const int device = devices[t % devices.size()];
-      // Backwards: the region each value must provide, and each layer's view.
-      std::map<int, TileRegion> need;
-      struct LayerView {
-        std::vector<TileRegion> in;  // per activation input, the region it reads
-        TileRegion out;              // the region of its output this tile computes
-        int64_t pad_begin[2] = {0, 0}, pad_end[2] = {0, 0};
-        bool used = false;
-      };
-      std::vector<LayerView> view(end - start + 1);
-      need[y] = tiles[t];
-      for (int n = end; n >= start; --n) {
-        const Node& node = g_.nodes[n];
-        auto it = need.find(node.outputs[0]);
-        if (it == need.end()) continue;
-        LayerView& lv = view[n - start];
-        lv.used = true;
-        const TileRegion out = it->second;
-        lv.out = out;
-        TS_ASSIGN_OR_RETURN(const TileRule rule, TileRuleOf(g_, n));
-        const auto acts = g_.ActivationInputs(node);
-        for (size_t k = 0; k < acts.size(); ++k) {
-          const int v = acts[k];
-          TileRegion in = out;
-          if (rule.whole_input[k]) {  // broadcast over space (an SE gate): every tile reads all of it
-            const Shape& vs = g_.values[v].shape;
-            in = TileRegion{{0, vs[2]}, {0, vs[3]}};
-          } else if (rule.window) {
-            TS_ASSIGN_OR_RETURN(auto regions, BackPropagateTile({rule.w}, out));
-            in = regions[0].input;
-            for (int ax = 0; ax < 2; ++ax) lv.pad_begin[ax] = regions[0].pad_begin[ax], lv.pad_end[ax] = regions[0].pad_end[ax];
-          }
-          lv.in.push_back(in);
-          auto [pos, inserted] = need.emplace(v, in);
-          if (!inserted) pos->second = Union(pos->second, in);
-        }
-        tiled_macs += out.rows.size() * out.cols.size() * macs_per_position_[n];
-      }
+      std::map<int, TileRegion>& need = walks[t].need;
+      const std::vector<LayerView>& view = walks[t].view;
       // Forwards: the tile's subgraph.
       SubgraphBuilder sb(g_, g_.nodes[start].name + "/tile" + std::to_string(t));
       std::map<int, int> sub_value;  // graph value -> subgraph value holding need[value]
