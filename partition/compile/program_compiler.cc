@@ -284,6 +284,28 @@ class Compiler {
     return buf;
   }
 
+  // A fetch phase: the inputs of one layer (or stack) fetched for every
+  // device before any of them computes. Begin() marks where each program
+  // stands; End() moves the phase's Send steps ahead of its Recv and Copy
+  // steps on every device (in order), so no device waits on a peer that
+  // first waits on something else. A Send in the phase reads a primary
+  // piece, written before the phase (Fetch sends from primaries only).
+  std::vector<size_t> BeginFetchPhase() const {
+    std::vector<size_t> marks;
+    for (const DeviceProgram& p : progs_) marks.push_back(p.steps.size());
+    return marks;
+  }
+  void EndFetchPhase(const std::vector<size_t>& marks) {
+    for (size_t d = 0; d < progs_.size(); ++d) {
+      // An MCU's inputs and outputs keep the order they were compiled in:
+      // its program builder reads its phases from it (mcu_program_builder.h).
+      if (options_.contiguous_io_devices.count(static_cast<int>(d))) continue;
+      auto& steps = progs_[d].steps;
+      std::stable_partition(steps.begin() + static_cast<std::ptrdiff_t>(marks[d]), steps.end(),
+                            [](const ProgramStep& st) { return st.kind == StepKind::kSend; });
+    }
+  }
+
   // Makes `device` the only holder of the whole value (METHODS §4: the
   // source collects outputs that are not reused in place).
   Status CollectAt(int value, int device) {
@@ -450,12 +472,21 @@ class Compiler {
     const auto devices = DevicesOf(n);
     // METHODS §4: the input comes from the source unless it is reused in place.
     if (!place_[x].in_place_slices) TS_RETURN_IF_ERROR(CollectAt(x, devices[0]));
+    auto need_of = [&](const Range1D& c) {
+      Box need = Box::Full(g_.values[x].shape);
+      if (groups > 1) need.dims[1] = {c.begin / og * cg, c.end / og * cg};
+      return need;
+    };
+    // Every device's input first, then the slices (BeginFetchPhase).
+    const auto phase = BeginFetchPhase();
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (split[i].size() > 0) TS_RETURN_IF_ERROR(Fetch(x, devices[i], need_of(split[i])).status());
+    EndFetchPhase(phase);
     std::vector<Piece> pieces;
     for (size_t i = 0; i < devices.size(); ++i) {
       const Range1D c = split[i];
       if (c.size() == 0) continue;
-      Box need = Box::Full(g_.values[x].shape);
-      if (groups > 1) need.dims[1] = {c.begin / og * cg, c.end / og * cg};
+      const Box need = need_of(c);
       TS_ASSIGN_OR_RETURN(int in_buf, Fetch(x, devices[i], need));
       SubgraphBuilder sb(g_, node.name + "/out" + std::to_string(c.begin) + "-" + std::to_string(c.end));
       std::vector<int> ins = {sb.Input(x, need.shape()), sb.Constant(SliceName(g_.values[node.inputs[1]].name, 0, c),
@@ -504,6 +535,12 @@ class Compiler {
     if (scheme == LayerScheme::kFdti || !place_[x].in_place_slices) TS_RETURN_IF_ERROR(CollectAt(x, merge_device));
 
     const auto integer = IntegerMergeOf(node);
+    // Every device's input slice first, then the partial sums (BeginFetchPhase).
+    const auto phase = BeginFetchPhase();
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (split[i].size() > 0)
+        TS_RETURN_IF_ERROR(Fetch(x, devices[i], ChannelSlice(xs, split[i].begin, split[i].end)).status());
+    EndFetchPhase(phase);
     std::vector<Piece> partials;  // in device order
     for (size_t i = 0; i < devices.size(); ++i) {
       const Range1D c = split[i];
@@ -661,6 +698,15 @@ class Compiler {
       TS_ASSIGN_OR_RETURN(split, SplitOf(n, C));
       devices = DevicesOf(n);
     }
+    // Every device's inputs first, then the slices (BeginFetchPhase).
+    const auto phase = BeginFetchPhase();
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (split[i].size() > 0)
+        for (int v : node.inputs)
+          if (v >= 0 && !g_.values[v].constant)
+            TS_RETURN_IF_ERROR(
+                Fetch(v, devices[i], ChannelSlice(g_.values[v].shape, split[i].begin, split[i].end)).status());
+    EndFetchPhase(phase);
     std::vector<Piece> pieces;
     for (size_t i = 0; i < devices.size(); ++i) {
       const Range1D c = split[i];
@@ -1023,6 +1069,7 @@ class Compiler {
     // layer before); fetched inside the tile loop, a device's sends for
     // later tiles would wait for its own tile's compute, and each tile
     // would wait for the one before it.
+    const auto phase = BeginFetchPhase();
     for (size_t t = 0; t < tiles.size(); ++t) {
       const int device = devices[t % devices.size()];
       for (int n = start; n <= end; ++n) {
@@ -1032,6 +1079,7 @@ class Compiler {
             TS_RETURN_IF_ERROR(Fetch(v, device, SpatialBox(g_.values[v].shape, walks[t].need.at(v))).status());
       }
     }
+    EndFetchPhase(phase);
     std::vector<Piece> pieces;
     for (size_t t = 0; t < tiles.size(); ++t) {
       const int device = devices[t % devices.size()];
