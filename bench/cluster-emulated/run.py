@@ -151,6 +151,7 @@ class Bench:
         self.fraction = {}  # model name -> a device's share of one CPU
         self.macs = {}
         self.net_cost = {}  # (model name, cable rate) -> net_macs_per_byte
+        self.device_rate = {}  # model name -> MAC/s measured inside a device's quota
         self.failures = []
 
     # ---- lifetime -------------------------------------------------------
@@ -282,6 +283,7 @@ class Bench:
             if abs(rate / self.args.device_macs - 1) <= 0.15 or fraction >= 1.0:
                 break
             self.fraction[name] = min(1.0, fraction * self.args.device_macs / rate)
+        self.device_rate[name] = rate
         return rate
 
     def network_cost(self, name, rate):
@@ -334,7 +336,9 @@ class Bench:
         self.net_cost[key] = cost
         return cost
 
-    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0):
+    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0, macs=None):
+        """The cluster file of n emulated devices; `macs`: their MAC/s as measured in
+        the quota (the planner's rate), default the target --device-macs."""
         path = os.path.join(self.dir, "cluster-%d.yaml" % n)
         with open(path, "w") as f:
             f.write("devices:\n")
@@ -342,7 +346,7 @@ class Bench:
                 f.write("  - { name: pi%d, kind: linux, address: %s:7070, ram: %dKiB, flash: 32GiB, macs_per_s: %g, "
                         "net_macs_per_byte: %g }\n" %
                         (i + 1, addresses[i] if addresses else "10.78.0.%d" % (11 + i), ram // 1024,
-                         self.args.device_macs, net_macs_per_byte))
+                         macs or self.args.device_macs, net_macs_per_byte))
             f.write("links:\n  default: { bandwidth: %s, latency: %gms }\n" % (emulation.yaml_rate(rate), delay_ms))
         return path
 
@@ -457,7 +461,8 @@ class Bench:
         workers = self.start_cluster(name, n, rate, ram)
         point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective}
         try:
-            cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram, net_cost)
+            cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram, net_cost,
+                                        self.device_rate.get(name))
             # As many requests at once as clients send (one arena each on
             # every worker): the promise is asked for that many.
             in_flight = max(1, concurrency)
