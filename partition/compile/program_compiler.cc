@@ -285,11 +285,11 @@ class Compiler {
   }
 
   // A fetch phase: the inputs of one layer (or stack) fetched for every
-  // device before any of them computes. Begin() marks where each program
-  // stands; End() moves the phase's Send steps ahead of its Recv and Copy
-  // steps on every device (in order), so no device waits on a peer that
-  // first waits on something else. A Send in the phase reads a primary
-  // piece, written before the phase (Fetch sends from primaries only).
+  // device before any of them computes. BeginFetchPhase marks where each
+  // program stands; EndFetchPhase moves the phase's Send steps ahead of its
+  // Recv and Copy steps on every device (in order), so no device waits on a
+  // peer that first waits on something else. A Send in the phase reads a
+  // primary piece, written before the phase (Fetch sends from primaries only).
   std::vector<size_t> BeginFetchPhase() const {
     std::vector<size_t> marks;
     for (const DeviceProgram& p : progs_) marks.push_back(p.steps.size());
