@@ -659,9 +659,8 @@ Status BuildTiledPlan(const Graph& graph, const std::vector<LayerFigures>& layer
           }
       }
     } else {
+      shares = PlanWholeLayer(n, &a);
       for (int v : acts) fetch(v, 0, {0, rows_of(v)}, &shares.traffic);
-      PlanWholeLayer(n, &a);
-      shares.share[0] = shares.in_share[0] = shares.out_share[0] = shares.w_share[0] = 1.0;
       for (int y : node.outputs) place_whole(y, 0);
     }
     // The model's outputs are collected on device 0.
