@@ -181,19 +181,27 @@ def soak(args, http_addr, npy_path, workers, gw):
     names = [f"w{i + 1}" for i in range(len(workers))] + ["gateway"]
     pids = [p.pid for p in workers] + [gw.pid]
     warm, errors, t0 = None, 0, time.time()
+    failures = []  # the first few refused requests: what the gateway said, and how long it took
     for r in range(args.soak):
+        t_req = time.time()
         conn.request("POST", "/v1/infer", body, {"Content-Type": "application/x-npy"})
         resp = conn.getresponse()
-        resp.read()
+        answer = resp.read()
         if resp.status != 200:
             errors += 1
+            if len(failures) < 5:
+                failures.append({"request": r, "status": resp.status, "seconds": round(time.time() - t_req, 3),
+                                 "body": answer[:1000].decode("utf-8", "replace")})
+                log(f"soak: request {r} answered {resp.status} after {time.time() - t_req:.1f} s: "
+                    f"{answer[:1000].decode('utf-8', 'replace')}")
         if r + 1 == min(args.warmup, args.soak):
             warm = {n: proc_status(pid)["VmRSS"] for n, pid in zip(names, pids)}
         if (r + 1) % 500 == 0:
             log(f"soak: {r + 1}/{args.soak} requests, {errors} errors, {time.time() - t0:.1f} s")
     conn.close()
     end = {n: proc_status(pid)["VmRSS"] for n, pid in zip(names, pids)}
-    return {"requests": args.soak, "warmup": args.warmup, "errors": errors, "seconds": time.time() - t0,
+    return {"requests": args.soak, "warmup": args.warmup, "errors": errors, "failures": failures,
+            "seconds": time.time() - t0,
             "rss_after_warmup_bytes": warm, "rss_at_end_bytes": end}
 
 
@@ -245,7 +253,7 @@ def main():
             port_file = os.path.join(d, f"w{i}.port")
             logf = open(os.path.join(d, f"w{i}.log"), "w")
             wrapper = args.worker_wrapper.split() if i == 1 else []
-            p = subprocess.Popen([*wrapper, T, "worker", "--listen", "127.0.0.1:0", "--name", f"w{i}", "--port-file", port_file,
+            p = subprocess.Popen([*wrapper, T, "--log-level", "info", "worker", "--listen", "127.0.0.1:0", "--name", f"w{i}", "--port-file", port_file,
                                   "--data-dir", os.path.join(d, f"w{i}.data")],
                                  stdout=logf, stderr=logf)
             procs.append(p)
@@ -284,7 +292,7 @@ def main():
         grpc_addr = f"127.0.0.1:{free_port()}"
         http_addr = f"127.0.0.1:{free_port()}"
         glog = open(os.path.join(d, "gateway.log"), "w")
-        gw = subprocess.Popen([T, "gateway", *model_opt, "--cluster", cluster, "--plan", plan, "--listen", grpc_addr,
+        gw = subprocess.Popen([T, "--log-level", "info", "gateway", *model_opt, "--cluster", cluster, "--plan", plan, "--listen", grpc_addr,
                                "--http", http_addr, "--data-dir", os.path.join(d, "gw"),
                                "--max-in-flight", str(max(args.in_flight, 1))], stdout=glog, stderr=glog)
         procs.append(gw)
@@ -379,6 +387,16 @@ def main():
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if result.get("soak", {}).get("errors") or result.get("concurrent", {}).get("errors"):
+            # A refused request: the end of every process's log, so a rare
+            # failure in CI is diagnosable from its output alone.
+            for name in sorted(os.listdir(d)):
+                if not name.endswith(".log"):
+                    continue
+                with open(os.path.join(d, name), errors="replace") as f:
+                    lines = [l.rstrip() for l in f]
+                for l in lines[-25:]:
+                    log(f"{name}: {l}")
         if not args.keep:
             shutil.rmtree(d, ignore_errors=True)
         else:

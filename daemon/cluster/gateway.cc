@@ -650,12 +650,27 @@ Status Gateway::Authorize(std::string_view authorization, const std::string& whe
                                  ")");
 }
 
-uint32_t Gateway::NewWorkerRequestId() {
+WorkerRequestIds::WorkerRequestIds(size_t window, std::function<uint32_t()> random)
+    : window_(window), random_(random ? std::move(random) : std::function<uint32_t()>(RandomUint32)) {}
+
+uint32_t WorkerRequestIds::Take() {
   std::lock_guard<std::mutex> lock(mu_);
   for (;;) {
-    const uint32_t id = RandomUint32() & 0x7fffffff;  // workers take ids below 2^31
-    if (id != 0 && worker_ids_in_flight_.insert(id).second) return id;
+    const uint32_t id = random_() & 0x7fffffff;  // workers take ids below 2^31
+    if (id == 0 || recent_.count(id) || !in_flight_.insert(id).second) continue;
+    recent_.insert(id);
+    order_.push_back(id);
+    if (order_.size() > window_) {
+      recent_.erase(order_.front());
+      order_.pop_front();
+    }
+    return id;
   }
+}
+
+void WorkerRequestIds::Release(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_.erase(id);
 }
 
 void Gateway::CountOutcome(const Status& st, std::chrono::steady_clock::time_point t0) {
@@ -804,15 +819,12 @@ Result<InferResult> Gateway::Infer(std::vector<TensorData> inputs, uint64_t clie
 
   // Worker-side request ids are the gateway's own: random, unique among
   // in-flight requests, and never in an answer.
-  const uint32_t id = NewWorkerRequestId();
+  const uint32_t id = worker_ids_.Take();
   struct IdRelease {
-    Gateway* g;
+    WorkerRequestIds& ids;
     uint32_t id;
-    ~IdRelease() {
-      std::lock_guard<std::mutex> lock(g->mu_);
-      g->worker_ids_in_flight_.erase(id);
-    }
-  } release{this, id};
+    ~IdRelease() { ids.Release(id); }
+  } release{worker_ids_, id};
   proto::RunRequest req;
   req.set_request_id(id);
   req.set_deadline_unix_ms(deadline_ms);

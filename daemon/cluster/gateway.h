@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -205,6 +206,29 @@ struct LinkBytes {
   int64_t payload_bytes = 0, wire_bytes = 0, messages = 0;
 };
 
+// The ids requests carry on the workers: random (a peer that saw one cannot
+// guess the next, issue 14), unique among requests in flight, and never one
+// of the last `window` ids drawn. A worker remembers the ids of its last
+// kRememberedFinishedRequests requests and drops their late frames
+// (ExchangeInbox); an id drawn again within that window would have the
+// early frames of its new request dropped as late ones of the old, and the
+// request would wait for them until its deadline. Thread-safe.
+class WorkerRequestIds {
+ public:
+  explicit WorkerRequestIds(size_t window = kRememberedFinishedRequests, std::function<uint32_t()> random = nullptr);
+  // An id in [1, 2^31), in flight until Release.
+  uint32_t Take();
+  void Release(uint32_t id);
+
+ private:
+  const size_t window_;
+  const std::function<uint32_t()> random_;
+  std::mutex mu_;
+  std::set<uint32_t> in_flight_;  // GUARDED_BY(mu_)
+  std::set<uint32_t> recent_;     // GUARDED_BY(mu_): the last window_ ids taken
+  std::deque<uint32_t> order_;    // GUARDED_BY(mu_): recent_, oldest first
+};
+
 class Gateway {
  public:
   static Result<std::unique_ptr<Gateway>> Create(GatewayOptions options);
@@ -309,7 +333,6 @@ class Gateway {
   Attempt RunOnce(const std::shared_ptr<const Serving>& serving, bool may_fail_over, int64_t deadline_ms,
                   proto::RunRequest* req, proto::RunReply* reply);
   Result<InferResult> CollectOutputs(const ModelSignature& sig, const proto::RunReply& reply) const;
-  uint32_t NewWorkerRequestId();
 
   const GatewayOptions options_;
   std::atomic<uint32_t> next_request_{1};  // client-facing ids when the client gives none
@@ -350,7 +373,7 @@ class Gateway {
   std::map<size_t, std::pair<int64_t, int64_t>> worker_rss_;  // by device: (VmRSS, VmHWM); GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeDrops> worker_dropped_;     // by device; GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeMemory> worker_exchange_memory_;  // by device; GUARDED_BY(mu_)
-  std::set<uint32_t> worker_ids_in_flight_;                   // GUARDED_BY(mu_)
+  WorkerRequestIds worker_ids_;
   std::map<size_t, int64_t> worker_refused_;                  // Runs refused, by device; GUARDED_BY(mu_)
   // By device: its status reply's concurrency (peak_in_flight, runners,
   // working_memories; issue 18 item 2). GUARDED_BY(mu_)
