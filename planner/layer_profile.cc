@@ -1,5 +1,6 @@
 #include "planner/layer_profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -121,6 +122,77 @@ std::string DescribeLayerProfile(const std::string& path, const LayerProfileSumm
   std::string out = "layer profile " + path + buf;
   std::snprintf(buf, sizeof buf, "' at %.2fx its MAC share)", summary.largest_change);
   return out + "layer '" + summary.largest_layer + buf;
+}
+
+Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector<LayerFigures>* layers) {
+  std::ifstream in(path);
+  if (!in) return Status::IOError("cannot read tile profile " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string how = "write one with `tessera run MODEL --plan PLAN --profile --json > FILE`";
+  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(path + " is not JSON; " + how);
+  if (!j.contains("tile_profile") || !j["tile_profile"].is_array())
+    return Status::InvalidArgument(path + " has no \"tile_profile\" array; " + how);
+  // Per layer and tile height, the factors measured (one per device that
+  // computed such a tile): their median is kept.
+  std::map<int, std::map<int64_t, std::vector<double>>> seen;
+  const nlohmann::json& entries = j["tile_profile"];
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const nlohmann::json& e = entries[k];
+    const std::string at = path + ": tile_profile entry " + std::to_string(k);
+    auto number = [&](const char* key) { return e.is_object() && e.contains(key) && e[key].is_number(); };
+    if (!number("index") || !number("rows") || !number("layer_rows") || !number("ms") || !number("layer_ms") ||
+        !e.contains("node") || !e["node"].is_string())
+      return Status::InvalidArgument(at +
+                                     " needs \"index\", \"node\", \"rows\", \"layer_rows\", \"ms\" and "
+                                     "\"layer_ms\"");
+    const int64_t index = e["index"].get<int64_t>(), rows = e["rows"].get<int64_t>(),
+                  layer_rows = e["layer_rows"].get<int64_t>();
+    const double ms = e["ms"].get<double>(), layer_ms = e["layer_ms"].get<double>();
+    if (index < 1 || index > static_cast<int64_t>(layers->size()))
+      return Status::InvalidArgument(at + ": layer index " + std::to_string(index) + " is not one of the model's " +
+                                     std::to_string(layers->size()) + " layers");
+    const LayerFigures& f = (*layers)[index - 1];
+    if (f.name != e["node"].get<std::string>() || f.output_shape.size() != 4 || f.output_shape[2] != layer_rows)
+      return Status::InvalidArgument(at + ": layer " + std::to_string(index) + " is '" + e["node"].get<std::string>() +
+                                     "' with " + std::to_string(layer_rows) + " output rows in the profile, '" +
+                                     f.name + "' in the model; was it measured on this model at this input shape?");
+    if (rows < 1 || rows > layer_rows || !std::isfinite(ms) || ms < 0 || !std::isfinite(layer_ms) || layer_ms < 0)
+      return Status::InvalidArgument(at + ": " + std::to_string(rows) + " of " + std::to_string(layer_rows) +
+                                     " rows in " + e["ms"].dump() + " ms (layer " + e["layer_ms"].dump() +
+                                     " ms): rows within the layer, times finite and not negative");
+    // A layer too fast to time (under 1 µs whole) says nothing about tiles.
+    if (rows == layer_rows || layer_ms < 1e-3) continue;
+    seen[static_cast<int>(index)][rows].push_back(ms / (layer_ms * static_cast<double>(rows) / layer_rows));
+  }
+  TileProfileSummary summary;
+  for (auto& [index, by_rows] : seen) {
+    LayerFigures& f = (*layers)[index - 1];
+    f.tile_time_factor.clear();
+    for (auto& [rows, factors] : by_rows) {
+      std::sort(factors.begin(), factors.end());
+      const double median = factors[factors.size() / 2];
+      f.tile_time_factor.push_back({rows, median});
+      ++summary.tiles;
+      if (median > summary.largest_factor) {
+        summary.largest_factor = median;
+        summary.largest_layer = f.name;
+        summary.largest_rows = rows;
+      }
+    }
+    ++summary.layers;
+  }
+  return summary;
+}
+
+std::string DescribeTileProfile(const std::string& path, const TileProfileSummary& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, " (%d tile heights of %d layers; largest: %lld rows of '", s.tiles, s.layers,
+                static_cast<long long>(s.largest_rows));
+  std::string out = "tile profile " + path + buf + s.largest_layer;
+  std::snprintf(buf, sizeof buf, "' at %.2fx their share of the layer)", s.largest_factor);
+  return out + buf;
 }
 
 }  // namespace tessera

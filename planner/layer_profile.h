@@ -41,4 +41,25 @@ Result<LayerProfileSummary> ApplyLayerProfile(const std::string& path, std::vect
 // 'x' at K x its MAC share)", for Plan::time_model.
 std::string DescribeLayerProfile(const std::string& path, const LayerProfileSummary& summary);
 
+// Tile profile (issue 15): the per-device tile times of `tessera run MODEL
+// --plan PLAN --profile --json` ("tile_profile": a layer's row tile of r of
+// its H output rows took `ms` on a device, the whole layer `layer_ms` in the
+// unsplit run). For each layer and tile height the median factor
+//     (ms / layer_ms) / (r / H)
+// becomes LayerFigures::tile_time_factor, so the planner prices a tile of r
+// rows at factor × r/H of the layer's time (TileTimeFactor) instead of r/H:
+// a tile a few rows high runs its GEMMs on fewer columns and rounds its
+// rows up to the kernel's blocks. Entries must name the model's layers at
+// this input shape; anything else is an InvalidArgument naming it.
+struct TileProfileSummary {
+  int layers = 0, tiles = 0;  // layers with a factor; (layer, height) pairs
+  double largest_factor = 0;
+  std::string largest_layer;
+  int64_t largest_rows = 0;
+};
+Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector<LayerFigures>* layers);
+// "tile profile FILE (N tile heights of L layers; largest: r rows of 'x' at
+// F x their share of the layer)", for Plan::time_model.
+std::string DescribeTileProfile(const std::string& path, const TileProfileSummary& summary);
+
 }  // namespace tessera

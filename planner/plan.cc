@@ -208,8 +208,12 @@ std::vector<char> PartLayers(const std::vector<OwpLayer>& chain, size_t layer_co
 // output buffers, of its weights; and the values it moves between devices.
 struct LayerShares {
   std::vector<double> share, in_share, out_share, w_share;
+  // Measured time of device i's part over `share` of the layer's time
+  // (LayerFigures::TileTimeFactor; 1 = in proportion).
+  std::vector<double> time_factor;
   Traffic traffic;
-  explicit LayerShares(int n) : share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0), traffic(n) {}
+  explicit LayerShares(int n)
+      : share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0), time_factor(n, 1.0), traffic(n) {}
 };
 
 // Bytes a value of layer f's activation inputs (on average over them) and
@@ -440,8 +444,9 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     // profiled; plus the CPU its network stack spends on the layer's bytes
     // (Device::net_macs_per_byte; 0 unless the cluster file declares it).
     const double bytes = shares.traffic.sent[i] + shares.traffic.received[i];
-    const double seconds = f.TimeMacs() * shares.share[i] / c.devices[i].MacsPerSecond(f.RateKind()) +
-                           c.devices[i].NetworkCpuSeconds(bytes);
+    const double seconds =
+        f.TimeMacs() * shares.share[i] * shares.time_factor[i] / c.devices[i].MacsPerSecond(f.RateKind()) +
+        c.devices[i].NetworkCpuSeconds(bytes);
     t->compute_s[i] += seconds;
     slowest = std::max(slowest, seconds);
   }
@@ -647,7 +652,8 @@ Status BuildTiledPlan(const Graph& graph, const std::vector<LayerFigures>& layer
           fetch(v, i, need, &shares.traffic);
         }
         shares.out_share[i] = shares.share[i] = static_cast<double>(r[i]) / rows;
-        shares.w_share[i] = 1.0;  // every tile needs all the weights
+        shares.time_factor[i] = f.TileTimeFactor(r[i]);  // measured tiles (tessera plan --tile-profile)
+        shares.w_share[i] = 1.0;                         // every tile needs all the weights
       }
       for (int y : node.outputs) {
         where[y].primary.clear();
@@ -815,6 +821,11 @@ Result<Plan> BuildPlan(const Graph& graph, const std::vector<LayerFigures>& laye
   FillModelTotals(graph, layers, &plan);
   if (options.objective == Objective::kMemory || options.objective == Objective::kCommunication) {
     TS_RETURN_IF_ERROR(BuildSplitPlan(graph, layers, options, &plan));
+    return plan;
+  }
+  if (options.solver == "tiled") {  // the tiled plan alone, whatever it predicts against the others
+    TS_RETURN_IF_ERROR(BuildTiledPlan(graph, layers, options, &plan));
+    plan.choice = "tiled plan (FFMT, halo exchange, METHODS §2), as --solver tiled asks: " + FormatPrediction(plan);
     return plan;
   }
   const Status pipeline = BuildPipelinePlan(graph, layers, options, &plan);

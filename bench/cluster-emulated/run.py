@@ -228,12 +228,37 @@ class Bench:
     def layer_profile(self, name):
         return os.path.join(self.dir, name + ".profile.json")
 
-    def profile_args(self, name):
-        """--layer-profile for tessera plan / gateway (the host's per-layer times of the model)."""
+    def profile_args(self, name, n=1):
+        """--layer-profile for tessera plan / gateway (the host's per-layer times of the model), and with
+        n > 1 --tile-profile (the times of the row tiles the tiled plan cuts on n devices)."""
         if self.args.mac_only:
             return []
         self.calibrate(name)
-        return ["--layer-profile", self.layer_profile(name)]
+        return ["--layer-profile", self.layer_profile(name)] + (
+            ["--tile-profile", self.tile_profile(name, n)] if n > 1 else [])
+
+    def tile_profile(self, name, n):
+        """The model cut into the tiled plan's row tiles on n equal devices (tessera run --force halo, in
+        one process on this machine, the bench's ISA), each device's time per tile against the unsplit
+        layer's: the planner prices a tile a few rows high from this instead of its share of the rows
+        (narrow tiles run their GEMMs on fewer columns and round rows up to the kernel's blocks)."""
+        path = os.path.join(self.dir, "%s.tiles%d.json" % (name, n))
+        if not os.path.exists(path):
+            model, shape = self.model(name)
+            out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape,
+                                  "--force", "halo", "--grid", "%dx1" % n, "--devices", str(n), "--threads", "1",
+                                  "--repeat", "3", "--warmup", "1", "--profile", "--json"], capture_output=True,
+                                 text=True, check=True).stdout
+            with open(path, "w") as f:
+                f.write(out)
+            tiles = json.loads(out).get("tile_profile", [])
+            slow = [e for e in tiles if e["rows"] < e["layer_rows"] and e["layer_ms"] > 0]
+            worst = max(slow, key=lambda e: e["ms"] / (e["layer_ms"] * e["rows"] / e["layer_rows"]), default=None)
+            log("tile profile: %s on %d devices, %d tiles%s" % (
+                name, n, len(tiles), "" if worst is None else "; slowest for its rows: %d of %d rows of '%s' at "
+                "%.2fx" % (worst["rows"], worst["layer_rows"], worst["node"],
+                           worst["ms"] / (worst["layer_ms"] * worst["rows"] / worst["layer_rows"]))))
+        return path
 
     def quota(self, name):
         """(fraction of one CPU, CFS period in us) giving --device-macs on this model."""
@@ -383,7 +408,7 @@ class Bench:
             self.cgroups.remove(w["group"])
         self.net.close()
 
-    def start_gateway(self, name, cluster, objective, in_flight=1):
+    def start_gateway(self, name, cluster, objective, in_flight=1, n=1):
         model, shape = self.model(name)
         port, http = free_port(), free_port()
         logpath = os.path.join(self.dir, "gw-%s.log" % objective)
@@ -392,7 +417,7 @@ class Bench:
                               "--objective", objective, "--listen", "127.0.0.1:%d" % port, "--http",
                               "127.0.0.1:%d" % http, "--data-dir", os.path.join(self.dir, "gw-" + objective),
                               "--insecure", "--max-in-flight", str(in_flight), "--default-deadline-ms",
-                              str(int(self.args.deadline_s * 1000))] + self.profile_args(name),
+                              str(int(self.args.deadline_s * 1000))] + self.profile_args(name, n),
                              stdout=logf, stderr=logf)
         self.procs.append(p)
         deadline = time.monotonic() + self.args.deploy_timeout
@@ -440,12 +465,12 @@ class Bench:
         return {"link_bytes": link, "latency_sum": value("tessera_request_latency_seconds_sum"),
                 "latency_count": value("tessera_request_latency_seconds_count")}
 
-    def promised(self, name, cluster, objective, in_flight=1):
+    def promised(self, name, cluster, objective, in_flight=1, n=1):
         """Each device's worker RAM with `in_flight` requests at once (the gateway's --max-in-flight)."""
         model, shape = self.model(name)
         r = subprocess.run([self.tessera, "--log-level", "warn", "plan", model, "--input-shape", shape, "--cluster",
                             cluster, "--objective", objective, "--in-flight", str(in_flight), "--json"] +
-                           self.profile_args(name),
+                           self.profile_args(name, n),
                            capture_output=True, text=True)
         if r.returncode != 0:
             return None, r.stderr.strip() or r.stdout.strip()
@@ -466,12 +491,12 @@ class Bench:
             # As many requests at once as clients send (one arena each on
             # every worker): the promise is asked for that many.
             in_flight = max(1, concurrency)
-            promised, plan = self.promised(name, cluster, objective, in_flight)
+            promised, plan = self.promised(name, cluster, objective, in_flight, n)
             if promised is None:
                 point["refused"] = plan
                 return point
             point["in_flight"] = in_flight
-            gw = self.start_gateway(name, cluster, objective, in_flight)
+            gw = self.start_gateway(name, cluster, objective, in_flight, n)
             try:
                 point["predicted_latency_s"], point["predicted_throughput_per_s"] = gw["predicted"]
                 point["peak_rss_after_deploy_bytes"] = [proc_status(w["proc"].pid, "VmHWM") for w in workers]

@@ -238,6 +238,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--layer-profile", a->serve.layer_profile,
                   "Per-layer times of the model for the planner (`tessera run MODEL --profile --json > FILE`); also "
                   "used by every re-plan");
+  cmd->add_option("--tile-profile", a->serve.tile_profile,
+                  "Measured row tiles for the planner (`tessera run MODEL --plan PLAN --profile --json > FILE`); also "
+                  "used by every re-plan");
   cmd->add_option("--data-dir", a->serve.work_dir, "Where a plan made here is written")->capture_default_str();
   cmd->add_option("--worker-threads", a->serve.memory.threads,
                   "The workers' --threads, for sizing their memory against ram:")

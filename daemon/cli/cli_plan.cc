@@ -28,6 +28,7 @@ struct PlanCommandOptions {
   bool with_weights = false;
   std::string out_path;
   std::string layer_profile;
+  std::string tile_profile;
   std::string memory_flow = "10%";
   std::string parts_search = "greedy";
   FitOptions fit;
@@ -56,6 +57,11 @@ int RunPlan(const PlanCommandOptions& o) {
     auto profiled = ApplyLayerProfile(o.layer_profile, &layers);
     if (!profiled.ok()) return ReportError("plan", profiled.status());
     time_model = DescribeLayerProfile(o.layer_profile, *profiled);
+  }
+  if (!o.tile_profile.empty()) {
+    auto tiles = ApplyTileProfile(o.tile_profile, &layers);
+    if (!tiles.ok()) return ReportError("plan", tiles.status());
+    time_model += (time_model.empty() ? "" : "; ") + DescribeTileProfile(o.tile_profile, *tiles);
   }
   FitOptions fit = o.fit;
   if (o.memory_flow == "off") {
@@ -108,9 +114,11 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--devices", o->devices, "N identical devices with unlimited memory instead of a cluster file");
   cmd->add_option("--objective", o->objective, "memory | communication | latency | throughput")
       ->capture_default_str();
-  cmd->add_option("--solver", o->solver,
-                  "memory/communication: cbc (default) | exact; latency/throughput: exact (default) | dp | bnb | "
-                  "exhaustive | bisection | ga (genetic search, not proven optimal; see bench/planner)");
+  cmd->add_option(
+      "--solver", o->solver,
+      "memory/communication: cbc (default) | exact; latency/throughput: exact (default) | dp | bnb | "
+      "exhaustive | bisection | ga (genetic search, not proven optimal; see bench/planner) | tiled (the tiled plan: "
+      "every tileable layer cut into row tiles, halos exchanged)");
   cmd->add_option("--threads", o->fit.memory.threads, "The workers' --threads (sizes their per-thread scratch)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -138,6 +146,9 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--layer-profile", o->layer_profile,
                   "Per-layer times of this model (`tessera run MODEL --profile --json > FILE`, any machine): each "
                   "layer's compute time follows its measured share instead of its MAC count");
+  cmd->add_option("--tile-profile", o->tile_profile,
+                  "Measured row tiles (`tessera run MODEL --plan PLAN --profile --json > FILE`): the tiled plan "
+                  "prices a tile of r rows at its measured time instead of r/H of its layer's");
   cmd->callback([o] {
     if (int rc = RunPlan(*o)) throw CLI::RuntimeError(rc);
   });

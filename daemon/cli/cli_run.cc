@@ -57,8 +57,46 @@ std::pair<double, double> Differences(const std::vector<TensorData>& got, const 
 
 // `tessera run MODEL --plan plan.pb`: every device program in this process,
 // one thread each, over in-process links; compared with the unsplit run.
+// --plan/--force with --profile: per device, the CPU time of every layer it
+// computes alone in a step (one node: the tiled plan's row tiles, whole
+// layers), with the same layer's time in the unsplit run. The planner reads
+// this back (tessera plan --tile-profile) to price a tile of r rows from its
+// measured time instead of r/H of the layer's (narrow tiles run their GEMMs
+// on fewer columns: issue 15).
+nlohmann::json TileProfile(const Graph& graph, const std::vector<DeviceProgram>& programs,
+                           const std::vector<std::vector<double>>& step_cpu_seconds,
+                           const std::vector<double>& unsplit_node_ms, const std::vector<std::string>& device_names) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t d = 0; d < programs.size() && d < step_cpu_seconds.size(); ++d) {
+    const DeviceProgram& p = programs[d];
+    std::map<int, int> steps_of_layer;  // compute steps per layer on this device
+    for (const ProgramStep& s : p.steps)
+      if (s.kind == StepKind::kCompute && s.layer > 0) ++steps_of_layer[s.layer];
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const ProgramStep& s = p.steps[i];
+      if (s.kind != StepKind::kCompute || s.layer <= 0 || steps_of_layer[s.layer] != 1 || s.outputs.size() != 1)
+        continue;
+      if (p.subgraphs[s.subgraph].nodes.size() != 1) continue;  // a fused stack: not one layer's time
+      const int node = s.layer - 1;
+      if (node >= static_cast<int>(graph.nodes.size()) || graph.nodes[node].outputs.empty()) continue;
+      const Shape& full = graph.values[graph.nodes[node].outputs[0]].shape;
+      const Shape tile = p.buffers[s.outputs[0]].shape();
+      if (full.size() != 4 || tile.size() != 4 || tile[3] != full[3] || tile[1] != full[1]) continue;  // row bands only
+      out.push_back({{"device", device_names.at(d)},
+                     {"index", s.layer},
+                     {"node", graph.nodes[node].name},
+                     {"op", graph.nodes[node].op},
+                     {"rows", tile[2]},
+                     {"layer_rows", full[2]},
+                     {"ms", step_cpu_seconds[d][i] * 1e3},
+                     {"layer_ms", node < static_cast<int>(unsplit_node_ms.size()) ? unsplit_node_ms[node] : 0.0}});
+    }
+  }
+  return out;
+}
+
 int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<TensorData>& inputs,
-               const std::vector<TensorData>& reference) {
+               const std::vector<TensorData>& reference, const std::vector<double>& unsplit_node_ms) {
   LoadedPlan plan;
   if (!ro.force.empty()) {
     auto scheme = ParseForcedScheme(ro.force);
@@ -86,6 +124,7 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
   if (!compiled.ok()) return ReportError("run", compiled.status().WithContext(plan_name));
   RunnerOptions opts;
   opts.threads = ro.threads;
+  opts.time_steps = ro.profile;
   auto run = RunProgramsInProcess(graph, compiled->programs, inputs, opts, ro.repeat);
   if (!run.ok()) return ReportError("run", run.status());
   auto [max_abs, max_rel] = Differences(run->outputs, reference);
@@ -105,6 +144,9 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
   j["seconds"] = run->seconds;  // median of --repeat runs, kernels prepared before
   j["prepare_seconds"] = run->prepare_seconds;
   j["device_cpu_seconds"] = run->device_cpu_seconds;  // per device, its thread's CPU in the median run
+  if (ro.profile)
+    j["tile_profile"] =
+        TileProfile(graph, compiled->programs, run->step_cpu_seconds, unsplit_node_ms, loaded->device_names);
   if (ro.json) {
     std::printf("%s\n", j.dump(1).c_str());
   } else {
@@ -180,7 +222,15 @@ int RunRun(const RunOptions& ro) {
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (!st.ok()) return ReportError("run", st);
   }
-  if (!ro.plan_path.empty() || !ro.force.empty()) return RunPlanned(ro, *graph, inputs, outputs);
+  if (!ro.plan_path.empty() || !ro.force.empty()) {
+    std::vector<double> node_ms;  // the unsplit run's time per node (--profile), mean per timed run
+    if (ro.profile) {
+      const auto& total = (*ex)->StepSeconds();
+      for (size_t k = 0; k < total.size(); ++k)
+        node_ms.push_back((total[k] - (k < before_timed.size() ? before_timed[k] : 0.0)) * 1e3 / ms.size());
+    }
+    return RunPlanned(ro, *graph, inputs, outputs, node_ms);
+  }
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];

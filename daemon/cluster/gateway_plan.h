@@ -62,6 +62,8 @@ struct ServePlanOptions {
   // Measured per-layer times for the compute model (planner/layer_profile.h;
   // `tessera run --profile --json`); "" = MACs at each device's rate.
   std::string layer_profile;
+  // Measured row tiles (ApplyTileProfile; `tessera plan --tile-profile`).
+  std::string tile_profile;
 };
 
 Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster, const ServePlanOptions& options);

@@ -20,6 +20,15 @@
 namespace tessera {
 
 namespace {
+// CPU time of the calling thread (its share of a device's work in process).
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+}  // namespace
+
+namespace {
 constexpr size_t kAlign = 64;
 size_t Bytes(int64_t values) { return static_cast<size_t>(values) * sizeof(float); }
 }  // namespace
@@ -816,7 +825,14 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         step_outputs_.clear();
         for (int b : s.inputs) step_inputs_.push_back(Buffer(b, slot));
         for (int b : s.outputs) step_outputs_.push_back(Buffer(b, slot));
-        slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
+        if (l.options.time_steps) {
+          if (step_cpu_seconds_.size() != n) step_cpu_seconds_.assign(n, 0.0);
+          const double cpu0 = ThreadCpuSeconds();
+          slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
+          step_cpu_seconds_[i] += ThreadCpuSeconds() - cpu0;
+        } else {
+          slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
+        }
         break;
     }
     if (scenario >= 0) ran[i] = 1;
@@ -830,15 +846,6 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
   copy_outputs(false, nullptr);
   return Status::OK();
 }
-
-namespace {
-// CPU time of the calling thread (its share of a device's work in process).
-double ThreadCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-}  // namespace
 
 Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<DeviceProgram>& programs,
                                           const std::vector<TensorData>& inputs, const RunnerOptions& options,
@@ -872,6 +879,7 @@ Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<
   std::vector<double> seconds;
   std::vector<std::vector<double>> cpu(n);  // per device, per run
   std::vector<int64_t> sent_before(n * n, 0);
+  std::vector<std::vector<double>> first_steps(n);  // step times after the first run
   for (int r = 0; r < std::max(1, repeat); ++r) {
     for (size_t a = 0; a < n; ++a)
       for (size_t b = 0; b < n; ++b) sent_before[a * n + b] = links[a][b] ? links[a][b]->bytes_sent() : 0;
@@ -893,7 +901,18 @@ Result<InProcessRun> RunProgramsInProcess(const Graph& graph, const std::vector<
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (size_t d = 0; d < n; ++d)
       if (!status[d].ok()) return status[d];
+    if (r == 0 && repeat > 1)  // the first run warms caches up: its step times are not kept
+      for (size_t d = 0; d < n; ++d) first_steps[d] = runners[d]->step_cpu_seconds();
   }
+  if (options.time_steps)
+    for (size_t d = 0; d < n; ++d) {
+      std::vector<double> t = runners[d]->step_cpu_seconds();
+      t.resize(programs[d].steps.size(), 0.0);
+      const int runs = repeat > 1 ? repeat - 1 : 1;
+      for (size_t i = 0; i < t.size(); ++i)
+        t[i] = (t[i] - (i < first_steps[d].size() ? first_steps[d][i] : 0.0)) / runs;
+      result.step_cpu_seconds.push_back(std::move(t));
+    }
   std::sort(seconds.begin(), seconds.end());
   result.seconds = seconds[seconds.size() / 2];
   for (auto& c : cpu) {

@@ -32,6 +32,9 @@ struct RunnerOptions {
   // computes one request at a time, as the dataflow view of a pipeline
   // stage has it; more let requests compute at once on a many-core board.
   int compute_slots = 1;
+  // The thread CPU time of every Compute/Merge step, summed over Run calls
+  // (ProgramRunner::step_cpu_seconds): `tessera run --plan --profile`.
+  bool time_steps = false;
 };
 
 // The device arena (issue 11: one arena per device program). Every buffer
@@ -158,6 +161,10 @@ class ProgramRunner {
   // Bytes of the weights the kernels read (packed forms + constants still
   // read), held once however many runners are forked.
   size_t weight_bytes() const;
+  // With RunnerOptions::time_steps: per step, the CPU seconds of this
+  // runner's thread in it, summed over every Run so far (0 for steps that
+  // do not compute).
+  const std::vector<double>& step_cpu_seconds() const { return step_cpu_seconds_; }
   ProgramRunner(const ProgramRunner&) = delete;
   ProgramRunner& operator=(const ProgramRunner&) = delete;
   ~ProgramRunner();  // out of line: WorkingSlot is complete there
@@ -177,6 +184,7 @@ class ProgramRunner {
   // Scratch: a Compute/Merge step's input and output pointers.
   std::vector<const float*> step_inputs_;
   std::vector<float*> step_outputs_;
+  std::vector<double> step_cpu_seconds_;  // RunnerOptions::time_steps
 };
 
 
@@ -197,6 +205,10 @@ struct InProcessRun {
   // runs): its steps' work, not its waits. Intra-op worker threads
   // (RunnerOptions threads > 1) are not counted.
   std::vector<double> device_cpu_seconds;
+  // With RunnerOptions::time_steps, per device and step: its CPU seconds in
+  // one run, the mean over the runs after the first (every run when there
+  // is one); 0 for steps that do not compute.
+  std::vector<std::vector<double>> step_cpu_seconds;
 };
 
 // `inputs`: one per graph input, in Graph::inputs order, delivered to the

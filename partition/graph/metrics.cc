@@ -1,6 +1,7 @@
 #include "partition/graph/metrics.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace tessera {
 
@@ -106,6 +107,18 @@ OpKind OpKindOf(const Graph& g, const Node& node) {
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
     return OpKind::kPool;
   return OpKind::kElementwise;
+}
+
+double LayerFigures::TileTimeFactor(int64_t rows) const {
+  const auto& t = tile_time_factor;
+  if (t.empty() || (output_shape.size() == 4 && rows >= output_shape[2])) return 1.0;
+  if (rows <= t.front().first) return t.front().second;
+  if (rows >= t.back().first) return t.back().second;
+  auto hi = std::lower_bound(t.begin(), t.end(), std::make_pair(rows, 0.0));
+  if (hi->first == rows) return hi->second;
+  const auto lo = std::prev(hi);
+  const double a = static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);
+  return lo->second + a * (hi->second - lo->second);
 }
 
 std::vector<LayerFigures> ComputeLayerFigures(const Graph& graph) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "partition/graph/graph.h"
@@ -48,9 +49,17 @@ struct LayerFigures {
   // MAC-equivalents of the layer's measured time (planner/layer_profile.h);
   // < 0: not profiled, its time is R at the rate of its kind.
   double time_macs = -1;
+  // Measured cost of a row tile of this layer (planner/layer_profile.h
+  // ApplyTileProfile): (output rows, factor), rows ascending; a tile of r
+  // rows takes factor × r/H of the layer's time. Empty: r/H exactly.
+  std::vector<std::pair<int64_t, double>> tile_time_factor;
 
   // What the planner's compute time divides by a device's rate.
   double TimeMacs() const { return time_macs >= 0 ? time_macs : static_cast<double>(R); }
+  // The factor for a tile of `rows` output rows: measured at that height, or
+  // linear between the nearest measured heights (the nearest beyond them); 1
+  // when nothing was measured or the tile is the whole layer.
+  double TileTimeFactor(int64_t rows) const;
   // Whose rate: a profiled layer runs at the device's whole-model rate.
   OpKind RateKind() const { return time_macs >= 0 ? OpKind::kOther : kind; }
 };
