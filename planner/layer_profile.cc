@@ -157,13 +157,16 @@ Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector
     if (f.name != e["node"].get<std::string>() || f.output_shape.size() != 4 || f.output_shape[2] != layer_rows)
       return Status::InvalidArgument(at + ": layer " + std::to_string(index) + " is '" + e["node"].get<std::string>() +
                                      "' with " + std::to_string(layer_rows) + " output rows in the profile, '" +
-                                     f.name + "' in the model; was it measured on this model at this input shape?");
+                                     f.name + "' with " +
+                                     std::to_string(f.output_shape.size() == 4 ? f.output_shape[2] : int64_t{0}) +
+                                     " in the model; was it measured on this model at this input shape?");
     if (rows < 1 || rows > layer_rows || !std::isfinite(ms) || ms < 0 || !std::isfinite(layer_ms) || layer_ms < 0)
       return Status::InvalidArgument(at + ": " + std::to_string(rows) + " of " + std::to_string(layer_rows) +
                                      " rows in " + e["ms"].dump() + " ms (layer " + e["layer_ms"].dump() +
                                      " ms): rows within the layer, times finite and not negative");
-    // A layer too fast to time (under 1 µs whole) says nothing about tiles.
-    if (rows == layer_rows || layer_ms < 1e-3) continue;
+    // A layer too fast to time well (under 0.1 ms whole: a few clock reads
+    // and cache misses are a large part of its tiles) says nothing about tiles.
+    if (rows == layer_rows || layer_ms < 0.1) continue;
     seen[static_cast<int>(index)][rows].push_back(ms / (layer_ms * static_cast<double>(rows) / layer_rows));
   }
   TileProfileSummary summary;
