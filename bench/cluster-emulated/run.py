@@ -116,6 +116,23 @@ def proc_status(pid, key):
     return 0
 
 
+def smaps_rollup(pid):
+    """Where a process's resident memory is now (kB fields of /proc/PID/smaps_rollup, in bytes):
+    Rss, Anonymous (heap, stacks, gRPC's buffers) and the file-backed rest (the binary, libraries,
+    a program file read through a mapping)."""
+    out = {}
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] == "kB" and parts[0].rstrip(":") in ("Rss", "Anonymous", "Pss_File",
+                                                                                      "Pss_Anon", "Swap"):
+                    out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def cpu_seconds(pid):
     """utime + stime of a process (all its threads), in seconds."""
     try:
@@ -563,6 +580,8 @@ class Bench:
                         for w, c, requests_done in zip(workers, cpu0, [max(requests, 6 * concurrency)] * len(workers))]
                 point["promised_bytes"] = promised
                 point["peak_rss_bytes"] = [proc_status(w["proc"].pid, "VmHWM") for w in workers]
+                # Now (not at the peak): how much of each worker is anonymous memory and how much file-backed.
+                point["smaps_rollup_end"] = [smaps_rollup(w["proc"].pid) for w in workers]
                 point["cgroup_peak_bytes"] = [self.cgroups.peak_memory(w["group"]) for w in workers]
                 point["oom_kills"] = [self.cgroups.oom_kills(w["group"]) for w in workers]
                 point["in_cgroup"] = all(self.in_group(w) for w in workers)
