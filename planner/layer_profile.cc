@@ -198,4 +198,18 @@ std::string DescribeTileProfile(const std::string& path, const TileProfileSummar
   return out + buf;
 }
 
+Result<std::string> ApplyProfiles(const std::string& layer_profile, const std::string& tile_profile,
+                                  std::vector<LayerFigures>* layers) {
+  std::string time_model;
+  if (!layer_profile.empty()) {
+    TS_ASSIGN_OR_RETURN(LayerProfileSummary profiled, ApplyLayerProfile(layer_profile, layers));
+    time_model = DescribeLayerProfile(layer_profile, profiled);
+  }
+  if (!tile_profile.empty()) {
+    TS_ASSIGN_OR_RETURN(TileProfileSummary tiles, ApplyTileProfile(tile_profile, layers));
+    time_model += (time_model.empty() ? "" : "; ") + DescribeTileProfile(tile_profile, tiles);
+  }
+  return time_model;
+}
+
 }  // namespace tessera

@@ -62,4 +62,10 @@ Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector
 // F x their share of the layer)", for Plan::time_model.
 std::string DescribeTileProfile(const std::string& path, const TileProfileSummary& summary);
 
+// Applies the layer profile and then the tile profile (either path may be
+// empty) to `layers`; returns Plan::time_model, naming what was applied
+// ("" when neither). `tessera plan` and the gateway's planning share it.
+Result<std::string> ApplyProfiles(const std::string& layer_profile, const std::string& tile_profile,
+                                  std::vector<LayerFigures>* layers);
+
 }  // namespace tessera

@@ -52,17 +52,9 @@ int RunPlan(const PlanCommandOptions& o) {
   auto graph = LoadModel(o.model, /*shapes_only=*/!o.with_weights && !genetic);
   if (!graph.ok()) return ReportError("plan", graph.status());
   auto layers = ComputeLayerFigures(*graph);
-  std::string time_model;
-  if (!o.layer_profile.empty()) {
-    auto profiled = ApplyLayerProfile(o.layer_profile, &layers);
-    if (!profiled.ok()) return ReportError("plan", profiled.status());
-    time_model = DescribeLayerProfile(o.layer_profile, *profiled);
-  }
-  if (!o.tile_profile.empty()) {
-    auto tiles = ApplyTileProfile(o.tile_profile, &layers);
-    if (!tiles.ok()) return ReportError("plan", tiles.status());
-    time_model += (time_model.empty() ? "" : "; ") + DescribeTileProfile(o.tile_profile, *tiles);
-  }
+  auto profiled = ApplyProfiles(o.layer_profile, o.tile_profile, &layers);
+  if (!profiled.ok()) return ReportError("plan", profiled.status());
+  const std::string time_model = *profiled;
   FitOptions fit = o.fit;
   if (o.memory_flow == "off") {
     fit.memory_flow = false;

@@ -55,8 +55,6 @@ std::pair<double, double> Differences(const std::vector<TensorData>& got, const 
   return {max_abs, max_ref > 0 ? max_abs / max_ref : max_abs};
 }
 
-// `tessera run MODEL --plan plan.pb`: every device program in this process,
-// one thread each, over in-process links; compared with the unsplit run.
 // --plan/--force with --profile: per device, the CPU time of every layer it
 // computes alone in a step (one node: the tiled plan's row tiles, whole
 // layers), with the same layer's time in the unsplit run. The planner reads
@@ -95,6 +93,8 @@ nlohmann::json TileProfile(const Graph& graph, const std::vector<DeviceProgram>&
   return out;
 }
 
+// `tessera run MODEL --plan plan.pb`: every device program in this process,
+// one thread each, over in-process links; compared with the unsplit run.
 int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<TensorData>& inputs,
                const std::vector<TensorData>& reference, const std::vector<double>& unsplit_node_ms) {
   LoadedPlan plan;

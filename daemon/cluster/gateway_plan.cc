@@ -56,15 +56,8 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     FitOptions fit;
     fit.memory = options.memory;
     std::vector<LayerFigures> layers = ComputeLayerFigures(graph);
-    std::string time_model;
-    if (!options.layer_profile.empty()) {
-      TS_ASSIGN_OR_RETURN(LayerProfileSummary profiled, ApplyLayerProfile(options.layer_profile, &layers));
-      time_model = DescribeLayerProfile(options.layer_profile, profiled);
-    }
-    if (!options.tile_profile.empty()) {
-      TS_ASSIGN_OR_RETURN(TileProfileSummary tiles, ApplyTileProfile(options.tile_profile, &layers));
-      time_model += (time_model.empty() ? "" : "; ") + DescribeTileProfile(options.tile_profile, tiles);
-    }
+    TS_ASSIGN_OR_RETURN(const std::string time_model,
+                        ApplyProfiles(options.layer_profile, options.tile_profile, &layers));
     TS_ASSIGN_OR_RETURN(Plan plan, PlanWithinMemory(graph, layers, live, po, fit));
     plan.time_model = time_model;
     served.table = FormatPlanTable(plan);

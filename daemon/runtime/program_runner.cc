@@ -26,9 +26,7 @@ double ThreadCpuSeconds() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
-}  // namespace
 
-namespace {
 constexpr size_t kAlign = 64;
 size_t Bytes(int64_t values) { return static_cast<size_t>(values) * sizeof(float); }
 }  // namespace
@@ -825,13 +823,13 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
         step_outputs_.clear();
         for (int b : s.inputs) step_inputs_.push_back(Buffer(b, slot));
         for (int b : s.outputs) step_outputs_.push_back(Buffer(b, slot));
-        if (l.options.time_steps) {
-          if (step_cpu_seconds_.size() != n) step_cpu_seconds_.assign(n, 0.0);
-          const double cpu0 = ThreadCpuSeconds();
+        {
+          const double cpu0 = l.options.time_steps ? ThreadCpuSeconds() : 0.0;
           slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
-          step_cpu_seconds_[i] += ThreadCpuSeconds() - cpu0;
-        } else {
-          slot->executors[i]->RunInPlace(step_inputs_.data(), step_outputs_.data());
+          if (l.options.time_steps) {
+            step_cpu_seconds_.resize(n, 0.0);
+            step_cpu_seconds_[i] += ThreadCpuSeconds() - cpu0;
+          }
         }
         break;
     }
