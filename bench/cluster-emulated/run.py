@@ -854,6 +854,25 @@ def check_latency(bench, objective, p):
             objective, p.get("latency_s", math.nan), ratio, p.get("predicted_latency_s", math.nan)))
 
 
+def check_memory(bench, objective, p):
+    """The worker RAM `plan` prints is a promise (issue 11): under a CPU quota
+    too, no worker's peak RSS (VmHWM, deploy and requests) may exceed it.
+    Before gRPC's BDP probing was turned off (ConfigureServer,
+    transport/grpc/grpc_channel.h), throttled workers peaked up to 10 MiB
+    over it on a deploy (up to 60 MiB with most of a model's weights)."""
+    peaks, promised = p.get("peak_rss_bytes") or [], p.get("promised_bytes") or []
+    for i, (peak, promise) in enumerate(zip(peaks, promised)):
+        ok = peak <= promise
+        log("%s %s plan: worker %d peak RSS %.1f MiB, promised %.1f MiB" % (
+            "PASS" if ok else "FAIL", objective, i + 1, peak / 2**20, promise / 2**20))
+        if not ok:
+            bench.fail("%s plan: worker %d peaked at %.1f MiB, over its promised %.1f MiB" % (
+                objective, i + 1, peak / 2**20, promise / 2**20))
+    if not peaks or len(peaks) != len(promised):
+        bench.fail("%s plan: no peak RSS or promise to compare (%d peaks, %d promises)" % (
+            objective, len(peaks), len(promised)))
+
+
 def smoke(bench, args):
     """Two devices, yolov2-tiny at 160², 100 Mbit/s: every answer equal, workers in their cgroups, shaped links."""
     name = "yolov2-tiny-160"
@@ -875,6 +894,7 @@ def smoke(bench, args):
             bench.fail("the memory plan on 2 devices sent nothing between them")
         else:
             check_latency(bench, objective, p)
+            check_memory(bench, objective, p)
         points.append(p)
     # A stream (issue 18): the throughput objective's pipeline on the same two
     # devices, two clients, every answer checked; requests per second against
@@ -894,6 +914,7 @@ def smoke(bench, args):
             bench.fail("throughput %.2f req/s is %.2fx the predicted %.2f" % (
                 p.get("throughput_per_s", math.nan), ratio, p.get("predicted_throughput_per_s", math.nan)))
         check_latency(bench, "throughput", p)
+        check_memory(bench, "throughput", p)
         points.append(p)
     return {"smoke": points, "device_macs_measured": rate}
 

@@ -1126,9 +1126,7 @@ Result<std::unique_ptr<grpc::Server>> StartGatewayServer(GatewayService* service
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, credentials, &port);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
+  ConfigureServer(&builder);
   builder.RegisterService(service);
   if (also) builder.RegisterService(also);
   auto server = builder.BuildAndStart();

@@ -1066,9 +1066,7 @@ Status ServeWorker(const std::string& listen, const WorkerOptions& options, cons
   auto start = [&](WorkerService* s, const std::string& address, int* port) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, credentials, port);
-    builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-    builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
+    ConfigureServer(&builder);
     builder.RegisterService(s);
     return builder.BuildAndStart();
   };

@@ -7,7 +7,8 @@
 # 1e-4 max |ref|), every worker must sit in its cgroup, the memory plan must
 # move bytes between the devices, nothing may be OOM-killed, and the printed
 # latency (0.5-3.0x) and 1/period (0.5-1.5x) must hold against the measured
-# ones (bench/cluster-emulated/run.py check_latency, smoke). Needs root
+# ones, and no worker's peak RSS may exceed the worker RAM its plan promises
+# (bench/cluster-emulated/run.py check_latency, check_memory, smoke). Needs root
 # (CI runs as root). Args: path to tessera, build dir.
 set -u
 T=${1:?tessera binary}

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "util/limits.h"
+
 namespace tessera {
 
 bool IsLoopbackAddress(const std::string& address) {
@@ -30,6 +32,13 @@ Result<TransportSecurity> MakeTransportSecurity(const std::string& tls_dir, cons
   return security;
 }
 
+void ConfigureServer(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder->SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kGrpcHandshakeTimeoutMs);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+}
+
 Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const TransportSecurity& security) {
   if (!security.tls && !IsLoopbackAddress(address) && !security.allow_plaintext_remote)
     return Status::FailedPrecondition("refusing a plaintext gRPC channel to " + address +
@@ -47,6 +56,8 @@ Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, c
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Fixed receive windows, as on servers (ConfigureServer says why).
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   if (!security.tls) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   // gRPC checks the server's chain against ca.crt and the host part of
   // `address` against its subjectAltNames; the server checks ours.
