@@ -204,13 +204,29 @@ class Bench:
             model = path
         return model, shape
 
-    def model_macs(self, name):
+    def model_totals(self, name):
+        """`tessera inspect --json`'s totals: macs, weights (values), layers."""
         if name not in self.macs:
             model, shape = self.model(name)
             out = subprocess.run([self.tessera, "inspect", model, "--input-shape", shape, "--json"],
                                  capture_output=True, text=True, check=True).stdout
-            self.macs[name] = json.loads(out)["totals"]["macs"]
+            self.macs[name] = json.loads(out)["totals"]
         return self.macs[name]
+
+    def model_macs(self, name):
+        return self.model_totals(name)["macs"]
+
+    def deploy_timeout(self, name, n, rate):
+        """--deploy-timeout, or (0, the default) long enough for the slowest
+        deploy the plan can make: the gateway sends one device after the other,
+        and a tiled plan gives each of the n devices every float32 weight, so
+        n x the weights over one cable, 1.5x that plus 5 minutes for the
+        devices to decode and pack at their quota; at least 10 minutes. YOLOv2
+        on 4 devices at 10 Mbit/s: 21 minutes (the deploy itself ~11)."""
+        if self.args.deploy_timeout > 0:
+            return self.args.deploy_timeout
+        seconds = n * 4 * self.model_totals(name)["weights"] * 8 / emulation.tc_rate(rate)
+        return max(600, int(1.5 * seconds) + 300)
 
     def input_and_reference(self, name):
         """Seeded input .npy and `tessera run`'s outputs for it (this machine, unconstrained)."""
@@ -425,7 +441,7 @@ class Bench:
             self.cgroups.remove(w["group"])
         self.net.close()
 
-    def start_gateway(self, name, cluster, objective, in_flight=1, n=1):
+    def start_gateway(self, name, cluster, objective, in_flight=1, n=1, rate="1gbit"):
         model, shape = self.model(name)
         port, http = free_port(), free_port()
         logpath = os.path.join(self.dir, "gw-%s.log" % objective)
@@ -437,7 +453,8 @@ class Bench:
                               str(int(self.args.deadline_s * 1000))] + self.profile_args(name, n),
                              stdout=logf, stderr=logf)
         self.procs.append(p)
-        deadline = time.monotonic() + self.args.deploy_timeout
+        timeout = self.deploy_timeout(name, n, rate)
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if p.poll() is not None:
                 raise RuntimeError("gateway exited: " + open(logpath).read()[-2000:])
@@ -449,7 +466,7 @@ class Bench:
                 pass
             time.sleep(0.2)
         else:
-            raise RuntimeError("gateway not healthy after %d s: %s" % (self.args.deploy_timeout,
+            raise RuntimeError("gateway not healthy after %d s: %s" % (timeout,
                                                                        open(logpath).read()[-2000:]))
         text = open(logpath).read()
         m = re.search(r"predicted latency ([0-9.e+-]+) s, throughput ([0-9.e+-]+) /s", text)
@@ -513,7 +530,7 @@ class Bench:
                 point["refused"] = plan
                 return point
             point["in_flight"] = in_flight
-            gw = self.start_gateway(name, cluster, objective, in_flight, n)
+            gw = self.start_gateway(name, cluster, objective, in_flight, n, rate)
             try:
                 point["predicted_latency_s"], point["predicted_throughput_per_s"] = gw["predicted"]
                 point["peak_rss_after_deploy_bytes"] = [proc_status(w["proc"].pid, "VmHWM") for w in workers]
@@ -774,7 +791,9 @@ def main():
                     help="declare no network-stack CPU per byte (net_macs_per_byte 0) instead of measuring it")
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max |a-b| / max |ref| against tessera run")
     ap.add_argument("--deadline-s", type=float, default=600)
-    ap.add_argument("--deploy-timeout", type=int, default=600)
+    ap.add_argument("--deploy-timeout", type=int, default=0,
+                    help="seconds a gateway may take to deploy and answer /healthz; 0: from the model's weights, "
+                         "the devices and the bandwidth (at least 600)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--plots", action="store_true")
     args = ap.parse_args()
