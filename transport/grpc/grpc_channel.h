@@ -38,8 +38,17 @@ bool IsLoopbackAddress(const std::string& address);
 
 // Largest gRPC message tessera sends unchunked (requests with model inputs).
 inline constexpr int kMaxGrpcMessageBytes = 256 << 20;
-// Chunk size of program loads and tensor frames (below gRPC's 4 MiB default).
+// Chunk size of program loads (below gRPC's 4 MiB default).
 inline constexpr size_t kChunkBytes = 1 << 20;
+// Largest tensor frame between workers (PeerSender). Each Exchange stream
+// holds up to about two frames in flight on each end (the frame's copy and
+// gRPC's serialized or received message), outside the device arena the
+// promise counts. VGG-16's memory plan on 4 loopback workers (3 peers each
+// way, messages up to 13 MB), peak RSS after 6 requests against the
+// promise: 1 MiB frames 7.9-11 MiB over, 256 KiB 1.7-2.3 MiB over, 64 KiB
+// (gRPC's default stream window) 0.5 MiB under to 0.5 MiB over, flat, as
+// fast. Framing: ~40 bytes a frame.
+inline constexpr size_t kExchangeFrameBytes = 64 << 10;
 
 Result<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const TransportSecurity& security);
 Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std::string& listen_address,

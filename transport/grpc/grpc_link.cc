@@ -452,7 +452,7 @@ bool PeerSender::WriteMessage(const Outgoing& item, bool* released) {
   const int64_t total = static_cast<int64_t>(item.size);
   int64_t offset = 0;
   do {
-    const size_t n = std::min(kChunkBytes, item.size - static_cast<size_t>(offset));
+    const size_t n = std::min(kExchangeFrameBytes, item.size - static_cast<size_t>(offset));
     const bool last = offset + static_cast<int64_t>(n) == total;
     proto::TensorFrame frame;
     frame.set_plan_id(plan_id_);

@@ -4,7 +4,7 @@
 // Worker.Exchange stream, opened by the sender (PeerSender). Frames of all
 // in-flight requests share it; a message id on the wire is request-scoped,
 // (request << 32) | program message id, so several requests can be in flight
-// without a change to the Link contract. Messages larger than kChunkBytes
+// without a change to the Link contract. Messages larger than kExchangeFrameBytes
 // travel in several frames; the receiving worker feeds frames into its
 // ExchangeInbox, where GrpcLink::Recv picks complete messages up.
 #pragma once
