@@ -5,9 +5,11 @@
 //  * pointwise — 1x1 kernel, stride 1, no pad: the input plane already is the
 //    GEMM operand, so Y_g[O/g, HW] = W_g[O/g, C/g] · X_g[C/g, HW] directly.
 //  * depthwise — one input channel per group: the input plane is copied with
-//    zero borders into per-thread scratch, then a direct loop per output row
-//    whose taps are unrolled (3x3, 5x5 at stride 1/2) and whose loop over
-//    output columns vectorises; a GEMM of K = kH·kW would waste the packing.
+//    zero borders into per-thread scratch (polyphase, below), then 3x3 and
+//    5x5 kernels at stride 1 or 2 run the row-blocked microkernel straight
+//    into the output (a few output rows share each input load), any other
+//    one a flat tap loop over the whole plane; a GEMM of K = kH·kW would
+//    waste the packing.
 //  * general — im2col of one group into scratch, then one Eigen GEMM
 //    Y_g[O/g, OH·OW] = W_g[O/g, C/g·kH·kW] · col[C/g·kH·kW, OH·OW].
 //    With constant weights on a K-blocked ISA level, and when its scratch is
@@ -151,9 +153,14 @@ class ConvKernel final : public Kernel {
     // A device short of RAM keeps weights at their raw size (graph.h).
     const bool compact_weights = a.Int("compact_weights", 0) != 0;
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
+    dw_rows_ = false;
     if (cg_ == 1 && group_ > 1) {
       strategy_ = kDepthwise;
       PrepareDepthwise();
+      // The row-blocked microkernel's shapes (DepthwiseRowsArgs): the
+      // output rows straight from the polyphase plane, no flat buffer.
+      dw_rows_ = kh_ == kw_ && (kh_ == 3 || kh_ == 5) && sh_ == sw_ && (sh_ == 1 || sh_ == 2) && dh_ == 1 && dw_ == 1 &&
+                 a.Int("depthwise_rows", 1) != 0;
     } else if (kh_ == 1 && kw_ == 1 && sh_ == 1 && sw_ == 1 && pt_ == 0 && pl_ == 0 && pb == 0 && pr == 0) {
       strategy_ = kPointwise;
     } else if (!compact_weights && kh_ == 3 && kw_ == 3 && sh_ == 1 && sw_ == 1 && dh_ == 1 && dw_ == 1 &&
@@ -807,6 +814,23 @@ class ConvKernel final : public Kernel {
         const float* kernel = wt + o * kh_ * kw_;
         const float b = bias ? bias[o] : 0.f;
         float* yp = y + p * oh_ * ow_;
+        if (dw_rows_) {
+          DepthwiseRowsArgs d;
+          d.poly = poly;
+          d.sub_size = dw_sub_size_;
+          d.ws = dw_sub_w_;
+          d.kernel = kernel;
+          d.size = static_cast<int>(kh_);
+          d.stride = static_cast<int>(sh_);
+          d.bias = b;
+          d.epilogue = epilogue_;
+          d.rows = oh_;
+          d.width = ow_;
+          d.out = yp;
+          microkernels_->depthwise_rows(d);
+          if (!act_in_epilogue_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+          continue;
+        }
         // The whole plane as one flat loop (the ws − OW junk columns of each
         // row included), then the valid columns. Row by row straight into the
         // output was slower even for 112-wide rows: every row ended in a
@@ -863,6 +887,7 @@ class ConvKernel final : public Kernel {
   int64_t indirect_cols_ = 0;
   FusedActivation act_;
   bool act_in_epilogue_ = true;  // act_ is applied by the depthwise microkernel (epilogue_)
+  bool dw_rows_ = false;         // depthwise by Microkernels::depthwise_rows, else the flat taps
   Epilogue epilogue_;
   std::vector<int64_t> col_lo_, col_hi_;
   // Depthwise polyphase layout: sub-plane width and size, flat output size,

@@ -75,6 +75,28 @@ struct DepthwiseTapArgs {
   float* out = nullptr;
 };
 
+// A depthwise conv's whole output plane straight from its polyphase input
+// (conv.cc), for a square kernel of `size` 3 or 5, the same `stride` 1 or
+// 2 along both axes and no dilation:
+//   out[r·width + c] = epilogue(bias + Σ_{i,j} kernel[i·size + j] ·
+//       poly[((i mod s)·s + j mod s)·sub_size + (r + ⌊i/s⌋)·ws + c + ⌊j/s⌋])
+// for r < rows, c < width; nothing else of out is written. poly is
+// readable at every such index, and when width < 16 up to 15 floats past
+// each (the lanes of a vector beyond the row, discarded). Same sums as
+// depthwise_taps over the flat plane (microkernels_depthwise_rows.inc
+// says why this is faster).
+struct DepthwiseRowsArgs {
+  const float* poly = nullptr;  // sub-plane (0, 0)
+  int64_t sub_size = 0;         // floats from one sub-plane to the next
+  int64_t ws = 0;               // sub-plane width
+  const float* kernel = nullptr;
+  int size = 3, stride = 1;
+  float bias = 0.f;
+  Epilogue epilogue;
+  int64_t rows = 0, width = 0;
+  float* out = nullptr;
+};
+
 // y[r] = Σ_i a[r·lda + i] · x[i] for r in [0, m): a fully connected layer's
 // weight rows against one input row, the weights read in place (each is
 // used once per row of input, so packing them would cost more than it saves).
@@ -165,6 +187,8 @@ struct Microkernels {
   // b keeps a); dst may be a or b. Max pooling's row and column passes
   // (pool.cc).
   void (*max_of)(float* dst, const float* a, const float* b, int64_t n) = nullptr;
+  // DepthwiseRowsArgs: a 3x3 or 5x5, stride 1 or 2 depthwise plane.
+  void (*depthwise_rows)(const DepthwiseRowsArgs&) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

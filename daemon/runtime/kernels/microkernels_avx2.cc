@@ -182,6 +182,28 @@ void Taps(const DepthwiseTapArgs& d) {
   }
 }
 
+typedef __m256 DwVec;
+inline DwVec DwLoad(const float* p) { return _mm256_loadu_ps(p); }
+inline void DwStore(float* p, DwVec v) { _mm256_storeu_ps(p, v); }
+// Plain stores of 4, 2 and 1 lanes: AVX2's masked store is slow on AMD.
+inline void DwStoreFirst(float* p, DwVec v, int n) {
+  __m128 h = _mm256_castps256_ps128(v);
+  if (n & 4) {
+    _mm_storeu_ps(p, h);
+    h = _mm256_extractf128_ps(v, 1);
+    p += 4;
+  }
+  if (n & 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(p), h);
+    h = _mm_movehl_ps(h, h);
+    p += 2;
+  }
+  if (n & 1) _mm_store_ss(p, h);
+}
+inline DwVec DwSplat(float x) { return _mm256_set1_ps(x); }
+inline DwVec DwFma(DwVec w, DwVec x, DwVec acc) { return _mm256_fmadd_ps(w, x, acc); }
+#include "daemon/runtime/kernels/microkernels_depthwise_rows.inc"
+
 void TapsAny(const DepthwiseTapArgs& d) {
   for (int64_t q = 0; q < d.count; q += 8) {
     const __m256i m = TailMask(d.count - q);
@@ -281,7 +303,8 @@ const Microkernels& Avx2Microkernels() {
                               &CodesOf,
                               &QuantizeDequantizeRow,
                               &Int16TapPairs,
-                              &MaxOf};
+                              &MaxOf,
+                              &DepthwiseRows};
   return k;
 }
 

@@ -292,6 +292,14 @@ void Taps(const DepthwiseTapArgs& d) {
   }
 }
 
+typedef __m512 DwVec;
+inline DwVec DwLoad(const float* p) { return _mm512_loadu_ps(p); }
+inline void DwStore(float* p, DwVec v) { _mm512_storeu_ps(p, v); }
+inline void DwStoreFirst(float* p, DwVec v, int n) { _mm512_mask_storeu_ps(p, TailMask(n), v); }
+inline DwVec DwSplat(float x) { return _mm512_set1_ps(x); }
+inline DwVec DwFma(DwVec w, DwVec x, DwVec acc) { return _mm512_fmadd_ps(w, x, acc); }
+#include "daemon/runtime/kernels/microkernels_depthwise_rows.inc"
+
 void TapsAny(const DepthwiseTapArgs& d) {
   for (int64_t q = 0; q < d.count; q += 16) {
     const __mmask16 m = TailMask(d.count - q);
@@ -383,7 +391,7 @@ const Microkernels& Avx512Microkernels() {
   static const Microkernels k{
       Isa::kAvx512,   &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
       kLargeA,        &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow,
-      &Int16TapPairs, &MaxOf};
+      &Int16TapPairs, &MaxOf,         &DepthwiseRows};
   return k;
 }
 

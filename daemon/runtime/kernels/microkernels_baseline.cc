@@ -119,6 +119,16 @@ void DepthwiseTaps(const DepthwiseTapArgs& d) {
   }
 }
 
+typedef Vec DwVec;
+inline DwVec DwLoad(const float* p) { return Load(p); }
+inline void DwStore(float* p, DwVec v) { Store(p, v); }
+inline void DwStoreFirst(float* p, DwVec v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = v[i];
+}
+inline DwVec DwSplat(float x) { return Splat(x); }
+inline DwVec DwFma(DwVec w, DwVec x, DwVec acc) { return acc + w * x; }
+#include "daemon/runtime/kernels/microkernels_depthwise_rows.inc"
+
 void DotRows(const DotRowsArgs& d) {
   const int64_t full = d.k / kLanes * kLanes;
   for (int64_t r = 0; r < d.m; ++r) {
@@ -158,7 +168,8 @@ const Microkernels& BaselineMicrokernels() {
                               &CodesOf,
                               &QuantizeDequantizeRow,
                               &Int16TapPairs,
-                              &MaxOf};
+                              &MaxOf,
+                              &DepthwiseRows};
   return k;
 }
 

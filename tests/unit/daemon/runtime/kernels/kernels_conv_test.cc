@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "daemon/runtime/kernels/isa.h"
 #include "tests/unit/daemon/runtime/kernels/kernels_testing.h"
 
 namespace tessera {
@@ -162,6 +163,37 @@ TEST_CASE("grouped convolution matches the direct reference", "[kernels][conv]")
 TEST_CASE("depthwise convolution matches the direct reference, with channel multiplier", "[kernels][conv]") {
   std::mt19937 rng(13);
   for (int i = 0; i < 60; ++i) CheckConv(RandomCase(rng, 2), rng);
+}
+
+// 3x3 and 5x5 at stride 1 and 2 take the row-blocked microkernel
+// (microkernels.h depthwise_rows): on every ISA level the CPU has, planes
+// narrower and wider than each level's vector, odd heights, asymmetric pads,
+// a channel multiplier, serial and threaded.
+TEST_CASE("row-blocked depthwise convolutions match the reference on every ISA", "[kernels][conv]") {
+  std::mt19937 rng(18);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  static const char* kActs[] = {"", "relu", "clip", "silu", "hard_swish"};
+  const Isa initial = ActiveIsa();
+  for (Isa isa : SupportedIsas()) {
+    REQUIRE(SetActiveIsa(isa).ok());
+    for (int trial = 0; trial < 24; ++trial) {
+      ConvCase k;
+      k.n = pick(1, 2);
+      k.c = pick(2, 6);
+      k.group = k.c;
+      k.o = k.c * (trial % 5 == 4 ? 2 : 1);
+      k.kh = k.kw = trial % 2 == 0 ? 3 : 5;
+      k.sh = k.sw = 1 + (trial / 2) % 2;
+      k.pt = pick(0, k.kh / 2), k.pl = pick(0, k.kw / 2), k.pb = pick(0, k.kh / 2), k.pr = pick(0, k.kw / 2);
+      k.h = pick(k.kh, 23);
+      k.w = trial < 8 ? pick(k.kw, 12) : pick(13, 45);
+      k.bias = trial % 3 != 0;
+      k.activation = kActs[trial % 5];
+      INFO("ISA " << IsaName(isa));
+      CheckConv(k, rng, 1 + trial % 2);
+    }
+  }
+  REQUIRE(SetActiveIsa(initial).ok());
 }
 
 TEST_CASE("pointwise 1x1 convolution matches the direct reference", "[kernels][conv]") {
