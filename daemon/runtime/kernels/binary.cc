@@ -129,6 +129,32 @@ void RunStep(const BroadcastStep& step, const float* lhs, const float* rhs, floa
   });
 }
 
+// A step over one flat row, both operands of the output's shape (a
+// ResNet's residual Add, x · sigmoid(...) of the same shape): contiguous
+// chunks spread over the threads, each chunk through the fused activation
+// while it is still in L1. As one row this ran on one thread however many
+// were asked for, and the activation was a second pass over the whole
+// tensor from L2 or memory (resnext50_32x4d's 16 residual Add + ReLU: 3.0
+// ms of a 80 ms run against onnxruntime's Add fused into its convs).
+constexpr int64_t kFlatChunk = 4096;
+
+template <typename F>
+void RunFlat(const float* a, const float* b, float* y, int64_t n, int threads, const FusedActivation& act, F f) {
+  const int64_t chunks = (n + kFlatChunk - 1) / kFlatChunk;
+  const int workers = static_cast<int>(std::min<int64_t>(threads, n / (2 * kFlatChunk) + 1));
+  ParallelFor(workers, workers, [&](int64_t w) {
+    for (int64_t c = chunks * w / workers; c < chunks * (w + 1) / workers; ++c) {
+      const int64_t begin = c * kFlatChunk, len = std::min(kFlatChunk, n - begin);
+      const float* ac = a + begin;
+      const float* bc = b + begin;
+      float* yc = y + begin;
+#pragma omp simd
+      for (int64_t k = 0; k < len; ++k) yc[k] = f(ac[k], bc[k]);
+      act.Apply(yc, static_cast<size_t>(len));
+    }
+  });
+}
+
 class BroadcastKernel final : public Kernel {
  public:
   Status Prepare(const KernelContext& ctx) override {
@@ -241,6 +267,22 @@ class BroadcastKernel final : public Kernel {
     if (inputs_ == 1) {  // variadic op over a single input
       if (y != ctx.inputs[0]) std::memcpy(y, ctx.inputs[0], sizeof(float) * size_);
       return;
+    }
+    if (steps_.size() == 1 && steps_[0].dims.size() == 1 && steps_[0].lhs_strides[0] == 1 &&
+        steps_[0].rhs_strides[0] == 1 && op_ != BinaryOp::kMean) {
+      const float *a = ctx.inputs[0], *b = ctx.inputs[1];
+      const int t = ctx.threads;
+      switch (op_) {
+        case BinaryOp::kAdd:
+        case BinaryOp::kSum:
+          return RunFlat(a, b, y, size_, t, act_, [](float u, float v) { return u + v; });
+        case BinaryOp::kMul:
+          return RunFlat(a, b, y, size_, t, act_, [](float u, float v) { return u * v; });
+        case BinaryOp::kSub:
+          return RunFlat(a, b, y, size_, t, act_, [](float u, float v) { return u - v; });
+        default:
+          break;  // the rows below
+      }
     }
     for (const BroadcastStep& step : steps_) {
       const float* lhs = step.lhs_input < 0 ? y : ctx.inputs[step.lhs_input];

@@ -152,6 +152,43 @@ TEST_CASE("binary ops broadcast random shapes like numpy", "[kernels][binary]") 
   }
 }
 
+// Operands of the output's shape run as chunks over the threads, each chunk
+// through the fused activation (binary.cc RunFlat): sizes around the chunk
+// of 4096 and the two-thread split, a residual Add with relu or clip.
+TEST_CASE("same-shape binary ops with a fused activation match the reference in chunks", "[kernels][binary]") {
+  std::mt19937 rng(43);
+  const std::vector<std::pair<const char*, std::function<double(double, double)>>> ops = {
+      {"Add", [](double a, double b) { return a + b; }},
+      {"Sub", [](double a, double b) { return a - b; }},
+      {"Mul", [](double a, double b) { return a * b; }},
+      {"Sum", [](double a, double b) { return a + b; }},
+  };
+  int trial = 0;
+  for (int64_t size : {1, 7, 4095, 4096, 4097, 8192 + 3, 3 * 4096 + 5, 50000})
+    for (const auto& [name, f] : ops)
+      for (int threads : {1, 2}) {
+        const char* act = trial % 3 == 0 ? "" : trial % 3 == 1 ? "relu" : "clip";
+        ++trial;
+        INFO(name << " size " << size << " threads " << threads << " act '" << act << "'");
+        const Shape shape = {1, size};
+        auto av = RandomValues(size, rng, -2.f, 2.f), bv = RandomValues(size, rng, -2.f, 2.f);
+        Attributes attrs;
+        if (act[0] != '\0') attrs.Set("activation", std::string(act));
+        if (std::string(act) == "clip") {
+          attrs.Set("act_alpha", -0.5);
+          attrs.Set("act_beta", 1.5);
+        }
+        auto run = RunNode(name, attrs, {Activation(shape, av), Activation(shape, bv)}, {shape}, threads);
+        REQUIRE(run.status.ok());
+        std::vector<double> want = ReferenceBroadcast(shape, av, shape, bv, shape, f);
+        for (double& v : want) {
+          if (std::string(act) == "relu") v = std::max(v, 0.0);
+          if (std::string(act) == "clip") v = std::clamp(v, -0.5, 1.5);
+        }
+        ExpectClose(run.outputs[0], want, 1e-6, 1e-6);
+      }
+}
+
 TEST_CASE("channel-wise and scalar broadcasts over NCHW activations", "[kernels][binary]") {
   std::mt19937 rng(43);
   const Shape x{2, 8, 6, 5};
