@@ -130,29 +130,27 @@ void RunStep(const BroadcastStep& step, const float* lhs, const float* rhs, floa
 }
 
 // A step over one flat row, both operands of the output's shape (a
-// ResNet's residual Add, x · sigmoid(...) of the same shape): contiguous
-// chunks spread over the threads, each chunk through the fused activation
-// while it is still in L1. As one row this ran on one thread however many
-// were asked for, and the activation was a second pass over the whole
-// tensor from L2 or memory (resnext50_32x4d's 16 residual Add + ReLU: 3.0
-// ms of a 80 ms run against onnxruntime's Add fused into its convs).
+// ResNet's residual Add): contiguous chunks, each through the fused
+// activation while it is still in L1; the activation was a second pass
+// over the whole tensor from L2 or memory (resnext50_32x4d's 16 residual
+// Add + ReLU: 3.0 ms of a 80 ms run against onnxruntime's Add fused into
+// its convs). One thread, as the single row it was: spread over two
+// threads the chunks ran slower on the shared 2-core VM (Add + Relu of
+// [1,256,56,56]: 0.50-0.71 ms on one thread, 0.64-3.5 ms on two with the
+// other core busy), and the operation is bound by memory, not arithmetic.
 constexpr int64_t kFlatChunk = 4096;
 
 template <typename F>
-void RunFlat(const float* a, const float* b, float* y, int64_t n, int threads, const FusedActivation& act, F f) {
-  const int64_t chunks = (n + kFlatChunk - 1) / kFlatChunk;
-  const int workers = static_cast<int>(std::min<int64_t>(threads, n / (2 * kFlatChunk) + 1));
-  ParallelFor(workers, workers, [&](int64_t w) {
-    for (int64_t c = chunks * w / workers; c < chunks * (w + 1) / workers; ++c) {
-      const int64_t begin = c * kFlatChunk, len = std::min(kFlatChunk, n - begin);
-      const float* ac = a + begin;
-      const float* bc = b + begin;
-      float* yc = y + begin;
+void RunFlat(const float* a, const float* b, float* y, int64_t n, const FusedActivation& act, F f) {
+  for (int64_t begin = 0; begin < n; begin += kFlatChunk) {
+    const int64_t len = std::min(kFlatChunk, n - begin);
+    const float* ac = a + begin;
+    const float* bc = b + begin;
+    float* yc = y + begin;
 #pragma omp simd
-      for (int64_t k = 0; k < len; ++k) yc[k] = f(ac[k], bc[k]);
-      act.Apply(yc, static_cast<size_t>(len));
-    }
-  });
+    for (int64_t k = 0; k < len; ++k) yc[k] = f(ac[k], bc[k]);
+    act.Apply(yc, static_cast<size_t>(len));
+  }
 }
 
 class BroadcastKernel final : public Kernel {
@@ -271,15 +269,14 @@ class BroadcastKernel final : public Kernel {
     if (steps_.size() == 1 && steps_[0].dims.size() == 1 && steps_[0].lhs_strides[0] == 1 &&
         steps_[0].rhs_strides[0] == 1 && op_ != BinaryOp::kMean) {
       const float *a = ctx.inputs[0], *b = ctx.inputs[1];
-      const int t = ctx.threads;
       switch (op_) {
         case BinaryOp::kAdd:
         case BinaryOp::kSum:
-          return RunFlat(a, b, y, size_, t, act_, [](float u, float v) { return u + v; });
+          return RunFlat(a, b, y, size_, act_, [](float u, float v) { return u + v; });
         case BinaryOp::kMul:
-          return RunFlat(a, b, y, size_, t, act_, [](float u, float v) { return u * v; });
+          return RunFlat(a, b, y, size_, act_, [](float u, float v) { return u * v; });
         case BinaryOp::kSub:
-          return RunFlat(a, b, y, size_, t, act_, [](float u, float v) { return u - v; });
+          return RunFlat(a, b, y, size_, act_, [](float u, float v) { return u - v; });
         default:
           break;  // the rows below
       }

@@ -152,9 +152,9 @@ TEST_CASE("binary ops broadcast random shapes like numpy", "[kernels][binary]") 
   }
 }
 
-// Operands of the output's shape run as chunks over the threads, each chunk
+// Operands of the output's shape run in chunks, each chunk
 // through the fused activation (binary.cc RunFlat): sizes around the chunk
-// of 4096 and the two-thread split, a residual Add with relu or clip.
+// of 4096, one and two threads asked for, a residual Add with relu or clip.
 TEST_CASE("same-shape binary ops with a fused activation match the reference in chunks", "[kernels][binary]") {
   std::mt19937 rng(43);
   const std::vector<std::pair<const char*, std::function<double(double, double)>>> ops = {
