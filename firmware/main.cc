@@ -289,9 +289,17 @@ void OnFrame(uint32_t port, wire::FrameHeader h, const uint8_t* payload) {
     p.rx_expected = 0;
     for (HeldFrame& s : p.held) s.valid = false;
     // A new peer session: our sends start a new session too, or the peer's
-    // fresh link would take them for a stale session.
-    p.tx_session = 0;
-    p.tx_next = 0;
+    // fresh link would take them for a stale session. Not while our own
+    // session has had nothing acknowledged (tx_next 0): its frame 0 opens
+    // it on the peer's side as it is. Both ends of a fresh MCU<->MCU link
+    // sending at once (FDTO slices crossing) each took the other's frame 0
+    // for a new peer, dropped the session its own frame 0 was waiting in,
+    // and then refused the peer's acknowledgement of it: 50 retries (12.5 s)
+    // and a send counted as failed although it had arrived.
+    if (p.tx_next != 0) {
+      p.tx_session = 0;
+      p.tx_next = 0;
+    }
   }
   const uint32_t ahead = h.sequence - p.rx_expected;
   if (SeqBefore(h.sequence, p.rx_expected) || ahead > mcu::kRxSlots) {
