@@ -234,7 +234,10 @@ class BroadcastKernel final : public Kernel {
   void Eval(const EvalContext& ctx) const override {
     float* y = ctx.outputs[0];
     if (integer_sum_) {  // int32 bits; the compiler bounds the sum below 2^31 (int8_weights.h)
-      const float *a = ctx.inputs[0], *b = ctx.inputs[1];
+      // The step's own operands, in its order (Sub is not symmetric).
+      const BroadcastStep& step = steps_[0];
+      const float* a = step.lhs_input < 0 ? y : ctx.inputs[step.lhs_input];
+      const float* b = ctx.inputs[step.rhs_input];
       ParallelFor((size_ + 4095) / 4096, ctx.threads, [&](int64_t chunk) {
         const int64_t end = std::min(size_, (chunk + 1) * 4096);
         for (int64_t i = chunk * 4096; i < end; ++i) {
@@ -268,7 +271,10 @@ class BroadcastKernel final : public Kernel {
     }
     if (steps_.size() == 1 && steps_[0].dims.size() == 1 && steps_[0].lhs_strides[0] == 1 &&
         steps_[0].rhs_strides[0] == 1 && op_ != BinaryOp::kMean) {
-      const float *a = ctx.inputs[0], *b = ctx.inputs[1];
+      // The step's own operands, in its order (Sub is not symmetric).
+      const BroadcastStep& step = steps_[0];
+      const float* a = step.lhs_input < 0 ? y : ctx.inputs[step.lhs_input];
+      const float* b = ctx.inputs[step.rhs_input];
       switch (op_) {
         case BinaryOp::kAdd:
         case BinaryOp::kSum:
