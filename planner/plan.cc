@@ -998,6 +998,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                                          {"buffer_bytes", d.promised_buffer_bytes},
                                          {"compute_slots", d.compute_slots},
                                          {"io_bytes", d.promised_io_bytes},
+                                         {"link_bytes", d.promised_link_bytes},
                                          {"load_peak_bytes", d.promised_load_peak_bytes},
                                          {"baseline_bytes", d.baseline_bytes},
                                          {"in_flight", d.in_flight},
@@ -1083,12 +1084,13 @@ std::string FormatPlanTable(const Plan& plan) {
     std::snprintf(
         line, sizeof line,
         "worker RAM = worker baseline + max(weights as the kernels store them + %sworking memory + %d x "
-        "(pipeline buffers + request I/O), weights while loading); largest: %s: %s = %s + max(%s + %s%s + "
-        "%d x (%s + %s), %s)\n",
+        "(pipeline buffers + request I/O) + links to peers, weights while loading); largest: %s: %s = %s + max(%s + "
+        "%s%s + %d x (%s + %s) + %s, %s)\n",
         slots.c_str(), d.in_flight, plan.cluster.devices[worst].name.c_str(), FormatBytes(d.promised_bytes).c_str(),
         FormatBytes(d.baseline_bytes).c_str(), FormatBytes(d.promised_weight_bytes).c_str(), slots.c_str(),
         FormatBytes(d.promised_working_bytes).c_str(), d.in_flight, FormatBytes(d.promised_buffer_bytes).c_str(),
-        FormatBytes(d.promised_io_bytes).c_str(), FormatBytes(d.promised_load_peak_bytes).c_str());
+        FormatBytes(d.promised_io_bytes).c_str(), FormatBytes(d.promised_link_bytes).c_str(),
+        FormatBytes(d.promised_load_peak_bytes).c_str());
     out += line;
     // Per device (issue 18 item 2): the memory its requests take turns in,
     // and what each request in flight holds across its sends and receives.

@@ -81,6 +81,7 @@ struct DeviceLoad {
   int64_t parts_bands = 0;
   double parts_s = 0;
   int64_t promised_load_peak_bytes = 0, promised_io_bytes = 0;
+  int64_t promised_link_bytes = 0;  // tensor frames on its peers' links (device_memory.h)
   int in_flight = 0, compute_slots = 0;
 };
 

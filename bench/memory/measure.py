@@ -48,6 +48,22 @@ def proc_status(pid):
     return out
 
 
+def smaps_rollup(pid):
+    """Where a live process's resident pages are now: anonymous (heap,
+    stacks, arenas) and file-backed (the binary's and libraries' pages it
+    has touched), in bytes, from /proc/PID/smaps_rollup."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Anonymous"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        return {}
+    return {"rss_anon_bytes": out.get("Anonymous", 0), "rss_file_bytes": out.get("Rss", 0) - out.get("Anonymous", 0)}
+
+
 def peak_of(cmd, env=None):
     """Runs cmd; returns (returncode, stdout, stderr, peak RSS bytes) from wait4."""
     r, w = os.pipe()
@@ -364,9 +380,10 @@ def main():
                             "working_bytes": promised[name].get("working_bytes"),
                             "buffer_bytes": promised[name].get("buffer_bytes"),
                             "io_bytes": promised[name].get("io_bytes"),
+                            "link_bytes": promised[name].get("link_bytes"),
                             "arena_bytes": promised[name].get("arena_bytes"),
                             "in_flight": promised[name].get("in_flight"),
-                            "exchange": exchange.get(name, {})})
+                            "exchange": exchange.get(name, {}), **smaps_rollup(p.pid)})
         result["device_memory"] = devices
         gst = proc_status(gw.pid)
         result["gateway"] = {"peak_rss_bytes": gst["VmHWM"], "rss_bytes": gst["VmRSS"]}

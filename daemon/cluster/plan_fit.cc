@@ -65,6 +65,7 @@ void FillPromises(const std::vector<DeviceMemory>& sizes, Plan* plan) {
     d.promised_buffer_bytes = sizes[i].buffer_bytes;
     d.compute_slots = sizes[i].compute_slots;
     d.promised_io_bytes = sizes[i].io_bytes;
+    d.promised_link_bytes = sizes[i].link_bytes;
     d.promised_load_peak_bytes = sizes[i].load_peak_bytes;
     d.baseline_bytes = sizes[i].baseline_bytes;
     d.in_flight = sizes[i].in_flight;

@@ -16,12 +16,17 @@
 
 #include "daemon/cluster/service_notify.h"
 #include "daemon/cluster/worker_mcu_bridge.h"
+#include "daemon/runtime/device_memory.h"
 #include "partition/compile/program_codec.h"
 #include "transport/tls/content_hash.h"
 #include "util/limits.h"
 #include "util/process_memory.h"
 
 namespace tessera {
+
+// The promise prices each peer's link at frames of this size (device_memory.h).
+static_assert(kLinkFrameBytes == static_cast<int64_t>(kExchangeFrameBytes),
+              "kLinkBytesPerPeer (the promise) must follow the tensor frame size");
 
 namespace fs = std::filesystem;
 

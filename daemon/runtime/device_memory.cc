@@ -1,6 +1,7 @@
 #include "daemon/runtime/device_memory.h"
 
 #include <cstdio>
+#include <set>
 
 #include "daemon/runtime/program_runner.h"
 
@@ -28,6 +29,10 @@ Result<DeviceMemory> SizeDeviceProgram(const DeviceProgram& program, const Devic
   for (const auto& [value, b] : program.model_inputs) io_values += program.buffers[b].box.volume();
   for (const auto& [value, b] : program.model_outputs) io_values += program.buffers[b].box.volume();
   m.io_bytes = 3 * io_values * static_cast<int64_t>(sizeof(float));
+  std::set<int> peers;
+  for (const ProgramStep& step : program.steps)
+    if ((step.kind == StepKind::kSend || step.kind == StepKind::kRecv) && step.peer >= 0) peers.insert(step.peer);
+  m.link_bytes = static_cast<int64_t>(peers.size()) * kLinkBytesPerPeer;
   m.in_flight = options.in_flight < 1 ? 1 : options.in_flight;
   return m;
 }
@@ -38,10 +43,12 @@ std::string DescribeDeviceMemory(const DeviceMemory& m) {
   const std::string slots = m.compute_slots == 1 ? "" : std::to_string(m.compute_slots) + " x ";
   const std::string each = (m.in_flight == 1 ? "" : std::to_string(m.in_flight) + " x ") +
                            (m.io_bytes > 0 ? "(pipeline buffers + request I/O)" : "pipeline buffers");
+  char links[64] = "";
+  if (m.link_bytes > 0) std::snprintf(links, sizeof links, " + links %.2f", m.link_bytes / mib);
   char serving[256];
-  std::snprintf(serving, sizeof serving, "weights %.1f + %sworking memory %.1f + %s %.1f", m.weight_bytes / mib,
+  std::snprintf(serving, sizeof serving, "weights %.1f + %sworking memory %.1f + %s %.1f%s", m.weight_bytes / mib,
                 slots.c_str(), m.compute_slots * m.working_bytes / mib, each.c_str(),
-                static_cast<double>(m.in_flight * m.request_bytes()) / mib);
+                static_cast<double>(m.in_flight * m.request_bytes()) / mib, links);
   if (m.load_peak_bytes > m.serving_bytes())
     std::snprintf(text, sizeof text, "%.1f MiB (worker baseline %.1f + weights while loading %.1f; serving: %s)",
                   m.total_bytes() / mib, m.baseline_bytes / mib, m.load_peak_bytes / mib, serving);
@@ -52,7 +59,8 @@ std::string DescribeDeviceMemory(const DeviceMemory& m) {
 }
 
 int InFlightThatFits(const DeviceMemory& m, int64_t ram_bytes) {
-  const int64_t fixed = m.weight_bytes + m.compute_slots * m.working_bytes + m.baseline_bytes, each = m.request_bytes();
+  const int64_t fixed = m.weight_bytes + m.compute_slots * m.working_bytes + m.link_bytes + m.baseline_bytes,
+                each = m.request_bytes();
   if (ram_bytes < fixed + each || ram_bytes < m.baseline_bytes + m.load_peak_bytes) return 0;
   if (each == 0) return 1 << 20;
   const int64_t n = (ram_bytes - fixed) / each;

@@ -148,13 +148,16 @@ TEST_CASE("every Linux device's promise is its compiled program sized by the wor
     CHECK(load.in_flight == 2);
     CHECK(load.promised_load_peak_bytes == m->load_peak_bytes);
     CHECK(load.promised_io_bytes == m->io_bytes);
+    CHECK(load.promised_link_bytes == m->link_bytes);
     CHECK(load.promised_bytes ==
-          kWorkerBaselineBytes + std::max(load.promised_weight_bytes + load.promised_working_bytes +
-                                              2 * (load.promised_buffer_bytes + load.promised_io_bytes),
-                                          load.promised_load_peak_bytes));
+          kWorkerBaselineBytes +
+              std::max(load.promised_weight_bytes + load.promised_working_bytes +
+                           2 * (load.promised_buffer_bytes + load.promised_io_bytes) + load.promised_link_bytes,
+                       load.promised_load_peak_bytes));
   }
   const auto json = PlanToJson(*plan);
   CHECK(json["device_summary"][0]["worker_ram"]["promised_bytes"].get<int64_t>() == plan->loads[0].promised_bytes);
+  CHECK(json["device_summary"][0]["worker_ram"]["link_bytes"].get<int64_t>() == plan->loads[0].promised_link_bytes);
   CHECK(FormatPlanTable(*plan).find("worker RAM") != std::string::npos);
 }
 

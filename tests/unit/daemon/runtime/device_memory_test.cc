@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "daemon/runtime/device_memory.h"
 #include "daemon/runtime/kernels/kernel.h"
@@ -109,8 +110,16 @@ TEST_CASE("a shapes-only program sizes exactly like the loaded one", "[runtime][
         // one block (a chunk: raw weights with their Winograd transform, kernel.h).
         CHECK(m->load_peak_bytes <= m->weight_bytes + kConstantBlockBytes);
         CHECK(m->load_peak_bytes < static_cast<int64_t>((*prepared)->load_peak_bytes()));
-        CHECK(m->total_bytes() == kWorkerBaselineBytes +
-                                      std::max(m->weight_bytes + m->arena_bytes + m->io_bytes, m->load_peak_bytes));
+        // The links: every device named by a Send or Recv step, none on one device.
+        std::set<int> peers;
+        for (const ProgramStep& step : sized[d].steps)
+          if (step.kind == StepKind::kSend || step.kind == StepKind::kRecv) peers.insert(step.peer);
+        CHECK(m->link_bytes == static_cast<int64_t>(peers.size()) * kLinkBytesPerPeer);
+        if (c.devices == 1) CHECK(m->link_bytes == 0);
+        if (c.devices > 1) CHECK(m->link_bytes >= kLinkBytesPerPeer);
+        CHECK(m->total_bytes() ==
+              kWorkerBaselineBytes +
+                  std::max(m->weight_bytes + m->arena_bytes + m->io_bytes + m->link_bytes, m->load_peak_bytes));
       }
     }
   }

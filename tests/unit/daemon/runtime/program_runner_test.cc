@@ -236,7 +236,7 @@ TEST_CASE("pipeline buffers: what a request keeps across a send or receive, the 
   REQUIRE(sized.ok());
   CHECK(sized->working_bytes == 1056);
   CHECK(sized->buffer_bytes == 96);
-  CHECK(sized->serving_bytes() == sized->weight_bytes + 1056 + 4 * (96 + sized->io_bytes));
+  CHECK(sized->serving_bytes() == sized->weight_bytes + 1056 + 4 * (96 + sized->io_bytes) + sized->link_bytes);
   // And the pipeline answers what the unsplit graph does.
   const auto inputs = Inputs(g);
   const std::vector<TensorData> want = Unsplit(g, inputs);
