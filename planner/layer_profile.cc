@@ -51,9 +51,9 @@ Result<std::vector<Entry>> ReadEntries(const std::string& path) {
   }
   return out;
 }
-}  // namespace
 
-Result<LayerProfileSummary> ApplyLayerProfile(const std::string& path, std::vector<LayerFigures>* layers) {
+// Each layer's time in the profile at `path`, in the model's layer order.
+Result<std::vector<double>> LayerTimes(const std::string& path, const std::vector<LayerFigures>* layers) {
   TS_ASSIGN_OR_RETURN(std::vector<Entry> entries, ReadEntries(path));
   const std::string fix =
       "; was it measured on this model at this input shape? (tessera run MODEL --input-shape "
@@ -89,6 +89,12 @@ Result<LayerProfileSummary> ApplyLayerProfile(const std::string& path, std::vect
     if (ms[j] >= 0) return Status::InvalidArgument(path + ": layer '" + f.name + "' is profiled twice");
     ms[j] = e.ms;
   }
+  return ms;
+}
+}  // namespace
+
+Result<LayerProfileSummary> ApplyLayerProfile(const std::string& path, std::vector<LayerFigures>* layers) {
+  TS_ASSIGN_OR_RETURN(std::vector<double> ms, LayerTimes(path, layers));
   double total_ms = 0, total_macs = 0;
   for (size_t j = 0; j < layers->size(); ++j) {
     total_ms += ms[j];
@@ -104,6 +110,7 @@ Result<LayerProfileSummary> ApplyLayerProfile(const std::string& path, std::vect
   for (size_t j = 0; j < layers->size(); ++j) {
     LayerFigures& f = (*layers)[j];
     f.time_macs = ms[j] / total_ms * total_macs;
+    f.profile_ms = ms[j];
     // Among layers with at least 1 % of the MACs (a layer of almost none
     // has any ratio at all).
     if (static_cast<double>(f.R) >= 0.01 * total_macs &&
@@ -198,8 +205,39 @@ std::string DescribeTileProfile(const std::string& path, const TileProfileSummar
   return out + buf;
 }
 
+Result<CompactProfileSummary> ApplyCompactProfile(const std::string& path, std::vector<LayerFigures>* layers) {
+  for (const LayerFigures& f : *layers)
+    if (f.profile_ms < 0)
+      return Status::InvalidArgument("a compact profile (" + path +
+                                     ") is priced against the layer profile of the same machine: give "
+                                     "--layer-profile too (tessera run MODEL --profile --json)");
+  TS_ASSIGN_OR_RETURN(std::vector<double> ms, LayerTimes(path, layers));
+  CompactProfileSummary summary;
+  for (size_t j = 0; j < layers->size(); ++j) {
+    LayerFigures& f = (*layers)[j];
+    // Only convs store their weights differently; a layer the layer profile
+    // timed at 0 ms has no ratio.
+    if (f.op != "Conv" || !(f.profile_ms > 0)) continue;
+    f.compact_time_factor = ms[j] / f.profile_ms;
+    ++summary.convs;
+    if (f.compact_time_factor > summary.largest_factor) {
+      summary.largest_factor = f.compact_time_factor;
+      summary.largest_layer = f.name;
+    }
+  }
+  return summary;
+}
+
+std::string DescribeCompactProfile(const std::string& path, const CompactProfileSummary& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " (%d convs; largest: '", s.convs);
+  std::string out = "compact profile " + path + buf + s.largest_layer;
+  std::snprintf(buf, sizeof buf, "' at %.2fx without Winograd)", s.largest_factor);
+  return out + buf;
+}
+
 Result<std::string> ApplyProfiles(const std::string& layer_profile, const std::string& tile_profile,
-                                  std::vector<LayerFigures>* layers) {
+                                  std::vector<LayerFigures>* layers, const std::string& compact_profile) {
   std::string time_model;
   if (!layer_profile.empty()) {
     TS_ASSIGN_OR_RETURN(LayerProfileSummary profiled, ApplyLayerProfile(layer_profile, layers));
@@ -208,6 +246,10 @@ Result<std::string> ApplyProfiles(const std::string& layer_profile, const std::s
   if (!tile_profile.empty()) {
     TS_ASSIGN_OR_RETURN(TileProfileSummary tiles, ApplyTileProfile(tile_profile, layers));
     time_model += (time_model.empty() ? "" : "; ") + DescribeTileProfile(tile_profile, tiles);
+  }
+  if (!compact_profile.empty()) {
+    TS_ASSIGN_OR_RETURN(CompactProfileSummary compact, ApplyCompactProfile(compact_profile, layers));
+    time_model += (time_model.empty() ? "" : "; ") + DescribeCompactProfile(compact_profile, compact);
   }
   return time_model;
 }

@@ -62,10 +62,28 @@ Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector
 // F x their share of the layer)", for Plan::time_model.
 std::string DescribeTileProfile(const std::string& path, const TileProfileSummary& summary);
 
-// Applies the layer profile and then the tile profile (either path may be
-// empty) to `layers`; returns Plan::time_model, naming what was applied
-// ("" when neither). `tessera plan` and the gateway's planning share it.
+// Compact profile (issue 15): the per-node times of `tessera run MODEL
+// --compact-weights --profile --json` on the machine of the layer profile
+// (already applied). A device over its RAM may keep its conv weights at
+// their raw size (no Winograd; daemon/cluster/plan_fit.h), and its 3x3
+// convs then run slower: each Conv's LayerFigures::compact_time_factor
+// becomes compact ms / layer-profile ms, and the planner adds the
+// difference to such a device's time. Without it the planner prices those
+// convs at the Winograd speed it profiled (measured on emulated devices:
+// YOLOv2 608² in 128 MiB on 4 devices ran 2.07x its predicted latency).
+struct CompactProfileSummary {
+  int convs = 0;  // convs given a factor
+  double largest_factor = 0;
+  std::string largest_layer;
+};
+Result<CompactProfileSummary> ApplyCompactProfile(const std::string& path, std::vector<LayerFigures>* layers);
+std::string DescribeCompactProfile(const std::string& path, const CompactProfileSummary& summary);
+
+// Applies the layer profile, then the tile profile, then the compact
+// profile (any path may be empty; a compact profile needs the layer
+// profile) to `layers`; returns Plan::time_model, naming what was applied
+// ("" when none). `tessera plan` and the gateway's planning share it.
 Result<std::string> ApplyProfiles(const std::string& layer_profile, const std::string& tile_profile,
-                                  std::vector<LayerFigures>* layers);
+                                  std::vector<LayerFigures>* layers, const std::string& compact_profile = "");
 
 }  // namespace tessera

@@ -1003,6 +1003,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                                          {"baseline_bytes", d.baseline_bytes},
                                          {"in_flight", d.in_flight},
                                          {"compact_weights", d.compact_weights},
+                                         {"compact_s", d.compact_s},
                                          {"tiled_paths", d.tiled_paths},
                                          {"tiled_halo_macs", d.tiled_halo_macs},
                                          {"tiled_halo_s", d.tiled_halo_s},
@@ -1104,10 +1105,22 @@ std::string FormatPlanTable(const Plan& plan) {
     out.back() = '\n';
   }
   std::string compact;
+  double compact_s = 0;
   for (int i = 0; i < plan.cluster.size(); ++i)
-    if (plan.loads[i].compact_weights) compact += (compact.empty() ? "" : ", ") + plan.cluster.devices[i].name;
-  if (!compact.empty())
-    out += "compact weights (no Winograd: raw-size conv weights, slower 3x3 convs) to fit RAM on: " + compact + "\n";
+    if (plan.loads[i].compact_weights) {
+      compact += (compact.empty() ? "" : ", ") + plan.cluster.devices[i].name;
+      compact_s = std::max(compact_s, plan.loads[i].compact_s);
+    }
+  if (!compact.empty()) {
+    out += "compact weights (no Winograd: raw-size conv weights, slower 3x3 convs) to fit RAM on: " + compact;
+    if (compact_s > 0) {
+      std::snprintf(line, sizeof line, "; up to +%.3f s a device, in its time and the predicted latency", compact_s);
+      out += line;
+    } else {
+      out += " (their cost is not in the predicted times: plan with --compact-profile to price it)";
+    }
+    out += "\n";
+  }
   for (int i = 0; i < plan.cluster.size(); ++i)
     if (plan.loads[i].tiled_paths > 0) {
       std::snprintf(

@@ -66,6 +66,10 @@ struct DeviceLoad {
   // The device's convs keep raw-size weights (no Winograd) to fit its RAM
   // (PartitionPlan::compact_weights; chosen by PlanWithinMemory).
   bool compact_weights = false;
+  // What that costs it: the seconds its convs take beyond their profiled
+  // (Winograd) time, included in compute_s and the latency (a compact
+  // profile, planner/layer_profile.h; 0 without one).
+  double compact_s = 0;
   // Stretches of its WHOLE layers the device computes as tiles, one after
   // the other, to fit its RAM (the one-device memory flow of METHODS §6,
   // chosen by PlanWithinMemory; the layers' scheme is ffmt on this device

@@ -261,14 +261,19 @@ class Bench:
     def layer_profile(self, name):
         return os.path.join(self.dir, name + ".profile.json")
 
+    def compact_profile(self, name):
+        return os.path.join(self.dir, name + ".compact.json")
+
     def profile_args(self, name, n=1):
-        """--layer-profile for tessera plan / gateway (the host's per-layer times of the model), and with
-        n > 1 --tile-profile (the times of the row tiles the tiled plan cuts on n devices)."""
+        """--layer-profile for tessera plan / gateway (the host's per-layer times of the model), with
+        n > 1 --tile-profile (the times of the row tiles the tiled plan cuts on n devices), and
+        --compact-profile once measured (the convs' times without Winograd, in a device's quota)."""
         if self.args.mac_only:
             return []
         self.calibrate(name)
         return ["--layer-profile", self.layer_profile(name)] + (
-            ["--tile-profile", self.tile_profile(name, n)] if n > 1 else [])
+            ["--tile-profile", self.tile_profile(name, n)] if n > 1 else []) + (
+            ["--compact-profile", self.compact_profile(name)] if os.path.exists(self.compact_profile(name)) else [])
 
     def tile_profile(self, name, n):
         """The model cut into the tiled plan's row tiles on n equal devices (tessera run --force halo, in
@@ -342,6 +347,22 @@ class Bench:
                 break
             self.fraction[name] = min(1.0, fraction * self.args.device_macs / rate)
         self.device_rate[name] = rate
+        # The same runs with compact weights (no Winograd), in the same quota:
+        # what a device the planner gives compact weights to fit its RAM
+        # spends on each conv (tessera plan --compact-profile).
+        if not self.args.mac_only:
+            fraction, period = self.quota(name)
+            self.cgroups.create(group, fraction, period, None)
+            p = subprocess.Popen([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape,
+                                  "--threads", "1", "--profile", "--json", "--compact-weights"] + repeat,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 preexec_fn=lambda: self.cgroups.join(group, os.getpid()))
+            out, _ = p.communicate()
+            self.cgroups.remove(group)
+            with open(self.compact_profile(name), "wb") as f:
+                f.write(out)
+            log("compact profile: %s in the same quota without Winograd: %.3g s a run (%.3g s with it)" % (
+                name, json.loads(out)["median_ms"] / 1000.0, self.model_macs(name) / rate))
         return rate
 
     def network_cost(self, name, rate):

@@ -241,6 +241,9 @@ void RegisterGatewayCommand(CLI::App& app) {
   cmd->add_option("--tile-profile", a->serve.tile_profile,
                   "Measured row tiles for the planner (`tessera run MODEL --plan PLAN --profile --json > FILE`); also "
                   "used by every re-plan");
+  cmd->add_option("--compact-profile", a->serve.compact_profile,
+                  "Per-layer times without Winograd for the planner (`tessera run MODEL --compact-weights --profile "
+                  "--json > FILE`; needs --layer-profile); also used by every re-plan");
   cmd->add_option("--data-dir", a->serve.work_dir, "Where a plan made here is written")->capture_default_str();
   cmd->add_option("--worker-threads", a->serve.memory.threads,
                   "The workers' --threads, for sizing their memory against ram:")

@@ -29,6 +29,7 @@ struct PlanCommandOptions {
   std::string out_path;
   std::string layer_profile;
   std::string tile_profile;
+  std::string compact_profile;
   std::string memory_flow = "10%";
   std::string parts_search = "greedy";
   FitOptions fit;
@@ -52,7 +53,7 @@ int RunPlan(const PlanCommandOptions& o) {
   auto graph = LoadModel(o.model, /*shapes_only=*/!o.with_weights && !genetic);
   if (!graph.ok()) return ReportError("plan", graph.status());
   auto layers = ComputeLayerFigures(*graph);
-  auto profiled = ApplyProfiles(o.layer_profile, o.tile_profile, &layers);
+  auto profiled = ApplyProfiles(o.layer_profile, o.tile_profile, &layers, o.compact_profile);
   if (!profiled.ok()) return ReportError("plan", profiled.status());
   const std::string time_model = *profiled;
   FitOptions fit = o.fit;
@@ -141,6 +142,10 @@ void RegisterPlanCommand(CLI::App& app) {
   cmd->add_option("--tile-profile", o->tile_profile,
                   "Measured row tiles (`tessera run MODEL --plan PLAN --profile --json > FILE`): the tiled plan "
                   "prices a tile of r rows at its measured time instead of r/H of its layer's");
+  cmd->add_option("--compact-profile", o->compact_profile,
+                  "Per-layer times without Winograd (`tessera run MODEL --compact-weights --profile --json > FILE`, "
+                  "same machine as --layer-profile, which it needs): a device given compact weights to fit its RAM "
+                  "has its convs priced at that speed");
   cmd->callback([o] {
     if (int rc = RunPlan(*o)) throw CLI::RuntimeError(rc);
   });

@@ -41,6 +41,7 @@ struct RunOptions {
   std::string arena_layout = "best";  // best | greedy-by-size | milp (METHODS §6)
   double arena_time_limit = 10.0;     // seconds for the MILP
   bool no_segments = false;           // ExecutorOptions::segments off
+  bool compact_weights = false;       // every Conv keeps raw-size weights (no Winograd)
 };
 
 // max |a − b| and max |a − b| / max |b| over all outputs (relative to the
@@ -168,6 +169,11 @@ int RunPlanned(const RunOptions& ro, const Graph& graph, const std::vector<Tenso
 int RunRun(const RunOptions& ro) {
   auto graph = LoadModel(ro.model);
   if (!graph.ok()) return ReportError("run", graph.status());
+  // What a device given compact weights to fit its RAM runs (the compiler
+  // marks its convs the same way; the planner's --compact-profile).
+  if (ro.compact_weights)
+    for (Node& n : graph->nodes)
+      if (n.op == "Conv") n.attrs.Set("compact_weights", int64_t{1});
   if (!ro.inputs.empty() && ro.inputs.size() != graph->inputs.size())
     return ReportError("run", Status::InvalidArgument("the model takes " + std::to_string(graph->inputs.size()) +
                                                       " input(s); --input was given " +
@@ -352,6 +358,9 @@ void RegisterRunCommand(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_flag("--no-segments", ro->no_segments,
                 "Never write a step's output over its input (METHODS §6 segments), e.g. to compare arenas");
+  cmd->add_flag("--compact-weights", ro->compact_weights,
+                "Every conv keeps raw-size weights (no Winograd), as on a device the planner gives compact weights "
+                "to fit its RAM; with --profile --json: the planner's --compact-profile");
   cmd->add_flag("--profile", ro->profile, "Time every node of the timed runs; print the time per op and the slowest nodes");
   cmd->add_option("--profile-nodes", ro->profile_nodes, "How many of the slowest nodes --profile lists")
       ->check(CLI::Range(1, 1000000))

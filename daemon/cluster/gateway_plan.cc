@@ -57,7 +57,7 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
     fit.memory = options.memory;
     std::vector<LayerFigures> layers = ComputeLayerFigures(graph);
     TS_ASSIGN_OR_RETURN(const std::string time_model,
-                        ApplyProfiles(options.layer_profile, options.tile_profile, &layers));
+                        ApplyProfiles(options.layer_profile, options.tile_profile, &layers, options.compact_profile));
     TS_ASSIGN_OR_RETURN(Plan plan, PlanWithinMemory(graph, layers, live, po, fit));
     plan.time_model = time_model;
     served.table = FormatPlanTable(plan);

@@ -64,6 +64,9 @@ struct ServePlanOptions {
   std::string layer_profile;
   // Measured row tiles (ApplyTileProfile; `tessera plan --tile-profile`).
   std::string tile_profile;
+  // Per-layer times without Winograd (ApplyCompactProfile; `tessera plan
+  // --compact-profile`).
+  std::string compact_profile;
 };
 
 Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster, const ServePlanOptions& options);

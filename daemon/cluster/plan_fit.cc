@@ -87,6 +87,50 @@ void AddDeviceTime(int d, double extra, Plan* plan) {
   }
 }
 
+// Devices in `compact` run their convs without Winograd: each conv's part
+// on such a device takes compact_time_factor × its planned time
+// (planner/layer_profile.h ApplyCompactProfile; 1 without a compact
+// profile). The difference goes into the device's compute time (and
+// DeviceLoad::compact_s); the latency grows by each layer's largest
+// difference among its devices (a layer's parts run at once), summed over
+// the layers; a pipelined plan's period is the longest stage again.
+void PriceCompactWeights(const std::vector<LayerFigures>& layers, const std::set<int>& compact, Plan* plan) {
+  double latency_extra = 0;
+  for (const PlannedLayer& l : plan->layers) {
+    const int k = l.index - 1;
+    if (k < 0 || k >= static_cast<int>(layers.size()) || l.devices.empty()) continue;
+    const LayerFigures& f = layers[k];
+    if (f.compact_time_factor <= 1) continue;
+    int64_t total = 0;
+    for (int64_t x : l.split) total += x;
+    double layer_extra = 0;
+    for (size_t i = 0; i < l.devices.size(); ++i) {
+      const int d = l.devices[i];
+      if (!compact.count(d) || d >= static_cast<int>(plan->loads.size())) continue;
+      const double rate = plan->cluster.devices[d].MacsPerSecond(f.RateKind());
+      if (!(rate > 0)) continue;
+      double share = 1.0 / static_cast<double>(l.devices.size());
+      double factor = 1;
+      if (l.split.size() == l.devices.size() && total > 0) {
+        share = static_cast<double>(l.split[i]) / static_cast<double>(total);
+        if (l.split_axis == "rows") factor = f.TileTimeFactor(l.split[i]);
+      }
+      const double extra = (f.compact_time_factor - 1) * factor * share * f.TimeMacs() / rate;
+      plan->loads[d].compute_s += extra;
+      plan->loads[d].compact_s += extra;
+      layer_extra = std::max(layer_extra, extra);
+    }
+    latency_extra += layer_extra;
+  }
+  plan->latency_s += latency_extra;
+  if (plan->period_s > 0) {
+    for (const DeviceLoad& load : plan->loads) plan->period_s = std::max(plan->period_s, load.compute_s + load.send_s);
+    plan->throughput_per_s = 1.0 / plan->period_s;
+  } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
+    plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
+  }
+}
+
 // Runs the one-device memory flow for device `d` of `plan` and writes the
 // paths it keeps into the plan's layers (scheme ffmt on `d` alone, its grid)
 // and the device's load. Nothing changes when no path shrinks the arena.
@@ -292,6 +336,7 @@ Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures
     TS_ASSIGN_OR_RETURN(auto sizes, SizePrograms(compiled.programs, devices, fit.memory, &overruns));
     if (overruns.empty()) {
       plan->cluster = cluster;
+      if (!compact.empty()) PriceCompactWeights(layers, compact, &*plan);
       FillPromises(sizes, &*plan);
       if (attempt > 0 || !compact.empty())
         spdlog::info("plan fits every device's RAM after {} re-plan(s), compact weights on {} device(s)", attempt,

@@ -53,6 +53,12 @@ struct LayerFigures {
   // ApplyTileProfile): (output rows, factor), rows ascending; a tile of r
   // rows takes factor × r/H of the layer's time. Empty: r/H exactly.
   std::vector<std::pair<int64_t, double>> tile_time_factor;
+  // The layer's measured time in its layer profile (ms; < 0: none), and how
+  // much longer it runs with compact weights (no Winograd) on a device
+  // the planner gives them (planner/layer_profile.h ApplyCompactProfile):
+  // compact ms / profile ms, 1 when not measured.
+  double profile_ms = -1;
+  double compact_time_factor = 1;
 
   // What the planner's compute time divides by a device's rate.
   double TimeMacs() const { return time_macs >= 0 ? time_macs : static_cast<double>(R); }

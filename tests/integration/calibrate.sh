@@ -14,6 +14,7 @@
 # Prints the measured ratio. Args: path to tessera, build dir.
 set -u
 T=${1:?tessera binary}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 CFG=/usr/share/darknet/cfg/tiny.cfg
 [ -f "$CFG" ] || { echo "FAIL $CFG missing (Debian package darknet)"; exit 1; }
 fail=0
@@ -137,6 +138,43 @@ done
   grep -q "pipeline period" "$D/prof-table.txt" && ok "plan table: $(grep 'compute times from' "$D/prof-table.txt")" ||
   bad "plan --devices 2 --layer-profile: $(tail -3 "$D/prof-table.txt")"
 
+# ---- compact profile ----------------------------------------------------------
+# `tessera run --compact-weights` runs every conv without Winograd (what a
+# device given compact weights to fit its RAM runs): the same answer within
+# 1e-4 of the largest output, and its --profile --json is the planner's
+# --compact-profile. Two 80 MiB devices make the planner keep compact
+# weights on yolov2-tiny 416²; priced, the plan names the profile and its
+# latency is at least the unpriced plan's (convs without Winograd are not
+# faster), and the table says what the compact weights cost.
+"$T" run "$Y" --threads 1 --output "$D/w.npy" >/dev/null 2>&1 &&
+  "$T" run "$Y" --threads 1 --compact-weights --output "$D/c.npy" >/dev/null 2>&1 &&
+  /usr/bin/python3 "$repo/tests/oracle/compare_npy.py" "$D/w.npy" "$D/c.npy" --tol 1e-4 >"$D/cmp.txt" 2>&1 &&
+  ok "run --compact-weights = run: $(tail -1 "$D/cmp.txt")" || bad "run --compact-weights vs run: $(tail -2 "$D/cmp.txt")"
+"$T" run "$Y" --threads 1 --warmup 1 --repeat 3 --profile --json >"$D/lp.json" 2>/dev/null &&
+  "$T" run "$Y" --threads 1 --warmup 1 --repeat 3 --profile --json --compact-weights >"$D/cp.json" 2>/dev/null ||
+  bad "tessera run --compact-weights --profile --json"
+printf 'devices:\n' >"$D/small.yaml"
+for i in 1 2; do printf '  - { name: s%d, kind: linux, preset: RPi4-4GB, ram: 80MiB, address: "127.0.0.1:1" }\n' $i >>"$D/small.yaml"; done
+printf 'links:\n  default: { bandwidth: 1Gbit/s }\n' >>"$D/small.yaml"
+if "$T" plan "$Y" --cluster "$D/small.yaml" --objective memory --json --layer-profile "$D/lp.json" >"$D/np.json" 2>"$D/cpp.err" &&
+   "$T" plan "$Y" --cluster "$D/small.yaml" --objective memory --json --layer-profile "$D/lp.json" \
+     --compact-profile "$D/cp.json" >"$D/cpp.json" 2>"$D/cpp.err"; then
+  /usr/bin/python3 - "$D/np.json" "$D/cpp.json" <<'EOF2' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ram = [d["worker_ram"] for d in b["device_summary"]]
+compact = [r["compact_weights"] for r in ram]
+cost = [r["compact_s"] for r in ram]
+ok = any(compact) and all((c > 0) == k for c, k in zip(cost, compact)) and b["latency_s"] >= a["latency_s"] \
+    and "compact profile" in b.get("time_model", "")
+print("%s compact profile: compact weights on %s, +%s s, latency %.4f s priced vs %.4f s unpriced; %s" % (
+    "PASS" if ok else "FAIL", compact, ["%.4f" % c for c in cost], b["latency_s"], a["latency_s"], b.get("time_model")))
+sys.exit(0 if ok else 1)
+EOF2
+else
+  bad "plan --compact-profile: $(tail -2 "$D/cpp.err")"
+fi
+
 # ---- bad input --------------------------------------------------------------
 refused() {
   local name=$1 pattern=$2; shift 2
@@ -157,4 +195,6 @@ refused "a layer profile of another model" "profiles [0-9]+ nodes but the model 
 echo '{"profile": [' >"$D/broken.json"
 refused "a broken layer profile" "broken.json is not JSON" \
   "$T" plan "$Y" --devices 2 --objective throughput --layer-profile "$D/broken.json"
+refused "a compact profile without a layer profile" "give --layer-profile too" \
+  "$T" plan "$Y" --devices 2 --compact-profile "$D/cp.json"
 exit $fail

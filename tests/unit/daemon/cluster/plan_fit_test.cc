@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "daemon/cluster/plan_fit.h"
 #include "daemon/runtime/executor.h"
@@ -18,6 +19,7 @@
 #include "daemon/runtime/seeded_input.h"
 #include "partition/compile/program_compiler.h"
 #include "partition/import/model_import.h"
+#include "planner/layer_profile.h"
 #include "planner/plan_file.h"
 
 namespace tessera {
@@ -120,6 +122,80 @@ TEST_CASE("a device over its RAM keeps compact weights (no Winograd) before the 
   std::filesystem::remove(path);
   REQUIRE(loaded.ok());
   CHECK(loaded->plan.compact_weights == pp.compact_weights);
+}
+
+std::string WriteProfile(const std::vector<LayerFigures>& layers, double conv_scale, const std::string& name) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const LayerFigures& f : layers) {
+    const double ms = 0.01 + static_cast<double>(f.R) * 1e-7;
+    entries.push_back(
+        {{"index", f.index}, {"node", f.name}, {"op", f.op}, {"ms", f.op == "Conv" ? ms * conv_scale : ms}});
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(path) << nlohmann::json{{"profile", entries}}.dump();
+  return path;
+}
+
+TEST_CASE("compact weights are priced from a compact profile: the devices' time and the latency grow",
+          "[planner][memory]") {
+  // Issue 15: YOLOv2 608 in 128 MiB on 4 emulated devices keeps compact
+  // weights and ran 2.07x its predicted latency; the planner priced its
+  // convs at the Winograd speed it profiled.
+  const Graph g = ShapesOnly("yolov2", 608);
+  const std::string layer = WriteProfile(ComputeLayerFigures(g), 1.0, "tessera-layers-");
+  const std::string slower = WriteProfile(ComputeLayerFigures(g), 1.8, "tessera-compact-");
+  const std::string same = WriteProfile(ComputeLayerFigures(g), 1.0, "tessera-compact-same-");
+  auto profiled = [&](const std::string& compact) {
+    std::vector<LayerFigures> layers = ComputeLayerFigures(g);
+    auto model = ApplyProfiles(layer, "", &layers, compact);
+    REQUIRE(model.ok());
+    if (!compact.empty()) CHECK(model->find("compact profile") != std::string::npos);
+    return layers;
+  };
+  const auto priced_layers = profiled(slower);
+  for (const LayerFigures& f : priced_layers) CHECK(f.compact_time_factor == Approx(f.op == "Conv" ? 1.8 : 1.0));
+  const Cluster c = WithRam(4, std::vector<int64_t>(4, 128ll << 20));
+  auto plain = PlanWithinMemory(g, profiled(""), c, {}, {});
+  auto priced = PlanWithinMemory(g, priced_layers, c, {}, {});
+  auto unchanged = PlanWithinMemory(g, profiled(same), c, {}, {});
+  REQUIRE(plain.ok());
+  REQUIRE(priced.ok());
+  REQUIRE(unchanged.ok());
+  // Priced after the partition is chosen: the same layers on the same devices.
+  REQUIRE(priced->layers.size() == plain->layers.size());
+  for (size_t k = 0; k < plain->layers.size(); ++k) CHECK(priced->layers[k].split == plain->layers[k].split);
+  double most = 0, sum = 0;
+  int compact = 0;
+  for (int d = 0; d < 4; ++d) {
+    const DeviceLoad &a = plain->loads[d], &b = priced->loads[d];
+    CHECK(a.compact_s == 0);
+    CHECK(unchanged->loads[d].compact_s == 0);
+    CHECK(b.compact_weights == a.compact_weights);
+    compact += b.compact_weights;
+    CHECK((b.compact_s > 0) == b.compact_weights);
+    CHECK(b.compute_s == Approx(a.compute_s + b.compact_s));
+    most = std::max(most, b.compact_s);
+    sum += b.compact_s;
+  }
+  REQUIRE(compact >= 1);
+  // Every conv 0.8x longer on a compact device: its extra time is 0.8x its convs' time there.
+  CHECK(most > 0.1 * plain->latency_s);
+  // A layer's parts run at once: the latency grows by at least the largest
+  // device's extra and at most by all of them.
+  CHECK(priced->latency_s >= plain->latency_s + most * (1 - 1e-9));
+  CHECK(priced->latency_s <= plain->latency_s + sum * (1 + 1e-9));
+  CHECK(unchanged->latency_s == Approx(plain->latency_s));
+  CHECK(FormatPlanTable(*priced).find("in its time and the predicted latency") != std::string::npos);
+  CHECK(FormatPlanTable(*plain).find("plan with --compact-profile") != std::string::npos);
+  CHECK(PlanToJson(*priced)["device_summary"][0]["worker_ram"]["compact_s"].get<double>() ==
+        priced->loads[0].compact_s);
+  // A compact profile is a ratio to the layer profile of the same machine.
+  std::vector<LayerFigures> alone = ComputeLayerFigures(g);
+  auto refused = ApplyProfiles("", "", &alone, slower);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("--layer-profile") != std::string::npos);
+  for (const std::string& p : {layer, slower, same}) std::filesystem::remove(p);
 }
 
 TEST_CASE("every Linux device's promise is its compiled program sized by the worker's code", "[planner][memory]") {
