@@ -194,6 +194,10 @@ class PoolKernel : public Kernel {
       if (inside == 1) std::memcpy(vm + pl_, first, sizeof(float) * w_);
       float* yr = y + oh * ow_;
       const int64_t n = ow_;
+      if (sw_ == 2 && dw_ == 1 && kw_ == 3) {  // the common 3x3/2 pool: one pass in registers
+        microkernels_->max3_stride2(vm, n, yr);
+        continue;
+      }
       if (sw_ == 2 && dw_ == 1) {  // tap j reads phase j % 2 at ow + j / 2
         microkernels_->deinterleave(vm, width, even, odd);
         if (kw_ == 1) std::memcpy(yr, even, sizeof(float) * n);
