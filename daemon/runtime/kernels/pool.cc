@@ -164,7 +164,9 @@ class PoolKernel : public Kernel {
   // thread, AVX2 EPYC: 3.6–4.0 ms as strided window loops, 1.6–1.8 ms so.
   // The passes are the level's max_of (microkernels.h): this file is built
   // for the baseline ISA, whose loops ran 4 lanes wide (AVX-512 EPYC: 0.67
-  // ms for the three pools against onnxruntime's ~0.2).
+  // ms for the three pools against onnxruntime's ~0.2). A 3-wide window at
+  // stride 2 (those pools) takes its column pass from max3_stride2 in one
+  // register pass, no deinterleave.
   void MaxPlane(const float* x, float* rows, float* y) const {
     constexpr float kLowest = -std::numeric_limits<float>::infinity();
     float* vm = rows;
