@@ -189,6 +189,11 @@ struct Microkernels {
   void (*max_of)(float* dst, const float* a, const float* b, int64_t n) = nullptr;
   // DepthwiseRowsArgs: a 3x3 or 5x5, stride 1 or 2 depthwise plane.
   void (*depthwise_rows)(const DepthwiseRowsArgs&) = nullptr;
+  // out[o] = std::max(std::max(v[2o], v[2o + 1]), v[2o + 2]) for o < n:
+  // max pooling's column pass for 3-wide windows at stride 2 (pool.cc),
+  // in registers instead of a deinterleave and two max_of passes. Reads
+  // v[0 .. 2n] only; writes nothing past out[n − 1].
+  void (*max3_stride2)(const float* v, int64_t n, float* out) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

@@ -270,6 +270,27 @@ void MaxOf(float* dst, const float* a, const float* b, int64_t n) {
   for (; i < n; ++i) dst[i] = a[i] < b[i] ? b[i] : a[i];
 }
 
+// 8 outputs per step from v[2o0 .. 2o0 + 16]: the two phases as in
+// Deinterleave, and the even phase moved down one lane with v[2o0 + 16]
+// in the top lane for the third tap.
+void Max3Stride2(const float* v, int64_t n, float* out) {
+  const __m256i down_one = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+  int64_t o = 0;
+  for (; o + kLanes <= n; o += kLanes) {
+    const float* w = v + 2 * o;
+    const __m256 a = _mm256_loadu_ps(w), b = _mm256_loadu_ps(w + kLanes);
+    const __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+    const __m256 d = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+    const __m256 e2 = _mm256_blend_ps(_mm256_permutevar8x32_ps(e, down_one), _mm256_broadcast_ss(w + 2 * kLanes), 0x80);
+    _mm256_storeu_ps(out + o, _mm256_max_ps(e2, _mm256_max_ps(d, e)));
+  }
+  for (; o < n; ++o) {
+    const float* w = v + 2 * o;
+    const float m = w[0] < w[1] ? w[1] : w[0];
+    out[o] = m < w[2] ? w[2] : m;
+  }
+}
+
 void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
   int64_t i = 0;  // outputs per phase so far; inputs so far 2i
   for (; 2 * i + 2 * kLanes <= n; i += kLanes) {
@@ -304,7 +325,8 @@ const Microkernels& Avx2Microkernels() {
                               &QuantizeDequantizeRow,
                               &Int16TapPairs,
                               &MaxOf,
-                              &DepthwiseRows};
+                              &DepthwiseRows,
+                              &Max3Stride2};
   return k;
 }
 

@@ -145,6 +145,14 @@ void MaxOf(float* dst, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = a[i] < b[i] ? b[i] : a[i];
 }
 
+void Max3Stride2(const float* v, int64_t n, float* out) {
+  for (int64_t o = 0; o < n; ++o) {
+    const float* w = v + 2 * o;
+    const float m = w[0] < w[1] ? w[1] : w[0];
+    out[o] = m < w[2] ? w[2] : m;
+  }
+}
+
 void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
   for (int64_t i = 0; 2 * i < n; ++i) even[i] = src[2 * i];
   for (int64_t i = 0; 2 * i + 1 < n; ++i) odd[i] = src[2 * i + 1];
@@ -169,7 +177,8 @@ const Microkernels& BaselineMicrokernels() {
                               &QuantizeDequantizeRow,
                               &Int16TapPairs,
                               &MaxOf,
-                              &DepthwiseRows};
+                              &DepthwiseRows,
+                              &Max3Stride2};
   return k;
 }
 

@@ -164,7 +164,9 @@ class PoolKernel : public Kernel {
   // thread, AVX2 EPYC: 3.6–4.0 ms as strided window loops, 1.6–1.8 ms so.
   // The passes are the level's max_of (microkernels.h): this file is built
   // for the baseline ISA, whose loops ran 4 lanes wide (AVX-512 EPYC: 0.67
-  // ms for the three pools against onnxruntime's ~0.2).
+  // ms for the three pools against onnxruntime's ~0.2). A 3-wide window at
+  // stride 2 (those pools) takes its column pass from max3_stride2 in one
+  // register pass, no deinterleave.
   void MaxPlane(const float* x, float* rows, float* y) const {
     constexpr float kLowest = -std::numeric_limits<float>::infinity();
     float* vm = rows;
@@ -194,6 +196,10 @@ class PoolKernel : public Kernel {
       if (inside == 1) std::memcpy(vm + pl_, first, sizeof(float) * w_);
       float* yr = y + oh * ow_;
       const int64_t n = ow_;
+      if (sw_ == 2 && dw_ == 1 && kw_ == 3) {  // the common 3x3/2 pool: one pass in registers
+        microkernels_->max3_stride2(vm, n, yr);
+        continue;
+      }
       if (sw_ == 2 && dw_ == 1) {  // tap j reads phase j % 2 at ow + j / 2
         microkernels_->deinterleave(vm, width, even, odd);
         if (kw_ == 1) std::memcpy(yr, even, sizeof(float) * n);

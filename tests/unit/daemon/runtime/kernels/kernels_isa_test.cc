@@ -317,6 +317,46 @@ TEST_CASE("every ISA's dot rows equal the reference matrix-vector product", "[ke
   }
 }
 
+// A weight matrix larger than AVX-512's in-place limit (GemmPanelsAny)
+// against B several tiles wide: a strip of a wider matrix (ldb far beyond
+// n: K-blocked on runs of panels, two runs here) and a whole one (in
+// place, panel by panel, prefetching A). Every level: the reference
+// product, and the same bits as one call per panel.
+TEST_CASE("every K-blocked ISA's GEMM with a large A over wide B equals the reference product", "[kernels][isa]") {
+  std::mt19937 rng(17);
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    if (mk.panels_per_call != 0) continue;
+    const int64_t rows = 403, k = 300;
+    std::vector<float> a = Random(static_cast<size_t>(rows * k), rng);
+    std::vector<float> bias = Random(static_cast<size_t>(rows), rng);
+    PackedMatrix packed;
+    packed.Pack(a.data(), rows, k, k);
+    const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+    for (int64_t n : {200, 251})
+      for (int64_t ldb : {n + 3, int64_t{784}}) {
+        INFO("ISA " << IsaName(isa) << " n " << n << " ldb " << ldb);
+        const int64_t ldc = n + 5;
+        Epilogue epilogue = AllEpilogues()[1];
+        std::vector<float> b = Random(static_cast<size_t>(k * ldb), rng);
+        std::vector<float> c(static_cast<size_t>((panels * kPanelRows + 1) * ldc), 7.f), want = c, one = c;
+        const GemmPanelArgs g = PanelArgs(packed, b, ldb, n, c, ldc, rows, bias, epilogue);
+        mk.gemm_panel(g);
+        for (int64_t p = 0; p < panels; ++p) {
+          GemmPanelArgs gp = g;
+          gp.a = packed.Panel(p);
+          gp.c = one.data() + p * kPanelRows * ldc;
+          gp.bias = bias.data() + p * kPanelRows;
+          gp.rows = static_cast<int>(std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
+          mk.gemm_panel(gp);
+        }
+        ReferenceProduct(a, b, bias, rows, k, n, ldb, ldc, epilogue, &want);
+        CheckClose(c, want);
+        REQUIRE(c == one);
+      }
+  }
+}
+
 TEST_CASE("every ISA's deinterleave splits even and odd positions and writes nothing past them", "[kernels][isa]") {
   std::mt19937 rng(14);
   for (Isa isa : SupportedIsas()) {
@@ -361,6 +401,34 @@ TEST_CASE("every ISA's max_of is std::max per element, NaN and aliasing included
       for (int64_t i = 0; i < n; ++i) {
         REQUIRE((std::isnan(in_a[i]) ? std::isnan(want[i]) : in_a[i] == want[i]));
         REQUIRE((std::isnan(in_b[i]) ? std::isnan(want[i]) : in_b[i] == want[i]));
+      }
+    }
+  }
+}
+
+// max3_stride2 is the std::max chain over each 3-wide stride-2 window, NaN
+// and -inf included, for every output count up to three AVX-512 steps plus
+// tails; it reads v[0 .. 2n] only (NaN past them would show) and writes
+// nothing past n.
+TEST_CASE("every ISA's max3_stride2 is the std::max chain over 3-wide stride-2 windows", "[kernels][isa]") {
+  std::mt19937 rng(16);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    REQUIRE(mk.max3_stride2 != nullptr);
+    for (int64_t n = 0; n <= 50; ++n) {
+      INFO("ISA " << IsaName(isa) << " n " << n);
+      std::vector<float> v = Random(static_cast<size_t>(2 * n + 1), rng);
+      for (int64_t i = 5; i < 2 * n + 1; i += 11) v[i] = nan;
+      for (int64_t i = 2; i < 2 * n + 1; i += 13) v[i] = -std::numeric_limits<float>::infinity();
+      std::vector<float> padded = v;
+      padded.resize(v.size() + 40, nan);  // past v[2n]: must not be read into any result
+      std::vector<float> want(static_cast<size_t>(n) + 20, 7.f), got = want;
+      for (int64_t o = 0; o < n; ++o) want[o] = std::max(std::max(v[2 * o], v[2 * o + 1]), v[2 * o + 2]);
+      mk.max3_stride2(padded.data(), n, got.data());
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("i " << i);
+        REQUIRE((std::isnan(got[i]) ? std::isnan(want[i]) : got[i] == want[i]));
       }
     }
   }

@@ -3,6 +3,7 @@
 // the global pools.
 #include <limits>
 
+#include "daemon/runtime/kernels/isa.h"
 #include "tests/unit/daemon/runtime/kernels/kernels_testing.h"
 
 namespace tessera {
@@ -97,6 +98,34 @@ TEST_CASE("max pooling matches the window reference incl. dilation and ceil mode
     REQUIRE(run.status.ok());
     ExpectClose(run.outputs[0], ReferencePool(k, x, true), 0, 0);
   }
+}
+
+// The 3x3/2 max pool of squeezenet and googlenet (ceil mode, pads 0 or 1)
+// runs its column pass through the level's max3_stride2 (microkernels.h):
+// planes wide enough for several vector steps plus a tail, on every ISA.
+TEST_CASE("3x3 stride-2 max pooling matches the window reference on every ISA", "[kernels][pool]") {
+  std::mt19937 rng(35);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const Isa initial = ActiveIsa();
+  for (Isa isa : SupportedIsas()) {
+    REQUIRE(SetActiveIsa(isa).ok());
+    for (int trial = 0; trial < 24; ++trial) {
+      PoolCase k;
+      k.n = 1, k.c = pick(1, 3), k.kh = k.kw = 3, k.sh = k.sw = 2;
+      k.pt = k.pl = k.pb = k.pr = trial % 3 == 2 ? 1 : 0;
+      k.ceil_mode = trial % 2 == 0;
+      k.h = pick(3, 30);
+      k.w = trial < 8 ? pick(3, 20) : pick(21, 111);
+      INFO("ISA " << IsaName(isa) << " trial " << trial << " " << k.h << "x" << k.w << " pad " << k.pt << " ceil "
+                  << k.ceil_mode);
+      auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
+      auto run = RunNode("MaxPool", k.Attrs(), {Activation({k.n, k.c, k.h, k.w}, x)}, {{k.n, k.c, k.OutH(), k.OutW()}},
+                         trial % 3 == 0 ? 2 : 1);
+      REQUIRE(run.status.ok());
+      ExpectClose(run.outputs[0], ReferencePool(k, x, true), 0, 0);
+    }
+  }
+  REQUIRE(SetActiveIsa(initial).ok());
 }
 
 TEST_CASE("average pooling matches the window reference with and without pad counting", "[kernels][pool]") {
