@@ -100,6 +100,21 @@ GemmPanelArgs PanelArgs(const PackedMatrix& packed, const std::vector<float>& b,
   return g;
 }
 
+// The same product as `g`, one 8-row panel of `packed` per call, into `one`
+// (laid out like g.c): what a blocked or multi-panel call must equal.
+void PanelByPanel(const Microkernels& mk, const GemmPanelArgs& g, const PackedMatrix& packed, const float* bias,
+                  int64_t rows, std::vector<float>* one) {
+  const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+  for (int64_t p = 0; p < panels; ++p) {
+    GemmPanelArgs gp = g;
+    gp.a = packed.Panel(p);
+    gp.c = one->data() + p * kPanelRows * g.ldc;
+    gp.bias = bias + p * kPanelRows;
+    gp.rows = static_cast<int>(std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
+    mk.gemm_panel(gp);
+  }
+}
+
 TEST_CASE("isa names parse back and the detected level is supported", "[kernels][isa]") {
   for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
     auto parsed = ParseIsa(IsaName(isa));
@@ -175,14 +190,7 @@ TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference 
             std::vector<float> c(static_cast<size_t>((panels * kPanelRows + 1) * ldc), 7.f), want = c, one = c;
             const GemmPanelArgs g = PanelArgs(packed, b, ldb, n, c, ldc, rows, bias, epilogue);
             mk.gemm_panel(g);
-            for (int64_t p = 0; p < panels; ++p) {
-              GemmPanelArgs gp = g;
-              gp.a = packed.Panel(p);
-              gp.c = one.data() + p * kPanelRows * ldc;
-              gp.bias = bias.data() + p * kPanelRows;
-              gp.rows = static_cast<int>(std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
-              mk.gemm_panel(gp);
-            }
+            PanelByPanel(mk, g, packed, bias.data(), rows, &one);
             std::vector<int64_t> b_rows(static_cast<size_t>(k));
             for (int64_t i = 0; i < k; ++i) b_rows[i] = i * ldb;
             std::vector<float> indirect(c.size(), 7.f);
@@ -342,14 +350,7 @@ TEST_CASE("every K-blocked ISA's GEMM with a large A over wide B equals the refe
         std::vector<float> c(static_cast<size_t>((panels * kPanelRows + 1) * ldc), 7.f), want = c, one = c;
         const GemmPanelArgs g = PanelArgs(packed, b, ldb, n, c, ldc, rows, bias, epilogue);
         mk.gemm_panel(g);
-        for (int64_t p = 0; p < panels; ++p) {
-          GemmPanelArgs gp = g;
-          gp.a = packed.Panel(p);
-          gp.c = one.data() + p * kPanelRows * ldc;
-          gp.bias = bias.data() + p * kPanelRows;
-          gp.rows = static_cast<int>(std::min<int64_t>(kPanelRows, rows - p * kPanelRows));
-          mk.gemm_panel(gp);
-        }
+        PanelByPanel(mk, g, packed, bias.data(), rows, &one);
         ReferenceProduct(a, b, bias, rows, k, n, ldb, ldc, epilogue, &want);
         CheckClose(c, want);
         REQUIRE(c == one);
