@@ -2,6 +2,7 @@
 // random shapes covering every evaluation strategy: im2col (general and
 // grouped), pointwise 1x1, and depthwise (with channel multiplier).
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "daemon/runtime/kernels/isa.h"
@@ -275,6 +276,77 @@ TEST_CASE("3x3 stride-1 convolutions on the Winograd path match the reference", 
   ConvCase wide;  // the default threshold picks Winograd for >= 96 channels
   wide.c = wide.o = 128, wide.h = wide.w = 12, wide.pt = wide.pl = wide.pb = wide.pr = 1;
   CheckConv(wide, rng);
+}
+
+// With two threads, a Winograd conv whose tiles outweigh its weights runs
+// each thread's band of tile rows through all three stages (conv.cc
+// WinogradGeometry); the activation is applied in the output transform.
+// Every activation, odd output sizes, batch 2 and a conv that keeps the
+// stage-by-stage split: equal to the reference, and to one thread exactly
+// (the same sums in the same order).
+TEST_CASE("Winograd in bands of tile rows on two threads matches one thread and the reference", "[kernels][conv]") {
+  std::mt19937 rng(26);
+  std::vector<ConvCase> cases;
+  for (const char* act : {"", "relu", "clip", "leaky_relu", "sigmoid"}) {
+    ConvCase k;  // 29x29 output: an odd last tile row and column
+    k.c = 16, k.o = 16, k.h = k.w = 29, k.pt = k.pl = k.pb = k.pr = 1;
+    k.activation = act;
+    cases.push_back(k);
+  }
+  ConvCase batch;  // resnet18's layer1 shape, two images
+  batch.n = 2, batch.c = batch.o = 64, batch.h = batch.w = 56, batch.pt = batch.pl = batch.pb = batch.pr = 1;
+  batch.activation = "relu";
+  cases.push_back(batch);
+  ConvCase deep;  // weights outweigh the tiles: stage by stage
+  deep.c = deep.o = 128, deep.h = deep.w = 7, deep.pt = deep.pl = deep.pb = deep.pr = 1;
+  deep.activation = "clip";
+  cases.push_back(deep);
+  for (const ConvCase& k : cases) {
+    INFO(k.Describe());
+    auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
+    auto w = RandomValues(k.o * k.c * k.kh * k.kw, rng);
+    auto b = RandomValues(k.o, rng);
+    std::vector<testing::TestTensor> inputs = {testing::Activation({k.n, k.c, k.h, k.w}, x),
+                                               testing::Weights({k.o, k.c, k.kh, k.kw}, w), testing::Weights({k.o}, b)};
+    Attributes attrs = ConvAttributes(k);
+    attrs.Set("winograd_min_channels", int64_t{16});
+    auto one = RunNode("Conv", attrs, inputs, {{k.n, k.o, k.OutH(), k.OutW()}}, 1);
+    auto two = RunNode("Conv", attrs, inputs, {{k.n, k.o, k.OutH(), k.OutW()}}, 2);
+    REQUIRE(one.status.ok());
+    REQUIRE(two.status.ok());
+    ExpectClose(two.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
+    REQUIRE(two.outputs[0].size() == one.outputs[0].size());
+    for (size_t i = 0; i < one.outputs[0].size(); ++i) {
+      INFO("element " << i);
+      REQUIRE(std::memcmp(&two.outputs[0][i], &one.outputs[0][i], sizeof(float)) == 0);
+    }
+  }
+}
+
+// Pointwise convs with few output channels on a large plane: with two
+// threads each takes whole column tiles (conv.cc ThreadTileColumns).
+TEST_CASE("pointwise convs in column tiles per thread match one thread and the reference", "[kernels][conv]") {
+  std::mt19937 rng(27);
+  for (int64_t side : {23, 28, 56}) {
+    ConvCase k;  // mobilenet_v2's projection: 144 or 192 channels down to 24-32
+    k.c = side == 56 ? 144 : 192, k.o = side == 56 ? 24 : 32, k.h = k.w = side, k.kh = k.kw = 1;
+    k.activation = side == 23 ? "clip" : "";
+    INFO(k.Describe());
+    auto x = RandomValues(k.c * k.h * k.w, rng);
+    auto w = RandomValues(k.o * k.c, rng);
+    auto b = RandomValues(k.o, rng);
+    std::vector<testing::TestTensor> inputs = {testing::Activation({1, k.c, k.h, k.w}, x),
+                                               testing::Weights({k.o, k.c, 1, 1}, w), testing::Weights({k.o}, b)};
+    auto one = RunNode("Conv", ConvAttributes(k), inputs, {{1, k.o, k.h, k.w}}, 1);
+    auto two = RunNode("Conv", ConvAttributes(k), inputs, {{1, k.o, k.h, k.w}}, 2);
+    REQUIRE(one.status.ok());
+    REQUIRE(two.status.ok());
+    ExpectClose(two.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
+    for (size_t i = 0; i < one.outputs[0].size(); ++i) {
+      INFO("element " << i);
+      REQUIRE(std::memcmp(&two.outputs[0][i], &one.outputs[0][i], sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("SAME_UPPER auto_pad pads the end more than the beginning", "[kernels][conv]") {
