@@ -39,6 +39,19 @@ const LinkSpec* Cluster::DirectLink(int a, int b) const {
   return has_default_link ? &default_link : nullptr;
 }
 
+double Cluster::GatewayBytesPerSecond() const {
+  if (gateway_local) return 0.0;
+  if (has_gateway_link) return gateway_link.bytes_per_s;
+  return has_default_link ? default_link.bytes_per_s : 0.0;
+}
+
+double Cluster::GatewaySeconds(int64_t bytes) const {
+  const double rate = GatewayBytesPerSecond();
+  if (!(rate > 0)) return 0.0;
+  const double latency = has_gateway_link ? gateway_link.latency_s : default_link.latency_s;
+  return 2 * latency + static_cast<double>(bytes) / rate;
+}
+
 double Cluster::TransferSeconds(int from, int to, int64_t bytes) const {
   if (from == to || bytes <= 0) return 0.0;
   if (const LinkSpec* l = DirectLink(from, to)) return l->latency_s + static_cast<double>(bytes) / l->bytes_per_s;
@@ -559,10 +572,25 @@ void ParseLinkPairs(const YAML::Node& pairs, Cluster* cluster, ClusterErrors* er
 // The 'links' map: a default link for every pair, and explicit pairs.
 void ParseLinks(const YAML::Node& links, Cluster* cluster, ClusterErrors* errors) {
   if (!links.IsMap()) {
-    errors->Add(links, "'links' must be a map with 'default' and/or 'pairs'");
+    errors->Add(links, "'links' must be a map with 'default', 'pairs' and/or 'gateway'");
     return;
   }
-  CheckKeys(links, {"default", "pairs"}, "links", errors);
+  CheckKeys(links, {"default", "pairs", "gateway"}, "links", errors);
+  if (const auto gw = links["gateway"]) {
+    if (gw.IsScalar() && gw.Scalar() == "none") {
+      cluster->has_gateway_link = true;
+      cluster->gateway_local = true;
+    } else if (!gw.IsMap()) {
+      errors->Add(gw,
+                  "links.gateway must be a map, e.g. { bandwidth: 1Gbit/s, latency: 0.2ms }, or none (the "
+                  "gateway runs on the source device)");
+    } else {
+      ParseLinkSpec(gw, {"bandwidth", "latency"}, "links.gateway", &cluster->gateway_link, errors);
+      if (cluster->gateway_link.uart)
+        errors->Add(gw["bandwidth"], "links.gateway: the gateway's link is a network, not a UART (baud)");
+      cluster->has_gateway_link = true;
+    }
+  }
   if (const auto def = links["default"]) {
     if (!def.IsMap()) errors->Add(def, "links.default must be a map, e.g. { bandwidth: 1Gbit/s, latency: 0.2ms }");
     else {

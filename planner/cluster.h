@@ -33,6 +33,11 @@
 //       # (1 or 2: UART1/UART2; UART0 is the one to `via`); default: each
 //       # MCU's direct links take UART1, then UART2, in the order listed.
 //       - { between: [mcu1, mcu2], bandwidth: 115200baud, ports: [1, 1] }
+//     # The cable between the gateway and the devices (every request's
+//     # input goes in and its answer comes back over it): a map like
+//     # `default`, or `none` when the gateway runs on the source device.
+//     # Absent: the default link (the gateway is another box on the network).
+//     gateway: { bandwidth: 1Gbit/s, latency: 0.2ms }
 //
 // A pair without an entry uses `default`, except that an mcu with `via`
 // reaches everyone through its via device (two hops). Presets are looked up
@@ -143,10 +148,21 @@ class Cluster {
   // two are not joined UART-to-UART (their traffic goes through `via`).
   int McuPort(int from, int to) const;
 
+  // Seconds the gateway's link takes to carry `bytes` of one request (its
+  // input in, its answer out: two messages): links.gateway, else the
+  // default link, else 0 (no link to price; `gateway: none` says the
+  // gateway runs on the source device).
+  double GatewaySeconds(int64_t bytes) const;
+  // The gateway link's payload rate in bytes/s, 0 when it is not priced.
+  double GatewayBytesPerSecond() const;
+
   // Filled by the loader. Direct links by ordered pair (a < b).
   std::map<std::pair<int, int>, LinkSpec> links;
   bool has_default_link = false;
   LinkSpec default_link;
+  // links.gateway: set (a link, or none = gateway_local) or absent.
+  bool has_gateway_link = false, gateway_local = false;
+  LinkSpec gateway_link;
 
  private:
   // The direct link between two devices, or nullptr (then: route via).

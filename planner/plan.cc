@@ -932,6 +932,11 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                         {"plan_bytes", static_cast<int64_t>(std::ceil(plan.communication_plan_values * kFloatBytes))}};
   j["latency_s"] = plan.latency_s;
   j["throughput_per_s"] = plan.throughput_per_s;
+  if (plan.request_bytes > 0)
+    j["request"] = {{"bytes", plan.request_bytes},
+                    {"gateway_link_s", plan.request_s},
+                    {"wire_rate_per_s", plan.request_wire_rate_per_s},
+                    {"source_network_cpu_s", plan.request_cpu_s}};
   if (!plan.choice.empty()) j["choice"] = plan.choice;
   if (!plan.time_model.empty()) j["time_model"] = plan.time_model;
   if (plan.bottleneck_device >= 0) {
@@ -1153,6 +1158,15 @@ std::string FormatPlanTable(const Plan& plan) {
   std::snprintf(line, sizeof line, "predicted latency %.6f s, throughput %.3f /s\n", plan.latency_s,
                 plan.throughput_per_s);
   out += line;
+  if (plan.request_s > 0) {
+    std::snprintf(line, sizeof line,
+                  "  of which %.6f s is the request's %s in and out over the gateway's link (links.gateway, else "
+                  "links.default), which "
+                  "carries at most %.3f requests/s\n",
+                  plan.request_s, FormatBytes(static_cast<double>(plan.request_bytes)).c_str(),
+                  plan.request_wire_rate_per_s);
+    out += line;
+  }
   if (!plan.time_model.empty()) out += "compute times from " + plan.time_model + "\n";
   for (const Device& d : plan.cluster.devices)
     if (d.net_macs_per_byte > 0) {

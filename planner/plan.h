@@ -113,6 +113,15 @@ struct Plan {
   // the device whose stage sets it (-1: not a pipeline plan).
   double period_s = 0;
   int bottleneck_device = -1;
+  // The request's own trip (PriceRequest in daemon/cluster/plan_fit.cc):
+  // the model's inputs and outputs in bytes and the seconds the gateway's
+  // link (Cluster::GatewaySeconds) takes to carry them, included in
+  // latency_s; the stream's rate is at most request_wire_rate_per_s
+  // (the link's rate / request_bytes; 0: not priced).
+  // request_cpu_s: the source's network-stack CPU for those bytes
+  // (net_macs_per_byte), in its compute_s, the latency and the period.
+  int64_t request_bytes = 0;
+  double request_s = 0, request_wire_rate_per_s = 0, request_cpu_s = 0;
   // Where compute times came from when not from MACs alone: "layer profile
   // FILE (...)" (planner/layer_profile.h); empty = MACs at each device's rate.
   std::string time_model;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <random>
 #include <sstream>
@@ -286,6 +287,17 @@ std::string Gateway::DescribePlan() const {
   const auto serving = Current();
   return "plan " + serving->cluster.plan_id + " on " + std::to_string(serving->cluster.workers.size()) +
          " workers: " + JoinNames(WorkerNames(serving->cluster));
+}
+
+std::chrono::milliseconds Gateway::LinkBacklog(const Serving& serving, size_t i) const {
+  if (i != static_cast<size_t>(serving.cluster.source) || !(serving.cluster.request_link_s > 0))
+    return std::chrono::milliseconds(0);
+  int running = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running = in_flight_;
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(running * serving.cluster.request_link_s * 1e3)));
 }
 
 bool Gateway::ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout,
@@ -604,7 +616,9 @@ void Gateway::RefreshWorkerState() {
   const auto serving = Current();
   for (size_t i = 0; i < serving->stubs.size(); ++i) {
     proto::HealthReply health;
-    const bool up = ProbeWorker(*serving, i, std::chrono::milliseconds(500), &health);
+    // The source answers over the link that carries the requests in
+    // flight: behind them its answer is late, not missing (LinkBacklog).
+    const bool up = ProbeWorker(*serving, i, std::chrono::milliseconds(500) + LinkBacklog(*serving, i), &health);
     proto::StatusRequest sreq;
     proto::WorkerStatusReply status;
     grpc::ClientContext sctx;

@@ -124,6 +124,10 @@ struct ServedCluster {
   // The figure the plan's objective minimises, as the planner predicted it
   // (planner/plan.h ObjectiveCost); < 0 = unknown (a plan file).
   double predicted_cost = -1;
+  // Seconds one request's input and output take on the gateway's link to
+  // the source (ServedPlan::request_link_s): a Health probe of the source
+  // waits behind the requests in flight on that link (ProbeWorker).
+  double request_link_s = 0;
   // Per plan device, when planned or sized here (else empty): what its
   // worker holds for this plan (DeviceMemory: weights as stored plus its
   // working memories, each request's pipeline buffers + I/O, weights while
@@ -278,6 +282,11 @@ class Gateway {
   // Worker.Health of worker i of `serving` now; records (if `serving` is
   // still current) and returns whether it answers and holds the plan.
   bool ProbeWorker(const Serving& serving, size_t i, std::chrono::milliseconds timeout, proto::HealthReply* reply);
+  // How long the requests in flight keep worker i's link busy: their input
+  // and output on the gateway's link when i is the source (a Health probe
+  // of the source queues behind them: on a 10 Mbit/s cable a 224² image
+  // takes ~0.5 s), else 0. The health loop waits that much longer.
+  std::chrono::milliseconds LinkBacklog(const Serving& serving, size_t i) const;
   // Workers of `serving` that do not answer Health now (only those the
   // health loop saw down, unless `probe_all`): their names, and in *why the
   // first one's error.

@@ -104,6 +104,8 @@ Result<ServedPlan> PrepareServedPlan(const Graph& graph, const Cluster& cluster,
   if (!fits.ok()) return fits.status().WithContext(plan_path);
   served.memory = std::move(*fits);
   for (const Device* device : devices) served.ram_bytes.push_back(device->ram_bytes);
+  if (const double rate = cluster.GatewayBytesPerSecond(); rate > 0)
+    served.request_link_s = static_cast<double>(ModelRequestBytes(graph)) / rate;
   served.programs = std::move(compiled.programs);
   served.halo_mac_overhead = compiled.halo_mac_overhead;
   return served;
@@ -269,6 +271,7 @@ int64_t ServedCluster::HeldBytes(size_t d, int in_flight) const {
 
 ServedCluster ServedClusterOf(const ServedPlan& plan) {
   ServedCluster c{plan.plan_id, plan.plan.source, plan.workers, PlannedLinkBytes(plan.programs), plan.predicted_cost};
+  c.request_link_s = plan.request_link_s;
   if (plan.memory.size() == plan.workers.size() && plan.ram_bytes.size() == plan.workers.size())
     for (size_t d = 0; d < plan.workers.size(); ++d) {
       // An MCU (not sized here: in_flight 0) holds one program in its own RAM.

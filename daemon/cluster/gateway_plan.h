@@ -38,6 +38,9 @@ struct ServedPlan {
   // MCU devices: in_flight 0, not sized here.
   std::vector<DeviceMemory> memory;
   std::vector<int64_t> ram_bytes;  // per plan device: its ram: from the cluster file
+  // Seconds one request's input and output take on the gateway's link
+  // (ModelRequestBytes over Cluster::GatewayBytesPerSecond; 0: not priced).
+  double request_link_s = 0;
   // MCUs the cluster file joins UART-to-UART: their transfers are marked in
   // `programs` (and in every program compiled again for deployment).
   McuPortMap mcu_ports;

@@ -59,6 +59,11 @@ struct FitOptions {
 // BuildPlan, then size and re-plan as above. On success every Linux device's
 // DeviceLoad::promised_* is filled and `plan.cluster` is `cluster` as given.
 // `graph` may be shapes-only (ImportOptions::shapes_only).
+// Bytes of one request's own trip between the gateway and the source: the
+// model's inputs and outputs as float32 (PriceRequest; the gateway's health
+// probes wait behind them on a busy link, gateway.cc ProbeWorker).
+int64_t ModelRequestBytes(const Graph& graph);
+
 Result<Plan> PlanWithinMemory(const Graph& graph, const std::vector<LayerFigures>& layers, const Cluster& cluster,
                               const PlanOptions& options, const FitOptions& fit);
 

@@ -285,3 +285,37 @@ TEST_CASE("cluster: models: lists the model files it serves, relative to the fil
   CHECK(entry.status().message().find("each entry of 'models' is a model file path") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+// links.gateway: the cable between the gateway and the devices, over which
+// every request's input goes in and its answer comes back (plan_fit.cc
+// PriceRequest). Absent: the default link; `none`: the gateway runs on the
+// source device; a UART or a list is refused by name.
+TEST_CASE("cluster: links.gateway prices the request's trip, default link when absent", "[planner][cluster]") {
+  const std::string devices =
+      "devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\n"
+      "  - { name: b, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\n";
+  auto absent = ParseCluster(devices + "links:\n  default: { bandwidth: 8Mbit/s, latency: 1ms }\n", "c.yaml", {});
+  REQUIRE(absent.ok());
+  CHECK(absent->GatewayBytesPerSecond() == Approx(1e6));
+  CHECK(absent->GatewaySeconds(500000) == Approx(2e-3 + 0.5));  // two messages' latency + the bytes
+  auto own = ParseCluster(devices +
+                              "links:\n  default: { bandwidth: 8Mbit/s, latency: 1ms }\n"
+                              "  gateway: { bandwidth: 80Mbit/s, latency: 0.5ms }\n",
+                          "c.yaml", {});
+  REQUIRE(own.ok());
+  CHECK(own->GatewaySeconds(500000) == Approx(1e-3 + 0.05));
+  auto local = ParseCluster(devices + "links:\n  default: { bandwidth: 8Mbit/s }\n  gateway: none\n", "c.yaml", {});
+  REQUIRE(local.ok());
+  CHECK(local->GatewaySeconds(500000) == 0.0);
+  CHECK(local->GatewayBytesPerSecond() == 0.0);
+  // No link at all (one device, no links:): nothing to price.
+  auto single = ParseCluster("devices:\n  - { name: a, ram: 1MiB, flash: 1MiB, macs_per_s: 1e6 }\n", "c.yaml", {});
+  REQUIRE(single.ok());
+  CHECK(single->GatewaySeconds(500000) == 0.0);
+  CHECK_THAT(ErrorsOf(devices + "links:\n  default: { bandwidth: 8Mbit/s }\n  gateway: [1Gbit/s]\n"),
+             Catch::Contains("bad.yaml:6: links.gateway must be a map") && Catch::Contains("none"));
+  CHECK_THAT(ErrorsOf(devices + "links:\n  default: { bandwidth: 8Mbit/s }\n  gateway: { bandwidth: 115200baud }\n"),
+             Catch::Contains("links.gateway: the gateway's link is a network, not a UART"));
+  CHECK_THAT(ErrorsOf(devices + "links:\n  default: { bandwidth: 8Mbit/s }\n  gateway: { latency: 1ms }\n"),
+             Catch::Contains("links.gateway has no bandwidth"));
+}

@@ -198,6 +198,61 @@ TEST_CASE("compact weights are priced from a compact profile: the devices' time 
   for (const std::string& p : {layer, slower, same}) std::filesystem::remove(p);
 }
 
+// The request's own trip over the gateway's link (plan_fit.cc
+// PriceRequest): the latency grows by the link's time for the model's
+// input and output bytes (and two messages' latency); a stream is capped
+// at the link's rate over those bytes; `gateway: none` prices nothing.
+TEST_CASE("the request's input and output over the gateway's link are in the latency and cap the stream",
+          "[planner][memory]") {
+  const Graph g = ShapesOnly("yolov2-tiny", 416);
+  const auto layers = ComputeLayerFigures(g);
+  // yolov2-tiny at 416²: input 1x3x416x416, output 1x425x13x13 (float32).
+  const int64_t bytes = (3 * 416 * 416 + 425 * 13 * 13) * 4;
+  Cluster local = UniformCluster(2);
+  local.has_gateway_link = local.gateway_local = true;
+  auto free_trip = PlanWithinMemory(g, layers, local, {}, {});
+  REQUIRE(free_trip.ok());
+  CHECK(free_trip->request_bytes == bytes);
+  CHECK(free_trip->request_s == 0.0);
+  Cluster slow = UniformCluster(2);  // default link 1 Gbit/s; the gateway behind 10 Mbit/s
+  slow.has_gateway_link = true;
+  slow.gateway_link.bytes_per_s = 10e6 / 8;
+  slow.gateway_link.latency_s = 1e-3;
+  auto priced = PlanWithinMemory(g, layers, slow, {}, {});
+  REQUIRE(priced.ok());
+  const double trip = 2e-3 + static_cast<double>(bytes) / (10e6 / 8);
+  CHECK(priced->request_s == Approx(trip));
+  CHECK(priced->latency_s == Approx(free_trip->latency_s + trip));
+  CHECK(priced->request_wire_rate_per_s == Approx((10e6 / 8) / static_cast<double>(bytes)));
+  CHECK(priced->throughput_per_s == Approx(priced->request_wire_rate_per_s));
+  CHECK(free_trip->throughput_per_s > priced->throughput_per_s);
+  // Without links.gateway the default link carries the trip.
+  auto by_default = PlanWithinMemory(g, layers, UniformCluster(2), {}, {});
+  REQUIRE(by_default.ok());
+  CHECK(by_default->request_s == Approx(2 * 0.2e-3 + static_cast<double>(bytes) / (1e9 / 8)));
+  const auto j = PlanToJson(*priced);
+  CHECK(j.at("request").at("bytes").get<int64_t>() == bytes);
+  CHECK(j.at("request").at("gateway_link_s").get<double>() == Approx(trip));
+  CHECK(FormatPlanTable(*priced).find("over the gateway's link") != std::string::npos);
+  // The source's network stack pays for those bytes too (net_macs_per_byte).
+  Cluster costly = slow;
+  for (Device& d : costly.devices) d.net_macs_per_byte = 40;
+  Cluster costly_local = costly;
+  costly_local.gateway_local = true;
+  auto with_cpu = PlanWithinMemory(g, layers, costly, {}, {});
+  REQUIRE(with_cpu.ok());
+  const double cpu = static_cast<double>(bytes) * 40 / costly.devices[0].macs_per_s;
+  CHECK(with_cpu->request_cpu_s == Approx(cpu));
+  CHECK(j.at("request").contains("source_network_cpu_s"));
+  auto no_link = PlanWithinMemory(g, layers, costly_local, {}, {});
+  REQUIRE(no_link.ok());
+  CHECK(no_link->request_s == 0.0);
+  // Same plan either way (the trip is the same for every plan): the
+  // latency grows by the trip and the source's CPU, device 0's time by the CPU.
+  CHECK(with_cpu->latency_s == Approx(no_link->latency_s - no_link->request_cpu_s + trip + cpu));
+  CHECK(with_cpu->loads[0].compute_s == Approx(no_link->loads[0].compute_s));
+}
+
 TEST_CASE("every Linux device's promise is its compiled program sized by the worker's code", "[planner][memory]") {
   const Graph g = ShapesOnly("yolov2-tiny", 416);
   const auto layers = ComputeLayerFigures(g);
