@@ -211,9 +211,12 @@ struct LayerShares {
   // Measured time of device i's part over `share` of the layer's time
   // (LayerFigures::TileTimeFactor; 1 = in proportion).
   std::vector<double> time_factor;
-  Traffic traffic;
+  // The layer's transfers in its two steps: `before` its compute (inputs
+  // scattered, halos fetched, whole inputs broadcast) and `after` it (outputs
+  // gathered, partial sums merged, slices exchanged for reuse in place).
+  Traffic before, after;
   explicit LayerShares(int n)
-      : share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0), time_factor(n, 1.0), traffic(n) {}
+      : share(n, 0.0), in_share(n, 0.0), out_share(n, 0.0), w_share(n, 0.0), time_factor(n, 1.0), before(n), after(n) {}
 };
 
 // Bytes a value of layer f's activation inputs (on average over them) and
@@ -272,11 +275,11 @@ LayerShares PlanFfmtLayer(const Graph& graph, const LayerFigures& f, const std::
     shares.w_share[i] = 1.0;  // every tile needs all the weights
   }
   if (stack_starts)  // the stack's input tiles come from device 0
-    for (int i = 1; i < n; ++i) shares.traffic.Move(0, i, M * shares.in_share[i]);
+    for (int i = 1; i < n; ++i) shares.before.Move(0, i, M * shares.in_share[i]);
   for (int i = 1; i < n; ++i)
-    if (r[i] > 0) shares.traffic.Move(0, i, broadcast);
+    if (r[i] > 0) shares.before.Move(0, i, broadcast);
   if (stack_ends)  // gather the output tiles on device 0
-    for (int i = 1; i < n; ++i) shares.traffic.Move(i, 0, K * shares.out_share[i]);
+    for (int i = 1; i < n; ++i) shares.after.Move(i, 0, K * shares.out_share[i]);
   return shares;
 }
 
@@ -295,15 +298,15 @@ void FillFanOutShares(const LayerFigures& f, FdtScheme x, bool r_prev, bool r, d
   }
   if (!r_prev)
     for (int i = 1; i < n; ++i)
-      if (share[i] > 0) shares->traffic.Move(0, i, M);  // distribute the whole input
+      if (share[i] > 0) shares->before.Move(0, i, M);  // distribute the whole input
   if (x == FdtScheme::kFanOut) {
     for (int i = 0; i < n; ++i) {
       if (share[i] == 0) continue;
       if (r) {  // share my slice with every peer (in-place reuse by l+1)
         for (int h = 0; h < n; ++h)
-          if (h != i && share[h] > 0) shares->traffic.Move(i, h, K * share[i]);
+          if (h != i && share[h] > 0) shares->after.Move(i, h, K * share[i]);
       } else {
-        shares->traffic.Move(i, 0, K * share[i]);  // back to the source for concatenation
+        shares->after.Move(i, 0, K * share[i]);  // back to the source for concatenation
       }
     }
   }
@@ -324,9 +327,9 @@ void FillFanInShares(const LayerFigures& f, FdtScheme x, bool grouped, double in
     shares->out_share[i] = grouped ? share[i] : (share[i] > 0 ? 1.0 : 0.0);
   }
   if (x == FdtScheme::kFanIn)
-    for (int i = 1; i < n; ++i) shares->traffic.Move(0, i, M * share[i]);
+    for (int i = 1; i < n; ++i) shares->before.Move(0, i, M * share[i]);
   for (int i = 1; i < n; ++i)
-    if (share[i] > 0) shares->traffic.Move(i, 0, grouped ? K * share[i] : K);
+    if (share[i] > 0) shares->after.Move(i, 0, grouped ? K * share[i] : K);
 }
 
 // Channels per unit of layer k's split (op_traits.h): whole groups of a
@@ -429,8 +432,27 @@ struct SplitTotals {
         latency_per_layer(layers, 0) {}
 };
 
+// Time of one step of a layer's transfers (METHODS §4-§5; issue 15). Every device
+// has its own full-duplex cable to the switch (a UART has a wire each way):
+// what a device sends and what it receives in the same step cross its cable
+// at once, so the step takes as long as the busiest cable's larger direction.
+// The devices' cables work in parallel (counting every sender in turn
+// overcounts devices that exchange slices or halos at once). A gather around
+// device 0 is the sum over senders, as all of it crosses device 0's cable.
+double StepTransferSeconds(const Cluster& c, const Traffic& step) {
+  const int n = c.size();
+  double seconds = 0;
+  for (int i = 0; i < n; ++i) {
+    const double busiest = std::max(step.sent[i], step.received[i]);
+    if (busiest > 0)
+      seconds = std::max(seconds,
+                         c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0, static_cast<int64_t>(std::ceil(busiest))));
+  }
+  return seconds;
+}
+
 // Adds layer `l` to the totals; its latency is the slowest device's compute
-// plus the time of the busiest cable.
+// plus the time of its two transfer steps (before and after the compute).
 void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerShares& shares, SplitTotals* t) {
   const int n = c.size();
   const double M = static_cast<double>(f.M), K = static_cast<double>(f.K), Q = static_cast<double>(f.Q);
@@ -443,30 +465,20 @@ void AddLayerCosts(const Cluster& c, const LayerFigures& f, int l, const LayerSh
     // Time from the layer's time-MACs: its MACs, or its measured time when
     // profiled; plus the CPU its network stack spends on the layer's bytes
     // (Device::net_macs_per_byte; 0 unless the cluster file declares it).
-    const double bytes = shares.traffic.sent[i] + shares.traffic.received[i];
+    const double bytes =
+        shares.before.sent[i] + shares.before.received[i] + shares.after.sent[i] + shares.after.received[i];
     const double seconds =
         f.TimeMacs() * shares.share[i] * shares.time_factor[i] / c.devices[i].MacsPerSecond(f.RateKind()) +
         c.devices[i].NetworkCpuSeconds(bytes);
     t->compute_s[i] += seconds;
     slowest = std::max(slowest, seconds);
   }
-  const Traffic& layer_traffic = shares.traffic;
-  double transfer_s = 0;
-  for (int i = 0; i < n; ++i) {
-    t->traffic.sent[i] += layer_traffic.sent[i];
-    t->traffic.received[i] += layer_traffic.received[i];
-    // Every device has its own cable to the switch (issue 15: counting
-    // every sender in turn overcounts devices that exchange halos at once):
-    // the layer's transfers take as long as the busiest cable, what its
-    // device sends plus what it receives. Sends and receives are counted
-    // in turn on one cable because a layer's scatter (inputs out) and
-    // gather (outputs back) are steps one after the other; for the star
-    // around device 0 this is the sum over senders as before.
-    const double busiest = layer_traffic.sent[i] + layer_traffic.received[i];
-    if (busiest > 0)
-      transfer_s = std::max(
-          transfer_s, c.TransferSeconds(i, i == 0 ? (n > 1 ? 1 : 0) : 0, static_cast<int64_t>(std::ceil(busiest))));
-  }
+  for (const Traffic* phase : {&shares.before, &shares.after})
+    for (int i = 0; i < n; ++i) {
+      t->traffic.sent[i] += phase->sent[i];
+      t->traffic.received[i] += phase->received[i];
+    }
+  const double transfer_s = StepTransferSeconds(c, shares.before) + StepTransferSeconds(c, shares.after);
   t->latency_per_layer[l] = slowest + transfer_s;
 }
 
@@ -649,7 +661,7 @@ Status BuildTiledPlan(const Graph& graph, const std::vector<LayerFigures>& layer
           const bool whole = (k < rule.whole_input.size() && rule.whole_input[k]) || graph.values[v].shape.size() != 4;
           const Range1D need = whole ? Range1D{0, rows_of(v)} : TileInputRows(rule, f, rows_of(v), out[i]);
           if (k == 0) shares.in_share[i] = static_cast<double>(need.size()) / std::max<int64_t>(rows_of(v), 1);
-          fetch(v, i, need, &shares.traffic);
+          fetch(v, i, need, &shares.before);
         }
         shares.out_share[i] = shares.share[i] = static_cast<double>(r[i]) / rows;
         shares.time_factor[i] = f.TileTimeFactor(r[i]);  // measured tiles (tessera plan --tile-profile)
@@ -666,13 +678,13 @@ Status BuildTiledPlan(const Graph& graph, const std::vector<LayerFigures>& layer
       }
     } else {
       shares = PlanWholeLayer(n, &a);
-      for (int v : acts) fetch(v, 0, {0, rows_of(v)}, &shares.traffic);
+      for (int v : acts) fetch(v, 0, {0, rows_of(v)}, &shares.before);
       for (int y : node.outputs) place_whole(y, 0);
     }
     // The model's outputs are collected on device 0.
     for (int y : node.outputs)
       if (std::find(graph.outputs.begin(), graph.outputs.end(), y) != graph.outputs.end())
-        fetch(y, 0, {0, rows_of(y)}, &shares.traffic);
+        fetch(y, 0, {0, rows_of(y)}, &shares.after);
     AddLayerCosts(c, f, l, shares, &totals);
     plan->layers.push_back(std::move(a));
   }

@@ -3,6 +3,8 @@
 #include <random>
 
 #include "partition/graph/metrics.h"
+#include "partition/import/model_import.h"
+#include "planner/plan.h"
 #include "planner/weight_partition.h"
 #include "planner_test_chains.h"
 
@@ -164,4 +166,44 @@ TEST_CASE("owp chain: a pool between weight layers keeps the pair, softmax break
   // Switch after layer 1: only convB and convC are weight-partitioned.
   CHECK(WeightPartitionedChain(g, layers, 2).size() == 2);
   CHECK(WeightPartitionedChain(g, layers, 0).empty());
+}
+
+// The plan's latency prices each layer's transfers in two steps (before and
+// after its compute) on full-duplex cables (issue 15): a device's sends and
+// receives of one step cross its cable at once. Four dense layers 256→…→256
+// on two devices whose compute is free and whose cables carry 1 MB/s: an
+// FDTO chain that reuses its slices in place exchanges half a layer's output
+// each way, which takes the time of one direction, not of both in turn.
+TEST_CASE("owp plan: a step's sends and receives share a full-duplex cable", "[planner][communication]") {
+  std::string cfg = "[net]\nwidth=1\nheight=1\nchannels=256\n";
+  for (int l = 0; l < 4; ++l) cfg += "\n[connected]\noutput=256\nactivation=linear\n";
+  auto graph = ImportDarknetText(cfg, "dense.cfg", ImportOptions{});
+  REQUIRE(graph.ok());
+  const std::vector<LayerFigures> layers = ComputeLayerFigures(*graph);
+  Cluster c = planner_test::HandCluster({1e18, 1e18}, kUnlimitedBytes, kUnlimitedBytes, 1e6);
+  PlanOptions options;
+  options.objective = Objective::kCommunication;
+  auto plan = BuildPlan(*graph, layers, c, options);
+  REQUIRE(plan.ok());
+  // METHODS §4 on this chain: fdto (reused) → fdto (reused) → fused pair.
+  std::vector<std::string> schemes;
+  for (const auto& a : plan->layers) schemes.push_back(a.scheme);
+  REQUIRE(schemes == std::vector<std::string>{"fdto", "fdto", "fdt1", "fdt2"});
+  // Bytes (float32): layer 1 sends its 256-value input to device 1 (1024)
+  // before, then both devices swap their 128-value slices (512 each way);
+  // layer 2 swaps slices again (512 each way); fdt1 moves nothing; fdt2
+  // returns device 1's 256-value partial sum (1024).
+  CHECK(plan->loads[0].sent_bytes == 1024 + 512 + 512);
+  CHECK(plan->loads[0].received_bytes == 512 + 512 + 1024);
+  CHECK(plan->loads[1].sent_bytes == 512 + 512 + 1024);
+  CHECK(plan->loads[1].received_bytes == 1024 + 512 + 512);
+  // Duplex: a swap costs one direction (512 B), so 1024 + 512 + 512 + 1024
+  // bytes at 1 MB/s. Sends and receives in turn would have made it 4096.
+  CHECK(plan->latency_s == Approx(3072 / 1e6).epsilon(1e-9));
+  // Each step that moves bytes is one message's latency: four steps
+  // (layer 1's scatter and swap, layer 2's swap, fdt2's merge).
+  c.default_link.latency_s = 1e-3;
+  auto with_latency = BuildPlan(*graph, layers, c, options);
+  REQUIRE(with_latency.ok());
+  CHECK(with_latency->latency_s == Approx(3072 / 1e6 + 4e-3).epsilon(1e-9));
 }
