@@ -10,6 +10,7 @@
 # ones, and no worker's peak RSS may exceed the worker RAM its plan promises
 # (bench/cluster-emulated/run.py check_latency, check_memory, smoke). Needs root
 # (CI runs as root). Args: path to tessera, build dir.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 repo=$(cd "$(dirname "$0")/../.." && pwd)

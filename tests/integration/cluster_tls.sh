@@ -13,6 +13,7 @@
 # The precise server-side checks (no certificate, another CA's certificate,
 # plaintext, on every Worker RPC) are in cluster_tls_test.
 # Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg

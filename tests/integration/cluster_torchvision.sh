@@ -10,6 +10,7 @@
 #    Unavailable or DeadlineExceeded within their deadline (no hang), the
 #    gateway's /metrics shows the worker down, and the gateway survives.
 # Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 build=${2:?build dir}

@@ -12,6 +12,7 @@
 # have kept frames past a gap (STATUS held_frames > 0, checked by
 # tessera_mcu_check --faults).
 # Args: <tessera binary> <build dir>. Exit 77 (a failure) only without qemu-system-arm.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -euo pipefail
 BUILD=${2:-build}
 if ! command -v qemu-system-arm >/dev/null 2>&1; then

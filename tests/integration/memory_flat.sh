@@ -5,6 +5,7 @@
 # 96x96, memory plan; the requests go over one keep-alive HTTP connection,
 # bench/memory/measure.py --soak). Every request must be answered (HTTP 200).
 # Counts, not times. Args: path to tessera, build dir.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 repo=$(cd "$(dirname "$0")/../.." && pwd)

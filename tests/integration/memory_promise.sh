@@ -27,6 +27,7 @@
 #    ships peaks below 150 MiB (YOLOv2 needed 216 MiB and VGG-16 549 MiB
 #    when the planner generated every weight).
 # Args: path to tessera, build dir.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 repo=$(cd "$(dirname "$0")/../.." && pwd)

@@ -8,6 +8,7 @@
 # single-device run; with --mcu-chain the two MCUs are also joined
 # UART-to-UART. Args: <tessera binary> <build dir>.
 # Exit 77 (a failure) only without qemu-system-arm.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -euo pipefail
 TESSERA=${1:-build/tessera}
 BUILD=${2:-$(dirname "$TESSERA")}

@@ -16,6 +16,7 @@
 #    parts, the promise fits the ram:, and the plan runs under `tessera run
 #    --plan` in the promised arena with the unsplit run's answers.
 # Args: path to tessera, build dir.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 py=/usr/bin/python3

@@ -8,6 +8,7 @@
 #   plan_equivalence.sh TESSERA BUILD_DIR
 # Models come from tests/oracle/export_torchvision.py (cached in
 # BUILD_DIR/oracle, shared with torch_oracle.sh). Exit 0 pass, 1 fail, 77 missing dependency (also a failure).
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 tessera=${1:?usage: plan_equivalence.sh TESSERA BUILD_DIR}
 build=${2:?usage: plan_equivalence.sh TESSERA BUILD_DIR}

@@ -13,6 +13,7 @@
 # tests/integration/large/plan_property_zoo.sh runs the whole zoo by setting
 # PLAN_PROPERTY_MODELS. Darknet cfgs (PLAN_PROPERTY_DARKNET, CFG:SHAPE; default
 # yolov2-tiny at 160²) get the same plan loop.
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 tessera=${1:?usage: plan_property.sh TESSERA BUILD_DIR}
 build=${2:?usage: plan_property.sh TESSERA BUILD_DIR}

@@ -5,6 +5,7 @@
 #
 #   planner_solvers_agree.sh TESSERA BUILD_DIR
 # Models come from tests/oracle/export_torchvision.py (cached in BUILD_DIR/oracle).
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 tessera=${1:?usage: planner_solvers_agree.sh TESSERA BUILD_DIR}
 build=${2:?usage: planner_solvers_agree.sh TESSERA BUILD_DIR}

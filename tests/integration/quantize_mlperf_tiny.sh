@@ -36,6 +36,7 @@
 #
 #   quantize_mlperf_tiny.sh TESSERA BUILD_DIR
 # Exit 0 all pass, 1 any failure, 77 skipped (no torch/onnx or onnxruntime-node).
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 tessera=${1:?usage: quantize_mlperf_tiny.sh TESSERA BUILD_DIR}
 build=${2:?usage: quantize_mlperf_tiny.sh TESSERA BUILD_DIR}

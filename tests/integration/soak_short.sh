@@ -11,6 +11,7 @@
 # 24 MiB of its value after the warm-up (both under 5 s of the same
 # fault-free load; the 60 s bench grows by <= 8 MiB).
 # Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
+# ctest label: slow (takes 30 s or more; tests/CMakeLists.txt)
 set -u
 T=${1:?tessera binary}
 B=${2:?build dir}
