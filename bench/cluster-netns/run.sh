@@ -7,14 +7,14 @@
 # objective, the planner's predicted latency next to the measured mean
 # latency from the gateway's /metrics, and `tessera run` on one device.
 #
-# Reading it: "+ hop" adds the gateway <-> source transfer of the model's
-# inputs and outputs, which crosses a shaped cable here but is not part of
-# the plan. For split plans (memory, communication objectives) the planner
-# takes, per layer, the slowest device's compute plus every device's sends
-# one after another — an upper bound, since each worker has its own cable
-# and both directions carry data at once — so the ratio sits below 1; a
-# whole-model plan (latency objective) has nothing to overlap and lands
-# near 1.
+# Reading it: the prediction includes the request's trip between the
+# gateway (root namespace) and the source over a shaped cable (the cluster
+# file's default link carries it, README "Cluster files"). For split plans
+# (memory, communication objectives) the planner takes, per layer, the
+# slowest device's compute plus two transfer steps (before and after the
+# compute), each as long as the busiest cable's larger direction (full
+# duplex; METHODS §4-§5); a whole-model plan (latency objective) moves only
+# the request and lands near 1.
 #
 # Needs root (ip netns, tc). Everything it creates is named ts-* and removed
 # on exit; traffic stays inside this machine's namespaces (10.77.0.0/24).
@@ -66,14 +66,6 @@ for i in $(seq "$N"); do
 done
 "$T" run "$MODEL" --input-shape $SHAPE --repeat 5 --warmup 1 --json >"$D/single.json" || exit 1
 single=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["median_ms"])' "$D/single.json")
-# The client -> gateway -> source hop also crosses a shaped cable (the gateway
-# is in the root namespace): model inputs in, outputs back, at RATE.
-hop_ms=$("$python" -c '
-import json, math, sys
-j = json.load(open(sys.argv[1])); shape = [int(v) for v in sys.argv[2].split("x")]
-rate = float(sys.argv[3][:-4]) * {"mbit": 1e6, "gbit": 1e9}[sys.argv[3][-4:]]
-nbytes = 4 * (math.prod(shape) + sum(math.prod(o["shape"]) for o in j["outputs"]))
-print("%.3f" % (nbytes * 8 / rate * 1e3))' "$D/single.json" $SHAPE $RATE)
 macs=$("$T" inspect "$MODEL" --input-shape $SHAPE --json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["totals"]["macs"])')
 speed=$("$python" -c "print('%.4g' % ($macs / ($single / 1000.0)))")
 { echo "devices:"
@@ -85,8 +77,8 @@ sleep 1
 "$python" -c "import numpy as np; np.save('$D/x.npy', np.random.default_rng(1).standard_normal([int(v) for v in '$SHAPE'.split('x')]).astype(np.float32))"
 printf "%s workers, links %s (tc tbf both ways), %s %s; one device (this machine, 1 thread): %.1f ms = %s MAC/s\n" \
   "$N" "$RATE" "$(basename "$MODEL")" "$SHAPE" "$single" "$speed"
-printf "(predicted = the planner's latency; + hop = plus %.1f ms for the inputs and outputs between gateway and source)\n" "$hop_ms"
-printf "%-14s %14s %14s %14s %10s %10s\n" objective predicted_ms "+ hop ms" measured_ms ratio MiB/req
+printf "(predicted = the planner's latency, the request's trip between gateway and source included; ratio = measured / predicted)\n"
+printf "%-14s %14s %14s %10s %10s\n" objective predicted_ms measured_ms ratio MiB/req
 for objective in memory communication latency; do
   port=$("$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
   http=$("$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
@@ -101,9 +93,9 @@ for objective in memory communication latency; do
   sleep 1.2
   after=$(curl -sf http://127.0.0.1:$http/metrics)
   predicted=$(sed -n 's/^predicted latency \([0-9.e-]*\) s.*/\1/p' "$D/gw-$objective.log" | head -1)
-  "$python" - "$objective" "$predicted" "$REQ" "$hop_ms" <<PY
+  "$python" - "$objective" "$predicted" "$REQ" <<PY
 import re, sys
-objective, predicted, req, hop = sys.argv[1], float(sys.argv[2] or "nan"), int(sys.argv[3]), float(sys.argv[4])
+objective, predicted, req = sys.argv[1], float(sys.argv[2] or "nan"), int(sys.argv[3])
 def val(text, name):
     m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
@@ -114,8 +106,7 @@ s = val(after, "tessera_request_latency_seconds_sum") - val(before, "tessera_req
 n = val(after, "tessera_request_latency_seconds_count") - val(before, "tessera_request_latency_seconds_count")
 measured = 1e3 * s / max(n, 1)
 mib = (links(after) - links(before)) / max(n, 1) / 2**20
-full = predicted * 1e3 + hop
-print("%-14s %14.1f %14.1f %14.1f %10.2f %10.2f" % (objective, predicted * 1e3, full, measured, measured / full, mib))
+print("%-14s %14.1f %14.1f %10.2f %10.2f" % (objective, predicted * 1e3, measured, measured / (predicted * 1e3), mib))
 PY
   kill $gw; wait $gw 2>/dev/null
 done

@@ -234,6 +234,8 @@ def main():
     ap.add_argument("--ram", default="", help="ram: of every worker in the cluster file (e.g. 56MiB)")
     ap.add_argument("--soak", type=int, default=0, help="requests over keep-alive HTTP after --requests")
     ap.add_argument("--warmup", type=int, default=200, help="soak requests before the first RSS reading")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="each worker's --threads (and `tessera run`'s); the plan is sized for it")
     ap.add_argument("--in-flight", type=int, default=1,
                     help="requests at once: tessera plan --in-flight and tessera gateway --max-in-flight")
     ap.add_argument("--concurrent", type=int, default=0,
@@ -252,10 +254,10 @@ def main():
     d = tempfile.mkdtemp(prefix="tessera-memory-")
     procs = []
     result = {"model": os.path.basename(args.model), "input_shape": args.input_shape, "devices": args.devices,
-              "objective": args.objective, "requests": args.requests}
+              "objective": args.objective, "requests": args.requests, "threads": args.threads}
     try:
         # Single device: tessera run (whole process peak) and its own account.
-        rc, out, err, peak = peak_of([T, "run", *model_args, "--json"])
+        rc, out, err, peak = peak_of([T, "run", *model_args, "--json", "--threads", str(args.threads)])
         if rc != 0:
             sys.exit(f"measure: tessera run failed: {err[-2000:]}")
         rj = last_json(out)
@@ -270,7 +272,7 @@ def main():
             logf = open(os.path.join(d, f"w{i}.log"), "w")
             wrapper = args.worker_wrapper.split() if i == 1 else []
             p = subprocess.Popen([*wrapper, T, "--log-level", "info", "worker", "--listen", "127.0.0.1:0", "--name", f"w{i}", "--port-file", port_file,
-                                  "--data-dir", os.path.join(d, f"w{i}.data")],
+                                  "--data-dir", os.path.join(d, f"w{i}.data"), "--threads", str(args.threads)],
                                  stdout=logf, stderr=logf)
             procs.append(p)
             wait_for(port_file, p, f"worker w{i}")
@@ -286,7 +288,7 @@ def main():
         plan = os.path.join(d, "plan.pb")
         in_flight = ["--in-flight", str(args.in_flight)] if args.in_flight > 1 else []
         rc, out, err, peak = peak_of([T, "plan", *model_args, "--cluster", cluster, "--objective", args.objective,
-                                      "--json", "--out", plan, *in_flight])
+                                      "--json", "--out", plan, *in_flight, "--threads", str(args.threads)])
         if rc != 0:
             sys.exit(f"measure: tessera plan failed: {err[-2000:]}")
         pj = last_json(out)
@@ -298,7 +300,8 @@ def main():
             # (weights as stored + arena + baseline, plan_fit.h).
             promised[dev["name"]] = dev["worker_ram"]
 
-        rc, out, err, peak = peak_of([T, "deploy", *model_opt, "--cluster", cluster, "--plan", plan])
+        rc, out, err, peak = peak_of([T, "deploy", *model_opt, "--cluster", cluster, "--plan", plan,
+                                      "--worker-threads", str(args.threads)])
         if rc != 0:
             sys.exit(f"measure: tessera deploy failed: {err[-2000:]}{out[-2000:]}")
         result["deploy"] = {"peak_rss_bytes": peak,
@@ -310,7 +313,8 @@ def main():
         glog = open(os.path.join(d, "gateway.log"), "w")
         gw = subprocess.Popen([T, "--log-level", "info", "gateway", *model_opt, "--cluster", cluster, "--plan", plan, "--listen", grpc_addr,
                                "--http", http_addr, "--data-dir", os.path.join(d, "gw"),
-                               "--max-in-flight", str(max(args.in_flight, 1))], stdout=glog, stderr=glog)
+                               "--max-in-flight", str(max(args.in_flight, 1)),
+                               "--worker-threads", str(args.threads)], stdout=glog, stderr=glog)
         procs.append(gw)
         x = os.path.join(d, "x.npy")
         t0 = time.time()

@@ -11,7 +11,9 @@
 #    the workers measure: median of VmHWM - (promise - baseline) within
 #    [0.5, 1.15] x the stated baseline.
 #  * the same for mobilenet_v2 (torchvision export) on 4 workers, and on one
-#    worker whose ram: makes the planner tile its layers (issue 17 item 4).
+#    worker whose ram: makes the planner tile its layers (issue 17 item 4);
+#    squeezenet1_0 on 1 and 2 workers of 2 threads each (per-thread
+#    Winograd scratch, sized with the workers' --threads).
 #  * `tessera run` of the same model peaks <= 1.15 x max(weights as stored +
 #    arena, weights while repacking) + 40 MiB.
 #  * a QDQ mobilenet_v2 (integer convs) on 1 and 2 workers: each worker's
@@ -70,12 +72,44 @@ echo "$bounds" | grep -E "tessera run|messages sent"
 # mobilenet_v2 (torchvision export, random weights) on 4 workers: the same
 # bounds for every worker and for `tessera run`.
 build=${2:?build dir}
-models=(mobilenet_v2)
+models=(mobilenet_v2 squeezenet1_0)
 source "$repo/tests/oracle/ensure_models.sh"
 mv2=$("$py" "$repo/bench/memory/measure.py" "$T" "$out/mobilenet_v2.onnx" --devices 4 --requests 3) ||
   { echo "FAIL measure.py on mobilenet_v2"; exit 1; }
 bounds=$(echo "$mv2" | "$py" "$repo/tests/oracle/memory_bounds.py") || fail=1
 echo "$bounds" | sed 's/^/mobilenet_v2: /'
+
+# Two threads per worker (issue 12): a Winograd conv whose tiles outweigh its
+# weights runs each thread's band of tile rows in that thread's own scratch
+# (daemon/runtime/kernels/conv.cc, WinogradGeometry), so the arena grows with
+# --threads; the plan is sized with the workers' --threads (plan --threads,
+# deploy/gateway --worker-threads). squeezenet1_0 on one worker (whole model)
+# and on two, two threads each: the same bounds, and `tessera run`'s arena
+# must really be larger at 2 threads than at 1 (else this case tests nothing).
+arena() { "$T" run "$out/squeezenet1_0.onnx" --threads $1 --json 2>/dev/null |
+            "$py" -c 'import json,sys; print(json.load(sys.stdin)["arena_bytes"])'; }
+a1=$(arena 1) a2=$(arena 2)
+if [[ $a1 =~ ^[0-9]+$ && $a2 =~ ^[0-9]+$ ]] && (( a2 > a1 )); then
+  echo "PASS squeezenet1_0 arena: $a1 B on 1 thread, $a2 B on 2 (per-thread Winograd bands)"
+else
+  echo "FAIL squeezenet1_0 arena on 1 / 2 threads: '$a1' / '$a2' (expected larger on 2)"; fail=1
+fi
+# The VmHWM bounds alone would not notice a promise sized for one thread (the
+# worker sits ~4 MiB under it): the promise must grow by at least the arena's growth.
+promise() { "$T" plan "$out/squeezenet1_0.onnx" --devices 1 --threads $1 --json 2>/dev/null |
+              "$py" -c 'import json,sys; print(json.load(sys.stdin)["device_summary"][0]["worker_ram"]["promised_bytes"])'; }
+p1=$(promise 1) p2=$(promise 2)
+if [[ $p1 =~ ^[0-9]+$ && $p2 =~ ^[0-9]+$ && $a1 =~ ^[0-9]+$ && $a2 =~ ^[0-9]+$ ]] && (( p2 - p1 >= a2 - a1 )); then
+  echo "PASS squeezenet1_0 promise: $p1 B for 1 thread, $p2 B for 2 (+$((p2 - p1)) B >= the arena's +$((a2 - a1)) B)"
+else
+  echo "FAIL squeezenet1_0 promise for 1 / 2 threads: '$p1' / '$p2' does not grow by the arena's growth"; fail=1
+fi
+for n in 1 2; do
+  t2=$("$py" "$repo/bench/memory/measure.py" "$T" "$out/squeezenet1_0.onnx" --devices $n --threads 2 --requests 3) ||
+    { echo "FAIL measure.py on squeezenet1_0, $n worker(s) of 2 threads"; exit 1; }
+  bounds=$(echo "$t2" | "$py" "$repo/tests/oracle/memory_bounds.py") || fail=1
+  echo "$bounds" | sed "s/^/squeezenet1_0 on $n worker(s), 2 threads: /"
+done
 
 # mobilenet_v2 on one worker whose ram: (54 MiB) is below the untiled need
 # (55.4 MiB with segments, issue 17 item 5; 57.1 before): the planner
