@@ -502,3 +502,44 @@ TEST_CASE("cluster: malformed program chunks are refused and the worker keeps se
   REQUIRE(st.ok());
   CHECK(ReplyDiff(reply, c->reference) <= 1e-5);
 }
+
+// Issue 15: on a slow gateway link the source's answer to a health probe
+// queues behind the requests in flight on that link, so the probe's deadline
+// grows by their link time (Gateway::LinkBacklog). Here the source stops
+// answering for 1.5 s (SIGSTOP) with a request in flight: with 3 s of link
+// time per request the probe waits past the stall and the source stays up;
+// with none (the control) the 500 ms probe calls it down. In both the request
+// is answered once the source resumes.
+TEST_CASE("cluster: a probe of the source waits for the link time of the requests in flight", "[cluster]") {
+  for (const double link_s : {3.0, 0.0}) {
+    CAPTURE(link_s);
+    TwoWorkerClusterOptions options;
+    options.input_shape = {1, 3, 160, 160};
+    options.request_link_s = link_s;
+    TwoWorkerCluster c(link_s > 0 ? "backlog" : "backlog-none", options);
+    c.InferAndCheck();  // warm: channels open, the source up
+    c.gateway->RefreshWorkerState();
+    REQUIRE(c.gateway->AllWorkersUp());
+    const pid_t source = c.workers.at(c.served.plan.source)->pid;
+    REQUIRE(::kill(source, SIGSTOP) == 0);
+    std::thread request([&] {
+      auto r = c.gateway->Infer({c.input}, 0, 0);
+      INFO(r.status().ToString());
+      CHECK(r.ok());
+      if (r.ok()) CHECK(MaxRelDiff(r->outputs.at(0), c.reference) <= 1e-5);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the request is in flight
+    std::thread resume([source] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      ::kill(source, SIGCONT);
+    });
+    c.gateway->RefreshWorkerState();  // probes the stopped source
+    const bool up = c.gateway->AllWorkersUp();
+    resume.join();
+    request.join();
+    if (link_s > 0)
+      CHECK(up);  // answered after the stall, within 0.5 s + 1 x 3 s
+    else
+      CHECK_FALSE(up);  // 500 ms without an answer: down
+  }
+}

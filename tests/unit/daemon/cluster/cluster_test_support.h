@@ -123,6 +123,9 @@ struct TwoWorkerClusterOptions {
   std::function<std::vector<std::string>(const std::string& name)> worker_args;
   TransportSecurity deploy_security, gateway_security;
   std::vector<std::string> run_callers;  // DeployPrograms's
+  // ServedCluster::request_link_s: the gateway's link time of one request
+  // to the source (0 = the gateway sits on the source's network for free).
+  double request_link_s = 0;
 };
 
 // Two worker processes ("w0", "w1") holding the default plan of
@@ -166,6 +169,7 @@ struct TwoWorkerCluster {
     REQUIRE(deployed.ok());
     GatewayOptions o;
     o.served = {served.plan_id, served.plan.source, served.workers, {}};
+    o.served.request_link_s = options.request_link_s;
     o.signature = ModelSignature::Of(graph);
     o.security = options.gateway_security;
     auto gw = Gateway::Create(o);
