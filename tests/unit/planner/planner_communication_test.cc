@@ -206,4 +206,21 @@ TEST_CASE("owp plan: a step's sends and receives share a full-duplex cable", "[p
   auto with_latency = BuildPlan(*graph, layers, c, options);
   REQUIRE(with_latency.ok());
   CHECK(with_latency->latency_s == Approx(3072 / 1e6 + 4e-3).epsilon(1e-9));
+  // A device's network stack works on a step's bytes while they are on the
+  // wire: the step lasts the longer of the two. At 2 us of CPU per byte sent
+  // or received (net_macs_per_byte at 1e18 MAC/s) against 1 us per byte on
+  // the cable, each of the four steps takes its busiest device's bytes of
+  // CPU: 1024 B (the scatter and the merge: one end sends, the other
+  // receives; a swap: 512 each way) x 2 us. Added to the wire time instead,
+  // device 0's 4096 B would have cost 8192 us on top of the 3072.
+  c.default_link.latency_s = 0;
+  for (Device& d : c.devices) d.net_macs_per_byte = 2e-6 * d.macs_per_s;
+  auto priced = BuildPlan(*graph, layers, c, options);
+  REQUIRE(priced.ok());
+  schemes.clear();
+  for (const auto& a : priced->layers) schemes.push_back(a.scheme);
+  REQUIRE(schemes == std::vector<std::string>{"fdto", "fdto", "fdt1", "fdt2"});
+  CHECK(priced->latency_s == Approx(4 * 1024 * 2e-6).epsilon(1e-9));
+  // The device's busy time still counts all of it: 4096 B x 2 us.
+  CHECK(priced->loads[0].compute_s == Approx(4096 * 2e-6).epsilon(1e-6));
 }
