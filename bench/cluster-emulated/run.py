@@ -513,11 +513,16 @@ class Bench:
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % gw["http"], timeout=5) as r:
             text = r.read().decode()
         link = sum(float(v) for v in re.findall(r"^tessera_link_payload_bytes_total\{[^}]*\} (\S+)$", text, re.M))
+        # Messages each device sent + received (tessera_link_messages_total{from,to}).
+        messages = {}
+        for a, b, v in re.findall(r'^tessera_link_messages_total\{from="(\d+)",to="(\d+)"\} (\S+)$', text, re.M):
+            for d in (int(a), int(b)):
+                messages[d] = messages.get(d, 0.0) + float(v)
 
         def value(name):
             m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
             return float(m.group(1)) if m else 0.0
-        return {"link_bytes": link, "latency_sum": value("tessera_request_latency_seconds_sum"),
+        return {"link_bytes": link, "link_messages": messages, "latency_sum": value("tessera_request_latency_seconds_sum"),
                 "latency_count": value("tessera_request_latency_seconds_count")}
 
     def promised(self, name, cluster, objective, in_flight=1, n=1):
@@ -601,6 +606,10 @@ class Bench:
                 point["client_latencies_s"] = latencies
                 point["relative_error"] = worst
                 point["link_bytes_per_request"] = (after["link_bytes"] - before["link_bytes"]) / max(1, len(latencies))
+                point["link_messages_per_request"] = [
+                    (after["link_messages"].get(i, 0) - before["link_messages"].get(i, 0)) / max(1, len(latencies))
+                    for i in range(n)]
+                point["predicted_compute_s"] = [d.get("compute_s", 0) for d in plan.get("device_summary", [])]
                 if worst > self.args.tolerance:
                     self.fail("%s N=%d %s %s: answer differs from tessera run by %.3g (tolerance %g)" %
                               (name, n, rate, objective, worst, self.args.tolerance))
@@ -776,7 +785,15 @@ def format_point(p):
             "/".join("%.2f" % b for b in p["stream_device_busy"]),
             "/".join("%.3f" % c for c in p["stream_cpu_s_per_request"]))
     elif p.get("cpu_wall_s_per_request"):
-        tp += " [CPU at quota per request: %s s]" % "/".join("%.2f" % c for c in p["cpu_wall_s_per_request"])
+        tp += " [CPU at quota per request: %s s" % "/".join("%.2f" % c for c in p["cpu_wall_s_per_request"])
+        if p.get("predicted_compute_s") and any(p.get("link_messages_per_request") or []):
+            # What the planner does not price yet: the device's time beyond its
+            # predicted compute + network-stack CPU, per message it sent or
+            # received (gRPC's transport per message, issue 15).
+            tp += "; predicted %s s; %s messages" % (
+                "/".join("%.2f" % c for c in p["predicted_compute_s"]),
+                "/".join("%.0f" % m for m in p["link_messages_per_request"]))
+        tp += "]"
     return ("%-12s N=%d %-8s %-13s latency %.3f s (predicted %.3f, ratio %.2f)%s rel.err %.2g, %.1f MiB/req on links%s"
             % (p["model"], p["devices"], p["bandwidth"], p["objective"], lat, pred, lat / pred if pred else math.nan,
                tp, p.get("relative_error", math.nan), p.get("link_bytes_per_request", 0) / 2**20, mem))

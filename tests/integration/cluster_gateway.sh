@@ -71,6 +71,10 @@ curl -sf http://$HTTP/metrics > "$D/metrics.txt"
 for m in 'tessera_requests_total{code="ok"}' tessera_request_latency_seconds_bucket tessera_link_payload_bytes_total 'tessera_worker_up{worker="w1",device="0"} 1'; do
   grep -qF "$m" "$D/metrics.txt" && ok "metrics has $m" || bad "metrics lacks $m"
 done
+# Messages per link (issue 15: bench/cluster-emulated prices each one's CPU):
+# the requests above sent some between devices.
+awk '/^tessera_link_messages_total\{from="[0-9]+",to="[0-9]+"\} / {n += $2} END {exit !(n > 0)}' "$D/metrics.txt" &&
+  ok "metrics counts the messages between devices" || bad "metrics has no tessera_link_messages_total > 0"
 
 # A restarted worker resumes from its data dir: kill w2, start it on the same port.
 kill ${PIDS[2]}; wait ${PIDS[2]} 2>/dev/null
