@@ -167,7 +167,9 @@ class Bench:
         self.host_rate = {}  # model name -> this machine's single-thread MAC/s
         self.fraction = {}  # model name -> a device's share of one CPU
         self.macs = {}
-        self.net_cost = {}  # (model name, cable rate) -> net_macs_per_byte
+        self.net_cost = {}  # (model name, cable rate) -> net_macs_per_byte (raw TCP)
+        self.transport = {}  # (model name, cable rate) -> net_macs_per_byte (tessera's transport)
+        self.transport_points = []  # the 2-device points each transport cost was measured on
         self.device_rate = {}  # model name -> MAC/s measured inside a device's quota
         self.failures = []
 
@@ -415,6 +417,51 @@ class Bench:
         self.net_cost[key] = cost
         return cost
 
+    def transport_cost(self, name, rate):
+        """The CPU per byte of tessera's own transport (gRPC exchange streams in
+        64 KiB frames, their acks, the copies in and out of the arena), in
+        MACs of the device: what the cluster file's net_macs_per_byte
+        declares at every point of (model, rate). network_cost's raw TCP
+        stream misses most of it: at 1 Gbit/s it measures ~3 MACs a byte,
+        while MobileNetV2's workers spent 2-4x their predicted compute
+        (issue 15, 'speedup_mobilenet_v2_messages').
+
+        Measured once per model and cable rate on the model's 2-device
+        memory plan (priced with the raw TCP figure): each device's CPU at
+        quota per request beyond the compute its plan predicts, summed,
+        over the bytes the devices sent and received. Every other point
+        (other device counts, objectives) is then a prediction. --raw-net-cost
+        keeps the raw TCP figure."""
+        key = (name, rate)
+        if self.args.mac_only or self.args.no_net_cost:
+            return 0.0
+        raw = self.network_cost(name, rate)
+        if self.args.raw_net_cost or self.args.smoke:
+            return raw
+        if key in self.transport:
+            return self.transport[key]
+        # Enough requests that the CPU ticks (10 ms) do not matter: ~20 s of them.
+        seconds = self.model_macs(name) / max(1.0, self.device_rate.get(name) or self.args.device_macs)
+        requests = max(3, min(12, int(20 / max(0.05, seconds))))
+        p = self.serve_point(name, 2, rate, "memory", self.args.ram, requests, 0, net_cost=raw)
+        p["transport_calibration"] = True
+        self.transport_points.append(p)
+        need = ("cpu_wall_s_per_request", "predicted_compute_s", "predicted_network_cpu_s", "predicted_link_bytes")
+        if "refused" in p or not all(len(p.get(k) or []) == 2 for k in need) or sum(p["predicted_link_bytes"]) <= 0:
+            log("transport cost: %s on 2 devices at %s gave no figure; using the raw TCP one (%.3g MACs a byte)" %
+                (name, rate, raw))
+            self.transport[key] = raw
+            return raw
+        excess = sum(max(0.0, c - (pc - nc)) for c, pc, nc in zip(
+            p["cpu_wall_s_per_request"], p["predicted_compute_s"], p["predicted_network_cpu_s"]))
+        per_byte_s = excess / sum(p["predicted_link_bytes"])
+        cost = max(raw, per_byte_s * (self.device_rate.get(name) or self.args.device_macs))
+        log("transport cost: %s cable, %s on 2 devices (memory plan, %d requests): %.3g s of device CPU per request "
+            "beyond the predicted compute for %.2f MiB sent + received = %.3g MACs a byte (raw TCP: %.3g)" %
+            (rate, name, requests, excess, sum(p["predicted_link_bytes"]) / 2**20, cost, raw))
+        self.transport[key] = cost
+        return cost
+
     def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0, macs=None):
         """The cluster file of n emulated devices; `macs`: their MAC/s as measured in
         the quota (the planner's rate), default the target --device-macs."""
@@ -538,13 +585,15 @@ class Bench:
         return [d.get("worker_ram", {}).get("promised_bytes", 0) for d in j["device_summary"]], j
 
     # ---- one point --------------------------------------------------------
-    def serve_point(self, name, n, rate, objective, ram, requests, concurrency):
-        """Workers + gateway for one (model, N, bandwidth, objective); returns the measurements."""
+    def serve_point(self, name, n, rate, objective, ram, requests, concurrency, net_cost=None):
+        """Workers + gateway for one (model, N, bandwidth, objective); returns the measurements.
+        net_cost: the cluster file's net_macs_per_byte (default: transport_cost)."""
         x, ref = self.input_and_reference(name)
         reference = load_npy(ref)
-        net_cost = self.network_cost(name, rate) if n > 1 else 0.0
+        if net_cost is None:
+            net_cost = self.transport_cost(name, rate) if n > 1 else 0.0
         workers = self.start_cluster(name, n, rate, ram)
-        point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective}
+        point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective, "net_macs_per_byte": net_cost}
         try:
             cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram, net_cost,
                                         self.device_rate.get(name))
@@ -610,6 +659,9 @@ class Bench:
                     (after["link_messages"].get(i, 0) - before["link_messages"].get(i, 0)) / max(1, len(latencies))
                     for i in range(n)]
                 point["predicted_compute_s"] = [d.get("compute_s", 0) for d in plan.get("device_summary", [])]
+                point["predicted_link_bytes"] = [d.get("sent_bytes", 0) + d.get("received_bytes", 0)
+                                                 for d in plan.get("device_summary", [])]
+                point["predicted_network_cpu_s"] = [d.get("network_cpu_s", 0) for d in plan.get("device_summary", [])]
                 if worst > self.args.tolerance:
                     self.fail("%s N=%d %s %s: answer differs from tessera run by %.3g (tolerance %g)" %
                               (name, n, rate, objective, worst, self.args.tolerance))
@@ -827,6 +879,9 @@ def main():
                     help="plan with MAC counts alone (no measured per-layer times, tessera plan --layer-profile)")
     ap.add_argument("--no-net-cost", action="store_true",
                     help="declare no network-stack CPU per byte (net_macs_per_byte 0) instead of measuring it")
+    ap.add_argument("--raw-net-cost", action="store_true",
+                    help="declare the raw TCP stream's CPU per byte (network_cost) instead of measuring tessera's "
+                         "transport on the model's 2-device memory plan (transport_cost; --smoke always uses raw)")
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max |a-b| / max |ref| against tessera run")
     ap.add_argument("--deadline-s", type=float, default=600)
     ap.add_argument("--deploy-timeout", type=int, default=0,
@@ -878,6 +933,9 @@ def main():
         return 130
     finally:
         bench.close()
+    if bench.transport:
+        results["transport_cost"] = {"%s %s" % k: v for k, v in bench.transport.items()}
+        results["transport_calibration_points"] = bench.transport_points
     results["failures"] = bench.failures
     results["delay_emulated"] = bench.net.netem is not False
     if bench.net.netem is False:
