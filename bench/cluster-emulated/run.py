@@ -839,9 +839,9 @@ def format_point(p):
     elif p.get("cpu_wall_s_per_request"):
         tp += " [CPU at quota per request: %s s" % "/".join("%.2f" % c for c in p["cpu_wall_s_per_request"])
         if p.get("predicted_compute_s") and any(p.get("link_messages_per_request") or []):
-            # What the planner does not price yet: the device's time beyond its
-            # predicted compute + network-stack CPU, per message it sent or
-            # received (gRPC's transport per message, issue 15).
+            # Beside the CPU used: the plan's compute (with the transport's CPU
+            # per byte) and the messages the device sent + received, the data
+            # a per-message term would be fitted on (issue 15).
             tp += "; predicted %s s; %s messages" % (
                 "/".join("%.2f" % c for c in p["predicted_compute_s"]),
                 "/".join("%.0f" % m for m in p["link_messages_per_request"]))

@@ -991,8 +991,8 @@ std::string Gateway::MetricsText() const {
        "# TYPE tessera_link_wire_bytes_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_wire_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.wire_bytes << "\n";
-  m << "# HELP tessera_link_messages_total Messages sent between devices (a tensor a program step hands to the "
-       "link; issue 15 prices each one's CPU).\n"
+  m << "# HELP tessera_link_messages_total Messages sent between devices (each tensor a program step hands to "
+       "the link).\n"
        "# TYPE tessera_link_messages_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_messages_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.messages << "\n";
