@@ -312,6 +312,8 @@ class Bench:
         # The kernel's smallest quota is 1 ms: stretch the period so that a
         # small fraction still gets a quota >= 1 ms, at most 1 s.
         period = int(min(1_000_000, max(10_000, math.ceil(1000 / fraction))))
+        if self.args.period_us:  # --period-us: how the quota's period moves the stalls between devices
+            period = max(int(math.ceil(1000 / fraction)), self.args.period_us)
         return fraction, period
 
     def measured_device_rate(self, name, tries=3):
@@ -897,6 +899,10 @@ def main():
                     help="kernel level every tessera of the bench runs at (TESSERA_ISA): baseline = 128-bit vectors, "
                          "as a Pi's NEON; 'native' = this CPU's best. A device is a quota of this CPU calibrated "
                          "to --device-macs on these kernels")
+    ap.add_argument("--period-us", type=int, default=0,
+                    help="CFS period of the devices' quotas (0: 10 ms, or longer where the quota would be "
+                    "under the kernel's 1 ms); a device that waits on a throttled peer waits up to the "
+                    "period's throttled part, so this shows what the emulation's quotas add to a latency")
     ap.add_argument("--ram", type=parse_bytes, default=parse_bytes("1GiB"), help="each device's RAM (speed-up runs)")
     ap.add_argument("--delay-ms", type=float, default=0.2, help="one-way delay of every cable (netem)")
     ap.add_argument("--requests", type=int, default=3)
