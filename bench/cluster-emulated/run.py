@@ -563,6 +563,19 @@ class Bench:
                             out, "--deadline-ms", str(int(self.args.deadline_s * 1000))], capture_output=True, text=True)
         return time.monotonic() - t0, r
 
+    def fresh_metrics(self, gw, timeout=15.0):
+        """/metrics once the gateway has pulled every worker's status twice more
+        (tessera_gateway_status_pulls_total): the link counters then include
+        every request that finished before the call."""
+        start = self.metrics(gw)["status_pulls"]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            m = self.metrics(gw)
+            if m["status_pulls"] >= start + 2:
+                return m
+            time.sleep(0.1)
+        raise RuntimeError("the gateway pulled no worker status twice in %.0f s" % timeout)
+
     def metrics(self, gw):
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % gw["http"], timeout=5) as r:
             text = r.read().decode()
@@ -577,7 +590,8 @@ class Bench:
             m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
             return float(m.group(1)) if m else 0.0
         return {"link_bytes": link, "link_messages": messages, "latency_sum": value("tessera_request_latency_seconds_sum"),
-                "latency_count": value("tessera_request_latency_seconds_count")}
+                "latency_count": value("tessera_request_latency_seconds_count"),
+                "status_pulls": value("tessera_gateway_status_pulls_total")}
 
     def promised(self, name, cluster, objective, in_flight=1, n=1):
         """Each device's worker RAM with `in_flight` requests at once (the gateway's --max-in-flight)."""
@@ -630,8 +644,7 @@ class Bench:
                 if r.returncode != 0:
                     self.fail("%s N=%d %s %s: warm-up request failed: %s" % (name, n, rate, objective, r.stderr.strip()))
                     return point
-                time.sleep(1.2)  # link counters are pulled by the gateway's 1 s health loop
-                before = self.metrics(gw)
+                before = self.fresh_metrics(gw)  # link counters are pulled by the gateway's 1 s health loop
                 cpu_before = [self.worker_cpu(w) for w in workers]
                 throttled_before = [self.cgroups.throttled(w["group"]) for w in workers]
                 latencies, worst = [], 0.0
@@ -650,8 +663,7 @@ class Bench:
                     worst = max(worst, relative_error(load_npy(out), reference))
                 cpu_after = [self.worker_cpu(w) for w in workers]
                 throttled_after = [self.cgroups.throttled(w["group"]) for w in workers]
-                time.sleep(1.2)
-                after = self.metrics(gw)
+                after = self.fresh_metrics(gw)
                 # Where a device's time goes: its CPU seconds per request (at
                 # its quota that is cpu / fraction of wall time) and how many
                 # quota periods it was throttled in.

@@ -639,6 +639,8 @@ void Gateway::RefreshWorkerState() {
       worker_concurrency_[i] = {status.peak_in_flight(), status.runners(), status.working_memories()};
     }
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (serving_ == serving) ++status_pulls_;
 }
 
 bool Gateway::AllWorkersUp() const {
@@ -894,6 +896,10 @@ std::string Gateway::MetricsText() const {
     << "tessera_requests_in_flight " << in_flight_ << "\n";
   m << "# HELP tessera_requests_queued Requests waiting at the gateway.\n# TYPE tessera_requests_queued gauge\n"
     << "tessera_requests_queued " << queued_ << "\n";
+  m << "# HELP tessera_gateway_status_pulls_total Times the gateway pulled every worker's status (link, UART and "
+       "memory counters below are as of the last pull).\n# TYPE tessera_gateway_status_pulls_total counter\n"
+       "tessera_gateway_status_pulls_total "
+    << status_pulls_ << "\n";
   m << "# HELP tessera_failovers_total Times the gateway re-planned on the surviving workers.\n"
        "# TYPE tessera_failovers_total counter\ntessera_failovers_total " << failovers_ << "\n";
   m << "# HELP tessera_gateway_replans_total Times the gateway switched plans, by reason (failover: a worker was "
@@ -983,16 +989,18 @@ std::string Gateway::MetricsText() const {
        "# TYPE tessera_gateway_rss_bytes gauge\ntessera_gateway_rss_bytes " << own.rss_bytes << "\n";
   m << "# HELP tessera_gateway_peak_rss_bytes Peak resident memory of the gateway process (VmHWM).\n"
        "# TYPE tessera_gateway_peak_rss_bytes gauge\ntessera_gateway_peak_rss_bytes " << own.peak_rss_bytes << "\n";
-  m << "# HELP tessera_link_payload_bytes_total Tensor bytes sent between devices.\n"
+  m << "# HELP tessera_link_payload_bytes_total Tensor bytes sent between devices (pulled from the workers by the "
+       "gateway's health check, every second).\n"
        "# TYPE tessera_link_payload_bytes_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_payload_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.payload_bytes << "\n";
-  m << "# HELP tessera_link_wire_bytes_total Serialized frame bytes (payload + framing) between devices.\n"
+  m << "# HELP tessera_link_wire_bytes_total Serialized frame bytes (payload + framing) between devices (pulled "
+       "every second).\n"
        "# TYPE tessera_link_wire_bytes_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_wire_bytes_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.wire_bytes << "\n";
   m << "# HELP tessera_link_messages_total Messages sent between devices (each tensor a program step hands to "
-       "the link).\n"
+       "the link; pulled every second).\n"
        "# TYPE tessera_link_messages_total counter\n";
   for (const auto& [k, l] : links_)
     m << "tessera_link_messages_total{from=\"" << l.from << "\",to=\"" << l.to << "\"} " << l.messages << "\n";

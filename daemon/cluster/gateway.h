@@ -357,6 +357,10 @@ class Gateway {
   std::shared_ptr<const Serving> serving_;               // GUARDED_BY(mu_)
   std::vector<std::string> served_plan_ids_;             // GUARDED_BY(mu_)
   int64_t failovers_ = 0;                                // GUARDED_BY(mu_)
+  // Completed RefreshWorkerState passes: the link/UART counters in /metrics
+  // are as of the last one (a scraper that waits for two has counts that
+  // include every request finished before it started waiting).
+  int64_t status_pulls_ = 0;                                  // GUARDED_BY(mu_)
   std::map<std::string, int64_t> replans_, replan_failures_;  // by reason; GUARDED_BY(mu_)
   // Workers a failover dropped and no plan has taken back since.
   std::set<std::string> lost_;  // GUARDED_BY(mu_)

@@ -6,6 +6,7 @@
 # Args: path to tessera, build dir. Exit 77 = a dependency is missing (a failure: install-deps.sh installs every one).
 set -u
 T=${1:?tessera binary}
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../oracle" && pwd)/cluster_helpers.sh"  # fresh_metrics
 CFG=/usr/share/darknet/cfg/yolov2-tiny.cfg
 [ -f "$CFG" ] || { echo "FAIL: $CFG missing (deploy/install-deps.sh installs it)"; exit 77; }
 command -v curl >/dev/null || { echo "FAIL: curl missing (deploy/install-deps.sh installs it)"; exit 77; }
@@ -72,9 +73,11 @@ for m in 'tessera_requests_total{code="ok"}' tessera_request_latency_seconds_buc
   grep -qF "$m" "$D/metrics.txt" && ok "metrics has $m" || bad "metrics lacks $m"
 done
 # Messages per link (issue 15: bench/cluster-emulated prices each one's CPU):
-# the requests above sent some between devices.
-awk '/^tessera_link_messages_total\{from="[0-9]+",to="[0-9]+"\} / {n += $2} END {exit !(n > 0)}' "$D/metrics.txt" &&
-  ok "metrics counts the messages between devices" || bad "metrics has no tessera_link_messages_total > 0"
+# the requests above sent some between devices (fresh_metrics: the gateway
+# pulls the link counters from the workers in its 1 s health loop).
+fresh_metrics $HTTP "$D/metrics.txt" &&
+  awk '/^tessera_link_messages_total\{from="[0-9]+",to="[0-9]+"\} / {n += $2} END {exit !(n > 0)}' "$D/metrics.txt" &&
+  ok "metrics counts the messages between devices" || { bad "metrics has no tessera_link_messages_total > 0"; grep '^tessera_link' "$D/metrics.txt"; }
 
 # A restarted worker resumes from its data dir: kill w2, start it on the same port.
 kill ${PIDS[2]}; wait ${PIDS[2]} 2>/dev/null

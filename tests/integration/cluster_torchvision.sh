@@ -94,8 +94,7 @@ curl -sf -H 'Accept: application/x-npy' -H 'Content-Type: application/x-npy' --d
 # Bytes per link from /metrics against the plan: 3 answered requests, so each
 # link's payload counter must be 3x its planned bytes; wire/payload is the
 # gRPC framing overhead.
-sleep 1.2  # one health-loop period: the counters are pulled from Worker.GetStatus
-curl -sf http://$HTTP/metrics > "$D/rn.metrics" && "$python" - "$D/rn.metrics" <<'PY' && ok "resnet18 /metrics link bytes == 3 x planned" || bad "resnet18 /metrics link bytes"
+fresh_metrics $HTTP "$D/rn.metrics" && "$python" - "$D/rn.metrics" <<'PY' && ok "resnet18 /metrics link bytes == 3 x planned" || bad "resnet18 /metrics link bytes"
 import re, sys
 text = open(sys.argv[1]).read()
 def series(name):

@@ -67,8 +67,7 @@ for r in $(seq $requests); do
   "$T" infer --gateway $GRPC --deadline-ms 30000 --input "$D/x.npy" --output "$D/y$r.npy" >/dev/null 2>"$D/infer.err" &&
     compare "$D/y$r.npy" "$D/ref.npy" && ok "infer #$r over mcu1 -> mcu2 == run" || { bad "infer #$r"; cat "$D/infer.err"; }
 done
-sleep 1.2  # one health-loop period: counters come from Worker.GetStatus
-curl -sf http://$HTTP/metrics >"$D/metrics.txt"
+fresh_metrics $HTTP "$D/metrics.txt"  # counters come from Worker.GetStatus
 "$python" - "$D/metrics.txt" "$requests" >"$D/direct.txt" 2>&1 <<'PY'
 import re, sys
 text, requests = open(sys.argv[1]).read(), int(sys.argv[2])

@@ -86,8 +86,7 @@ for m in mcu1 mcu2; do
 done
 # The UART counters of the MCU that ran the model: wire bytes both ways,
 # and every bad-frame reason exported (zero on a clean pty).
-sleep 1.2  # one health-loop period: counters come from Worker.GetStatus
-curl -sf http://$HTTP/metrics >"$D/metrics.txt"
+fresh_metrics $HTTP "$D/metrics.txt"  # counters come from Worker.GetStatus
 "$python" - "$D/metrics.txt" <<'PY' && ok "/metrics: UART counters of the MCUs" || { bad "/metrics: UART counters"; grep uart "$D/metrics.txt"; }
 import re, sys
 text = open(sys.argv[1]).read()

@@ -161,3 +161,19 @@ boot_mcu() {  # i [uart1 uart2]
   done
   return 1
 }
+
+# Waits until the gateway at HTTP address $1 has pulled its workers' status
+# twice more (tessera_gateway_status_pulls_total), so the link/UART counters in
+# /metrics include every request that finished before the call; then writes
+# /metrics to file $2. Fails after 15 s.
+fresh_metrics() {  # http-address file
+  local pulls start
+  _status_pulls() { curl -sf "http://$1/metrics" | sed -n 's/^tessera_gateway_status_pulls_total //p'; }
+  start=$(_status_pulls "$1")
+  for _ in $(seq 150); do
+    [[ -n $start && $(_status_pulls "$1") -ge $((start + 2)) ]] && { curl -sf "http://$1/metrics" >"$2"; return; }
+    sleep 0.1
+  done
+  echo "  no two status pulls by the gateway at $1 within 15 s (from ${start:-none})"
+  return 1
+}
