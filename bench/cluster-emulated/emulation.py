@@ -6,12 +6,39 @@ Everything created is named ts-emu-* (namespaces, links, cgroups) and is
 removed by Emulation.close(), which run.py calls on every exit path
 (normal end, error, Ctrl-C, SIGTERM). Addresses: 10.78.0.0/24.
 """
+import fcntl
 import os
 import subprocess
 import time
 
 PREFIX = "ts-emu"
 SUBNET = "10.78.0"
+
+
+LOCK = "/run/ts-emu.lock"
+_lock_file = None
+
+
+def claim():
+    """Takes the machine's emulation lock for this process's lifetime, or
+    raises naming the run that holds it. Every run uses the same names and
+    subnet, and starting one removes any ts-emu-* leftovers: a second run
+    beside the first would tear down the first one's cables and groups."""
+    global _lock_file
+    f = open(LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise RuntimeError("another bench/cluster-emulated run (pid %s) holds %s: its namespaces, cables and "
+                           "cgroups have the names this run would use; wait for it to end" % (holder, LOCK))
+    f.seek(0)
+    f.truncate()
+    f.write("%d\n" % os.getpid())
+    f.flush()
+    _lock_file = f
 
 
 def sh(*cmd, check=True):

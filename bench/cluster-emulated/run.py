@@ -947,6 +947,11 @@ def main():
     if args.isa != "native":
         # Inherited by every tessera the bench starts: calibration, workers, reference.
         os.environ["TESSERA_ISA"] = args.isa
+    try:
+        emulation.claim()
+    except RuntimeError as e:
+        print("cluster-emulated: %s" % e, file=sys.stderr)
+        return 2
     bench = Bench(args)
 
     def on_signal(signum, frame):
