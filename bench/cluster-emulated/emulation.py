@@ -122,6 +122,28 @@ class Cgroups:
                         pass
         return quota
 
+    def free_threads(self, pid, prefixes):
+        """Moves the threads of `pid` whose name starts with one of `prefixes` to the
+        root CPU group (no quota); returns how many. The process's other
+        threads keep their group. v2 moves only whole processes between
+        domain groups: there this does nothing and returns 0."""
+        if self.v2:
+            return 0
+        moved = 0
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    if not f.read().startswith(tuple(prefixes)):
+                        continue
+                for d in ("cpu", "cpuacct"):
+                    path = os.path.join(self.ROOT, d, "tasks")
+                    if os.path.exists(path):
+                        self._write(path, tid)
+                moved += 1
+            except OSError:
+                pass
+        return moved
+
     def join(self, name, pid):
         for d in self._dirs(name):
             self._write(os.path.join(d, "cgroup.procs"), pid)

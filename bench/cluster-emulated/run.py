@@ -498,9 +498,15 @@ class Bench:
             data = os.path.join(self.dir, "p%d-w%d" % (self.points_started, i))
             os.makedirs(data, exist_ok=True)
             logf = open(os.path.join(self.dir, "w%d.log" % i), "ab")
+            trace = []
+            if self.args.step_trace:
+                # One file per point and device: the steps of every request on one clock.
+                os.makedirs(self.args.step_trace, exist_ok=True)
+                trace = ["--step-trace", os.path.join(self.args.step_trace, "%s-N%d-%s-p%d-w%d.jsonl" % (
+                    name, n, rate, self.points_started, i))]
             p = subprocess.Popen(["ip", "netns", "exec", ns, self.tessera, "--log-level", "warn", "worker", "--listen",
                                   addr + ":7070", "--name", "pi%d" % i, "--insecure", "--threads", "1",
-                                  "--data-dir", data], stdout=logf, stderr=logf,
+                                  "--data-dir", data] + trace, stdout=logf, stderr=logf,
                                  preexec_fn=lambda g=group: self.cgroups.join(g, os.getpid()))
             self.procs.append(p)
             workers.append({"name": "pi%d" % i, "proc": p, "addr": addr, "group": group, "ns": ns})
@@ -644,6 +650,14 @@ class Bench:
                 if r.returncode != 0:
                     self.fail("%s N=%d %s %s: warm-up request failed: %s" % (name, n, rate, objective, r.stderr.strip()))
                     return point
+                if self.args.free_transport:
+                    # tessera's link threads, and with --free-transport=grpc gRPC's own
+                    # (event engine, executor, timers); gRPC's server threads also run
+                    # the compute, so they stay.
+                    prefixes = ["ts-link"] + (["event_engine", "default-exec", "grpc_global", "timer_manager",
+                                               "resolver-exec"] if self.args.free_transport == "grpc" else [])
+                    moved = [self.cgroups.free_threads(w["proc"].pid, prefixes) for w in workers]
+                    log("--free-transport: moved %s threads out of the devices' CPU quota" % moved)
                 before = self.fresh_metrics(gw)  # link counters are pulled by the gateway's 1 s health loop
                 cpu_before = [self.worker_cpu(w) for w in workers]
                 throttled_before = [self.cgroups.throttled(w["group"]) for w in workers]
@@ -918,6 +932,13 @@ def main():
     ap.add_argument("--ram", type=parse_bytes, default=parse_bytes("1GiB"), help="each device's RAM (speed-up runs)")
     ap.add_argument("--delay-ms", type=float, default=0.2, help="one-way delay of every cable (netem)")
     ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--free-transport", choices=["", "links", "grpc"], default="",
+                    help="experiment (cgroup v1): after the warm-up request, move each worker's link threads "
+                         "(ts-link-*; with 'grpc' also gRPC's event engine, executor and timer threads) out of its "
+                         "CPU quota, as if the board had a spare core for its transport")
+    ap.add_argument("--step-trace", default="",
+                    help="directory: every worker writes its steps' timeline there (tessera worker --step-trace; "
+                         "bench/cluster-emulated/steps.py reads it)")
     ap.add_argument("--concurrency", type=int, default=0,
                     help="clients for a throughput measurement at every point (default: 2 x devices, only for "
                          "the throughput objective and one device)")

@@ -6,13 +6,14 @@
 #include "daemon/cli/cli_model_options.h"
 #include "daemon/cli/cli_tls_options.h"
 #include "daemon/cluster/worker.h"
+#include "daemon/runtime/program_runner.h"
 
 namespace tessera {
 
 void RegisterWorkerCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("worker", "Run the worker daemon of one device (gRPC Worker service)");
   struct Args {
-    std::string listen = "127.0.0.1:7070", port_file;
+    std::string listen = "127.0.0.1:7070", port_file, step_trace;
     WorkerOptions options;
     std::vector<std::string> mcus;
     TlsOptions tls;
@@ -29,11 +30,17 @@ void RegisterWorkerCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
+  cmd->add_option("--step-trace", a->step_trace,
+                  "Append one JSON line per program step of every request to this file: kind, layer, peer, bytes, "
+                  "start and end (CLOCK_MONOTONIC us: the workers of one host share it) and CPU us; where a "
+                  "request's time goes");
   cmd->add_option("--mcu", a->mcus,
                   "An MCU this worker owns and bridges: NAME=PORT[@BAUD][,listen=HOST:PORT] (its UART, and where "
                   "its Worker service listens: the mcu device's address in the cluster file; repeatable)");
   a->tls.AddTo(*cmd, "the worker's --name", "Allow plaintext gRPC on non-loopback addresses (trusted network only)");
   cmd->callback([a] {
+    if (!a->step_trace.empty())
+      if (Status st = OpenStepTrace(a->step_trace); !st.ok()) throw CLI::RuntimeError(ReportError("worker", st));
     auto security = a->tls.Resolve(a->options.name);
     if (!security.ok()) throw CLI::RuntimeError(ReportError("worker", security.status()));
     a->options.security = *security;

@@ -1,8 +1,11 @@
 #include "daemon/runtime/program_runner.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -27,9 +30,29 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+int64_t MonotonicMicros() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000 + t.tv_nsec / 1000;
+}
+
+// The step trace's file (OpenStepTrace); lines are written whole under the mutex.
+std::mutex step_trace_mu;
+std::FILE* step_trace = nullptr;  // GUARDED_BY(step_trace_mu)
+std::atomic<int64_t> step_trace_runs{0};
+
 constexpr size_t kAlign = 64;
 size_t Bytes(int64_t values) { return static_cast<size_t>(values) * sizeof(float); }
 }  // namespace
+
+Status OpenStepTrace(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return Status::InvalidArgument("cannot open the step trace " + path + ": " + std::strerror(errno));
+  std::lock_guard<std::mutex> lock(step_trace_mu);
+  if (step_trace) std::fclose(step_trace);
+  step_trace = f;
+  return Status::OK();
+}
 
 // What Prepare computes once and every runner shares: the prepared executor
 // of every subgraph (weights packed once) and the device arena's layout.
@@ -741,6 +764,11 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
     return Status::OK();
   };
   const size_t n = p.steps.size();
+  const bool tracing = [] {
+    std::lock_guard<std::mutex> lock(step_trace_mu);
+    return step_trace != nullptr;
+  }();
+  const int64_t trace_run = tracing ? step_trace_runs.fetch_add(1) : 0;
   for (size_t i = 0; i < n; ++i) {
     const ProgramStep& s = p.steps[i];
     const int run = l.run_of[i];
@@ -775,6 +803,8 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       // scenario may start it after step 0).
       if (run == l.run_of[0]) copy_inputs(true, working.slot);
     }
+    const int64_t trace_start = tracing ? MonotonicMicros() : 0;
+    const double trace_cpu = tracing ? ThreadCpuSeconds() : 0.0;
     TS_RETURN_IF_ERROR(ready(i));
     const WorkingSlot* slot = l.share_working ? working.slot : own_.get();
     for (int b : l.zero_at[i]) std::memset(Buffer(b, slot), 0, Bytes(p.buffers[b].box.volume()));
@@ -839,6 +869,23 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       working.Give();
     }
     if (run < 0 || static_cast<int>(i) == l.run_last[run]) TS_RETURN_IF_ERROR(wait_sent(i));
+    if (tracing) {
+      const int64_t end = MonotonicMicros();
+      const double cpu_us = (ThreadCpuSeconds() - trace_cpu) * 1e6;
+      std::lock_guard<std::mutex> lock(step_trace_mu);
+      if (step_trace)
+        std::fprintf(step_trace,
+                     "{\"device\":%d,\"run\":%lld,\"step\":%zu,\"kind\":\"%s\",\"layer\":%d,\"peer\":%d,"
+                     "\"message\":%lld,\"bytes\":%zu,\"start_us\":%lld,\"end_us\":%lld,\"cpu_us\":%.0f}\n",
+                     p.device, static_cast<long long>(trace_run), i, StepKindName(s.kind), s.layer, s.peer,
+                     static_cast<long long>((s.kind == StepKind::kSend || s.kind == StepKind::kRecv) ? s.message : -1),
+                     (s.kind == StepKind::kSend || s.kind == StepKind::kRecv) ? l.wire_bytes[i] : size_t{0},
+                     static_cast<long long>(trace_start), static_cast<long long>(end), cpu_us);
+    }
+  }
+  if (tracing) {
+    std::lock_guard<std::mutex> lock(step_trace_mu);
+    if (step_trace) std::fflush(step_trace);
   }
   TS_RETURN_IF_ERROR(wait_sent(n));
   copy_outputs(false, nullptr);

@@ -14,6 +14,16 @@
 
 namespace tessera {
 
+// Step trace (tessera worker --step-trace FILE, issue 15): every step each
+// Run executes appends one JSON line to FILE: the device, the run's number
+// in this process, the step, its kind, layer and peer, and its start and end
+// on CLOCK_MONOTONIC in microseconds (one clock for every process of a host,
+// so the lines of several workers merge into one timeline) and the calling
+// thread's CPU microseconds in it. A step's time includes its wait for what
+// it needs (a Recv's message, a Send's earlier messages leaving). Off by
+// default; the file is appended to.
+Status OpenStepTrace(const std::string& path);
+
 struct RunnerOptions {
   int threads = 1;                              // intra-op threads per device
   std::chrono::milliseconds timeout{60000};     // per Recv

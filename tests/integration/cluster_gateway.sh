@@ -17,7 +17,8 @@ trap cleanup EXIT
 free_port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 start_worker() {  # i
   rm -f "$D/w$1.port"
-  "$T" worker --listen 127.0.0.1:0 --name w$1 --data-dir "$D/w$1" --port-file "$D/w$1.port" 2>>"$D/w$1.log" &
+  "$T" worker --listen 127.0.0.1:0 --name w$1 --data-dir "$D/w$1" --port-file "$D/w$1.port" \
+    --step-trace "$D/w$1.steps" 2>>"$D/w$1.log" &
   PIDS[$1]=$!
   for _ in $(seq 200); do [ -f "$D/w$1.port" ] && break; sleep 0.05; done
 }
@@ -78,6 +79,32 @@ done
 fresh_metrics $HTTP "$D/metrics.txt" &&
   awk '/^tessera_link_messages_total\{from="[0-9]+",to="[0-9]+"\} / {n += $2} END {exit !(n > 0)}' "$D/metrics.txt" &&
   ok "metrics counts the messages between devices" || { bad "metrics has no tessera_link_messages_total > 0"; grep '^tessera_link' "$D/metrics.txt"; }
+
+# Step traces (--step-trace): every worker of the plan wrote its steps; each
+# Recv has the peer's Send of the same message in the same request order,
+# issued before the Recv ended, on the one monotonic clock of this host.
+/usr/bin/python3 - "$D" <<'PY' && ok "step traces: every Recv ends after its Send was issued" || bad "step traces"
+import glob, json, sys
+steps = [json.loads(l) for f in glob.glob(sys.argv[1] + "/w*.steps") for l in open(f)]
+assert steps, "no step traced"
+kinds = {x["kind"] for x in steps}
+assert {"compute", "send", "recv"} <= kinds, kinds
+for x in steps:
+    assert x["end_us"] >= x["start_us"] and x["cpu_us"] >= 0, x
+sends = {}
+for x in steps:
+    if x["kind"] == "send":
+        sends.setdefault((x["device"], x["peer"], x["message"]), []).append(x)
+recvs = [x for x in steps if x["kind"] == "recv"]
+for x in recvs:
+    mine = sorted((r for r in recvs if (r["device"], r["peer"], r["message"]) == (x["device"], x["peer"], x["message"])),
+                  key=lambda r: r["start_us"])
+    theirs = sorted(sends.get((x["peer"], x["device"], x["message"]), []), key=lambda s: s["start_us"])
+    assert len(theirs) == len(mine), (x, len(theirs), len(mine))
+    s = theirs[mine.index(x)]
+    assert s["bytes"] == x["bytes"] and s["start_us"] <= x["end_us"], (s, x)
+print("  %d steps traced, %d messages" % (len(steps), len(recvs)))
+PY
 
 # A restarted worker resumes from its data dir: kill w2, start it on the same port.
 kill ${PIDS[2]}; wait ${PIDS[2]} 2>/dev/null

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <pthread.h>
+
 #include <cstring>
 
 #include "transport/grpc/grpc_channel.h"
@@ -315,6 +317,9 @@ PeerSender::PeerSender(std::shared_ptr<grpc::Channel> channel, std::string plan_
     : plan_id_(std::move(plan_id)), from_(from), to_(to), address_(std::move(address)),
       stub_(proto::Worker::NewStub(channel)) {
   writer_ = std::thread([this] { WriterLoop(); });
+  // Named so a thread view (top -H, /proc/PID/task/*/comm) tells the link's
+  // threads from the compute (bench/cluster-emulated --free-transport).
+  pthread_setname_np(writer_.native_handle(), "ts-link-send");
 }
 
 PeerSender::~PeerSender() {
@@ -435,6 +440,7 @@ bool PeerSender::OpenStream() {
         spdlog::warn("device {} refused frame {} from device {}: {}", to_, ack.seq(), from_, ack.error());
     stream_ended_ = true;  // the peer went away: reopen before the next message
   });
+  pthread_setname_np(ack_reader_.native_handle(), "ts-link-ack");
   return true;
 }
 
