@@ -153,14 +153,34 @@ class ConvKernel final : public Kernel {
     // A device short of RAM keeps weights at their raw size (graph.h).
     const bool compact_weights = a.Int("compact_weights", 0) != 0;
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
-    dw_rows_ = false;
+    dw_rows_ = dw_channels_ = false;
     if (cg_ == 1 && group_ > 1) {
       strategy_ = kDepthwise;
       PrepareDepthwise();
       // The row-blocked microkernel's shapes (DepthwiseRowsArgs): the
       // output rows straight from the polyphase plane, no flat buffer.
-      dw_rows_ = kh_ == kw_ && (kh_ == 3 || kh_ == 5) && sh_ == sw_ && (sh_ == 1 || sh_ == 2) && dh_ == 1 && dw_ == 1 &&
-                 a.Int("depthwise_rows", 1) != 0;
+      const bool square =
+          kh_ == kw_ && (kh_ == 3 || kh_ == 5) && sh_ == sw_ && (sh_ == 1 || sh_ == 2) && dh_ == 1 && dw_ == 1;
+      dw_rows_ = square && a.Int("depthwise_rows", 1) != 0;
+      // Channels in the lanes (DepthwiseChannelsArgs) when there is no
+      // channel multiplier, in bands of output rows whose scratch stays in
+      // the core's L2 (kDepthwiseBandBytes) and within an eighth of the
+      // input (or the plane-at-a-time path's scratch, if larger): a small
+      // model on a small device keeps its arena. mobilenet_v2 (AVX-512
+      // EPYC, one thread): the 7x7 960-channel layers 0.060 -> 0.035 ms,
+      // the 56x56 144-channel one 0.259 -> 0.207 ms.
+      if (square && og_ == 1 && microkernels_->depthwise_channels != nullptr && a.Int("depthwise_channels", 1) != 0) {
+        const int64_t input_bytes = n_ * c_ * h_ * w_ * static_cast<int64_t>(sizeof(float));
+        const int64_t budget = std::min<int64_t>(kDepthwiseBandBytes, input_bytes / 8);
+        const int64_t band =
+            DepthwiseChannelsBandRows(budget, w_, pl_, oh_, ow_, static_cast<int>(kh_), static_cast<int>(sh_));
+        const DepthwiseChannelsShape shape = DepthwiseChannelsShapeFor(
+            kDepthwiseMaxLanes, w_, pl_, ow_, static_cast<int>(kh_), static_cast<int>(sh_), band);
+        const int64_t plane_path = sh_ * sw_ * dw_sub_size_ + dw_flat_size_;
+        dw_channels_ = shape.total_floats * static_cast<int64_t>(sizeof(float)) <=
+                       std::max(budget, plane_path * static_cast<int64_t>(sizeof(float)));
+        if (dw_channels_) dw_channel_shape_ = shape;
+      }
     } else if (kh_ == 1 && kw_ == 1 && sh_ == 1 && sw_ == 1 && pt_ == 0 && pl_ == 0 && pb == 0 && pr == 0) {
       strategy_ = kPointwise;
       tile_ = ThreadTileColumns(tile_, oh_ * ow_, prepared_threads_);
@@ -839,7 +859,12 @@ class ConvKernel final : public Kernel {
       }
   }
 
-  int64_t DepthwiseScratchFloats() const { return sh_ * sw_ * dw_sub_size_ + dw_flat_size_; }
+  // Per thread: the plane-at-a-time path's polyphase plane and flat output,
+  // or the block path's (which may fall back to the former, EvalDepthwiseChannels).
+  int64_t DepthwiseScratchFloats() const {
+    const int64_t plane_path = sh_ * sw_ * dw_sub_size_ + dw_flat_size_;
+    return dw_channels_ ? std::max(plane_path, dw_channel_shape_.total_floats) : plane_path;
+  }
 
   // Scatters input plane x into the polyphase sub-planes. Every plane lands
   // on the same positions, so the zeros elsewhere need writing (`clear`)
@@ -867,14 +892,11 @@ class ConvKernel final : public Kernel {
   }
 
   void EvalDepthwise(const EvalContext& ctx) const {
-    const float* x = ctx.inputs[0];
-    const float* wt = ctx.inputs[1];
-    const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
-    float* y = ctx.outputs[0];
     const int64_t multiplier = og_;  // output channels per input channel
     const int64_t planes = n_ * o_;
     const int64_t per_thread = DepthwiseScratchFloats();
     const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+    if (dw_channels_) return EvalDepthwiseChannels(ctx, threads);
     // One contiguous run of planes per worker, each with its own scratch.
     const int workers = static_cast<int>(std::min<int64_t>(threads, planes));
     ParallelFor(workers, workers, [&](int64_t worker) {
@@ -886,36 +908,105 @@ class ConvKernel final : public Kernel {
         const int64_t n = p / o_, o = p % o_;
         // With a channel multiplier the same input plane serves consecutive outputs.
         const int64_t in_plane = n * c_ + o / multiplier;
-        if (in_plane != loaded) PolyphasePlane(x + in_plane * h_ * w_, poly, loaded < 0);
+        DepthwisePlane(ctx, p, poly, flat, loaded < 0, in_plane != loaded);
         loaded = in_plane;
-        const float* kernel = wt + o * kh_ * kw_;
-        const float b = bias ? bias[o] : 0.f;
-        float* yp = y + p * oh_ * ow_;
-        if (dw_rows_) {
-          DepthwiseRowsArgs d;
-          d.poly = poly;
-          d.sub_size = dw_sub_size_;
-          d.ws = dw_sub_w_;
-          d.kernel = kernel;
-          d.size = static_cast<int>(kh_);
-          d.stride = static_cast<int>(sh_);
-          d.bias = b;
-          d.epilogue = epilogue_;
-          d.rows = oh_;
-          d.width = ow_;
-          d.out = yp;
-          microkernels_->depthwise_rows(d);
-          if (!act_in_epilogue_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+      }
+    });
+  }
+
+  // Output plane p (image n, channel o) from its input plane: scattered
+  // into the polyphase scratch when `load` (its zeros written first when
+  // `clear`), then by the row-blocked microkernel or the flat tap loop.
+  void DepthwisePlane(const EvalContext& ctx, int64_t p, float* poly, float* flat, bool clear, bool load = true) const {
+    const int64_t n = p / o_, o = p % o_;
+    const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
+    if (load) PolyphasePlane(ctx.inputs[0] + (n * c_ + o / og_) * h_ * w_, poly, clear);
+    const float* kernel = ctx.inputs[1] + o * kh_ * kw_;
+    const float b = bias ? bias[o] : 0.f;
+    float* yp = ctx.outputs[0] + p * oh_ * ow_;
+    if (dw_rows_) {
+      DepthwiseRowsArgs d;
+      d.poly = poly;
+      d.sub_size = dw_sub_size_;
+      d.ws = dw_sub_w_;
+      d.kernel = kernel;
+      d.size = static_cast<int>(kh_);
+      d.stride = static_cast<int>(sh_);
+      d.bias = b;
+      d.epilogue = epilogue_;
+      d.rows = oh_;
+      d.width = ow_;
+      d.out = yp;
+      microkernels_->depthwise_rows(d);
+      if (!act_in_epilogue_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+      return;
+    }
+    // The whole plane as one flat loop (the ws − OW junk columns of each
+    // row included), then the valid columns. Row by row straight into the
+    // output was slower even for 112-wide rows: every row ended in a
+    // masked step (AVX2 masked stores are slow), 0.80 → 0.45 ms for
+    // mobilenet_v2's 144-channel 56² layer.
+    DepthwiseTapsDispatch(poly, kernel, b, oh_ * dw_sub_w_, flat);
+    for (int64_t r = 0; r < oh_; ++r) std::memcpy(yp + r * ow_, flat + r * dw_sub_w_, sizeof(float) * ow_);
+    if (!act_in_epilogue_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+  }
+
+  // Blocks of the microkernel's lanes of channels (DepthwiseChannelsArgs),
+  // never across images; a contiguous run of blocks per worker, in order.
+  // Written over its input (segments), a block in bands is safe when the
+  // microkernel's carried-over rows make it so (same plane shape, stride 1,
+  // pad_top < K: each band reads only rows below those already written), or
+  // when the block's output planes end before its first input plane (a
+  // smaller output plane, one worker: the planes they land on are consumed).
+  // Any other block (the first ones of a stride-2 conv written in place)
+  // takes the plane-at-a-time path, plane by plane: the same sums.
+  void EvalDepthwiseChannels(const EvalContext& ctx, int threads) const {
+    const int lanes = microkernels_->depthwise_channel_lanes;
+    const int64_t per_image = (o_ + lanes - 1) / lanes, blocks = n_ * per_image;
+    const int workers = static_cast<int>(std::min<int64_t>(threads, blocks));
+    const int64_t per_thread = DepthwiseScratchFloats();
+    const int64_t in_plane = h_ * w_, out_plane = oh_ * ow_;
+    const bool aliased = ctx.inputs[0] == ctx.outputs[0];
+    const bool bands_safe = dw_channel_shape_.band_rows >= oh_ || (oh_ == h_ && ow_ == w_ && sh_ == 1 && pt_ < kh_);
+    ParallelFor(workers, workers, [&](int64_t worker) {
+      float* scratch = ctx.scratch + worker * per_thread;
+      const int64_t begin = blocks * worker / workers, end = blocks * (worker + 1) / workers;
+      bool clear = true;  // the scratch's padding is written before its first block
+      for (int64_t b = begin; b < end; ++b) {
+        const int64_t n = b / per_image, c0 = (b % per_image) * lanes;
+        const int channels = static_cast<int>(std::min<int64_t>(lanes, o_ - c0));
+        const int64_t plane0 = n * c_ + c0;  // the block's first plane, input and output
+        float* out = ctx.outputs[0] + plane0 * out_plane;
+        if (aliased && !bands_safe && (plane0 + channels) * out_plane > plane0 * in_plane) {
+          float* poly = scratch;
+          float* flat = poly + sh_ * sw_ * dw_sub_size_;
+          for (int c = 0; c < channels; ++c) DepthwisePlane(ctx, plane0 + c, poly, flat, c == 0);
+          clear = true;  // the plane path's zeros are not the block path's
           continue;
         }
-        // The whole plane as one flat loop (the ws − OW junk columns of each
-        // row included), then the valid columns. Row by row straight into the
-        // output was slower even for 112-wide rows: every row ended in a
-        // masked step (AVX2 masked stores are slow), 0.80 → 0.45 ms for
-        // mobilenet_v2's 144-channel 56² layer.
-        DepthwiseTapsDispatch(poly, kernel, b, oh_ * dw_sub_w_, flat);
-        for (int64_t r = 0; r < oh_; ++r) std::memcpy(yp + r * ow_, flat + r * dw_sub_w_, sizeof(float) * ow_);
-        if (!act_in_epilogue_) act_.Apply(yp, static_cast<size_t>(oh_ * ow_));
+        DepthwiseChannelsArgs d;
+        d.x = ctx.inputs[0] + plane0 * in_plane;
+        d.in_plane = in_plane;
+        d.h = h_;
+        d.w = w_;
+        d.channels = channels;
+        d.kernel = ctx.inputs[1] + c0 * kh_ * kw_;
+        d.bias = has_bias_ ? ctx.inputs[2] + c0 : nullptr;
+        d.size = static_cast<int>(kh_);
+        d.stride = static_cast<int>(sh_);
+        d.pad_top = pt_;
+        d.pad_left = pl_;
+        d.oh = oh_;
+        d.ow = ow_;
+        d.epilogue = epilogue_;
+        d.scratch = scratch;
+        d.clear = clear;
+        d.out = out;
+        d.out_plane = out_plane;
+        d.band_rows = dw_channel_shape_.band_rows;
+        microkernels_->depthwise_channels(d);
+        clear = false;
+        if (!act_in_epilogue_) act_.Apply(d.out, static_cast<size_t>(d.channels * out_plane));
       }
     });
   }
@@ -966,6 +1057,8 @@ class ConvKernel final : public Kernel {
   FusedActivation act_;
   bool act_in_epilogue_ = true;  // act_ is applied by the depthwise microkernel (epilogue_)
   bool dw_rows_ = false;         // depthwise by Microkernels::depthwise_rows, else the flat taps
+  bool dw_channels_ = false;     // depthwise by Microkernels::depthwise_channels (before dw_rows_)
+  DepthwiseChannelsShape dw_channel_shape_;
   Epilogue epilogue_;
   std::vector<int64_t> col_lo_, col_hi_;
   // Depthwise polyphase layout: sub-plane width and size, flat output size,

@@ -13,6 +13,7 @@
 // caller checked the shapes when it prepared.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "daemon/runtime/kernels/isa.h"
@@ -97,6 +98,72 @@ struct DepthwiseRowsArgs {
   float* out = nullptr;
 };
 
+// A depthwise conv (one output per input channel, no multiplier) over a
+// block of `channels` ≤ Microkernels::depthwise_channel_lanes planes, the
+// channels in the vector lanes (microkernels_depthwise_channels.inc): for
+// a square kernel of `size` 3 or 5, the same `stride` 1 or 2 along both
+// axes, no dilation,
+//   out[c·out_plane + r·ow + s] = epilogue(bias[c] + Σ_{i,j}
+//       kernel[c·size² + i·size + j] · x[c·in_plane + (r·stride + i − pad_top)·w + s·stride + j − pad_left])
+// with x read as 0 outside its h × w plane, for c < channels, r < oh,
+// s < ow; nothing else of out is written. Same sums as depthwise_rows.
+// The output is made band_rows rows at a time; scratch holds
+// DepthwiseChannelsShapeFor(...).total_floats floats; its
+// padded image is zeroed when `clear` (the first block on this scratch):
+// later blocks of the same shape rewrite only its interior (and its rows
+// above or below the input, zeroed again).
+struct DepthwiseChannelsArgs {
+  const float* x = nullptr;  // the block's first input plane
+  int64_t in_plane = 0;      // floats from one input plane to the next
+  int64_t h = 0, w = 0;
+  int channels = 0;
+  const float* kernel = nullptr;  // channels × size × size
+  const float* bias = nullptr;    // channels values, or nullptr (0)
+  int size = 3, stride = 1;
+  int64_t pad_top = 0, pad_left = 0;
+  int64_t oh = 0, ow = 0;
+  Epilogue epilogue;
+  float* scratch = nullptr;
+  bool clear = true;
+  float* out = nullptr;   // the block's first output plane
+  int64_t out_plane = 0;  // floats from one output plane to the next
+  int64_t band_rows = 1;
+};
+// The scratch of depthwise_channels for `lanes` channels, the output made
+// `band_rows` rows at a time: the band's zero-padded interleaved input
+// image (th × tw pixels of `lanes` floats) and its interleaved outputs,
+// then the per-tap weight vectors and the bias.
+struct DepthwiseChannelsShape {
+  int64_t band_rows = 0, th = 0, tw = 0;
+  int64_t image_floats = 0, out_floats = 0, total_floats = 0;
+};
+inline DepthwiseChannelsShape DepthwiseChannelsShapeFor(int lanes, int64_t w, int64_t pad_left, int64_t ow, int size,
+                                                        int stride, int64_t band_rows) {
+  auto round16 = [](int64_t f) { return (f + 15) / 16 * 16; };
+  DepthwiseChannelsShape s;
+  s.band_rows = band_rows;
+  s.tw = std::max<int64_t>((ow - 1) * stride + size, pad_left + w);
+  s.th = (band_rows - 1) * stride + size;
+  s.image_floats = round16(s.th * s.tw * lanes);
+  s.out_floats = round16(band_rows * ow * lanes);
+  s.total_floats = s.image_floats + s.out_floats + round16(int64_t{size} * size * lanes + lanes);
+  return s;
+}
+// The most lanes any level has: the conv sizes its scratch for these, so
+// what it asks for depends on the shapes only, never on the CPU.
+inline constexpr int kDepthwiseMaxLanes = 16;
+// The most scratch a conv gives depthwise_channels: its band then stays in
+// a core's L2.
+inline constexpr int64_t kDepthwiseBandBytes = 96 << 10;
+// The most output rows a band may have for the scratch to stay within
+// budget_bytes (at least 1, at most oh).
+inline int64_t DepthwiseChannelsBandRows(int64_t budget_bytes, int64_t w, int64_t pad_left, int64_t oh, int64_t ow,
+                                         int size, int stride) {
+  const DepthwiseChannelsShape one = DepthwiseChannelsShapeFor(kDepthwiseMaxLanes, w, pad_left, ow, size, stride, 1);
+  const int64_t per_row = (stride * one.tw + ow) * kDepthwiseMaxLanes;
+  const int64_t spare = budget_bytes / static_cast<int64_t>(sizeof(float)) - one.total_floats;
+  return std::clamp<int64_t>(1 + spare / per_row, 1, std::max<int64_t>(oh, 1));
+}
 // y[r] = Σ_i a[r·lda + i] · x[i] for r in [0, m): a fully connected layer's
 // weight rows against one input row, the weights read in place (each is
 // used once per row of input, so packing them would cost more than it saves).
@@ -194,6 +261,10 @@ struct Microkernels {
   // in registers instead of a deinterleave and two max_of passes. Reads
   // v[0 .. 2n] only; writes nothing past out[n − 1].
   void (*max3_stride2)(const float* v, int64_t n, float* out) = nullptr;
+  // DepthwiseChannelsArgs: blocks of up to depthwise_channel_lanes
+  // channels of a 3x3 or 5x5, stride 1 or 2 depthwise conv.
+  void (*depthwise_channels)(const DepthwiseChannelsArgs&) = nullptr;
+  int depthwise_channel_lanes = 0;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

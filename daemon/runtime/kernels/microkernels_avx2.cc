@@ -203,6 +203,32 @@ inline void DwStoreFirst(float* p, DwVec v, int n) {
 inline DwVec DwSplat(float x) { return _mm256_set1_ps(x); }
 inline DwVec DwFma(DwVec w, DwVec x, DwVec acc) { return _mm256_fmadd_ps(w, x, acc); }
 #include "daemon/runtime/kernels/microkernels_depthwise_rows.inc"
+inline DwVec DwLoadFirst(const float* p, int n) { return _mm256_maskload_ps(p, TailMask(n)); }
+inline DwVec DwZero() { return _mm256_setzero_ps(); }
+// 8 x 8: pairs of rows interleaved by float, then by float pair (each
+// 128-bit half then holds four rows of one column), then the halves joined.
+__attribute__((always_inline)) inline void DwTranspose(__m256 v[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+  }
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {  // u[4k + m]: half l holds rows 4k .. 4k + 3 of column 4l + m
+    u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
+    u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xEE);
+    u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+    u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    v[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+    v[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+  }
+}
+constexpr int kDwChannelCols = 4;
+#include "daemon/runtime/kernels/microkernels_depthwise_channels.inc"
 
 void TapsAny(const DepthwiseTapArgs& d) {
   for (int64_t q = 0; q < d.count; q += 8) {
@@ -326,7 +352,9 @@ const Microkernels& Avx2Microkernels() {
                               &Int16TapPairs,
                               &MaxOf,
                               &DepthwiseRows,
-                              &Max3Stride2};
+                              &Max3Stride2,
+                              &DepthwiseChannels,
+                              kLanes};
   return k;
 }
 

@@ -333,6 +333,41 @@ inline void DwStoreFirst(float* p, DwVec v, int n) { _mm512_mask_storeu_ps(p, Ta
 inline DwVec DwSplat(float x) { return _mm512_set1_ps(x); }
 inline DwVec DwFma(DwVec w, DwVec x, DwVec acc) { return _mm512_fmadd_ps(w, x, acc); }
 #include "daemon/runtime/kernels/microkernels_depthwise_rows.inc"
+inline DwVec DwLoadFirst(const float* p, int n) { return _mm512_maskz_loadu_ps(TailMask(n), p); }
+inline DwVec DwZero() { return _mm512_setzero_ps(); }
+// 16 x 16: pairs of rows interleaved by float, then by float pair (each
+// 128-bit lane then holds four rows of one column), then the 128-bit lanes
+// of four vectors gathered for each column.
+__attribute__((always_inline)) inline void DwTranspose(__m512 v[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+  }
+  __m512 u[16];  // u[4k + m]: 128-bit lane l holds rows 4k .. 4k + 3 of column 4l + m
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * k + 2]), e = _mm512_castps_pd(t[4 * k + 3]);
+    u[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 a = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44), b = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
+    const __m512 c = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44),
+                 e = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
+    v[m] = _mm512_shuffle_f32x4(a, c, 0x88);
+    v[4 + m] = _mm512_shuffle_f32x4(a, c, 0xDD);
+    v[8 + m] = _mm512_shuffle_f32x4(b, e, 0x88);
+    v[12 + m] = _mm512_shuffle_f32x4(b, e, 0xDD);
+  }
+}
+constexpr int kDwChannelCols = 8;
+#include "daemon/runtime/kernels/microkernels_depthwise_channels.inc"
 
 void TapsAny(const DepthwiseTapArgs& d) {
   for (int64_t q = 0; q < d.count; q += 16) {
@@ -449,10 +484,26 @@ void Deinterleave(const float* src, int64_t n, float* even, float* odd) {
 }  // namespace
 
 const Microkernels& Avx512Microkernels() {
-  static const Microkernels k{
-      Isa::kAvx512,   &GemmPanelsAny, &DepthwiseTaps, &DotRows,    &Deinterleave,  &Logistic, 0,
-      kLargeA,        &Int16PairGemm, &Int16Axpy,     &RequantRow, &Int16PairDot4, &CodesOf,  &QuantizeDequantizeRow,
-      &Int16TapPairs, &MaxOf,         &DepthwiseRows, &Max3Stride2};
+  static const Microkernels k{Isa::kAvx512,
+                              &GemmPanelsAny,
+                              &DepthwiseTaps,
+                              &DotRows,
+                              &Deinterleave,
+                              &Logistic,
+                              0,
+                              kLargeA,
+                              &Int16PairGemm,
+                              &Int16Axpy,
+                              &RequantRow,
+                              &Int16PairDot4,
+                              &CodesOf,
+                              &QuantizeDequantizeRow,
+                              &Int16TapPairs,
+                              &MaxOf,
+                              &DepthwiseRows,
+                              &Max3Stride2,
+                              &DepthwiseChannels,
+                              kLanes};
   return k;
 }
 

@@ -128,6 +128,22 @@ inline void DwStoreFirst(float* p, DwVec v, int n) {
 inline DwVec DwSplat(float x) { return Splat(x); }
 inline DwVec DwFma(DwVec w, DwVec x, DwVec acc) { return acc + w * x; }
 #include "daemon/runtime/kernels/microkernels_depthwise_rows.inc"
+inline DwVec DwLoadFirst(const float* p, int n) {
+  DwVec v = Splat(0.f);
+  for (int i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+}
+inline DwVec DwZero() { return Splat(0.f); }
+inline void DwTranspose(DwVec v[4]) {
+  for (int i = 0; i < 4; ++i)
+    for (int j = i + 1; j < 4; ++j) {
+      const float a = v[i][j];
+      v[i][j] = v[j][i];
+      v[j][i] = a;
+    }
+}
+constexpr int kDwChannelCols = 4;
+#include "daemon/runtime/kernels/microkernels_depthwise_channels.inc"
 
 void DotRows(const DotRowsArgs& d) {
   const int64_t full = d.k / kLanes * kLanes;
@@ -178,7 +194,9 @@ const Microkernels& BaselineMicrokernels() {
                               &Int16TapPairs,
                               &MaxOf,
                               &DepthwiseRows,
-                              &Max3Stride2};
+                              &Max3Stride2,
+                              &DepthwiseChannels,
+                              kLanes};
   return k;
 }
 

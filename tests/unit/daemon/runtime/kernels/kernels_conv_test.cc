@@ -197,6 +197,56 @@ TEST_CASE("row-blocked depthwise convolutions match the reference on every ISA",
   REQUIRE(SetActiveIsa(initial).ok());
 }
 
+// Depthwise convs without a channel multiplier take the channels-in-lanes
+// microkernel (microkernels.h depthwise_channels): the same sums as the
+// row-blocked path (bias, then the taps in order, one FMA each), so equal
+// to it bit for bit on every ISA level; channel counts around each level's
+// lanes, planes from 1x1 to taller than one band (kDepthwiseBandBytes),
+// asymmetric pads, batch 2, serial and threaded.
+TEST_CASE("channels-in-lanes depthwise convs equal the row-blocked path bit for bit on every ISA", "[kernels][conv]") {
+  std::mt19937 rng(28);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  static const char* kActs[] = {"", "relu", "clip", "silu", "hard_swish", "leaky_relu"};
+  const Isa initial = ActiveIsa();
+  for (Isa isa : SupportedIsas()) {
+    REQUIRE(SetActiveIsa(isa).ok());
+    for (int trial = 0; trial < 20; ++trial) {
+      ConvCase k;
+      k.n = trial % 7 == 3 ? 2 : 1;
+      k.c = k.o = k.group = trial % 4 == 0 ? pick(1, 5) * 2 : pick(7, 40);
+      k.kh = k.kw = trial % 2 == 0 ? 3 : 5;
+      k.sh = k.sw = 1 + (trial / 2) % 2;
+      k.pt = pick(0, k.kh / 2), k.pl = pick(0, k.kw / 2), k.pb = pick(0, k.kh / 2), k.pr = pick(0, k.kw / 2);
+      k.h = trial == 5 ? 150 : pick(k.kh, 30);  // 150 rows: several bands
+      k.w = trial == 5 ? 97 : pick(k.kw, 30);
+      k.bias = trial % 3 != 0;
+      k.activation = kActs[trial % 6];
+      INFO("ISA " << IsaName(isa) << " " << k.Describe());
+      auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
+      auto w = RandomValues(k.o * k.kh * k.kw, rng);
+      auto b = RandomValues(k.o, rng);
+      std::vector<testing::TestTensor> inputs = {testing::Activation({k.n, k.c, k.h, k.w}, x),
+                                                 testing::Weights({k.o, 1, k.kh, k.kw}, w)};
+      if (k.bias) inputs.push_back(testing::Weights({k.o}, b));
+      const std::vector<std::vector<int64_t>> shape = {{k.n, k.o, k.OutH(), k.OutW()}};
+      Attributes rows = ConvAttributes(k);
+      rows.Set("depthwise_channels", int64_t{0});
+      const int threads = 1 + trial % 2;
+      auto lanes = RunNode("Conv", ConvAttributes(k), inputs, shape, threads);
+      auto plain = RunNode("Conv", rows, inputs, shape, threads);
+      REQUIRE(lanes.status.ok());
+      REQUIRE(plain.status.ok());
+      ExpectClose(lanes.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
+      REQUIRE(lanes.outputs[0].size() == plain.outputs[0].size());
+      for (size_t i = 0; i < plain.outputs[0].size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(std::memcmp(&lanes.outputs[0][i], &plain.outputs[0][i], sizeof(float)) == 0);
+      }
+    }
+  }
+  REQUIRE(SetActiveIsa(initial).ok());
+}
+
 TEST_CASE("pointwise 1x1 convolution matches the direct reference", "[kernels][conv]") {
   std::mt19937 rng(14);
   for (int i = 0; i < 30; ++i) CheckConv(RandomCase(rng, 3), rng);

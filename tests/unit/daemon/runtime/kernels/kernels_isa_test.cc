@@ -296,6 +296,87 @@ TEST_CASE("every ISA's depthwise rows equal the reference tap sum", "[kernels][i
   }
 }
 
+// The channels-in-lanes depthwise block straight from NCHW planes: every
+// size and stride it takes, 1 .. lanes channels, planes narrower and wider
+// than a vector, one band and several (a scratch reused for a second block,
+// as a worker does, so stale rows must not leak), the epilogues in turn.
+// The 7s between and after the output planes must stay.
+TEST_CASE("every ISA's depthwise channel blocks equal the reference tap sum", "[kernels][isa]") {
+  std::mt19937 rng(21);
+  const std::vector<Epilogue> epilogues = AllEpilogues();
+  struct Plane {
+    int64_t h, w, pt, pl, pb, pr;
+  };
+  const std::vector<Plane> planes = {{1, 1, 1, 1, 1, 1},   {7, 7, 1, 1, 1, 1},  {5, 9, 0, 2, 2, 0},
+                                     {14, 14, 2, 2, 2, 2}, {17, 3, 1, 0, 2, 1}, {120, 40, 1, 2, 2, 1}};
+  for (Isa isa : SupportedIsas()) {
+    const Microkernels& mk = MicrokernelsFor(isa);
+    REQUIRE(mk.depthwise_channels != nullptr);
+    const int lanes = mk.depthwise_channel_lanes;
+    size_t turn = 0;
+    for (int size : {3, 5})
+      for (int stride : {1, 2})
+        for (const Plane& pl : planes) {
+          const int64_t hp = pl.h + pl.pt + pl.pb, wp = pl.w + pl.pl + pl.pr;
+          if (hp < size || wp < size) continue;
+          const int64_t oh = (hp - size) / stride + 1, ow = (wp - size) / stride + 1;
+          // Bands as large as a conv gives, or of one row (a tight budget).
+          const int64_t band =
+              DepthwiseChannelsBandRows(turn % 2 == 0 ? kDepthwiseBandBytes : 0, pl.w, pl.pl, oh, ow, size, stride);
+          const DepthwiseChannelsShape shape = DepthwiseChannelsShapeFor(lanes, pl.w, pl.pl, ow, size, stride, band);
+          std::vector<float> scratch(static_cast<size_t>(shape.total_floats), 3.f);
+          bool clear = true;
+          for (int channels : {lanes, 1, lanes - 1}) {
+            if (channels < 1) continue;
+            const Epilogue& epilogue = epilogues[turn++ % epilogues.size()];
+            INFO("ISA " << IsaName(isa) << " size " << size << " stride " << stride << " plane " << pl.h << "x" << pl.w
+                        << " pads " << pl.pt << "," << pl.pl << "," << pl.pb << "," << pl.pr << " channels " << channels
+                        << " bands of " << shape.band_rows << " epilogue " << static_cast<int>(epilogue.kind));
+            const int64_t in_plane = pl.h * pl.w + 3, out_plane = oh * ow + 5;  // gaps between planes
+            std::vector<float> x = Random(static_cast<size_t>(channels * in_plane), rng);
+            std::vector<float> kernel = Random(static_cast<size_t>(channels * size * size), rng);
+            std::vector<float> bias = Random(static_cast<size_t>(channels), rng);
+            std::vector<float> out(static_cast<size_t>(channels * out_plane + 16), 7.f), want = out;
+            DepthwiseChannelsArgs d;
+            d.x = x.data();
+            d.in_plane = in_plane;
+            d.h = pl.h;
+            d.w = pl.w;
+            d.channels = channels;
+            d.kernel = kernel.data();
+            d.bias = channels == 1 ? nullptr : bias.data();
+            d.size = size;
+            d.stride = stride;
+            d.pad_top = pl.pt;
+            d.pad_left = pl.pl;
+            d.oh = oh;
+            d.ow = ow;
+            d.epilogue = epilogue;
+            d.scratch = scratch.data();
+            d.clear = clear;
+            d.out = out.data();
+            d.out_plane = out_plane;
+            d.band_rows = band;
+            mk.depthwise_channels(d);
+            clear = false;
+            for (int c = 0; c < channels; ++c)
+              for (int64_t r = 0; r < oh; ++r)
+                for (int64_t q = 0; q < ow; ++q) {
+                  double acc = d.bias ? bias[c] : 0.0;
+                  for (int i = 0; i < size; ++i)
+                    for (int j = 0; j < size; ++j) {
+                      const int64_t ih = r * stride + i - pl.pt, iw = q * stride + j - pl.pl;
+                      if (ih < 0 || ih >= pl.h || iw < 0 || iw >= pl.w) continue;
+                      acc += double(kernel[(c * size + i) * size + j]) * x[c * in_plane + ih * pl.w + iw];
+                    }
+                  want[c * out_plane + r * ow + q] = static_cast<float>(ApplyEpilogue(acc, epilogue));
+                }
+            CheckClose(out, want);
+          }
+        }
+  }
+}
+
 TEST_CASE("every ISA's dot rows equal the reference matrix-vector product", "[kernels][isa]") {
   std::mt19937 rng(13);
   for (Isa isa : SupportedIsas()) {
