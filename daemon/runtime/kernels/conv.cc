@@ -153,7 +153,7 @@ class ConvKernel final : public Kernel {
     // A device short of RAM keeps weights at their raw size (graph.h).
     const bool compact_weights = a.Int("compact_weights", 0) != 0;
     tile_ = TileColumns(cg_ * kh_ * kw_, og_, oh_ * ow_);
-    dw_rows_ = dw_channels_ = false;
+    dw_rows_ = dw_channels_ = grouped_lanes_eligible_ = grouped_lanes_ = false;
     if (cg_ == 1 && group_ > 1) {
       strategy_ = kDepthwise;
       PrepareDepthwise();
@@ -197,6 +197,14 @@ class ConvKernel final : public Kernel {
       WinogradGeometry();
     } else {
       strategy_ = kIm2col;
+      // A group of 16 or 32 output channels on a small plane: the output
+      // channels in the lanes (GroupedLanesArgs) when the level has it,
+      // else the GEMM; the scratch covers both (shapes only).
+      grouped_lanes_eligible_ = group_ > 1 && cg_ > 1 && og_ % 16 == 0 && og_ <= 32 && dh_ == 1 && dw_ == 1 &&
+                                sh_ == sw_ && oh_ * ow_ <= 1024 && a.Int("grouped_lanes", 1) != 0;
+      if (grouped_lanes_eligible_)
+        grouped_shape_ = GroupedLanesShapeFor(cg_, og_, h_, w_, pt_, pl_, oh_, ow_, static_cast<int>(kh_),
+                                              static_cast<int>(kw_), static_cast<int>(sh_));
       col_lo_.resize(kw_);
       col_hi_.resize(kw_);
       for (int64_t j = 0; j < kw_; ++j) ValidRange(j * dw_ - pl_, sw_, w_, ow_, &col_lo_[j], &col_hi_[j]);
@@ -247,6 +255,7 @@ class ConvKernel final : public Kernel {
         &made_form_);
     TS_RETURN_IF_ERROR(read);
     ChooseIndirect();
+    grouped_lanes_ = grouped_lanes_eligible_ && microkernels_->grouped_lanes != nullptr;
     if (made_form_)
       owned_bytes_ = strategy_ == kWinograd ? 16 * PackedMatrix::BytesFor(o_, c_)
                                             : static_cast<size_t>(group_) * PackedMatrix::BytesFor(og_, k);
@@ -263,8 +272,9 @@ class ConvKernel final : public Kernel {
       return static_cast<size_t>(prepared_threads_ * DepthwiseScratchFloats()) * sizeof(float);
     if (strategy_ != kIm2col) return 0;
     // One im2col tile per thread, or the indirect path's (ChooseIndirect).
-    const int64_t floats =
+    int64_t floats =
         indirect_eligible_ ? std::max(IndirectScratchFloats(), Im2colScratchFloats()) : Im2colScratchFloats();
+    if (grouped_lanes_eligible_) floats = std::max(floats, prepared_threads_ * grouped_shape_.total_floats);
     return static_cast<size_t>(floats) * sizeof(float);
   }
 
@@ -317,7 +327,9 @@ class ConvKernel final : public Kernel {
         EvalGemm(ctx);
         return;
       case kIm2col:
-        if (indirect_)
+        if (grouped_lanes_ && packed_ != nullptr)
+          EvalGroupedLanes(ctx);
+        else if (indirect_)
           EvalIndirect(ctx);
         else
           EvalGemm(ctx);
@@ -730,7 +742,7 @@ class ConvKernel final : public Kernel {
     // The junk columns of the flat output (sub-plane width − OW per row) are
     // multiplied like the rest: past 15 % more MACs (a 7x7 plane padded to
     // 9 columns: 29 %) the im2col copy costs less.
-    if (20 * oh_ * dw_sub_w_ > 23 * oh_ * ow_) return;
+    if (20 * oh_ * dw_sub_w_ > 26 * oh_ * ow_) return;
     // Weights the level would stream once per column tile of an indirect
     // GEMM, but once in all with B in place (Microkernels::blocked_max_a).
     if (microkernels_->blocked_max_a > 0 && og_ * cg_ * kh_ * kw_ > microkernels_->blocked_max_a) return;
@@ -775,6 +787,46 @@ class ConvKernel final : public Kernel {
         }
       });
     }
+  }
+
+  // One contiguous run of groups per worker, each with its own scratch
+  // (GroupedLanesArgs).
+  void EvalGroupedLanes(const EvalContext& ctx) const {
+    const int threads = std::max(1, std::min(ctx.threads, prepared_threads_));
+    const int64_t items = n_ * group_;
+    const int workers = static_cast<int>(std::min<int64_t>(threads, items));
+    const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
+    ParallelFor(workers, workers, [&](int64_t worker) {
+      bool clear = true;
+      for (int64_t item = items * worker / workers; item < items * (worker + 1) / workers; ++item) {
+        const int64_t n = item / group_, g = item % group_;
+        GroupedLanesArgs d;
+        d.x = ctx.inputs[0] + (n * c_ + g * cg_) * h_ * w_;
+        d.in_plane = h_ * w_;
+        d.h = h_;
+        d.w = w_;
+        d.cg = cg_;
+        d.og = og_;
+        d.a = (*packed_)[g].Panel(0);
+        d.k = cg_ * kh_ * kw_;
+        d.bias = bias ? bias + g * og_ : nullptr;
+        d.kh = static_cast<int>(kh_);
+        d.kw = static_cast<int>(kw_);
+        d.stride = static_cast<int>(sh_);
+        d.pad_top = pt_;
+        d.pad_left = pl_;
+        d.oh = oh_;
+        d.ow = ow_;
+        d.epilogue = epilogue_;
+        d.scratch = ctx.scratch + worker * grouped_shape_.total_floats;
+        d.clear = clear;
+        d.out = ctx.outputs[0] + (n * o_ + g * og_) * oh_ * ow_;
+        d.out_plane = oh_ * ow_;
+        microkernels_->grouped_lanes(d);
+        clear = false;
+        if (!act_in_epilogue_) act_.Apply(d.out, static_cast<size_t>(og_ * oh_ * ow_));
+      }
+    });
   }
 
   // Flat columns [t·cols, +cols) of group g: the GEMM into the C tile ct,
@@ -1059,6 +1111,9 @@ class ConvKernel final : public Kernel {
   bool dw_rows_ = false;         // depthwise by Microkernels::depthwise_rows, else the flat taps
   bool dw_channels_ = false;     // depthwise by Microkernels::depthwise_channels (before dw_rows_)
   DepthwiseChannelsShape dw_channel_shape_;
+  bool grouped_lanes_eligible_ = false;  // the shapes allow Microkernels::grouped_lanes
+  bool grouped_lanes_ = false;           // and Eval takes it
+  GroupedLanesShape grouped_shape_;
   Epilogue epilogue_;
   std::vector<int64_t> col_lo_, col_hi_;
   // Depthwise polyphase layout: sub-plane width and size, flat output size,

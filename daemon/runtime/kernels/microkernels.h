@@ -164,6 +164,47 @@ inline int64_t DepthwiseChannelsBandRows(int64_t budget_bytes, int64_t w, int64_
   const int64_t spare = budget_bytes / static_cast<int64_t>(sizeof(float)) - one.total_floats;
   return std::clamp<int64_t>(1 + spare / per_row, 1, std::max<int64_t>(oh, 1));
 }
+// One group of a grouped conv (cg > 1 input channels per group) with its
+// og output channels (a multiple of 16, at most 32) in the vector lanes
+// (microkernels_grouped_lanes.inc), no dilation:
+//   out[o·out_plane + r·ow + s] = epilogue((Σ_{c,i,j} A[o][(c·kh + i)·kw + j] ·
+//       x[c·in_plane + (r·stride + i − pad_top)·w + s·stride + j − pad_left]) + bias[o])
+// with x read as 0 outside its h × w plane and the sum over k = (c, i, j)
+// in order, one FMA each from 0 (the GEMM path's sums). A is the group's
+// packed weight panels (PackedMatrix, k = cg·kh·kw floats × 8 rows each);
+// scratch holds GroupedLanesShapeFor(...).total_floats floats, its
+// padding zeroed when `clear` (the first group on this scratch).
+struct GroupedLanesArgs {
+  const float* x = nullptr;  // the group's first input plane
+  int64_t in_plane = 0, h = 0, w = 0;
+  int64_t cg = 0, og = 0;
+  const float* a = nullptr;
+  int64_t k = 0;
+  const float* bias = nullptr;  // og values, or nullptr (0)
+  int kh = 3, kw = 3, stride = 1;
+  int64_t pad_top = 0, pad_left = 0;
+  int64_t oh = 0, ow = 0;
+  Epilogue epilogue;
+  float* scratch = nullptr;
+  bool clear = true;
+  float* out = nullptr;  // the group's first output plane
+  int64_t out_plane = 0;
+};
+// Its scratch: the group's cg zero-padded input planes (th × tw), then the
+// outputs pixel-major (oh·ow × og). Shapes only: the same on every level.
+struct GroupedLanesShape {
+  int64_t th = 0, tw = 0, planes_floats = 0, total_floats = 0;
+};
+inline GroupedLanesShape GroupedLanesShapeFor(int64_t cg, int64_t og, int64_t h, int64_t w, int64_t pad_top,
+                                              int64_t pad_left, int64_t oh, int64_t ow, int kh, int kw, int stride) {
+  auto round16 = [](int64_t f) { return (f + 15) / 16 * 16; };
+  GroupedLanesShape s;
+  s.th = std::max<int64_t>((oh - 1) * stride + kh, pad_top + h);
+  s.tw = std::max<int64_t>((ow - 1) * stride + kw, pad_left + w);
+  s.planes_floats = round16(cg * s.th * s.tw);
+  s.total_floats = s.planes_floats + round16(oh * ow * og);
+  return s;
+}
 // y[r] = Σ_i a[r·lda + i] · x[i] for r in [0, m): a fully connected layer's
 // weight rows against one input row, the weights read in place (each is
 // used once per row of input, so packing them would cost more than it saves).
@@ -265,6 +306,9 @@ struct Microkernels {
   // channels of a 3x3 or 5x5, stride 1 or 2 depthwise conv.
   void (*depthwise_channels)(const DepthwiseChannelsArgs&) = nullptr;
   int depthwise_channel_lanes = 0;
+  // GroupedLanesArgs: one group of a grouped conv, output channels in the
+  // lanes (nullptr: the level has none; the conv takes its GEMM path).
+  void (*grouped_lanes)(const GroupedLanesArgs&) = nullptr;
 };
 
 // The microkernels of `isa`. REQUIRES: the CPU supports it (isa.h refuses

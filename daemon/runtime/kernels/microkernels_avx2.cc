@@ -229,6 +229,9 @@ __attribute__((always_inline)) inline void DwTranspose(__m256 v[8]) {
 }
 constexpr int kDwChannelCols = 4;
 #include "daemon/runtime/kernels/microkernels_depthwise_channels.inc"
+inline DwVec DwLoadPanels(const float* p0, const float*) { return _mm256_loadu_ps(p0); }
+constexpr int kGroupAccumulators = 12;
+#include "daemon/runtime/kernels/microkernels_grouped_lanes.inc"
 
 void TapsAny(const DepthwiseTapArgs& d) {
   for (int64_t q = 0; q < d.count; q += 8) {
@@ -354,7 +357,8 @@ const Microkernels& Avx2Microkernels() {
                               &DepthwiseRows,
                               &Max3Stride2,
                               &DepthwiseChannels,
-                              kLanes};
+                              kLanes,
+                              &GroupedLanes};
   return k;
 }
 

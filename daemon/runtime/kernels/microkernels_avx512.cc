@@ -368,6 +368,12 @@ __attribute__((always_inline)) inline void DwTranspose(__m512 v[16]) {
 }
 constexpr int kDwChannelCols = 8;
 #include "daemon/runtime/kernels/microkernels_depthwise_channels.inc"
+inline DwVec DwLoadPanels(const float* p0, const float* p1) {
+  const __m512d lo = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(p0)));
+  return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(p1)), 1));
+}
+constexpr int kGroupAccumulators = 24;
+#include "daemon/runtime/kernels/microkernels_grouped_lanes.inc"
 
 void TapsAny(const DepthwiseTapArgs& d) {
   for (int64_t q = 0; q < d.count; q += 16) {
@@ -503,7 +509,8 @@ const Microkernels& Avx512Microkernels() {
                               &DepthwiseRows,
                               &Max3Stride2,
                               &DepthwiseChannels,
-                              kLanes};
+                              kLanes,
+                              &GroupedLanes};
   return k;
 }
 

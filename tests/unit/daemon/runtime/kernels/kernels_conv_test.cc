@@ -197,6 +197,32 @@ TEST_CASE("row-blocked depthwise convolutions match the reference on every ISA",
   REQUIRE(SetActiveIsa(initial).ok());
 }
 
+// Runs conv k on random data with its default path and with `attr` = 0
+// (that path turned off): both match the reference, and each other bit for
+// bit (the two paths sum the same products in the same order).
+void CheckBitwiseWithPathOff(const ConvCase& k, const char* attr, int threads, std::mt19937& rng) {
+  const int64_t cg = k.c / k.group;
+  auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
+  auto w = RandomValues(k.o * cg * k.kh * k.kw, rng);
+  auto b = RandomValues(k.o, rng);
+  std::vector<testing::TestTensor> inputs = {testing::Activation({k.n, k.c, k.h, k.w}, x),
+                                             testing::Weights({k.o, cg, k.kh, k.kw}, w)};
+  if (k.bias) inputs.push_back(testing::Weights({k.o}, b));
+  const std::vector<std::vector<int64_t>> shape = {{k.n, k.o, k.OutH(), k.OutW()}};
+  Attributes off = ConvAttributes(k);
+  off.Set(attr, int64_t{0});
+  auto fast = RunNode("Conv", ConvAttributes(k), inputs, shape, threads);
+  auto plain = RunNode("Conv", off, inputs, shape, threads);
+  REQUIRE(fast.status.ok());
+  REQUIRE(plain.status.ok());
+  ExpectClose(fast.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
+  REQUIRE(fast.outputs[0].size() == plain.outputs[0].size());
+  for (size_t i = 0; i < plain.outputs[0].size(); ++i) {
+    INFO("element " << i);
+    REQUIRE(std::memcmp(&fast.outputs[0][i], &plain.outputs[0][i], sizeof(float)) == 0);
+  }
+}
+
 // Depthwise convs without a channel multiplier take the channels-in-lanes
 // microkernel (microkernels.h depthwise_channels): the same sums as the
 // row-blocked path (bias, then the taps in order, one FMA each), so equal
@@ -222,26 +248,43 @@ TEST_CASE("channels-in-lanes depthwise convs equal the row-blocked path bit for 
       k.bias = trial % 3 != 0;
       k.activation = kActs[trial % 6];
       INFO("ISA " << IsaName(isa) << " " << k.Describe());
-      auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
-      auto w = RandomValues(k.o * k.kh * k.kw, rng);
-      auto b = RandomValues(k.o, rng);
-      std::vector<testing::TestTensor> inputs = {testing::Activation({k.n, k.c, k.h, k.w}, x),
-                                                 testing::Weights({k.o, 1, k.kh, k.kw}, w)};
-      if (k.bias) inputs.push_back(testing::Weights({k.o}, b));
-      const std::vector<std::vector<int64_t>> shape = {{k.n, k.o, k.OutH(), k.OutW()}};
-      Attributes rows = ConvAttributes(k);
-      rows.Set("depthwise_channels", int64_t{0});
-      const int threads = 1 + trial % 2;
-      auto lanes = RunNode("Conv", ConvAttributes(k), inputs, shape, threads);
-      auto plain = RunNode("Conv", rows, inputs, shape, threads);
-      REQUIRE(lanes.status.ok());
-      REQUIRE(plain.status.ok());
-      ExpectClose(lanes.outputs[0], ReferenceConv(k, x, w, b), 1e-5, 2e-5);
-      REQUIRE(lanes.outputs[0].size() == plain.outputs[0].size());
-      for (size_t i = 0; i < plain.outputs[0].size(); ++i) {
-        INFO("element " << i);
-        REQUIRE(std::memcmp(&lanes.outputs[0][i], &plain.outputs[0][i], sizeof(float)) == 0);
-      }
+      CheckBitwiseWithPathOff(k, "depthwise_channels", 1 + trial % 2, rng);
+    }
+  }
+  REQUIRE(SetActiveIsa(initial).ok());
+}
+
+// Grouped convs whose groups have 16 or 32 output channels on small planes
+// take the output-channels-in-lanes microkernel where the level has one
+// (microkernels.h grouped_lanes): the GEMM path's sums, so equal to it
+// (attribute grouped_lanes 0) bit for bit on every ISA level; planes of
+// fewer pixels than a tile, tiles with a short last one, strides 1 and 2,
+// 1x1 to 5x3 kernels, batch 2, an activation outside the epilogue (tanh),
+// serial and threaded.
+TEST_CASE("output-channels-in-lanes grouped convs equal the GEMM path bit for bit on every ISA", "[kernels][conv]") {
+  std::mt19937 rng(29);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  static const char* kActs[] = {"", "relu", "silu", "tanh", "leaky_relu"};
+  const Isa initial = ActiveIsa();
+  for (Isa isa : SupportedIsas()) {
+    REQUIRE(SetActiveIsa(isa).ok());
+    for (int trial = 0; trial < 16; ++trial) {
+      ConvCase k;
+      k.n = trial % 5 == 2 ? 2 : 1;
+      k.group = pick(2, 3);
+      const int64_t og = trial % 2 == 0 ? 16 : 32, cg = trial % 3 == 0 ? pick(2, 5) : pick(8, 32);
+      k.c = k.group * cg;
+      k.o = k.group * og;
+      k.kh = trial % 4 == 3 ? 1 : trial % 4 == 1 ? 5 : 3;
+      k.kw = trial % 4 == 1 ? 3 : k.kh;
+      k.sh = k.sw = 1 + (trial / 4) % 2;
+      k.pt = pick(0, k.kh / 2), k.pl = pick(0, k.kw / 2), k.pb = pick(0, k.kh / 2), k.pr = pick(0, k.kw / 2);
+      k.h = trial == 6 ? k.kh : pick(k.kh, 16);
+      k.w = trial == 6 ? k.kw : pick(k.kw, 16);
+      k.bias = trial % 3 != 1;
+      k.activation = kActs[trial % 5];
+      INFO("ISA " << IsaName(isa) << " " << k.Describe());
+      CheckBitwiseWithPathOff(k, "grouped_lanes", 1 + trial % 2, rng);
     }
   }
   REQUIRE(SetActiveIsa(initial).ok());
