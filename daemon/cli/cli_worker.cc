@@ -31,9 +31,9 @@ void RegisterWorkerCommand(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
   cmd->add_option("--step-trace", a->step_trace,
-                  "Append one JSON line per program step of every request to this file: kind, layer, peer, bytes, "
-                  "start and end (CLOCK_MONOTONIC us: the workers of one host share it) and CPU us; where a "
-                  "request's time goes");
+                  "Append one JSON line per program step of every request to this file: kind, layer, peer, "
+                  "message, bytes, start and end (CLOCK_MONOTONIC us: the workers of one host share it) and CPU "
+                  "us; where a request's time goes");
   cmd->add_option("--mcu", a->mcus,
                   "An MCU this worker owns and bridges: NAME=PORT[@BAUD][,listen=HOST:PORT] (its UART, and where "
                   "its Worker service listens: the mcu device's address in the cluster file; repeatable)");
