@@ -133,20 +133,22 @@ struct DepthwiseChannelsArgs {
 // `band_rows` rows at a time: the band's zero-padded interleaved input
 // image (th × tw pixels of `lanes` floats) and its interleaved outputs,
 // then the per-tap weight vectors and the bias.
+// f floats rounded up to whole 64-byte lines: the scratch areas below
+// start on a line (and a vector) when the scratch does.
+inline constexpr int64_t RoundFloats64(int64_t f) { return (f + 15) / 16 * 16; }
 struct DepthwiseChannelsShape {
   int64_t band_rows = 0, th = 0, tw = 0;
   int64_t image_floats = 0, out_floats = 0, total_floats = 0;
 };
 inline DepthwiseChannelsShape DepthwiseChannelsShapeFor(int lanes, int64_t w, int64_t pad_left, int64_t ow, int size,
                                                         int stride, int64_t band_rows) {
-  auto round16 = [](int64_t f) { return (f + 15) / 16 * 16; };
   DepthwiseChannelsShape s;
   s.band_rows = band_rows;
   s.tw = std::max<int64_t>((ow - 1) * stride + size, pad_left + w);
   s.th = (band_rows - 1) * stride + size;
-  s.image_floats = round16(s.th * s.tw * lanes);
-  s.out_floats = round16(band_rows * ow * lanes);
-  s.total_floats = s.image_floats + s.out_floats + round16(int64_t{size} * size * lanes + lanes);
+  s.image_floats = RoundFloats64(s.th * s.tw * lanes);
+  s.out_floats = RoundFloats64(band_rows * ow * lanes);
+  s.total_floats = s.image_floats + s.out_floats + RoundFloats64(int64_t{size} * size * lanes + lanes);
   return s;
 }
 // The most lanes any level has: the conv sizes its scratch for these, so
@@ -197,12 +199,11 @@ struct GroupedLanesShape {
 };
 inline GroupedLanesShape GroupedLanesShapeFor(int64_t cg, int64_t og, int64_t h, int64_t w, int64_t pad_top,
                                               int64_t pad_left, int64_t oh, int64_t ow, int kh, int kw, int stride) {
-  auto round16 = [](int64_t f) { return (f + 15) / 16 * 16; };
   GroupedLanesShape s;
   s.th = std::max<int64_t>((oh - 1) * stride + kh, pad_top + h);
   s.tw = std::max<int64_t>((ow - 1) * stride + kw, pad_left + w);
-  s.planes_floats = round16(cg * s.th * s.tw);
-  s.total_floats = s.planes_floats + round16(oh * ow * og);
+  s.planes_floats = RoundFloats64(cg * s.th * s.tw);
+  s.total_floats = s.planes_floats + RoundFloats64(oh * ow * og);
   return s;
 }
 // y[r] = Σ_i a[r·lda + i] · x[i] for r in [0, m): a fully connected layer's
