@@ -154,7 +154,9 @@ TEST_CASE("binary ops broadcast random shapes like numpy", "[kernels][binary]") 
 
 // Operands of the output's shape run in chunks, each chunk
 // through the fused activation (binary.cc RunFlat): sizes around the chunk
-// of 4096, one and two threads asked for, a residual Add with relu or clip.
+// of 4096, one, two and three threads asked for, a residual Add with relu
+// or clip; from 65536 values on, one range of whole chunks per thread
+// (sizes whose chunks do not divide evenly, a last chunk cut short).
 TEST_CASE("same-shape binary ops with a fused activation match the reference in chunks", "[kernels][binary]") {
   std::mt19937 rng(43);
   const std::vector<std::pair<const char*, std::function<double(double, double)>>> ops = {
@@ -164,9 +166,9 @@ TEST_CASE("same-shape binary ops with a fused activation match the reference in 
       {"Sum", [](double a, double b) { return a + b; }},
   };
   int trial = 0;
-  for (int64_t size : {1, 7, 4095, 4096, 4097, 8192 + 3, 3 * 4096 + 5, 50000})
+  for (int64_t size : {1, 7, 4095, 4096, 4097, 8192 + 3, 3 * 4096 + 5, 50000, 65535, 65536, 17 * 4096 + 5, 200003})
     for (const auto& [name, f] : ops)
-      for (int threads : {1, 2}) {
+      for (int threads : {1, 2, 3}) {
         const char* act = trial % 3 == 0 ? "" : trial % 3 == 1 ? "relu" : "clip";
         ++trial;
         INFO(name << " size " << size << " threads " << threads << " act '" << act << "'");
