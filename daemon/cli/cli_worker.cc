@@ -13,7 +13,7 @@ namespace tessera {
 void RegisterWorkerCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("worker", "Run the worker daemon of one device (gRPC Worker service)");
   struct Args {
-    std::string listen = "127.0.0.1:7070", port_file, step_trace;
+    std::string listen = "127.0.0.1:7070", port_file, step_trace, flush_sends = "auto";
     WorkerOptions options;
     std::vector<std::string> mcus;
     TlsOptions tls;
@@ -29,6 +29,12 @@ void RegisterWorkerCommand(CLI::App& app) {
                   "pipeline buffers meanwhile); plan with the same --compute-slots")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--flush-sends", a->flush_sends,
+                  "Whether a request's messages leave before each of its compute runs: auto (when the compute "
+                  "threads take every CPU the worker may use, its affinity capped by its cgroup's CPU quota, so "
+                  "the transport would get the CPU only in turns with the compute and a peer would wait), on, off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--port-file", a->port_file, "Write the bound address here once listening");
   cmd->add_option("--step-trace", a->step_trace,
                   "Append one JSON line per program step of every request to this file: kind, layer, peer, "
@@ -44,6 +50,9 @@ void RegisterWorkerCommand(CLI::App& app) {
     auto security = a->tls.Resolve(a->options.name);
     if (!security.ok()) throw CLI::RuntimeError(ReportError("worker", security.status()));
     a->options.security = *security;
+    a->options.flush_sends = a->flush_sends == "on"    ? WorkerOptions::FlushSends::kOn
+                             : a->flush_sends == "off" ? WorkerOptions::FlushSends::kOff
+                                                       : WorkerOptions::FlushSends::kAuto;
     std::vector<McuPort> mcus;
     for (const auto& text : a->mcus) {
       auto port = ParseMcuPort(text);

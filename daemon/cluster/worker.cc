@@ -19,6 +19,7 @@
 #include "daemon/runtime/device_memory.h"
 #include "partition/compile/program_codec.h"
 #include "transport/tls/content_hash.h"
+#include "util/cpu_share.h"
 #include "util/limits.h"
 #include "util/process_memory.h"
 
@@ -137,6 +138,15 @@ void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
 }  // namespace
 
 WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {
+  flush_sends_ = options_.flush_sends == WorkerOptions::FlushSends::kOn;
+  if (options_.flush_sends == WorkerOptions::FlushSends::kAuto && options_.mcu.serial.empty()) {
+    const CpuShare share = ReadCpuShare();
+    flush_sends_ = options_.threads >= share.cpus();
+    spdlog::info("worker {}: {} compute thread(s) on {}: {}", options_.name, options_.threads, share.Describe(),
+                 flush_sends_ ? "the transport shares the compute's CPU, so a request's messages leave before each "
+                                "of its compute runs (--flush-sends off to change)"
+                              : "messages leave while the request computes");
+  }
   if (!options_.data_dir.empty()) return;
   std::error_code ec;
   std::string pattern = (fs::temp_directory_path(ec) / "tessera-worker-XXXXXX").string();
@@ -434,6 +444,7 @@ Status WorkerService::Install(std::vector<std::string> program_chunks, const pro
     RunnerOptions ro;
     ro.threads = options_.threads;
     ro.compute_slots = options_.compute_slots;
+    ro.flush_sends = flush_sends_;
     // Each Recv waits until the request's deadline (GrpcLink caps the wait
     // at it), not a fixed minute: on Pi-class devices with requests queued
     // a message can take longer while the client's deadline is far away

@@ -51,6 +51,12 @@ struct WorkerOptions {
   // compute_slots; issue 18 item 2): each request keeps only its pipeline
   // buffers while it waits for a peer.
   int compute_slots = 1;
+  // Whether a request's messages leave before each of its compute runs
+  // (RunnerOptions::flush_sends). kAuto: when the compute threads take every
+  // CPU the worker may use (util/cpu_share.h: its affinity, capped by its
+  // cgroup's CPU quota), so the transport has no CPU of its own: a one-core
+  // board, --threads = the cores, a CPU quota (bench/cluster-emulated).
+  enum class FlushSends { kAuto, kOn, kOff } flush_sends = FlushSends::kAuto;
   TransportSecurity security;
   // Non-empty serial: this service is the bridge of that MCU (its programs
   // run on the MCU, its tensors are relayed over the UART; issue 6).
@@ -124,6 +130,7 @@ class WorkerService final : public proto::Worker::Service {
                              std::chrono::steady_clock::time_point deadline, proto::RunReply* reply);
 
   const WorkerOptions options_;
+  bool flush_sends_ = false;  // options_.flush_sends, resolved (kAuto: from the CPU share)
   // Without --data-dir, where a program arrives (a private directory under
   // the temporary directory, removed with the service): it is decoded from
   // the file like a data dir's, never held whole in memory. Empty when it

@@ -764,6 +764,7 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
     return Status::OK();
   };
   const size_t n = p.steps.size();
+  size_t flushed = 0;  // steps before this have no Send still leaving (RunnerOptions::flush_sends)
   const bool tracing = [] {
     std::lock_guard<std::mutex> lock(step_trace_mu);
     return step_trace != nullptr;
@@ -798,6 +799,12 @@ Status ProgramRunner::Run(const std::vector<Link*>& peers, const std::vector<Ten
       // holding it; no step of the run sends or receives, so waiting here
       // rather than at the step is the same for the peers).
       for (int t = static_cast<int>(i); t < l.run_last[run]; ++t) TS_RETURN_IF_ERROR(wait_sent(t));
+      // RunnerOptions::flush_sends: every message sent so far leaves first.
+      for (size_t t = flushed; l.options.flush_sends && t < i; ++t)
+        if (p.steps[t].kind == StepKind::kSend && runs(static_cast<int>(t)))
+          if (Link* link = link_to(p.steps[t].peer))
+            TS_RETURN_IF_ERROR(link->WaitSent(p.steps[t].message).WithContext(me));
+      flushed = i;
       TS_ASSIGN_OR_RETURN(working.slot, pool.Acquire());
       // The run of step 0 holds the model inputs in the working memory (a
       // scenario may start it after step 0).

@@ -45,6 +45,18 @@ struct RunnerOptions {
   // The thread CPU time of every Compute/Merge step, summed over Run calls
   // (ProgramRunner::step_cpu_seconds): `tessera run --plan --profile`.
   bool time_steps = false;
+  // Before each run of Compute/Merge/Copy steps, wait until every message
+  // this request has sent so far has left (Link::WaitSent), not only those
+  // whose memory the run reuses. For a device whose compute takes every CPU
+  // its transport could use (one core, or --threads = the cores): a Send
+  // only queues its message, and the link's thread that moves it would then
+  // get the CPU in turns with the compute, so the peer waiting on it would
+  // wait about as long as the sender computes (issue 15: YOLOv2 608², 2
+  // emulated devices in 14 % of a CPU each, memory plan: 10.80 s a request
+  // against 7.55 predicted; 8.13 against 7.71 with this). The planner's
+  // model (each layer's transfer step, then its compute) is what then runs.
+  // worker.h WorkerOptions::flush_sends decides it for a worker.
+  bool flush_sends = false;
 };
 
 // The device arena (issue 11: one arena per device program). Every buffer

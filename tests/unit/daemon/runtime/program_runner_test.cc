@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "partition/compile/program_compiler.h"
 #include "partition/graph/merge_models.h"
 #include "partition/import/model_import.h"
+#include "transport/link.h"
 
 namespace tessera {
 namespace {
@@ -528,4 +530,139 @@ TEST_CASE("scenarios survive the program codec and a bad scenario is refused by 
   CHECK(st.message().find("no model 2") != std::string::npos);
 }
 
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A link that logs, in call order, the messages its device sends, waits
+// out (WaitSent) and receives; everything else goes to the real link.
+struct LinkLog {
+  std::mutex mu;
+  std::vector<std::pair<char, int64_t>> events;  // 'S' SendFrom, 'W' WaitSent, 'R' RecvInto
+  void Add(char kind, int64_t message) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back({kind, message});
+  }
+};
+
+class LoggingLink final : public Link {
+ public:
+  LoggingLink(std::unique_ptr<Link> inner, LinkLog* log) : inner_(std::move(inner)), log_(log) {}
+  Status Send(int64_t message, std::string bytes) override { return inner_->Send(message, std::move(bytes)); }
+  Result<std::string> Recv(int64_t message, std::chrono::milliseconds timeout) override {
+    return inner_->Recv(message, timeout);
+  }
+  Status SendFrom(int64_t message, const void* data, size_t bytes) override {
+    log_->Add('S', message);
+    return inner_->SendFrom(message, data, bytes);
+  }
+  Status WaitSent(int64_t message) override {
+    log_->Add('W', message);
+    return inner_->WaitSent(message);
+  }
+  void Expect(int64_t message, void* dst, size_t bytes) override { inner_->Expect(message, dst, bytes); }
+  Status RecvInto(int64_t message, void* dst, size_t bytes, std::chrono::milliseconds timeout) override {
+    log_->Add('R', message);
+    return inner_->RecvInto(message, dst, bytes, timeout);
+  }
+  void Detach() override { inner_->Detach(); }
+  int64_t bytes_sent() const override { return inner_->bytes_sent(); }
+  std::string description() const override { return "logging " + inner_->description(); }
+
+ private:
+  std::unique_ptr<Link> inner_;
+  LinkLog* log_;
+};
+
+// Runs the programs once over logging in-process links; per device, its log.
+std::vector<std::vector<std::pair<char, int64_t>>> RunLogged(const Graph& g, const CompiledPlan& compiled,
+                                                             const RunnerOptions& ro, std::vector<TensorData>* out) {
+  const size_t n = compiled.programs.size();
+  std::vector<std::unique_ptr<ProgramRunner>> runners;
+  for (const auto& p : compiled.programs) {
+    auto r = ProgramRunner::Create(p, ro);
+    REQUIRE(r.ok());
+    runners.push_back(std::move(*r));
+  }
+  std::vector<LinkLog> logs(n);
+  std::vector<std::vector<std::unique_ptr<Link>>> links(n);
+  for (auto& row : links) row.resize(n);
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a + 1; b < n; ++b) {
+      auto [x, y] = MakeInProcessLinkPair(std::to_string(a), std::to_string(b));
+      links[a][b] = std::make_unique<LoggingLink>(std::move(x), &logs[a]);
+      links[b][a] = std::make_unique<LoggingLink>(std::move(y), &logs[b]);
+    }
+  const std::vector<TensorData> inputs = Inputs(g);
+  std::vector<std::vector<TensorData>> outs(n);
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (size_t d = 0; d < n; ++d)
+    threads.emplace_back([&, d] {
+      std::vector<Link*> peers;
+      for (auto& l : links[d]) peers.push_back(l.get());
+      std::vector<TensorData> mine;
+      for (size_t k = 0; k < compiled.programs[d].model_inputs.size(); ++k) mine.push_back(inputs[k]);
+      status[d] = runners[d]->Run(peers, mine, &outs[d]);
+    });
+  for (auto& t : threads) t.join();
+  for (size_t d = 0; d < n; ++d) {
+    INFO("device " << d << ": " << status[d].ToString());
+    REQUIRE(status[d].ok());
+  }
+  *out = outs[0];
+  std::vector<std::vector<std::pair<char, int64_t>>> result;
+  for (auto& l : logs) result.push_back(l.events);
+  return result;
+}
+
+// Per device: the Sends whose WaitSent came after a later step's Recv or
+// Send although a compute run started in between.
+int SendsLeftBehind(const DeviceProgram& p, const std::vector<std::pair<char, int64_t>>& log) {
+  std::map<int64_t, size_t> step_of;  // message -> its step on this device
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (p.steps[i].kind == StepKind::kSend || p.steps[i].kind == StepKind::kRecv) step_of[p.steps[i].message] = i;
+  int behind = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].kind != StepKind::kSend) continue;
+    size_t run = i + 1;  // the first compute step after the Send
+    while (run < p.steps.size() && p.steps[run].kind != StepKind::kCompute && p.steps[run].kind != StepKind::kMerge)
+      ++run;
+    if (run == p.steps.size()) continue;
+    // Where the Send was waited out, and the first link call of a step after the run.
+    size_t waited = log.size(), later = log.size();
+    for (size_t e = 0; e < log.size(); ++e) {
+      if (log[e].first == 'W' && log[e].second == p.steps[i].message && waited == log.size()) waited = e;
+      if (log[e].first != 'W' && step_of.count(log[e].second) && step_of[log[e].second] > run && later == log.size())
+        later = e;
+    }
+    behind += waited > later;
+  }
+  return behind;
+}
+
+TEST_CASE("flush_sends: every message leaves before the next compute run, answers unchanged", "[runtime][flush]") {
+  const Graph g = TinyYolo();
+  // FDT fan-out: the source sends each layer's input slices, then computes its own.
+  const CompiledPlan compiled = Compile(g, ForcedScheme::kFdto, 2);
+  RunnerOptions ro;
+  std::vector<TensorData> plain, flushed;
+  const auto without = RunLogged(g, compiled, ro, &plain);
+  ro.flush_sends = true;
+  const auto with = RunLogged(g, compiled, ro, &flushed);
+  int behind_without = 0;
+  for (size_t d = 0; d < compiled.programs.size(); ++d) {
+    INFO("device " << d);
+    CHECK(SendsLeftBehind(compiled.programs[d], with[d]) == 0);
+    behind_without += SendsLeftBehind(compiled.programs[d], without[d]);
+  }
+  // Without it a Send is waited out only where its memory is reused: some
+  // messages are still leaving while later steps run (what the option changes).
+  CHECK(behind_without > 0);
+  REQUIRE(plain.size() == flushed.size());
+  for (size_t k = 0; k < plain.size(); ++k) CHECK(plain[k].values == flushed[k].values);
+}
+
+}  // namespace
 }  // namespace tessera
