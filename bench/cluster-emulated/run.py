@@ -504,9 +504,14 @@ class Bench:
                 os.makedirs(self.args.step_trace, exist_ok=True)
                 trace = ["--step-trace", os.path.join(self.args.step_trace, "%s-N%d-%s-p%d-w%d.jsonl" % (
                     name, n, rate, self.points_started, i))]
-            p = subprocess.Popen(["ip", "netns", "exec", ns, self.tessera, "--log-level", "warn", "worker", "--listen",
+            # nsenter --net, not `ip netns exec`: the latter remounts /sys,
+            # which hides /sys/fs/cgroup, and the worker reads its CPU quota
+            # there (worker --flush-sends auto, util/cpu_share.h).
+            p = subprocess.Popen(["nsenter", "--net=/run/netns/" + ns, self.tessera, "--log-level", "warn", "worker",
+                                  "--listen",
                                   addr + ":7070", "--name", "pi%d" % i, "--insecure", "--threads", "1",
-                                  "--data-dir", data] + trace, stdout=logf, stderr=logf,
+                                  "--flush-sends", self.args.flush_sends, "--data-dir", data] + trace,
+                                 stdout=logf, stderr=logf,
                                  preexec_fn=lambda g=group: self.cgroups.join(g, os.getpid()))
             self.procs.append(p)
             workers.append({"name": "pi%d" % i, "proc": p, "addr": addr, "group": group, "ns": ns})
@@ -701,6 +706,7 @@ class Bench:
                 point["latency_s"] = ((after["latency_sum"] - before["latency_sum"]) / served) if served else math.nan
                 point["client_latencies_s"] = latencies
                 point["relative_error"] = worst
+                point["flush_sends"] = self.args.flush_sends  # every worker's --flush-sends
                 point["link_bytes_per_request"] = (after["link_bytes"] - before["link_bytes"]) / max(1, len(latencies))
                 point["link_messages_per_request"] = [
                     (after["link_messages"].get(i, 0) - before["link_messages"].get(i, 0)) / max(1, len(latencies))
@@ -932,6 +938,10 @@ def main():
     ap.add_argument("--ram", type=parse_bytes, default=parse_bytes("1GiB"), help="each device's RAM (speed-up runs)")
     ap.add_argument("--delay-ms", type=float, default=0.2, help="one-way delay of every cable (netem)")
     ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--flush-sends", choices=["auto", "on", "off"], default="auto",
+                    help="every worker's --flush-sends (auto: on, since each device's compute takes its whole CPU "
+                         "quota; off shows what a device's peers wait while its messages get the CPU only in turns "
+                         "with its compute)")
     ap.add_argument("--free-transport", choices=["", "links", "grpc"], default="",
                     help="experiment (cgroup v1): after the warm-up request, move each worker's link threads "
                          "(ts-link-*; with 'grpc' also gRPC's event engine, executor and timer threads) out of its "
