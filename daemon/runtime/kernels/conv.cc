@@ -424,15 +424,21 @@ class ConvKernel final : public Kernel {
     // stages in its own chunk (EvalWinograd): V and M stay in the cache of
     // the core that wrote them and the stages need no barrier between them.
     // Each thread then reads all 16 transformed weight matrices (16·C·O
-    // floats) instead of its share of them: bands only where the tiles'
-    // V and M (16·(C+O) floats a tile) outweigh the weights by half again.
-    // Measured (AVX-512, 2 threads, squeezenet1_0's 3x3 convs): 54² planes
-    // with 16-32 input channels (data/weights 1.8-3.6) 3-10 % faster in
-    // bands; 27² and 13² planes (0.06-0.5) 6-50 % slower.
+    // floats) instead of its share of them: bands where the tiles' V and M
+    // (16·(C+O) floats a tile) are at least 0.15 of the weights. With
+    // chunks, each chunk takes four parallel regions (padding, input
+    // transform, GEMMs, output transform) and the threads wait at each.
+    // Measured (AVX-512 EPYC, 2 threads, one conv alone, 3 runs each,
+    // chunks -> bands): 54² 16->64 (data/weights 3.6) 0.43 -> 0.28 ms,
+    // 56² 64->64 (1.5) 0.81 -> 0.60, 27² 32->128 (0.48) 0.24 -> 0.24,
+    // resnet18's 28² 128->128 (0.19) 0.63 -> 0.57, 13² 48->192 and
+    // 64->256 (0.07, 0.06) 0.135 -> 0.137 and 0.19 -> 0.20, 14² 256->256
+    // (0.024) 0.48 -> 0.66. (An earlier machine had 27² and 13² planes
+    // 6-50 % slower in bands; the threshold was 1.5.)
     wino_workers_ = 1;
     const int64_t t = prepared_threads_;
     const int64_t tiles = tiles_h_ * tiles_w_;
-    if (t > 1 && tiles_h_ >= t && 2 * tiles * (c_ + o_) >= 3 * 16 * c_ * o_) {
+    if (t > 1 && tiles_h_ >= t && 20 * tiles * (c_ + o_) >= 3 * 16 * c_ * o_) {
       wino_workers_ = static_cast<int>(t);
       rows = std::min((tiles_h_ + t - 1) / t, rows);
     }
@@ -600,9 +606,11 @@ class ConvKernel final : public Kernel {
   // im2col of output columns [p0, p0 + len) of one group:
   // col[(c*kH + i)*kW + j][p - p0] = x[c][oh*sh - pt + i*dh][ow*sw - pl + j*dw]
   // with p = oh*OW + ow, and 0 where that falls in the padding.
-  void Im2colTile(const float* x, int64_t p0, int64_t len, float* col) const {
+  // Channels [c0, c1) only when given (the rows of those channels).
+  void Im2colTile(const float* x, int64_t p0, int64_t len, float* col, int64_t c0 = 0, int64_t c1 = -1) const {
     const int64_t first_row = p0 / ow_, last_row = (p0 + len - 1) / ow_;
-    for (int64_t c = 0; c < cg_; ++c) {
+    if (c1 < 0) c1 = cg_;
+    for (int64_t c = c0; c < c1; ++c) {
       const float* xc = x + c * h_ * w_;
       for (int64_t i = 0; i < kh_; ++i) {
         for (int64_t j = 0; j < kw_; ++j) {
@@ -694,7 +702,17 @@ class ConvKernel final : public Kernel {
           PackedGemm((*packed_)[g], xg + p0, plane, len, yg + p0, plane, gb, act_, gemm_threads);
         } else {
           float* col = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * k * tile_;
-          Im2colTile(xg, p0, len, col);
+          // One tile on several threads (a 7² or 14² plane): each builds
+          // the rows of its share of the channels first. resnet18's
+          // layer4 3x3 convs alone (k = 4608, 49 columns, 2 threads):
+          // 1.04-1.31 -> 1.00-1.05 ms; the model 1-4 % faster.
+          if (gemm_threads > 1) {
+            ParallelFor(gemm_threads, gemm_threads, [&](int64_t w) {
+              Im2colTile(xg, p0, len, col, cg_ * w / gemm_threads, cg_ * (w + 1) / gemm_threads);
+            });
+          } else {
+            Im2colTile(xg, p0, len, col);
+          }
           PackedGemm((*packed_)[g], col, len, len, yg + p0, plane, gb, act_, gemm_threads);
         }
         return;

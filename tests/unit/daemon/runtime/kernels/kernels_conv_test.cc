@@ -374,9 +374,10 @@ TEST_CASE("3x3 stride-1 convolutions on the Winograd path match the reference", 
 // With two threads, a Winograd conv whose tiles outweigh its weights runs
 // each thread's band of tile rows through all three stages (conv.cc
 // WinogradGeometry); the activation is applied in the output transform.
-// Every activation, odd output sizes, batch 2 and a conv that keeps the
-// stage-by-stage split: equal to the reference, and to one thread exactly
-// (the same sums in the same order).
+// Every activation, odd output sizes, batch 2, a conv that keeps the
+// stage-by-stage split, and a 7x7 plane (not Winograd) whose one im2col
+// tile the threads build by channels: equal to the reference, and to one
+// thread exactly (the same sums in the same order).
 TEST_CASE("Winograd in bands of tile rows on two threads matches one thread and the reference", "[kernels][conv]") {
   std::mt19937 rng(26);
   std::vector<ConvCase> cases;
@@ -390,10 +391,15 @@ TEST_CASE("Winograd in bands of tile rows on two threads matches one thread and 
   batch.n = 2, batch.c = batch.o = 64, batch.h = batch.w = 56, batch.pt = batch.pl = batch.pb = batch.pr = 1;
   batch.activation = "relu";
   cases.push_back(batch);
-  ConvCase deep;  // weights outweigh the tiles: stage by stage
-  deep.c = deep.o = 128, deep.h = deep.w = 7, deep.pt = deep.pl = deep.pb = deep.pr = 1;
+  ConvCase deep;  // weights outweigh the tiles (0.05 of them): stage by stage
+  deep.c = deep.o = 128, deep.h = deep.w = 14, deep.pt = deep.pl = deep.pb = deep.pr = 1;
   deep.activation = "clip";
   cases.push_back(deep);
+  ConvCase single_tile;  // a 7x7 plane, no Winograd: one im2col tile built by both threads
+  single_tile.c = 96, single_tile.o = 40, single_tile.h = single_tile.w = 7;
+  single_tile.pt = single_tile.pl = single_tile.pb = single_tile.pr = 1;
+  single_tile.activation = "relu";
+  cases.push_back(single_tile);
   for (const ConvCase& k : cases) {
     INFO(k.Describe());
     auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
