@@ -600,7 +600,11 @@ class Bench:
         def value(name):
             m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
             return float(m.group(1)) if m else 0.0
-        return {"link_bytes": link, "link_messages": messages, "latency_sum": value("tessera_request_latency_seconds_sum"),
+        # Each worker's --flush-sends as it resolved it (1/0), by device.
+        flush = {int(d): int(float(v)) for d, v in
+                 re.findall(r'^tessera_worker_flush_sends\{worker="[^"]*",device="(\d+)"\} (\S+)$', text, re.M)}
+        return {"link_bytes": link, "link_messages": messages, "flush_sends": flush,
+                "latency_sum": value("tessera_request_latency_seconds_sum"),
                 "latency_count": value("tessera_request_latency_seconds_count"),
                 "status_pulls": value("tessera_gateway_status_pulls_total")}
 
@@ -707,6 +711,8 @@ class Bench:
                 point["client_latencies_s"] = latencies
                 point["relative_error"] = worst
                 point["flush_sends"] = self.args.flush_sends  # every worker's --flush-sends
+                # ... and what each worker made of it (auto: from its cgroup's CPU quota).
+                point["flush_sends_resolved"] = [after["flush_sends"].get(i) for i in range(n)]
                 point["link_bytes_per_request"] = (after["link_bytes"] - before["link_bytes"]) / max(1, len(latencies))
                 point["link_messages_per_request"] = [
                     (after["link_messages"].get(i, 0) - before["link_messages"].get(i, 0)) / max(1, len(latencies))
@@ -1080,6 +1086,19 @@ def check_memory(bench, objective, p):
             objective, len(peaks), len(promised)))
 
 
+def check_flush(bench, args, p):
+    """Each worker of one compute thread under a quota below one CPU resolves
+    --flush-sends auto to on (util/cpu_share.h read inside its cgroup), as the
+    gateway's /metrics reports it."""
+    got = p.get("flush_sends_resolved") or []
+    want = {"auto": 1, "on": 1, "off": 0}[args.flush_sends]
+    ok = len(got) == p["devices"] and all(v == want for v in got)
+    log("%s flush-sends %s: the workers resolved %s (want %d each)" % ("PASS" if ok else "FAIL", args.flush_sends, got,
+                                                                     want))
+    if not ok:
+        bench.fail("workers resolved --flush-sends %s to %s, want %d each" % (args.flush_sends, got, want))
+
+
 def smoke(bench, args):
     """Two devices, yolov2-tiny at 160², 100 Mbit/s: every answer equal, workers in their cgroups, shaped links."""
     name = "yolov2-tiny-160"
@@ -1102,6 +1121,7 @@ def smoke(bench, args):
         else:
             check_latency(bench, objective, p)
             check_memory(bench, objective, p)
+            check_flush(bench, args, p)
         points.append(p)
     # A stream (issue 18): the throughput objective's pipeline on the same two
     # devices, two clients, every answer checked; requests per second against

@@ -409,6 +409,7 @@ void Gateway::Swap(const std::shared_ptr<const Serving>& seen, std::shared_ptr<c
   uart_.clear();
   mcu_.clear();
   worker_rss_.clear();
+  worker_flush_sends_.clear();
   worker_dropped_.clear();
   worker_exchange_memory_.clear();
   worker_refused_.clear();
@@ -633,6 +634,7 @@ void Gateway::RefreshWorkerState() {
       if (status.has_uart()) uart_[i] = status.uart();
       if (status.has_mcu()) mcu_[i] = status.mcu();
       worker_rss_[i] = {status.rss_bytes(), status.peak_rss_bytes()};
+      if (!status.cpu_share().empty()) worker_flush_sends_[i] = status.flush_sends();
       worker_dropped_[i] = status.exchange_dropped();
       worker_exchange_memory_[i] = status.exchange_memory();
       worker_refused_[i] = status.requests_refused();
@@ -934,6 +936,12 @@ std::string Gateway::MetricsText() const {
   for (const auto& [i, r] : worker_rss_)
     m << "tessera_worker_peak_rss_bytes{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
       << r.second << "\n";
+  m << "# HELP tessera_worker_flush_sends 1 when the worker's messages of a request leave before each of its "
+       "compute runs (worker --flush-sends, resolved; auto: its compute threads take every CPU it may use).\n"
+       "# TYPE tessera_worker_flush_sends gauge\n";
+  for (const auto& [i, on] : worker_flush_sends_)
+    m << "tessera_worker_flush_sends{worker=\"" << served.workers[i].name << "\",device=\"" << i << "\"} "
+      << (on ? 1 : 0) << "\n";
   m << "# HELP tessera_worker_exchange_dropped_frames_total Exchange frames a worker refused to keep, by reason.\n"
        "# TYPE tessera_worker_exchange_dropped_frames_total counter\n";
   for (const auto& [i, x] : worker_dropped_) {

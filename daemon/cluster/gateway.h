@@ -384,6 +384,7 @@ class Gateway {
   std::map<size_t, proto::UartCounters> uart_;           // by device (MCU bridges); GUARDED_BY(mu_)
   std::map<size_t, proto::McuState> mcu_;                // by device: the MCU's last STATUS; GUARDED_BY(mu_)
   std::map<size_t, std::pair<int64_t, int64_t>> worker_rss_;  // by device: (VmRSS, VmHWM); GUARDED_BY(mu_)
+  std::map<size_t, bool> worker_flush_sends_;  // by device, Linux workers only: --flush-sends resolved; GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeDrops> worker_dropped_;     // by device; GUARDED_BY(mu_)
   std::map<size_t, proto::ExchangeMemory> worker_exchange_memory_;  // by device; GUARDED_BY(mu_)
   WorkerRequestIds worker_ids_;

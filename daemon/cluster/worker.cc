@@ -139,8 +139,9 @@ void FillUartCounters(const UartLinkCounters& c, proto::UartCounters* out) {
 
 WorkerService::WorkerService(WorkerOptions options) : options_(std::move(options)) {
   flush_sends_ = options_.flush_sends == WorkerOptions::FlushSends::kOn;
+  const CpuShare share = options_.mcu.serial.empty() ? ReadCpuShare() : CpuShare{};
+  if (options_.mcu.serial.empty()) cpu_share_ = share.Describe();
   if (options_.flush_sends == WorkerOptions::FlushSends::kAuto && options_.mcu.serial.empty()) {
-    const CpuShare share = ReadCpuShare();
     flush_sends_ = options_.threads >= share.cpus();
     spdlog::info("worker {}: {} compute thread(s) on {}: {}", options_.name, options_.threads, share.Describe(),
                  flush_sends_ ? "the transport shares the compute's CPU, so a request's messages leave before each "
@@ -664,6 +665,10 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext* context, const proto:
       spdlog::debug("worker {}: reporting the last MCU status: {}", options_.name, s.status().ToString());
   }
   reply->set_seq(request->seq());
+  if (options_.mcu.serial.empty()) {
+    reply->set_flush_sends(flush_sends_);
+    reply->set_cpu_share(cpu_share_);
+  }
   reply->set_requests_ok(requests_ok_);
   reply->set_requests_failed(requests_failed_);
   reply->set_in_flight(in_flight_);

@@ -131,6 +131,7 @@ class WorkerService final : public proto::Worker::Service {
 
   const WorkerOptions options_;
   bool flush_sends_ = false;  // options_.flush_sends, resolved (kAuto: from the CPU share)
+  std::string cpu_share_;     // ReadCpuShare().Describe() when the worker started (not for a bridge)
   // Without --data-dir, where a program arrives (a private directory under
   // the temporary directory, removed with the service): it is decoded from
   // the file like a data dir's, never held whole in memory. Empty when it

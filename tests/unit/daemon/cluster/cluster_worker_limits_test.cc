@@ -3,6 +3,7 @@
 // 8 GiB must not make the worker reserve it; Exchange frames for requests
 // the worker never runs (or already finished) must be dropped and counted,
 // not kept; and the workers still answer correctly afterwards.
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -28,6 +29,7 @@
 #include "partition/compile/program_compiler.h"
 #include "partition/import/model_import.h"
 #include "tests/unit/daemon/cluster/cluster_test_support.h"
+#include "util/cpu_share.h"
 #include "util/limits.h"
 
 extern char** environ;
@@ -291,4 +293,78 @@ TEST_CASE("worker: a program whose weights the kernels transform loads in its fi
     std::error_code ec;
     std::filesystem::remove_all(scratch, ec);
   }
+}
+
+// --flush-sends auto (issue 15): a real worker process reads the CPU share
+// it was started with (its affinity is inherited from this process) and
+// reports its decision in GetStatus. One CPU and one compute thread: the
+// transport has no CPU of its own, so sends are flushed; `off` and `on`
+// override; every CPU this process may use and fewer compute threads than
+// that: not flushed.
+TEST_CASE("worker: --flush-sends auto follows the CPUs the worker may use, as GetStatus reports", "[cluster][limits]") {
+  const auto scratch = std::filesystem::temp_directory_path() / ("tessera-flush-" + std::to_string(::getpid()));
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  int first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &all)) ++first;
+  REQUIRE(first < CPU_SETSIZE);
+  struct Case {
+    const char* name;
+    bool one_cpu;
+    std::vector<std::string> args;
+    bool expect;
+  };
+  const CpuShare here = ReadCpuShare();
+  std::vector<Case> cases = {{"one-cpu-auto", true, {"--threads", "1"}, true},
+                             {"one-cpu-off", true, {"--threads", "1", "--flush-sends", "off"}, false},
+                             {"all-cpus-on", false, {"--threads", "1", "--flush-sends", "on"}, true}};
+  if (here.cpus() >= 2) {
+    cases.push_back({"all-cpus-auto", false, {"--threads", "1"}, false});
+  } else {
+    WARN("this process may use " << here.Describe() << ": the 'CPU to spare' case needs 2");
+  }
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    if (c.one_cpu) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(first, &one);
+      REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+    }
+    WorkerProcess worker(c.name, scratch, c.args);
+    REQUIRE(sched_setaffinity(0, sizeof all, &all) == 0);
+    auto stub = WorkerStub(worker.address);
+    const proto::WorkerStatusReply status = WorkerStatus(*stub);
+    INFO("cpu_share " << status.cpu_share());
+    CHECK(status.flush_sends() == c.expect);
+    if (c.one_cpu) {
+      if (here.quota_cpus == 0 || here.quota_cpus >= 1) CHECK(status.cpu_share().rfind("1 CPU", 0) == 0);
+    } else {
+      CHECK(status.cpu_share() == here.Describe());
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+}
+
+// The gateway shows each worker's resolved --flush-sends on /metrics
+// (tessera_worker_flush_sends), from its periodic GetStatus pull.
+TEST_CASE("gateway: /metrics reports each worker's --flush-sends as the worker resolved it", "[cluster][limits]") {
+  TwoWorkerClusterOptions options;
+  options.worker_args = [](const std::string& name) {
+    return std::vector<std::string>{"--flush-sends", name == "w0" ? "on" : "off"};
+  };
+  TwoWorkerCluster c("flush-metrics", options);
+  c.InferAndCheck();
+  const std::string on = "tessera_worker_flush_sends{worker=\"w0\",device=\"0\"} 1";
+  const std::string off = "tessera_worker_flush_sends{worker=\"w1\",device=\"1\"} 0";
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text = c.gateway->MetricsText();
+    if (text.find(on) != std::string::npos && text.find(off) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO(text);
+  CHECK(text.find(on) != std::string::npos);
+  CHECK(text.find(off) != std::string::npos);
 }
