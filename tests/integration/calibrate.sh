@@ -120,6 +120,13 @@ check(prof.get('time_model', '').startswith('layer profile ' + sys.argv[3]) and 
 ms = {e['node']: e['ms'] for e in run['profile']}
 check(len(ms) == len(run['profile']) and all('index' in e for e in run['profile']),
       'tessera run --profile --json gives every node once, with its index')
+# Each node's median over the 5 timed runs is a time of one run: the
+# medians add up to about one run (0.3-2x the run's median wall time; a sum
+# over runs instead would be ~3x).
+med = sum(e['median_ms'] for e in run['profile'])
+check(all(e['median_ms'] >= 0 for e in run['profile']) and 0.3 * run['median_ms'] <= med <= 2 * run['median_ms'],
+      'each node has a median time: %.3f ms in all, the run %.3f ms (means %.3f ms)' % (
+          med, run['median_ms'], sum(ms.values())))
 # Time is not MACs: some layer's measured share of the time is at least 1.25x
 # or at most 0.8x its share of the MACs (tessera inspect's R per layer).
 macs = {l['name']: l['R'] for l in json.load(open(sys.argv[5]))['layers'] if l['R'] > 0}
