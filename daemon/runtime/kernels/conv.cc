@@ -264,8 +264,8 @@ class ConvKernel final : public Kernel {
 
   size_t ScratchBytes() const override {
     if (int8_) return int8_->ScratchBytes();
-    if (strategy_ == kWinograd)  // padded input planes, then V and M of one chunk of tiles per band
-      return static_cast<size_t>(c_ * (2 * tiles_h_ + 2) * (2 * tiles_w_ + 2) +
+    if (strategy_ == kWinograd)  // each thread's padded rows of one channel, then V and M of one chunk per band
+      return static_cast<size_t>(prepared_threads_ * WinogradPadFloats() +
                                  wino_workers_ * 16 * (c_ + o_) * wino_chunk_) *
              sizeof(float);
     if (strategy_ == kDepthwise)  // polyphase input plane and flat output per thread
@@ -445,13 +445,18 @@ class ConvKernel final : public Kernel {
     wino_chunk_ = rows * tiles_w_;
   }
 
+  // One channel's zero-padded rows under one chunk of tile rows (2·rows + 2
+  // rows of 2·tiles_w + 2 values): each thread pads the rows it transforms
+  // just before it transforms them (EvalWinograd).
+  int64_t WinogradPadFloats() const { return (2 * (wino_chunk_ / tiles_w_) + 2) * (2 * tiles_w_ + 2); }
+
   void EvalWinograd(const EvalContext& ctx) const {
     const float* x = ctx.inputs[0];
     const float* bias = has_bias_ ? ctx.inputs[2] : nullptr;
     float* y = ctx.outputs[0];
-    const int64_t hp = 2 * tiles_h_ + 2, wp = 2 * tiles_w_ + 2;  // zero-padded plane covering every patch
-    float* padded = ctx.scratch;                          // [C][hp][wp]
-    float* scratch_chunks = padded + c_ * hp * wp;        // per chunk: V [16][C][chunk], then M [16][O][chunk]
+    const int64_t wp = 2 * tiles_w_ + 2;  // a zero-padded row covering every patch
+    float* pads = ctx.scratch;            // per thread: one channel's padded rows under a chunk
+    float* scratch_chunks = pads + prepared_threads_ * WinogradPadFloats();  // V [16][C][chunk], then M [16][O][chunk]
     const int threads = std::max(1, ctx.threads);
     // Bands of tile rows per thread only with the thread count the scratch
     // was sized for (WinogradGeometry); else chunks in turn, each stage
@@ -462,17 +467,29 @@ class ConvKernel final : public Kernel {
     for (int64_t n = 0; n < n_; ++n) {
       const float* xn = x + n * c_ * h_ * w_;
       float* yn = y + n * o_ * oh_ * ow_;
-      ParallelFor(c_, threads, [&](int64_t c) {
-        float* pc = padded + c * hp * wp;
-        std::fill(pc, pc + hp * wp, 0.f);
-        const int64_t rows = std::min(h_, hp - pt_), cols = std::min(w_, wp - pl_);
-        for (int64_t r = 0; r < rows; ++r) std::memcpy(pc + (r + pt_) * wp + pl_, xn + (c * h_ + r) * w_, sizeof(float) * cols);
-      });
       // Input transform V = Bᵀ d B of channel c, tile rows [ty0, ty1),
-      // vectorised across the tiles of a row.
-      auto input_transform = [&](int64_t c, int64_t ty0, int64_t ty1, float* v) {
+      // vectorised across the tiles of a row. The thread first copies the
+      // 2·(ty1 - ty0) + 2 input rows under those tiles into `pad` with
+      // their zero padding (no padded copy of the whole input: a thread
+      // reads only the input rows its own tiles cover, which in bands are
+      // the rows the previous conv's same thread wrote, and the copy stays
+      // in its L1).
+      const int64_t cols = std::min(w_, wp - pl_);
+      auto input_transform = [&](int64_t c, int64_t ty0, int64_t ty1, float* v, float* pad) {
+        const int64_t pad_rows = 2 * (ty1 - ty0) + 2;
+        for (int64_t r = 0; r < pad_rows; ++r) {
+          float* row = pad + r * wp;
+          const int64_t ih = 2 * ty0 + r - pt_;
+          if (ih < 0 || ih >= h_) {
+            std::fill(row, row + wp, 0.f);
+            continue;
+          }
+          std::fill(row, row + pl_, 0.f);
+          std::memcpy(row + pl_, xn + (c * h_ + ih) * w_, sizeof(float) * cols);
+          std::fill(row + pl_ + cols, row + wp, 0.f);
+        }
         for (int64_t ty = ty0; ty < ty1; ++ty) {
-          const float* p0 = padded + (c * hp + 2 * ty) * wp;
+          const float* p0 = pad + 2 * (ty - ty0) * wp;
           const float *p1 = p0 + wp, *p2 = p1 + wp, *p3 = p2 + wp;
           float* vk = v + c * wino_chunk_ + (ty - ty0) * tiles_w_;
           const int64_t stride = c_ * wino_chunk_;  // between transformed positions
@@ -568,10 +585,11 @@ class ConvKernel final : public Kernel {
         ParallelFor(workers, workers, [&](int64_t worker) {
           float* v = scratch_chunks + worker * chunk_floats;
           float* m = v + 16 * c_ * wino_chunk_;
+          float* pad = pads + worker * WinogradPadFloats();
           const int64_t band0 = tiles_h_ * worker / workers, band1 = tiles_h_ * (worker + 1) / workers;
           for (int64_t ty0 = band0; ty0 < band1; ty0 += rows_per_chunk) {
             const int64_t ty1 = std::min(band1, ty0 + rows_per_chunk);
-            for (int64_t c = 0; c < c_; ++c) input_transform(c, ty0, ty1, v);
+            for (int64_t c = 0; c < c_; ++c) input_transform(c, ty0, ty1, v, pad);
             for (int64_t xi = 0; xi < 16; ++xi) gemm(xi, (ty1 - ty0) * tiles_w_, v, m, 1);
             for (int64_t o = 0; o < o_; ++o) output_transform(o, ty0, ty1, m);
           }
@@ -583,7 +601,14 @@ class ConvKernel final : public Kernel {
       for (int64_t ty0 = 0; ty0 < tiles_h_; ty0 += rows_per_chunk) {
         const int64_t ty1 = std::min(tiles_h_, ty0 + rows_per_chunk);
         const int64_t count = (ty1 - ty0) * tiles_w_;
-        ParallelFor(c_, threads, [&](int64_t c) { input_transform(c, ty0, ty1, v); });
+        // Channels in contiguous ranges, one per thread (as ParallelFor's
+        // static schedule would), each padded in that thread's own rows.
+        const int pad_threads = std::min(threads, prepared_threads_);
+        ParallelFor(pad_threads, pad_threads, [&](int64_t t) {
+          float* pad = pads + t * WinogradPadFloats();
+          for (int64_t c = c_ * t / pad_threads; c < c_ * (t + 1) / pad_threads; ++c)
+            input_transform(c, ty0, ty1, v, pad);
+        });
         // With several threads each takes whole GEMMs (16 divides evenly
         // over 2 or 4): one parallel region instead of one per GEMM, and
         // every thread packs only the B blocks of its own GEMMs.
