@@ -82,6 +82,9 @@ def predicted(points, path):
             xs.append(p["predicted_latency_s"])
             ys.append(p["latency_s"])
             ax.scatter([xs[-1]], [ys[-1]], s=14)
+            runs = [r["latency_s"] for r in p.get("repeats") or [] if "latency_s" in r]
+            if len(runs) > 1:  # --point-repeats: the runs' range under the median run
+                ax.plot([xs[-1], xs[-1]], [min(runs), max(runs)], color="black", linewidth=0.6)
     if xs:
         hi = max(xs + ys) * 1.1
         ax.plot([0, hi], [0, hi], color="gray", linewidth=1)
@@ -89,7 +92,7 @@ def predicted(points, path):
         ax.plot([0, hi], [0, hi / 1.15], color="gray", linewidth=0.5, linestyle=":")
     ax.set_xlabel("predicted latency (s)")
     ax.set_ylabel("measured latency (s)")
-    ax.set_title("dotted: +-15 %")
+    ax.set_title("dotted: +-15 %; a bar: the range of a point's repeated runs")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
