@@ -613,11 +613,11 @@ class ConvKernel final : public Kernel {
         // over 2 or 4): one parallel region instead of one per GEMM, and
         // every thread packs only the B blocks of its own GEMMs.
         if (threads > 1 && 16 % threads == 0) {
-          ParallelFor(16, threads, [&](int64_t xi) { gemm(xi, count, v, m, 1); });
+          ParallelForBalanced(16, threads, [&](int64_t xi) { gemm(xi, count, v, m, 1); });
         } else {
           for (int xi = 0; xi < 16; ++xi) gemm(xi, count, v, m, threads);
         }
-        ParallelFor(o_, threads, [&](int64_t o) { output_transform(o, ty0, ty1, m); });
+        ParallelForBalanced(o_, threads, [&](int64_t o) { output_transform(o, ty0, ty1, m); });
       }
     }
   }

@@ -144,7 +144,7 @@ class PoolKernel : public Kernel {
     float* y = ctx.outputs[0];
     const int64_t planes = n_ * c_;
     const int threads = std::max(1, std::min(ctx.threads, threads_));
-    ParallelFor(planes, threads, [&](int64_t p) {
+    ParallelForBalanced(planes, threads, [&](int64_t p) {
       float* padded = ctx.scratch + static_cast<int64_t>(omp_get_thread_num()) * PerThreadFloats();
       if (is_max_) return MaxPlane(x + p * h_ * w_, padded, y + p * oh_ * ow_);
       PadPlane(x + p * h_ * w_, padded);

@@ -1,9 +1,16 @@
 // MaxPool / AveragePool against a direct window loop written from the ONNX
 // definition, plus hand-computed ceil_mode and count_include_pad cases, and
 // the global pools.
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "daemon/runtime/kernels/isa.h"
+#include "daemon/runtime/kernels/parallel_for.h"
 #include "tests/unit/daemon/runtime/kernels/kernels_testing.h"
 
 namespace tessera {
@@ -139,6 +146,53 @@ TEST_CASE("average pooling matches the window reference with and without pad cou
     REQUIRE(run.status.ok());
     ExpectClose(run.outputs[0], ReferencePool(k, x, false));
   }
+}
+
+// Pools spread their planes with ParallelForBalanced: enough planes for
+// every thread to own several chunks, and a thread count that does not
+// divide them.
+TEST_CASE("pools over many planes on 2 and 3 threads match the window reference", "[kernels][pool]") {
+  std::mt19937 rng(36);
+  for (int threads : {2, 3})
+    for (bool is_max : {true, false}) {
+      PoolCase k;
+      k.n = 2, k.c = 37, k.h = 13, k.w = 11, k.kh = k.kw = 3, k.sh = k.sw = 2, k.pt = k.pl = k.pb = k.pr = 1;
+      INFO((is_max ? "max" : "average") << " on " << threads << " threads");
+      auto x = RandomValues(k.n * k.c * k.h * k.w, rng);
+      auto run = RunNode(is_max ? "MaxPool" : "AveragePool", k.Attrs(), {Activation({k.n, k.c, k.h, k.w}, x)},
+                         {{k.n, k.c, k.OutH(), k.OutW()}}, threads);
+      REQUIRE(run.status.ok());
+      ExpectClose(run.outputs[0], ReferencePool(k, x, is_max), is_max ? 0 : 1e-6, is_max ? 0 : 1e-6);
+    }
+}
+
+// ParallelForBalanced (parallel_for.h): every item runs exactly once, on a
+// thread index within the team, for counts around the chunk and share
+// boundaries; and a thread that finishes its share takes the chunks of a
+// thread held up in its first item.
+TEST_CASE("ParallelForBalanced runs every item once and moves a held-up thread's items", "[kernels][parallel]") {
+  for (int threads : {1, 2, 3, 4, 8})
+    for (int64_t n : {0, 1, 2, 3, 5, 7, 16, 17, 63, 100, 1001}) {
+      INFO(n << " items on " << threads << " threads");
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+      std::atomic<int> bad_thread{0};
+      ParallelForBalanced(n, threads, [&](int64_t i) {
+        runs[static_cast<size_t>(i)].fetch_add(1);
+        if (omp_get_thread_num() < 0 || omp_get_thread_num() >= threads) bad_thread.fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) REQUIRE(runs[static_cast<size_t>(i)].load() == 1);
+      REQUIRE(bad_thread.load() == 0);
+    }
+  // Thread 1 owns items [32, 64) and sleeps in its first one; thread 0
+  // finishes [0, 32) and then takes what is left of thread 1's share.
+  std::vector<int> by(64, -1);
+  ParallelForBalanced(64, 2, [&](int64_t i) {
+    if (i == 32) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    by[static_cast<size_t>(i)] = omp_get_thread_num();
+  });
+  int64_t on_thread0 = 0;
+  for (int t : by) on_thread0 += t == 0;
+  REQUIRE(on_thread0 > 40);
 }
 
 TEST_CASE("ceil mode adds a partial last window whose divisor excludes the overhang", "[kernels][pool]") {
