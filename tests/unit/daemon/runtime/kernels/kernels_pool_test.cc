@@ -183,11 +183,13 @@ TEST_CASE("ParallelForBalanced runs every item once and moves a held-up thread's
       for (int64_t i = 0; i < n; ++i) REQUIRE(runs[static_cast<size_t>(i)].load() == 1);
       REQUIRE(bad_thread.load() == 0);
     }
-  // Thread 1 owns items [32, 64) and sleeps in its first one; thread 0
-  // finishes [0, 32) and then takes what is left of thread 1's share.
+  // Thread 1 sleeps in the first item it runs (one chunk of 4 held); thread
+  // 0 runs its own share and then what is left of thread 1's. (Thread 1
+  // may start late on a loaded machine: then thread 0 has taken more.)
   std::vector<int> by(64, -1);
+  std::atomic<bool> slept{false};
   ParallelForBalanced(64, 2, [&](int64_t i) {
-    if (i == 32) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (omp_get_thread_num() == 1 && !slept.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     by[static_cast<size_t>(i)] = omp_get_thread_num();
   });
   int64_t on_thread0 = 0;
