@@ -165,6 +165,7 @@ class Bench:
         self.net = emulation.Network()
         self.procs = []
         self.host_rate = {}  # model name -> this machine's single-thread MAC/s
+        self.host_ms = {}  # model name -> calibrate's single-thread time of one run (ms)
         self.fraction = {}  # model name -> a device's share of one CPU
         self.macs = {}
         self.net_cost = {}  # (model name, cable rate) -> net_macs_per_byte (raw TCP)
@@ -252,6 +253,7 @@ class Bench:
                               "1", "--repeat", "5", "--warmup", "1", "--profile", "--json"], capture_output=True,
                              text=True, check=True).stdout
         ms = json.loads(out)["median_ms"]
+        self.host_ms[name] = ms
         # The same run's per-layer times: the planner prices each layer by its
         # measured share (tessera plan --layer-profile) unless --mac-only.
         with open(self.layer_profile(name), "w") as f:
@@ -259,6 +261,18 @@ class Bench:
         self.host_rate[name] = self.model_macs(name) / (ms / 1000.0)
         log("calibration: %s on this machine, 1 thread: %.1f ms = %.3g MAC/s" % (name, ms, self.host_rate[name]))
         return self.host_rate[name]
+
+    def host_slowdown(self, name):
+        """The model's single-thread run on this machine now, outside any quota, against calibrate's
+        (which set the devices' quotas): > 1 when the shared host runs slower than it did then. A device
+        is a fixed share of the host's CPU time, so its compute slows as much (issue 15: the same plan
+        measured 1.00-1.54x of its prediction minutes apart)."""
+        self.calibrate(name)
+        model, shape = self.model(name)
+        out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--threads",
+                              "1", "--repeat", "3", "--warmup", "1", "--json"], capture_output=True, text=True,
+                             check=True).stdout
+        return json.loads(out)["median_ms"] / self.host_ms[name]
 
     def layer_profile(self, name):
         return os.path.join(self.dir, name + ".profile.json")
@@ -876,11 +890,18 @@ class Bench:
                         # --concurrency K measures it for every point.
                         clients = self.args.concurrency or (2 * n if objective == "throughput" or n == 1 else 0)
                         runs = []
+                        # The host's speed just before and just after each run
+                        # (host_slowdown), their mean recorded with the run.
+                        before = self.host_slowdown(name)
                         for k in range(max(1, self.args.point_repeats)):
                             runs.append(self.serve_point(name, n, rate, objective, self.args.ram,
                                                          self.args.requests, clients))
                             if "refused" in runs[-1]:
                                 break
+                            after = self.host_slowdown(name)
+                            runs[-1]["host_slowdown"] = (before + after) / 2
+                            runs[-1]["host_slowdown_before_after"] = [before, after]
+                            before = after
                             if self.args.point_repeats > 1:
                                 log("run %d of %d: %s" % (k + 1, self.args.point_repeats, format_point(runs[-1])))
                         point = median_run(runs)
@@ -900,7 +921,7 @@ def median_run(runs):
         return runs[-1]
     timed.sort(key=lambda r: r["latency_s"])
     point = dict(timed[(len(timed) - 1) // 2])
-    keys = ("latency_s", "predicted_latency_s", "relative_error", "cpu_wall_s_per_request_median",
+    keys = ("latency_s", "predicted_latency_s", "relative_error", "cpu_wall_s_per_request_median", "host_slowdown",
             "throughput_per_s", "predicted_throughput_per_s", "link_bytes_per_request", "peak_rss_bytes")
     point["repeats"] = [{k: r[k] for k in keys if k in r} for r in runs]
     return point
@@ -935,10 +956,14 @@ def format_point(p):
                 "/".join("%.2f" % c for c in p["predicted_compute_s"]),
                 "/".join("%.0f" % m for m in p["link_messages_per_request"]))
         tp += "]"
+    if p.get("host_slowdown"):
+        tp += " [host %.2fx its calibration's time a run]" % p["host_slowdown"]
     if len(p.get("repeats") or []) > 1:
         tp += " [median of %d runs; their ratios %s]" % (len(p["repeats"]), "/".join(
             "%.2f" % (r["latency_s"] / r["predicted_latency_s"]) if r.get("predicted_latency_s") and "latency_s" in r
             else "-" for r in p["repeats"]))
+        if all(r.get("host_slowdown") for r in p["repeats"]):
+            tp = tp[:-1] + "; host %s]" % "/".join("%.2f" % r["host_slowdown"] for r in p["repeats"])
     return ("%-12s N=%d %-8s %-13s latency %.3f s (predicted %.3f, ratio %.2f)%s rel.err %.2g, %.1f MiB/req on links%s"
             % (p["model"], p["devices"], p["bandwidth"], p["objective"], lat, pred, lat / pred if pred else math.nan,
                tp, p.get("relative_error", math.nan), p.get("link_bytes_per_request", 0) / 2**20, mem))
