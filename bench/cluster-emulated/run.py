@@ -265,8 +265,9 @@ class Bench:
     def host_slowdown(self, name):
         """The model's single-thread run on this machine now, outside any quota, against calibrate's
         (which set the devices' quotas): > 1 when the shared host runs slower than it did then. A device
-        is a fixed share of the host's CPU time, so its compute slows as much (issue 15: the same plan
-        measured 1.00-1.54x of its prediction minutes apart)."""
+        is a fixed share of the host's CPU time, so its compute slows with the host (issue 15: the same
+        plan measured 1.00-1.54x of its prediction minutes apart; the probe accounts for part of such a
+        spread, not all of it: README "cluster-emulated")."""
         self.calibrate(name)
         model, shape = self.model(name)
         out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--threads",
