@@ -1200,7 +1200,14 @@ def smoke(bench, args):
         check_latency(bench, "throughput", p)
         check_memory(bench, "throughput", p)
         points.append(p)
-    return {"smoke": points, "device_macs_measured": rate}
+    # The host probe the speed-up runs record beside each run (host_slowdown):
+    # the model's single-thread run now against the calibration's, minutes
+    # apart on the same host; outside 0.2-5x the calibration itself is unsound.
+    slowdown = bench.host_slowdown(name)
+    log("smoke: host at %.2fx its calibration's time a run" % slowdown)
+    if not 0.2 <= slowdown <= 5.0:
+        bench.fail("the host's single-thread run took %.2fx the calibration's" % slowdown)
+    return {"smoke": points, "device_macs_measured": rate, "host_slowdown": slowdown}
 
 
 if __name__ == "__main__":
