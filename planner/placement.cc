@@ -177,6 +177,21 @@ PlacementProblem MakePlacementProblem(const Graph& graph, const std::vector<Laye
 }
 
 namespace {
+// A transfer's time in the latency of one inference: its wire time `wire_s`,
+// or the sender's or the receiver's network-stack CPU for its bytes when
+// longer (Device::net_macs_per_byte). The stacks work on the bytes while
+// they are on the cable, as in a split plan's steps (plan.cc
+// StepTransferSeconds); that CPU is also in each device's compute_s, so
+// the latency counts each device's compute without it (EvaluatePlacement).
+// Without a declared network CPU this is the wire time (METHODS §5).
+// Measured on the emulated cluster (bench/cluster-emulated, MobileNetV2's
+// throughput plan on 4 devices at 100 Mbit/s, three runs): 0.238-0.259 s
+// against 0.354 s predicted when the CPU was added to the wire time.
+double OverlappedTransferSeconds(const Cluster& c, int from, int to, int64_t bytes, double wire_s) {
+  const double b = static_cast<double>(bytes);
+  return std::max({wire_s, c.devices[from].NetworkCpuSeconds(b), c.devices[to].NetworkCpuSeconds(b)});
+}
+
 // Seconds to bring the model inputs layer j reads to device i (each input
 // once per device: `delivered[input][i]`), and to return its model outputs
 // to the source. Records the bytes in `cost` and the sender's time in
@@ -188,7 +203,7 @@ double SourceTraffic(const PlacementProblem& p, int j, int i, std::vector<std::v
   double t = 0;
   auto move = [&](int from, int to, int64_t bytes) {
     const double s = c.TransferSeconds(from, to, bytes);
-    t += s;
+    t += OverlappedTransferSeconds(c, from, to, bytes, s);
     if (out_s) (*out_s)[from] += s;
     if (cost) {
       cost->sent_bytes[from] += bytes;
@@ -237,7 +252,7 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
       if (h == i || sent[q][i]) continue;
       sent[q][i] = 1;  // one copy per (tensor, receiving device)
       const double t = c.TransferSeconds(h, i, p.OutputBytes(h, i, q));
-      transfers += t;
+      transfers += OverlappedTransferSeconds(c, h, i, p.OutputBytes(h, i, q), t);
       out_s[h] += t;
       cost.sent_bytes[h] += p.OutputBytes(h, i, q);
       cost.received_bytes[i] += p.OutputBytes(h, i, q);
@@ -247,7 +262,10 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
   for (int j = 0; j < n; ++j) transfers += SourceTraffic(p, j, dev[j], &delivered, &cost, &out_s);
   // Each device's network stack works on what it sends and receives
   // (Device::net_macs_per_byte): device time beside its layers. The searches
-  // below leave it out of their bounds, which stay lower bounds.
+  // below leave it out of their bounds, which stay lower bounds. The
+  // latency takes the layers' time alone: the transfers above count the
+  // network CPU where it outlasts the wire.
+  const double layers_s = std::accumulate(cost.compute_s.begin(), cost.compute_s.end(), 0.0);
   for (int i = 0; i < d; ++i)
     cost.compute_s[i] +=
         c.devices[i].NetworkCpuSeconds(static_cast<double>(cost.sent_bytes[i] + cost.received_bytes[i]));
@@ -271,7 +289,7 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
                                std::to_string(cost.peak_buffer_bytes[i] - dv.ram_bytes) + " bytes)";
     }
   }
-  cost.latency_s = std::accumulate(cost.compute_s.begin(), cost.compute_s.end(), 0.0) + transfers;
+  cost.latency_s = layers_s + transfers;
   int bar = 0;
   for (int i = 1; i < d; ++i)
     if (cost.compute_s[i] > cost.compute_s[bar]) bar = i;
@@ -279,11 +297,12 @@ PlacementCost EvaluatePlacement(const PlacementProblem& p, const std::vector<int
   double between = 0;  // layers inside ī's span that run elsewhere
   for (int j = first[bar] + 1; j < last[bar]; ++j)
     if (dev[j] != bar) between += layer_s[j];
-  cost.period_s = cost.compute_s[bar] + out_s[bar] + between;
+  cost.period_s = c.devices[bar].StageSeconds(cost.compute_s[bar] + between, out_s[bar]);
   int longest = 0;
   for (int i = 0; i < d; ++i) {
-    if (cost.compute_s[i] + out_s[i] > cost.naive_period_s) longest = i;
-    cost.naive_period_s = std::max(cost.naive_period_s, cost.compute_s[i] + out_s[i]);
+    const double stage = c.devices[i].StageSeconds(cost.compute_s[i], out_s[i]);
+    if (stage > cost.naive_period_s) longest = i;
+    cost.naive_period_s = std::max(cost.naive_period_s, stage);
   }
   // A stage that sends more than ī is the bottleneck: the period is never
   // below the longest stage (issue 18's dataflow view).
@@ -724,8 +743,12 @@ class PipelineSearch {
     for (int f = 0; f < k_; ++f) {
       // The source sends the model inputs of layer 0 to the first stage.
       source_extra_ = 0;
+      source_extra_bytes_ = 0;
       if (source_kind_ >= 0 && f != source_kind_)
-        for (const auto& [input, bytes] : p_.model_inputs[0]) source_extra_ += Transfer(source_kind_, f, bytes);
+        for (const auto& [input, bytes] : p_.model_inputs[0]) {
+          source_extra_ += Transfer(source_kind_, f, bytes);
+          source_extra_bytes_ += static_cast<double>(bytes);
+        }
       if (source_extra_ >= ub_) continue;
       memo_.assign(static_cast<size_t>(states()), std::numeric_limits<double>::quiet_NaN());
       choice_.assign(static_cast<size_t>(states()), Choice{});
@@ -790,27 +813,45 @@ class PipelineSearch {
     const int64_t rest = r - radix_[k];
     const int rep = members_[k][0];
     const Device& dv = c_.devices[rep];
-    const double extra = (k == source_kind_ && s > 0) ? source_extra_ : 0.0;
+    const bool sends_inputs = k == source_kind_ && s > 0;
+    const double extra = sends_inputs ? source_extra_ : 0.0;
     double best = kInf;
     Choice pick;
     std::vector<Choice> deferred;
     int64_t flash = 0;
     double outputs = 0;  // model outputs of the stage back to the source
+    // The bytes the stage's network stack handles (Device::net_macs_per_byte),
+    // as EvaluatePlacement counts them: each earlier tensor a layer of the
+    // stage reads, once; the model inputs from the source; what it sends.
+    // Its CPU is part of the stage's compute (Device::StageSeconds).
+    // Counting one copy of each tensor it sends (the optimistic model) keeps
+    // the value a lower bound.
+    double handled = sends_inputs ? source_extra_bytes_ : 0.0;
+    if (s == 0 && source_kind_ >= 0 && k != source_kind_) handled += source_extra_bytes_;
+    std::vector<int> received;
     std::vector<int> crossing;
     for (int e = s + 1; e <= n_; ++e) {
       const int j = e - 1;
       if (!p_.Runs(rep, j) || p_.BufferBytes(rep, j) > dv.ram_bytes) break;
       flash += p_.WeightBytes(rep, j);
       if (flash > dv.flash_bytes) break;
-      const double compute = prefix_[k][e] - prefix_[k][s];
-      // Longer stages only cost more.
-      if (compute + extra >= (count_stages_ ? ub_ : std::min(best, ub_))) break;
-      if (source_kind_ >= 0 && k != source_kind_ && p_.model_output_bytes[j] > 0)
+      for (int q : p_.producers[j])
+        if (q < s && std::find(received.begin(), received.end(), q) == received.end()) {
+          received.push_back(q);
+          handled += static_cast<double>(p_.output_bytes[q]);
+        }
+      if (source_kind_ >= 0 && k != source_kind_ && p_.model_output_bytes[j] > 0) {
         outputs += Transfer(k, source_kind_, p_.model_output_bytes[j]);
+        handled += static_cast<double>(p_.model_output_bytes[j]);
+      }
+      const double compute = prefix_[k][e] - prefix_[k][s] + dv.NetworkCpuSeconds(handled);
+      // Longer stages only cost more.
+      if (dv.StageSeconds(compute, extra) >= (count_stages_ ? ub_ : std::min(best, ub_))) break;
       if (last_use_[j] >= e) crossing.push_back(j);
       crossing.erase(std::remove_if(crossing.begin(), crossing.end(), [&](int q) { return last_use_[q] < e; }),
                      crossing.end());
-      const double own = compute + extra + outputs;
+      // The stage's compute and what it sends (Device::StageSeconds).
+      const double own = dv.StageSeconds(compute, extra + outputs);
       if (e - s < hold) continue;
       if (e == n_) {
         const double v = count_stages_ ? (own < ub_ ? 1.0 : kInf) : own;
@@ -827,23 +868,32 @@ class PipelineSearch {
       for (int q : crossing) reach = std::max(reach, last_use_[q] + 1 - e);
       for (int next = 0; next < k_; ++next) {
         if (Count(rest, next) == 0) continue;
-        double sends = 0;
+        double sends = 0, sent = 0;  // seconds on the wire; bytes
         for (int q : crossing) {
           const bool read_next = std::find(readers_[q].begin(), readers_[q].end(), e) != readers_[q].end();
+          const double bytes = static_cast<double>(p_.output_bytes[q]);
           if (pessimistic_) {
             double dearest = 0;
             for (int x = 0; x < k_; ++x)
               if (Count(rest, x) > 0) dearest = std::max(dearest, TransferOutput(k, x, q));
             for (int reader : readers_[q])
-              if (reader > e || (reader == e && !read_next)) sends += dearest;
-            if (read_next) sends += TransferOutput(k, next, q);
+              if (reader > e || (reader == e && !read_next)) {
+                sends += dearest;
+                sent += bytes;
+              }
+            if (read_next) {
+              sends += TransferOutput(k, next, q);
+              sent += bytes;
+            }
           } else if (read_next) {
             sends += TransferOutput(k, next, q);
+            sent += bytes;
           } else {
             double cheapest = kInf;
             for (int x = 0; x < k_; ++x)
               if (Count(rest, x) > 0) cheapest = std::min(cheapest, TransferOutput(k, x, q));
             sends += cheapest;
+            sent += bytes;
           }
         }
         const double limit = count_stages_ ? ub_ : std::min(best, ub_);
@@ -861,11 +911,15 @@ class PipelineSearch {
           }
         };
         if (pessimistic_ && reach > 1 && reach <= kReach) {
-          double once = 0;
-          for (int q : crossing) once += TransferOutput(k, next, q);
-          if (own + once < limit) descend(own + once, reach);
+          double once = 0, once_bytes = 0;
+          for (int q : crossing) {
+            once += TransferOutput(k, next, q);
+            once_bytes += static_cast<double>(p_.output_bytes[q]);
+          }
+          const double stage = dv.StageSeconds(compute + dv.NetworkCpuSeconds(once_bytes), extra + outputs + once);
+          if (stage < limit) descend(stage, reach);
         }
-        descend(own + sends, 0);
+        descend(dv.StageSeconds(compute + dv.NetworkCpuSeconds(sent), extra + outputs + sends), 0);
       }
     }
     // Depth first, longest stage first: the first pipeline that fits.
@@ -893,7 +947,7 @@ class PipelineSearch {
   int64_t kind_states_ = 1;
   std::vector<std::vector<double>> prefix_;
   std::vector<double> suffix_macs_, suffix_max_;
-  double ub_ = kInf, source_extra_ = 0;
+  double ub_ = kInf, source_extra_ = 0, source_extra_bytes_ = 0;
   bool count_stages_ = false, pessimistic_ = false;
   struct Choice {
     int end = -1, next = -1, next_hold = 0;

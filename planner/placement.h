@@ -115,9 +115,9 @@ struct PlacementCost {
   bool feasible = false;
   std::string infeasible_reason;  // the first device over its flash or RAM
   double latency_s = 0;
-  double period_s = 0;        // METHODS §5 definition (with in-between layers), >= naive_period_s
-  double naive_period_s = 0;  // max over devices of compute + out-transfers
-  int bottleneck = -1;        // the device that sets period_s: ī, or the longest stage when that is longer
+  double period_s = 0;                // METHODS §5 definition (with in-between layers), >= naive_period_s
+  double naive_period_s = 0;          // max over devices of Device::StageSeconds(compute, out-transfers)
+  int bottleneck = -1;                // the device that sets period_s: ī, or the longest stage when that is longer
   std::vector<double> compute_s;      // per device
   std::vector<double> send_s;         // per device: its outgoing transfers per inference
   std::vector<int64_t> sent_bytes;    // per device

@@ -1206,9 +1206,11 @@ std::string FormatPlanTable(const Plan& plan) {
     // The source may run no layer: its stage sends the inputs and takes the outputs.
     const std::string stage = first < 0 ? std::string("no layers: the source's input and output transfers")
                                         : "layers " + std::to_string(first) + "-" + std::to_string(last);
-    std::snprintf(line, sizeof line,
-                  "pipeline period %.6f s; bottleneck stage %s (%s): compute %.6f s + sends %.6f s\n", plan.period_s,
-                  plan.cluster.devices[plan.bottleneck_device].name.c_str(), stage.c_str(), b.compute_s, b.send_s);
+    // Device::StageSeconds: in turn, or the sends on the cable while it computes.
+    const bool overlapped = plan.cluster.devices[plan.bottleneck_device].net_macs_per_byte > 0;
+    std::snprintf(line, sizeof line, "pipeline period %.6f s; bottleneck stage %s (%s): compute %.6f s%s%.6f s%s\n",
+                  plan.period_s, plan.cluster.devices[plan.bottleneck_device].name.c_str(), stage.c_str(), b.compute_s,
+                  overlapped ? ", sends " : " + sends ", b.send_s, overlapped ? " on the cable meanwhile" : "");
     out += line;
   }
   std::snprintf(line, sizeof line, "solver %s (%s), %.4f s, %lld nodes\n", plan.solver.name.c_str(),

@@ -80,7 +80,7 @@ void AddDeviceTime(int d, double extra, Plan* plan) {
   load.compute_s += extra;
   plan->latency_s += extra;
   if (plan->period_s > 0) {
-    plan->period_s = std::max(plan->period_s, load.compute_s + load.send_s);
+    plan->period_s = std::max(plan->period_s, plan->cluster.devices[d].StageSeconds(load.compute_s, load.send_s));
     plan->throughput_per_s = 1.0 / plan->period_s;
   } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
     plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
@@ -124,7 +124,9 @@ void PriceCompactWeights(const std::vector<LayerFigures>& layers, const std::set
   }
   plan->latency_s += latency_extra;
   if (plan->period_s > 0) {
-    for (const DeviceLoad& load : plan->loads) plan->period_s = std::max(plan->period_s, load.compute_s + load.send_s);
+    for (size_t i = 0; i < plan->loads.size() && i < plan->cluster.devices.size(); ++i)
+      plan->period_s = std::max(plan->period_s,
+                                plan->cluster.devices[i].StageSeconds(plan->loads[i].compute_s, plan->loads[i].send_s));
     plan->throughput_per_s = 1.0 / plan->period_s;
   } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
     plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
@@ -149,10 +151,15 @@ void PriceRequest(const Graph& graph, Plan* plan) {
   plan->latency_s += plan->request_s;
   // The source's network stack receives the input and sends the output:
   // its CPU for those bytes (Device::net_macs_per_byte, as for the bytes
-  // between devices) is in its time, the latency and a pipeline's period.
+  // between devices) is in its time and a pipeline's period. In the
+  // latency it works while the bytes are on the gateway's link: the trip
+  // takes the longer of the two (as a transfer between devices does).
   if (!plan->loads.empty() && !plan->cluster.devices.empty()) {
     plan->request_cpu_s = plan->cluster.devices[0].NetworkCpuSeconds(static_cast<double>(bytes));
-    if (plan->request_cpu_s > 0) AddDeviceTime(0, plan->request_cpu_s, plan);
+    if (plan->request_cpu_s > 0) {
+      AddDeviceTime(0, plan->request_cpu_s, plan);
+      plan->latency_s -= std::min(plan->request_cpu_s, plan->request_s);
+    }
   }
   if (plan->request_wire_rate_per_s > 0 && plan->throughput_per_s > plan->request_wire_rate_per_s)
     plan->throughput_per_s = plan->request_wire_rate_per_s;
@@ -265,7 +272,7 @@ Status PartsDeviceLayers(const Graph& graph, const std::vector<LayerFigures>& la
   po.bands = time.bands;
   TS_ASSIGN_OR_RETURN(PartsSearchResult r, GeneticParts(graph, base, d, time, po));
   // The target: the device's time may rise to the period (pipelined) or not at all.
-  const double limit = plan->period_s > 0 ? plan->period_s - load.send_s : load.compute_s;
+  const double limit = plan->period_s > 0 ? device.StageComputeLimit(plan->period_s, load.send_s) : load.compute_s;
   DeviceMemoryOptions memory = fit.memory;
   auto total = [&](const PartsPoint& p) -> Result<int64_t> {
     TS_ASSIGN_OR_RETURN(CompiledPlan compiled, CompilePlan(graph, PlanOf(base, d, p.paths)));
