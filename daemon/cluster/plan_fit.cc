@@ -80,7 +80,11 @@ void AddDeviceTime(int d, double extra, Plan* plan) {
   load.compute_s += extra;
   plan->latency_s += extra;
   if (plan->period_s > 0) {
-    plan->period_s = std::max(plan->period_s, plan->cluster.devices[d].StageSeconds(load.compute_s, load.send_s));
+    const double stage = plan->cluster.devices[d].StageSeconds(load.compute_s, load.send_s);
+    if (stage > plan->period_s) {  // this stage is now the longest: it sets the period
+      plan->period_s = stage;
+      plan->bottleneck_device = d;
+    }
     plan->throughput_per_s = 1.0 / plan->period_s;
   } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
     plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);
@@ -124,9 +128,13 @@ void PriceCompactWeights(const std::vector<LayerFigures>& layers, const std::set
   }
   plan->latency_s += latency_extra;
   if (plan->period_s > 0) {
-    for (size_t i = 0; i < plan->loads.size() && i < plan->cluster.devices.size(); ++i)
-      plan->period_s = std::max(plan->period_s,
-                                plan->cluster.devices[i].StageSeconds(plan->loads[i].compute_s, plan->loads[i].send_s));
+    for (size_t i = 0; i < plan->loads.size() && i < plan->cluster.devices.size(); ++i) {
+      const double stage = plan->cluster.devices[i].StageSeconds(plan->loads[i].compute_s, plan->loads[i].send_s);
+      if (stage > plan->period_s) {
+        plan->period_s = stage;
+        plan->bottleneck_device = static_cast<int>(i);
+      }
+    }
     plan->throughput_per_s = 1.0 / plan->period_s;
   } else if (plan->latency_s > 0 && plan->throughput_per_s > 0) {
     plan->throughput_per_s = std::min(plan->throughput_per_s, 1.0 / plan->latency_s);

@@ -525,5 +525,34 @@ TEST_CASE("compiled programs over a device's ram are refused before deploy", "[p
   CHECK((*ok)[0].total_bytes() > kWorkerBaselineBytes);
 }
 
+// A pipeline's period is its longest stage after every addition to a
+// device's time (the source's CPU for the request, compact weights, row
+// bands), and the plan names that stage: the source's stage became the
+// longest once its request CPU was added, and the table still named the
+// stage the layer assignment had picked.
+TEST_CASE("a pipeline's bottleneck is the stage that sets its period after the request's CPU", "[planner][memory]") {
+  const Graph g = ShapesOnly("yolov2-tiny", 416);
+  const auto layers = ComputeLayerFigures(g);
+  for (const double net : {0.0, 20.0, 150.0}) {
+    Cluster c = UniformCluster(3);
+    for (Device& d : c.devices) d.net_macs_per_byte = net;
+    PlanOptions options;
+    options.objective = Objective::kThroughput;
+    auto plan = PlanWithinMemory(g, layers, c, options, {});
+    REQUIRE(plan.ok());
+    INFO("net_macs_per_byte " << net);
+    REQUIRE(plan->bottleneck_device >= 0);
+    REQUIRE(plan->period_s > 0);
+    double longest = 0;
+    for (size_t i = 0; i < plan->loads.size(); ++i)
+      longest = std::max(longest, c.devices[i].StageSeconds(plan->loads[i].compute_s, plan->loads[i].send_s));
+    CHECK(plan->period_s >= longest * (1 - 1e-12));  // more only with layers between ī's sub-models
+    const DeviceLoad& b = plan->loads[plan->bottleneck_device];
+    if (plan->period_s == Approx(longest))
+      CHECK(c.devices[plan->bottleneck_device].StageSeconds(b.compute_s, b.send_s) == Approx(longest));
+    if (net == 150.0) CHECK(plan->request_cpu_s > 0);
+  }
+}
+
 }  // namespace
 }  // namespace tessera
