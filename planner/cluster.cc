@@ -176,8 +176,8 @@ struct Preset {
 // The memory/speed/kind fields a preset and a device entry both take
 // (ApplyDeviceFields); each adds its own keys.
 std::vector<std::string> WithDeviceFields(std::vector<std::string> keys) {
-  for (const char* k :
-       {"kind", "ram", "flash", "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind", "net_macs_per_byte"})
+  for (const char* k : {"kind", "ram", "flash", "cpu_hz", "cycles_per_mac", "macs_per_s", "macs_per_s_by_kind",
+                        "net_macs_per_byte", "request_macs"})
     keys.emplace_back(k);
   return keys;
 }
@@ -258,6 +258,17 @@ void ApplyDeviceFields(const YAML::Node& node, Device* d, ClusterErrors* errors,
                          "' is not a number >= 0 (the CPU one byte sent or received costs, in MACs of this device)");
     else
       d->net_macs_per_byte = x;
+  }
+  if (const auto v = node["request_macs"]) {  // 0 is allowed: serving a request costs nothing beyond its bytes
+    char* end = nullptr;
+    const std::string text = v.IsScalar() ? v.Scalar() : std::string();
+    const double x = std::strtod(text.c_str(), &end);
+    if (!v.IsScalar() || end == text.c_str() || *end != '\0' || !(x >= 0) || !std::isfinite(x))
+      errors->Add(v, "device " + where + ": request_macs '" + text +
+                         "' is not a number >= 0 (the CPU serving one request costs the source, in MACs of this "
+                         "device)");
+    else
+      d->request_macs = x;
   }
   // A bad macs_per_s is reported here; NaN keeps RequireSpeedAndMemory from
   // adding a second line ("has no speed") about the same mistake.

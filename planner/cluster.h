@@ -84,6 +84,12 @@ struct Device {
   // net_macs_per_byte / macs_per_s seconds of the device's time on top of the
   // wire time. 0 (the default) = free. Measured by bench/cluster-emulated.
   double net_macs_per_byte = 0;
+  // The CPU this device spends on each request it serves as the source
+  // (device 0: the gateway's call with the model's inputs, decoding them,
+  // the answer's reply), beyond its layers and the network stack's per-byte
+  // cost, in MACs of its own compute. 0 (the default) = free. Measured by
+  // bench/cluster-emulated (request_cost).
+  double request_macs = 0;
 
   // The rate layers of `kind` run at on this device.
   double MacsPerSecond(OpKind kind) const {
@@ -105,6 +111,11 @@ struct Device {
   // The device time its network stack spends on `bytes` sent or received.
   double NetworkCpuSeconds(double bytes) const {
     return net_macs_per_byte > 0 && macs_per_s > 0 ? bytes * net_macs_per_byte / macs_per_s : 0.0;
+  }
+  // The source's CPU for one request of `bytes` in and out: the network
+  // stack's per-byte cost plus the fixed cost of serving it (request_macs).
+  double RequestCpuSeconds(double bytes) const {
+    return NetworkCpuSeconds(bytes) + (request_macs > 0 && macs_per_s > 0 ? request_macs / macs_per_s : 0.0);
   }
   // One pipeline stage's share of the period, from its compute time and the
   // wire time of what it sends each inference. METHODS §5 adds the two: the

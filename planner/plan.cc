@@ -955,7 +955,11 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     j["request"] = {{"bytes", plan.request_bytes},
                     {"gateway_link_s", plan.request_s},
                     {"wire_rate_per_s", plan.request_wire_rate_per_s},
-                    {"source_network_cpu_s", plan.request_cpu_s}};
+                    {"source_network_cpu_s",
+                     plan.cluster.devices.empty()
+                         ? 0.0
+                         : plan.cluster.devices[0].NetworkCpuSeconds(static_cast<double>(plan.request_bytes))},
+                    {"source_cpu_s", plan.request_cpu_s}};
   if (!plan.choice.empty()) j["choice"] = plan.choice;
   if (!plan.time_model.empty()) j["time_model"] = plan.time_model;
   if (plan.bottleneck_device >= 0) {
@@ -1009,6 +1013,8 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
       if (plan.cluster.devices[i].kind_macs_per_s[k] > 0)
         by_kind[OpKindName(static_cast<OpKind>(k))] = plan.cluster.devices[i].kind_macs_per_s[k];
     if (!by_kind.empty()) per_device.back()["macs_per_s_by_kind"] = by_kind;
+    if (plan.cluster.devices[i].request_macs > 0)
+      per_device.back()["request_macs"] = plan.cluster.devices[i].request_macs;
     if (plan.cluster.devices[i].net_macs_per_byte > 0) {  // compute_s includes the network stack's CPU
       const double bytes = static_cast<double>(d.sent_bytes + d.received_bytes);
       per_device.back()["net_macs_per_byte"] = plan.cluster.devices[i].net_macs_per_byte;
@@ -1184,6 +1190,14 @@ std::string FormatPlanTable(const Plan& plan) {
                   "carries at most %.3f requests/s\n",
                   plan.request_s, FormatBytes(static_cast<double>(plan.request_bytes)).c_str(),
                   plan.request_wire_rate_per_s);
+    out += line;
+  }
+  if (plan.request_cpu_s > 0 && !plan.cluster.devices.empty()) {
+    std::snprintf(line, sizeof line,
+                  "the source %s spends %.6f s of CPU on each request (net_macs_per_byte on its %s, request_macs "
+                  "%.0f), in its compute s\n",
+                  plan.cluster.devices[0].name.c_str(), plan.request_cpu_s,
+                  FormatBytes(static_cast<double>(plan.request_bytes)).c_str(), plan.cluster.devices[0].request_macs);
     out += line;
   }
   if (!plan.time_model.empty()) out += "compute times from " + plan.time_model + "\n";

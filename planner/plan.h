@@ -119,7 +119,9 @@ struct Plan {
   // latency_s; the stream's rate is at most request_wire_rate_per_s
   // (the link's rate / request_bytes; 0: not priced).
   // request_cpu_s: the source's network-stack CPU for those bytes
-  // (net_macs_per_byte), in its compute_s, the latency and the period.
+  // (net_macs_per_byte) and for serving the request (request_macs), in its
+  // compute_s and the period, and in the latency where it outlasts
+  // request_s.
   int64_t request_bytes = 0;
   double request_s = 0, request_wire_rate_per_s = 0, request_cpu_s = 0;
   // Where compute times came from when not from MACs alone: "layer profile

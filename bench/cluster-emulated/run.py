@@ -171,6 +171,10 @@ class Bench:
         self.net_cost = {}  # (model name, cable rate) -> net_macs_per_byte (raw TCP)
         self.transport = {}  # (model name, cable rate) -> net_macs_per_byte (tessera's transport)
         self.transport_points = []  # the 2-device points each transport cost was measured on
+        self.request = {}  # (model name, cable rate) -> request_macs (the source's CPU per request served)
+        self.request_s = {}  # (model name, cable rate) -> request_total: that CPU in seconds, bytes included
+        self.request_bytes = {}  # model name -> the request's bytes in and out (the plan's request.bytes)
+        self.request_points = []  # the 1-device points each request cost was measured on
         self.device_rate = {}  # model name -> MAC/s measured inside a device's quota
         self.failures = []
 
@@ -460,7 +464,11 @@ class Bench:
         # ~20 s of requests (3..12): the median over them is the figure.
         seconds = self.model_macs(name) / max(1.0, self.device_rate.get(name) or self.args.device_macs)
         requests = max(3, min(12, int(20 / max(0.05, seconds))))
-        p = self.serve_point(name, 2, rate, "memory", self.args.ram, requests, 0, net_cost=raw)
+        # The source's CPU for serving each request is not the transport's: it
+        # is measured on one device first (request_total) and taken out of
+        # device 0's excess below.
+        request_s = self.request_total(name, rate)
+        p = self.serve_point(name, 2, rate, "memory", self.args.ram, requests, 0, net_cost=raw, request_macs=0.0)
         p["transport_calibration"] = True
         self.transport_points.append(p)
         need = ("cpu_wall_s_per_request", "predicted_compute_s", "predicted_network_cpu_s", "predicted_link_bytes")
@@ -476,6 +484,9 @@ class Bench:
             cpu = p["cpu_wall_s_per_request"]
         excess = sum(max(0.0, c - (pc - nc)) for c, pc, nc in zip(
             cpu, p["predicted_compute_s"], p["predicted_network_cpu_s"]))
+        # Device 0's predicted compute already holds the request's bytes at
+        # the raw figure; what it measured beyond that is request_total.
+        excess = max(0.0, excess - max(0.0, request_s - p.get("predicted_source_request_cpu_s", 0.0)))
         per_byte_s = excess / sum(p["predicted_link_bytes"])
         cost = max(raw, per_byte_s * (self.device_rate.get(name) or self.args.device_macs))
         log("transport cost: %s cable, %s on 2 devices (memory plan, %d requests): %.3g s of device CPU per request "
@@ -484,7 +495,59 @@ class Bench:
         self.transport[key] = cost
         return cost
 
-    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0, macs=None):
+    def request_total(self, name, rate):
+        """Seconds of the source device's CPU (at its quota) per request
+        beyond its layers: serving it (the gateway's call with the inputs,
+        decoding them, the reply) and its bytes. Measured once per model and
+        cable rate on one device serving a stream of 2 clients, with no
+        network cost declared: its CPU at quota per request beyond its
+        predicted compute. MobileNetV2 on one device spent 0.206-0.213 s a
+        request in a stream against 0.162 s of layers (2026-12-07), and every
+        multi-device stream's source 30-46 ms more than predicted at 1 Gbit/s.
+        0 (not measured) where a request's compute exceeds 2 s, whose
+        run-to-run spread is larger, and with --smoke, --mac-only,
+        --no-net-cost or --raw-net-cost."""
+        key = (name, rate)
+        if self.args.mac_only or self.args.no_net_cost or self.args.smoke or self.args.raw_net_cost:
+            return 0.0
+        if key in self.request_s:
+            return self.request_s[key]
+        seconds = self.model_macs(name) / max(1.0, self.device_rate.get(name) or self.args.device_macs)
+        self.request_s[key] = 0.0
+        if seconds > 2.0:
+            return 0.0
+        p = self.serve_point(name, 1, rate, "latency", self.args.ram, 3, 2, net_cost=0.0, request_macs=0.0)
+        p["request_calibration"] = True
+        self.request_points.append(p)
+        if "refused" in p or not p.get("stream_cpu_s_per_request") or not p.get("predicted_compute_s"):
+            log("request cost: %s on 1 device at %s gave no figure; declaring 0" % (name, rate))
+            return 0.0
+        self.request_bytes[name] = p.get("request_bytes", 0)
+        excess = max(0.0, p["stream_cpu_s_per_request"][0] - p["predicted_compute_s"][0])
+        log("request cost: %s cable, %s on 1 device (a stream of 2 clients): %.3g s of device CPU per request "
+            "beyond the predicted %.3g s" % (rate, name, excess, p["predicted_compute_s"][0]))
+        self.request_s[key] = excess
+        return excess
+
+    def request_cost(self, name, rate):
+        """The cluster file's request_macs at every point of (model, rate):
+        request_total in MACs of the device, less what net_macs_per_byte
+        (transport_cost) prices for the request's bytes, so that the planner's
+        source CPU per request is request_total."""
+        key = (name, rate)
+        if key not in self.request:
+            total = self.request_total(name, rate)
+            macs = self.device_rate.get(name) or self.args.device_macs
+            per_byte = self.transport_cost(name, rate) if total > 0 else 0.0
+            self.request[key] = max(0.0, total * macs - per_byte * self.request_bytes.get(name, 0))
+            if total > 0:
+                log("request cost: %s cable, %s: request_macs %.3g (%.3g s a request, %.3g s of it the %.2f MiB at "
+                    "%.3g MACs a byte)" % (rate, name, self.request[key], total,
+                                           per_byte * self.request_bytes.get(name, 0) / macs,
+                                           self.request_bytes.get(name, 0) / 2**20, per_byte))
+        return self.request[key]
+
+    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0, macs=None, request_macs=0.0):
         """The cluster file of n emulated devices; `macs`: their MAC/s as measured in
         the quota (the planner's rate), default the target --device-macs."""
         path = os.path.join(self.dir, "cluster-%d.yaml" % n)
@@ -492,9 +555,10 @@ class Bench:
             f.write("devices:\n")
             for i in range(n):
                 f.write("  - { name: pi%d, kind: linux, address: %s:7070, ram: %dKiB, flash: 32GiB, macs_per_s: %g, "
-                        "net_macs_per_byte: %g }\n" %
+                        "net_macs_per_byte: %g%s }\n" %
                         (i + 1, addresses[i] if addresses else "10.78.0.%d" % (11 + i), ram // 1024,
-                         macs or self.args.device_macs, net_macs_per_byte))
+                         macs or self.args.device_macs, net_macs_per_byte,
+                         ", request_macs: %g" % request_macs if request_macs > 0 else ""))
             f.write("links:\n  default: { bandwidth: %s, latency: %gms }\n" % (emulation.yaml_rate(rate), delay_ms))
         return path
 
@@ -636,18 +700,23 @@ class Bench:
         return [d.get("worker_ram", {}).get("promised_bytes", 0) for d in j["device_summary"]], j
 
     # ---- one point --------------------------------------------------------
-    def serve_point(self, name, n, rate, objective, ram, requests, concurrency, net_cost=None):
+    def serve_point(self, name, n, rate, objective, ram, requests, concurrency, net_cost=None, request_macs=None):
         """Workers + gateway for one (model, N, bandwidth, objective); returns the measurements.
-        net_cost: the cluster file's net_macs_per_byte (default: transport_cost)."""
+        net_cost: the cluster file's net_macs_per_byte (default: transport_cost, also on one device:
+        the source's network stack carries the request); request_macs: the source's CPU per request
+        served (default: request_cost)."""
         x, ref = self.input_and_reference(name)
         reference = load_npy(ref)
+        if request_macs is None:
+            request_macs = self.request_cost(name, rate)
         if net_cost is None:
-            net_cost = self.transport_cost(name, rate) if n > 1 else 0.0
+            net_cost = self.transport_cost(name, rate) if n > 1 or request_macs > 0 else 0.0
         workers = self.start_cluster(name, n, rate, ram)
-        point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective, "net_macs_per_byte": net_cost}
+        point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective, "net_macs_per_byte": net_cost,
+                 "request_macs": request_macs}
         try:
             cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram, net_cost,
-                                        self.device_rate.get(name))
+                                        self.device_rate.get(name), request_macs)
             # As many requests at once as clients send (one arena each on
             # every worker): the promise is asked for that many.
             in_flight = max(1, concurrency)
@@ -736,6 +805,8 @@ class Bench:
                 point["predicted_link_bytes"] = [d.get("sent_bytes", 0) + d.get("received_bytes", 0)
                                                  for d in plan.get("device_summary", [])]
                 point["predicted_network_cpu_s"] = [d.get("network_cpu_s", 0) for d in plan.get("device_summary", [])]
+                point["request_bytes"] = plan.get("request", {}).get("bytes", 0)
+                point["predicted_source_request_cpu_s"] = plan.get("request", {}).get("source_cpu_s", 0)
                 if worst > self.args.tolerance:
                     self.fail("%s N=%d %s %s: answer differs from tessera run by %.3g (tolerance %g)" %
                               (name, n, rate, objective, worst, self.args.tolerance))
@@ -1091,6 +1162,10 @@ def main():
     if bench.transport:
         results["transport_cost"] = {"%s %s" % k: v for k, v in bench.transport.items()}
         results["transport_calibration_points"] = bench.transport_points
+    if bench.request_s:
+        results["request_cost"] = {"%s %s" % k: {"request_macs": bench.request.get(k), "seconds": v}
+                                   for k, v in bench.request_s.items()}
+        results["request_calibration_points"] = bench.request_points
     results["failures"] = bench.failures
     results["delay_emulated"] = bench.net.netem is not False
     if bench.net.netem is False:

@@ -283,6 +283,12 @@ TEST_CASE("plan: net_macs_per_byte prices each device's sent and received bytes"
   CHECK(ErrorOf("macs_per_s: 2e9, net_macs_per_byte: -1").find("net_macs_per_byte '-1' is not a number >= 0") !=
         std::string::npos);
   CHECK(ErrorOf("macs_per_s: 2e9, net_macs_per_byte: lots").find("net_macs_per_byte 'lots'") != std::string::npos);
+  // request_macs: the source's CPU per request served, beside the bytes' cost.
+  CHECK(OneDevice("macs_per_s: 2e9").devices[0].RequestCpuSeconds(1e6) == 0);
+  CHECK(OneDevice("macs_per_s: 2e9, net_macs_per_byte: 50, request_macs: 1e8").devices[0].RequestCpuSeconds(4e6) ==
+        Approx(0.1 + 0.05));
+  CHECK(ErrorOf("macs_per_s: 2e9, request_macs: -5").find("request_macs '-5' is not a number >= 0") !=
+        std::string::npos);
 
   const Model& m = Tiny();
   auto two = [](const std::string& extra) {

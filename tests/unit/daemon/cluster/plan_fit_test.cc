@@ -525,6 +525,47 @@ TEST_CASE("compiled programs over a device's ram are refused before deploy", "[p
   CHECK((*ok)[0].total_bytes() > kWorkerBaselineBytes);
 }
 
+// request_macs: the CPU the source spends serving each request (the
+// gateway's call, decoding the inputs, the reply) beyond its layers and the
+// per-byte network cost. It is in the source's time and a pipeline's
+// period; in the latency it works while the request crosses the gateway's
+// link, so the trip takes the longer of the two.
+TEST_CASE("request_macs puts the source's CPU per request in its time, the period and the latency",
+          "[planner][memory]") {
+  const Graph g = ShapesOnly("yolov2-tiny", 416);
+  const auto layers = ComputeLayerFigures(g);
+  for (const Objective objective : {Objective::kMemory, Objective::kThroughput}) {
+    INFO(ObjectiveName(objective));
+    PlanOptions options;
+    options.objective = objective;
+    const Cluster base = UniformCluster(3);
+    Cluster served = base;
+    for (Device& d : served.devices) d.request_macs = 0.1 * d.macs_per_s;  // 0.1 s a request
+    auto a = PlanWithinMemory(g, layers, base, options, {});
+    auto b = PlanWithinMemory(g, layers, served, options, {});
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(a->layers.size() == b->layers.size());
+    for (size_t l = 0; l < a->layers.size(); ++l) REQUIRE(a->layers[l].devices == b->layers[l].devices);
+    CHECK(a->request_cpu_s == 0.0);
+    CHECK(b->request_cpu_s == Approx(0.1));
+    CHECK(b->loads[0].compute_s == Approx(a->loads[0].compute_s + 0.1));
+    CHECK(b->loads[1].compute_s == Approx(a->loads[1].compute_s));
+    REQUIRE(a->request_s > 0);
+    REQUIRE(a->request_s < 0.1);  // 2.2 MB at 1 Gbit/s: the CPU outlasts the link
+    CHECK(b->latency_s == Approx(a->latency_s - a->request_s + 0.1));
+    if (objective == Objective::kThroughput) {
+      CHECK(b->period_s >= served.devices[0].StageSeconds(b->loads[0].compute_s, b->loads[0].send_s) * (1 - 1e-12));
+      CHECK(b->throughput_per_s < a->throughput_per_s);
+    }
+    CHECK(PlanToJson(*b)["device_summary"][0]["request_macs"].get<double>() ==
+          Approx(0.1 * base.devices[0].macs_per_s));
+    CHECK(PlanToJson(*b)["request"]["source_cpu_s"].get<double>() == Approx(0.1));
+    CHECK(FormatPlanTable(*b).find("spends 0.100000 s of CPU on each request") != std::string::npos);
+    CHECK(FormatPlanTable(*a).find("of CPU on each request") == std::string::npos);
+  }
+}
+
 // A pipeline's period is its longest stage after every addition to a
 // device's time (the source's CPU for the request, compact weights, row
 // bands), and the plan names that stage: the source's stage became the
