@@ -12,7 +12,7 @@ and the transport's CPU per byte is what relates excess to bytes.
 
 Two estimators:
 
-* "slope" (since 2026-12-07, eighteenth session): the least-squares slope of
+* "slope" (since 2026-12-07, nineteenth session): the least-squares slope of
   excess_i against bytes_i over the devices of a plan with a hub (3 or more
   devices; FDT plans gather partial sums on device 0 and broadcast from it, so
   it moves 3-5x the bytes of the others). A bias the devices share (the
