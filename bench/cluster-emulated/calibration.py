@@ -79,8 +79,11 @@ def _self_test():
     check("slope method", method == "slope", True)
     check("slope", s, per_byte)
     check("intercept", intercept, bias)
-    s_sum, method_sum, _ = transport_seconds_per_byte(cpu[:2], compute[:2], net[:2], [link[1], link[1]])
+    two = [link[1], link[1]]
+    cpu_two = [pc - nc + per_byte * b for pc, nc, b in zip(compute[:2], net[:2], two)]
+    s_sum, method_sum, _ = transport_seconds_per_byte(cpu_two, compute[:2], net[:2], two)
     check("2 devices fall back to the sum", method_sum == "sum", True)
+    check("the sum without a bias", s_sum, per_byte)
     # The source's request CPU is taken out of device 0's excess.
     cpu2 = list(cpu)
     cpu2[0] += 0.25
