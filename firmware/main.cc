@@ -283,7 +283,8 @@ void OnFrame(uint32_t port, wire::FrameHeader h, const uint8_t* payload) {
     return;
   }
   if (!p.rx_known || h.session != p.rx_session) {
-    if (h.sequence != 0) return;  // an old session of the peer
+    if (h.sequence != 0) return;       // an old session of the peer
+    const bool replaced = p.rx_known;  // the peer started over (rebooted): not its first frame on this link
     p.rx_known = true;
     p.rx_session = h.session;
     p.rx_expected = 0;
@@ -296,7 +297,14 @@ void OnFrame(uint32_t port, wire::FrameHeader h, const uint8_t* payload) {
     // for a new peer, dropped the session its own frame 0 was waiting in,
     // and then refused the peer's acknowledgement of it: 50 retries (12.5 s)
     // and a send counted as failed although it had arrived.
-    if (p.tx_next != 0) {
+    // Nor on the peer's first frame on this link (its session replaces
+    // none): the peer did not start over, our session is still the one it
+    // knows. Resetting there (one MCU's slice acknowledged before the
+    // other's first arrived) made the peer, at our next message, see a new
+    // session and reset its own, under a frame still waiting for its
+    // acknowledgement: the same 12.5 s and a direct link counted at half
+    // its bytes (CI, FDTO on 2 MCUs, 2026-12-07).
+    if (replaced && p.tx_next != 0) {
       p.tx_session = 0;
       p.tx_next = 0;
     }
@@ -383,9 +391,14 @@ void Idle() {
 // Sends one message reliably on `port` (stop-and-wait per frame); false
 // when the peer stopped acknowledging. Keeps serving received frames
 // (every port) meanwhile.
-bool SendMessage(uint32_t port, uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t total) {
+void OpenTxSession(uint32_t port) {
   Port& p = g_ports[port];
   if (p.tx_session == 0) p.tx_session = (p.rx_session * 2654435761u) ^ kSysTick->cvr ^ (g_ms << 16) ^ (port << 8) ^ 1u;
+}
+
+bool SendMessage(uint32_t port, uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t total) {
+  Port& p = g_ports[port];
+  OpenTxSession(port);
   uint32_t offset = 0;
   do {
     uint32_t n = total - offset < wire::kMaxPayload ? total - offset : uint32_t(wire::kMaxPayload);
@@ -403,6 +416,14 @@ bool SendMessage(uint32_t port, uint8_t type, uint32_t message, const uint8_t* b
     int attempts = 0;
     while (p.tx_waiting) {
       if (++attempts > 50) return false;
+      if (h.session != p.tx_session) {
+        // The peer started over while this frame waited (OnFrame reset our
+        // session): its fresh link drops the frame under the old session,
+        // so it goes again as the first of a new one.
+        OpenTxSession(port);
+        h.session = p.tx_session;
+        h.sequence = p.tx_waiting_seq = p.tx_next;
+      }
       SendFrame(port, h, bytes + offset);
       uint32_t start = g_ms;
       while (p.tx_waiting && g_ms - start < 250) {
