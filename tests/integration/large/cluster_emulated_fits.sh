@@ -9,7 +9,8 @@
 # no worker OOM-killed. Needs root. Args: path to tessera, build dir.
 # --mac-only: memory and answers are what this checks, so none of the
 # bench's timing calibrations (layer and compact profiles, the transport's
-# per-byte cost on a 4-device plan) run: 282 -> ~190 s on 2 busy cores.
+# per-byte cost on a 4-device plan) run: 282 s in a CI-like run before, 134 s
+# after on a quiet machine (194 s on 2 busy cores).
 set -u
 T=${1:?tessera binary}
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
