@@ -388,14 +388,16 @@ void Idle() {
   __asm volatile("cpsie i" ::: "memory");
 }
 
-// Sends one message reliably on `port` (stop-and-wait per frame); false
-// when the peer stopped acknowledging. Keeps serving received frames
-// (every port) meanwhile.
+// A send session on `port` unless one is open (OnFrame closes it when the
+// peer starts over).
 void OpenTxSession(uint32_t port) {
   Port& p = g_ports[port];
   if (p.tx_session == 0) p.tx_session = (p.rx_session * 2654435761u) ^ kSysTick->cvr ^ (g_ms << 16) ^ (port << 8) ^ 1u;
 }
 
+// Sends one message reliably on `port` (stop-and-wait per frame); false
+// when the peer stopped acknowledging. Keeps serving received frames
+// (every port) meanwhile.
 bool SendMessage(uint32_t port, uint8_t type, uint32_t message, const uint8_t* bytes, uint32_t total) {
   Port& p = g_ports[port];
   OpenTxSession(port);
