@@ -403,6 +403,35 @@ class Bench:
                 name, json.loads(out)["median_ms"] / 1000.0, self.model_macs(name) / rate))
         return rate
 
+    def run_rate(self, name):
+        """The devices' MAC rate now: the model run in a device's CPU quota (the quota
+        calibrated once, by measured_device_rate) after a warm-up run, as that
+        calibration runs it, without writing any profile. A device is a fixed
+        share of the shared host's CPU time, and that host's speed moves: on
+        2026-12-07 the same VGG-16 devices computed at 0.65-0.97x their
+        calibrated rate in one run and 1.13-1.25x in another an hour later,
+        each request lasting its busiest device's CPU at quota either way.
+        speedup() measures this before every run of a point and plans that run
+        with it (--rate-once: the calibration's rate for every point)."""
+        model, shape = self.model(name)
+        group = "%s-rate" % emulation.PREFIX
+        fraction, period = self.quota(name)
+        expected_s = self.model_macs(name) / (self.device_rate.get(name) or self.args.device_macs)
+        repeat = ["--repeat", "9"] if expected_s < 0.5 else (["--repeat", "3"] if expected_s < 2 else [])
+        self.cgroups.create(group, fraction, period, None)
+        try:
+            p = subprocess.Popen([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape,
+                                  "--threads", "1", "--warmup", "1", "--json"] + repeat, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, preexec_fn=lambda: self.cgroups.join(group, os.getpid()))
+            self.procs.append(p)
+            out, _ = p.communicate()
+        finally:
+            self.cgroups.remove(group)
+        if p.returncode != 0:
+            self.fail("%s: the run in a device's quota (the devices' rate now) exited %d" % (name, p.returncode))
+            return self.device_rate.get(name) or self.args.device_macs
+        return self.model_macs(name) / (json.loads(out)["median_ms"] / 1000.0)
+
     def network_cost(self, name, rate):
         """The CPU a device's network stack spends per byte it sends or
         receives, in MACs of the device (the cluster file's
@@ -997,9 +1026,25 @@ class Bench:
                         # The host's speed just before and just after each run
                         # (host_slowdown), their mean recorded with the run.
                         before = self.host_slowdown(name)
+                        calibrated = self.device_rate.get(name)
                         for k in range(max(1, self.args.point_repeats)):
-                            runs.append(self.serve_point(name, n, rate, objective, self.args.ram,
-                                                         self.args.requests, clients))
+                            now = None
+                            if not self.args.rate_once and calibrated:
+                                # The cluster file of this run declares the devices' rate measured just
+                                # before it (run_rate); the transport and request costs stay in MACs.
+                                now = self.run_rate(name)
+                                self.device_rate[name] = now
+                                log("the devices' rate now: %.3g MAC/s (%.2fx the calibration's)" %
+                                    (now, now / calibrated))
+                            try:
+                                runs.append(self.serve_point(name, n, rate, objective, self.args.ram,
+                                                             self.args.requests, clients))
+                            finally:
+                                if calibrated:
+                                    self.device_rate[name] = calibrated
+                            if now is not None:
+                                runs[-1]["device_macs_per_s_run"] = now
+                                runs[-1]["device_macs_per_s_calibrated"] = calibrated
                             if "refused" in runs[-1]:
                                 break
                             after = self.host_slowdown(name)
@@ -1017,15 +1062,22 @@ class Bench:
 def median_run(runs):
     """The run of one point (the same plan deployed afresh each time) whose
     latency is the median of the runs' (the lower middle one for an even
-    count), with every run's figures beside it under "repeats": the host's
+    count; by measured/predicted where each run was planned with the
+    devices' rate of its moment), with every run's figures beside it under "repeats": the host's
     speed moves by 10-40 % over minutes (README "cluster-emulated"), so one
     run of a point can sit far from its prediction though the model holds."""
     timed = [r for r in runs if not math.isnan(r.get("latency_s", math.nan))]
     if len(runs) == 1 or not timed:
         return runs[-1]
-    timed.sort(key=lambda r: r["latency_s"])
+    # Runs each planned with the devices' rate of their own moment (run_rate)
+    # have predictions of their own: the middle one by measured/predicted.
+    if all(r.get("device_macs_per_s_run") and r.get("predicted_latency_s") for r in timed):
+        timed.sort(key=lambda r: r["latency_s"] / r["predicted_latency_s"])
+    else:
+        timed.sort(key=lambda r: r["latency_s"])
     point = dict(timed[(len(timed) - 1) // 2])
     keys = ("latency_s", "predicted_latency_s", "relative_error", "cpu_wall_s_per_request_median", "host_slowdown",
+            "device_macs_per_s_run",
             "throughput_per_s", "predicted_throughput_per_s", "link_bytes_per_request", "peak_rss_bytes")
     point["repeats"] = [{k: r[k] for k in keys if k in r} for r in runs]
     return point
@@ -1062,6 +1114,9 @@ def format_point(p):
         tp += "]"
     if p.get("host_slowdown"):
         tp += " [host %.2fx its calibration's time a run]" % p["host_slowdown"]
+    if p.get("device_macs_per_s_run"):
+        tp += " [devices at %.3g MAC/s, %.2fx the calibration's]" % (
+            p["device_macs_per_s_run"], p["device_macs_per_s_run"] / p["device_macs_per_s_calibrated"])
     if len(p.get("repeats") or []) > 1:
         tp += " [median of %d runs; their ratios %s]" % (len(p["repeats"]), "/".join(
             "%.2f" % (r["latency_s"] / r["predicted_latency_s"]) if r.get("predicted_latency_s") and "latency_s" in r
@@ -1125,6 +1180,9 @@ def main():
     ap.add_argument("--raw-net-cost", action="store_true",
                     help="declare the raw TCP stream's CPU per byte (network_cost) instead of measuring tessera's "
                          "transport on the model's 4-device memory plan (transport_cost; --smoke always uses raw)")
+    ap.add_argument("--rate-once", action="store_true",
+                    help="plan every speed-up run with the devices' rate calibrated at the start (default: "
+                         "measured again in a device's quota just before each run, run_rate)")
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max |a-b| / max |ref| against tessera run")
     ap.add_argument("--deadline-s", type=float, default=600)
     ap.add_argument("--deploy-timeout", type=int, default=0,

@@ -673,7 +673,7 @@ class ConvKernel final : public Kernel {
   // stay in L2, so bias/activation run on cached rows and im2col never
   // streams the whole expanded input through memory.
   static int64_t TileColumns(int64_t k, int64_t rows, int64_t plane) {
-    constexpr int64_t kBudgetFloats = 128 * 1024;  // EXPERIMENT
+    constexpr int64_t kBudgetFloats = 128 * 1024;  // 512 KiB each: within a core's L2 beside the weights
     int64_t t = std::min(kBudgetFloats / std::max<int64_t>(k, 1), kBudgetFloats / std::max<int64_t>(rows, 1));
     t = std::max<int64_t>(256, t);
     if (t >= plane) return plane;
