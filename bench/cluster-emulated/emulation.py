@@ -72,6 +72,8 @@ class Cgroups:
                 except OSError:
                     pass
         self.created = []
+        # CPUs every process that joins a group is pinned to (join); None: any.
+        self.cpus = None
 
     @property
     def version(self):
@@ -147,6 +149,8 @@ class Cgroups:
     def join(self, name, pid):
         for d in self._dirs(name):
             self._write(os.path.join(d, "cgroup.procs"), pid)
+        if self.cpus:
+            os.sched_setaffinity(pid, self.cpus)
 
     def _read(self, name, v1_file, v2_file):
         path = os.path.join(self._dirs(name)[0 if self.v2 else 1], v2_file if self.v2 else v1_file)
@@ -342,3 +346,31 @@ class Network:
         for ns in spaces:
             sh("ip", "netns", "del", ns, check=False)
         self.links, self.namespaces, self.up = [], [], False
+
+
+def run_in_quotas(cgroups, argv, copies, cpu_fraction, period_us, procs=None):
+    """Runs `copies` copies of the command argv at once, each in its own group
+    with the same CPU quota (and the CPUs cgroups.cpus pins groups to);
+    returns their stdouts, or None if one exited non-zero. `procs`, a list,
+    holds the running copies meanwhile (a caller's cleanup can kill them)."""
+    groups = ["%s-copy%d" % (PREFIX, i) for i in range(copies)]
+    started = []
+    try:
+        for g in groups:
+            cgroups.create(g, cpu_fraction, period_us, None)
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 preexec_fn=lambda g=g: cgroups.join(g, os.getpid()))
+            started.append(p)
+            if procs is not None:
+                procs.append(p)
+        outs = [p.communicate()[0] for p in started]
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if procs is not None:
+                procs.remove(p)
+        for g in groups[:len(started)]:
+            cgroups.remove(g)
+    return None if any(p.returncode != 0 for p in started) else outs
