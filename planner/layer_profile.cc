@@ -144,11 +144,47 @@ Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector
   // Per layer and tile height, the factors measured (one per device that
   // computed such a tile): their median is kept.
   std::map<int, std::map<int64_t, std::vector<double>>> seen;
+  // The same for FDT channel slices, output channels [0] and input channels [1].
+  std::map<int, std::map<int64_t, std::vector<double>>> slices[2];
   const nlohmann::json& entries = j["tile_profile"];
   for (size_t k = 0; k < entries.size(); ++k) {
     const nlohmann::json& e = entries[k];
     const std::string at = path + ": tile_profile entry " + std::to_string(k);
     auto number = [&](const char* key) { return e.is_object() && e.contains(key) && e[key].is_number(); };
+    if (e.is_object() && e.contains("axis")) {
+      const bool out_axis = e["axis"] == "out_channels";
+      if (!out_axis && e["axis"] != "in_channels")
+        return Status::InvalidArgument(at + ": axis " + e["axis"].dump() + " is not out_channels or in_channels");
+      if (!number("index") || !number("channels") || !number("layer_channels") || !number("ms") ||
+          !number("layer_ms") || !e.contains("node") || !e["node"].is_string())
+        return Status::InvalidArgument(at +
+                                       " (a channel slice) needs \"index\", \"node\", \"channels\", "
+                                       "\"layer_channels\", \"ms\" and \"layer_ms\"");
+      const int64_t index = e["index"].get<int64_t>(), channels = e["channels"].get<int64_t>(),
+                    layer_channels = e["layer_channels"].get<int64_t>();
+      const double ms = e["ms"].get<double>(), layer_ms = e["layer_ms"].get<double>();
+      if (index < 1 || index > static_cast<int64_t>(layers->size()))
+        return Status::InvalidArgument(at + ": layer index " + std::to_string(index) + " is not one of the model's " +
+                                       std::to_string(layers->size()) + " layers");
+      const LayerFigures& f = (*layers)[index - 1];
+      const Shape* shape = out_axis ? &f.output_shape : (f.input_shapes.empty() ? nullptr : &f.input_shapes[0]);
+      const int64_t model_channels = shape != nullptr && shape->size() == 4 ? (*shape)[1] : 0;
+      if (f.name != e["node"].get<std::string>() || model_channels != layer_channels)
+        return Status::InvalidArgument(at + ": layer " + std::to_string(index) + " is '" +
+                                       e["node"].get<std::string>() + "' with " + std::to_string(layer_channels) + " " +
+                                       e["axis"].get<std::string>() + " in the profile, '" + f.name + "' with " +
+                                       std::to_string(model_channels) +
+                                       " in the model; was it measured on this model at this input shape?");
+      if (channels < 1 || channels > layer_channels || !std::isfinite(ms) || ms < 0 || !std::isfinite(layer_ms) ||
+          layer_ms < 0)
+        return Status::InvalidArgument(at + ": " + std::to_string(channels) + " of " + std::to_string(layer_channels) +
+                                       " channels in " + e["ms"].dump() + " ms (layer " + e["layer_ms"].dump() +
+                                       " ms): channels within the layer, times finite and not negative");
+      if (channels == layer_channels || layer_ms < 0.1) continue;
+      slices[out_axis ? 0 : 1][static_cast<int>(index)][channels].push_back(
+          ms / (layer_ms * static_cast<double>(channels) / static_cast<double>(layer_channels)));
+      continue;
+    }
     if (!number("index") || !number("rows") || !number("layer_rows") || !number("ms") || !number("layer_ms") ||
         !e.contains("node") || !e["node"].is_string())
       return Status::InvalidArgument(at +
@@ -193,6 +229,21 @@ Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector
     }
     ++summary.layers;
   }
+  for (int axis = 0; axis < 2; ++axis)
+    for (auto& [index, by_channels] : slices[axis]) {
+      LayerFigures& f = (*layers)[index - 1];
+      auto& table = axis == 0 ? f.out_slice_time_factor : f.in_slice_time_factor;
+      table.clear();
+      for (auto& [channels, factors] : by_channels) {
+        std::sort(factors.begin(), factors.end());
+        table.push_back({channels, factors[factors.size() / 2]});
+        ++summary.slices;
+        if (factors[factors.size() / 2] > summary.largest_slice_factor) {
+          summary.largest_slice_factor = factors[factors.size() / 2];
+          summary.largest_slice_layer = f.name;
+        }
+      }
+    }
   return summary;
 }
 
@@ -201,8 +252,15 @@ std::string DescribeTileProfile(const std::string& path, const TileProfileSummar
   std::snprintf(buf, sizeof buf, " (%d tile heights of %d layers; largest: %lld rows of '", s.tiles, s.layers,
                 static_cast<long long>(s.largest_rows));
   std::string out = "tile profile " + path + buf + s.largest_layer;
-  std::snprintf(buf, sizeof buf, "' at %.2fx their share of the layer)", s.largest_factor);
-  return out + buf;
+  std::snprintf(buf, sizeof buf, "' at %.2fx their share of the layer", s.largest_factor);
+  out += buf;
+  if (s.slices > 0) {
+    std::snprintf(buf, sizeof buf, "; %d FDT channel slices, largest '", s.slices);
+    out += buf + s.largest_slice_layer;
+    std::snprintf(buf, sizeof buf, "' at %.2fx", s.largest_slice_factor);
+    out += buf;
+  }
+  return out + ")";
 }
 
 Result<CompactProfileSummary> ApplyCompactProfile(const std::string& path, std::vector<LayerFigures>* layers) {

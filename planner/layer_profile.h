@@ -49,13 +49,25 @@ std::string DescribeLayerProfile(const std::string& path, const LayerProfileSumm
 // becomes LayerFigures::tile_time_factor, so the planner prices a tile of r
 // rows at factor × r/H of the layer's time (TileTimeFactor) instead of r/H:
 // a tile a few rows high runs its GEMMs on fewer columns and rounds its
-// rows up to the kernel's blocks. Entries must name the model's layers at
-// this input shape; anything else is an InvalidArgument naming it.
+// rows up to the kernel's blocks. Entries with an "axis" are FDT channel
+// slices (a fan-out device's c of O output channels, a fan-in device's c of
+// C input channels, METHODS §4): their factor (ms / layer_ms) / (c / O or C)
+// becomes LayerFigures::out_ / in_slice_time_factor (SliceTimeFactor). A
+// fan-out slice still transforms the whole input of a Winograd conv and a
+// fan-in slice its whole output, so a slice costs more than its share
+// (VGG-16 on 4 devices, one process: each device's CPU 1.17-1.31x its
+// share). Entries must name the model's layers at this input shape;
+// anything else is an InvalidArgument naming it.
 struct TileProfileSummary {
   int layers = 0, tiles = 0;  // layers with a factor; (layer, height) pairs
   double largest_factor = 0;
   std::string largest_layer;
   int64_t largest_rows = 0;
+  // FDT channel slices given a factor ((layer, axis, channels) triples), and
+  // the largest factor among them.
+  int slices = 0;
+  double largest_slice_factor = 0;
+  std::string largest_slice_layer;
 };
 Result<TileProfileSummary> ApplyTileProfile(const std::string& path, std::vector<LayerFigures>* layers);
 // "tile profile FILE (N tile heights of L layers; largest: r rows of 'x' at

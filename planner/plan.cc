@@ -369,7 +369,11 @@ LayerShares PlanFdtLayer(const Graph& graph, const LayerFigures& f, const SplitS
       a->devices.push_back(i);
       a->split.push_back(s[i]);
     }
-  for (int i = 0; i < n; ++i) shares.share[i] = static_cast<double>(s[i]) / std::max<int64_t>(channels, 1);
+  for (int i = 0; i < n; ++i) {
+    shares.share[i] = static_cast<double>(s[i]) / std::max<int64_t>(channels, 1);
+    // Measured slices (tessera plan --tile-profile; 1 = in proportion).
+    if (s[i] > 0) shares.time_factor[i] = f.SliceTimeFactor(fan_out, s[i]);
+  }
   shares.w_share = shares.share;
   const int prev = k > 0 ? static_cast<int>(owp.schemes[k - 1]) : -1;
   const bool r_prev = k > 0 && chain[k - 1].linked_to_next && prev == static_cast<int>(FdtScheme::kFanOut) &&

@@ -322,9 +322,11 @@ class Bench:
                                   "--force", "halo", "--grid", "%dx1" % n, "--devices", str(n), "--threads", "1",
                                   "--repeat", "3", "--warmup", "1", "--profile", "--json"], capture_output=True,
                                  text=True, check=True).stdout
+            profile = json.loads(out)
+            profile["tile_profile"] = profile.get("tile_profile", []) + self.slice_profile(name, n)
             with open(path, "w") as f:
-                f.write(out)
-            tiles = json.loads(out).get("tile_profile", [])
+                json.dump(profile, f)
+            tiles = [e for e in profile["tile_profile"] if "rows" in e]
             slow = [e for e in tiles if e["rows"] < e["layer_rows"] and e["layer_ms"] > 0]
             worst = max(slow, key=lambda e: e["ms"] / (e["layer_ms"] * e["rows"] / e["layer_rows"]), default=None)
             log("tile profile: %s on %d devices, %d tiles%s" % (
@@ -332,6 +334,35 @@ class Bench:
                 "%.2fx" % (worst["rows"], worst["layer_rows"], worst["node"],
                            worst["ms"] / (worst["layer_ms"] * worst["rows"] / worst["layer_rows"]))))
         return path
+
+    def slice_profile(self, name, n):
+        """The FDT channel slices of the model's memory plan on n equal devices, as
+        `tessera run --plan P --profile --json` times them in one process (its
+        tile_profile entries with an axis): a fan-out slice of a Winograd conv
+        still transforms the whole input and a fan-in slice the whole output,
+        so a slice costs more than its share (VGG-16, 4 devices: each device's
+        CPU 1.17-1.31x its priced share). The planner prices slices by them
+        (tessera plan --tile-profile) as it prices row tiles."""
+        model, shape = self.model(name)
+        cluster = self.cluster_file(n, None, "1gbit", 0.2, self.args.ram, 0.0, self.device_rate.get(name),
+                                    path=os.path.join(self.dir, "slices-%d.yaml" % n))
+        plan = os.path.join(self.dir, "%s.slices%d.pb" % (name, n))
+        r = subprocess.run([self.tessera, "--log-level", "warn", "plan", model, "--input-shape", shape, "--cluster",
+                            cluster, "--objective", "memory", "--layer-profile", self.layer_profile(name), "--out",
+                            plan], capture_output=True, text=True)
+        if r.returncode != 0:
+            log("slice profile: %s on %d devices: no memory plan (%s)" % (name, n, r.stderr.strip()[-200:]))
+            return []
+        out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--plan", plan,
+                              "--threads", "1", "--repeat", "3", "--warmup", "1", "--profile", "--json"],
+                             capture_output=True, text=True, check=True).stdout
+        slices = [e for e in json.loads(out).get("tile_profile", []) if "axis" in e]
+        factors = sorted(e["ms"] / (e["layer_ms"] * e["channels"] / e["layer_channels"]) for e in slices
+                         if e["layer_ms"] >= 0.1 and e["channels"] < e["layer_channels"])
+        log("slice profile: %s on %d devices (memory plan), %d slices%s" % (
+            name, n, len(slices), "" if not factors else "; their time over their share: median %.2f, %.2f-%.2f" % (
+                factors[len(factors) // 2], factors[0], factors[-1])))
+        return slices
 
     def quota(self, name):
         """(fraction of one CPU, CFS period in us) giving --device-macs on this model."""
@@ -625,10 +656,11 @@ class Bench:
                                            self.request_bytes.get(name, 0) / 2**20, per_byte))
         return self.request[key]
 
-    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0, macs=None, request_macs=0.0):
+    def cluster_file(self, n, addresses, rate, delay_ms, ram, net_macs_per_byte=0.0, macs=None, request_macs=0.0,
+                     path=None):
         """The cluster file of n emulated devices; `macs`: their MAC/s as measured in
         the quota (the planner's rate), default the target --device-macs."""
-        path = os.path.join(self.dir, "cluster-%d.yaml" % n)
+        path = path or os.path.join(self.dir, "cluster-%d.yaml" % n)
         with open(path, "w") as f:
             f.write("devices:\n")
             for i in range(n):

@@ -80,7 +80,42 @@ nlohmann::json TileProfile(const Graph& graph, const std::vector<DeviceProgram>&
       if (node >= static_cast<int>(graph.nodes.size()) || graph.nodes[node].outputs.empty()) continue;
       const Shape& full = graph.values[graph.nodes[node].outputs[0]].shape;
       const Shape tile = p.buffers[s.outputs[0]].shape();
-      if (full.size() != 4 || tile.size() != 4 || tile[3] != full[3] || tile[1] != full[1]) continue;  // row bands only
+      if (full.size() != 4 || tile.size() != 4 || tile[3] != full[3]) continue;
+      const double layer_ms = node < static_cast<int>(unsplit_node_ms.size()) ? unsplit_node_ms[node] : 0.0;
+      // FDT slices (METHODS §4): a fan-out device computes `channels` of the
+      // layer's output channels over the whole plane; a fan-in device reads
+      // `channels` of its input channels and writes partial sums of every
+      // output channel. Their time against that share of the layer's
+      // prices FDT slices as row tiles are priced (tessera plan --tile-profile).
+      if (tile[2] == full[2] && tile[1] != full[1]) {
+        out.push_back({{"device", device_names.at(d)},
+                       {"index", s.layer},
+                       {"node", graph.nodes[node].name},
+                       {"op", graph.nodes[node].op},
+                       {"axis", "out_channels"},
+                       {"channels", tile[1]},
+                       {"layer_channels", full[1]},
+                       {"ms", step_cpu_seconds[d][i] * 1e3},
+                       {"layer_ms", layer_ms}});
+        continue;
+      }
+      const auto acts = graph.ActivationInputs(graph.nodes[node]);
+      if (tile == full && !s.inputs.empty() && acts.size() == 1) {
+        const Shape& whole_in = graph.values[acts[0]].shape;
+        const Shape slice_in = p.buffers[s.inputs[0]].shape();
+        if (whole_in.size() == 4 && slice_in.size() == 4 && slice_in[1] < whole_in[1] && slice_in[2] == whole_in[2])
+          out.push_back({{"device", device_names.at(d)},
+                         {"index", s.layer},
+                         {"node", graph.nodes[node].name},
+                         {"op", graph.nodes[node].op},
+                         {"axis", "in_channels"},
+                         {"channels", slice_in[1]},
+                         {"layer_channels", whole_in[1]},
+                         {"ms", step_cpu_seconds[d][i] * 1e3},
+                         {"layer_ms", layer_ms}});
+        continue;
+      }
+      if (tile[1] != full[1]) continue;  // row bands below
       out.push_back({{"device", device_names.at(d)},
                      {"index", s.layer},
                      {"node", graph.nodes[node].name},
@@ -88,7 +123,7 @@ nlohmann::json TileProfile(const Graph& graph, const std::vector<DeviceProgram>&
                      {"rows", tile[2]},
                      {"layer_rows", full[2]},
                      {"ms", step_cpu_seconds[d][i] * 1e3},
-                     {"layer_ms", node < static_cast<int>(unsplit_node_ms.size()) ? unsplit_node_ms[node] : 0.0}});
+                     {"layer_ms", layer_ms}});
     }
   }
   return out;

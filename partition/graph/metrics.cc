@@ -109,16 +109,31 @@ OpKind OpKindOf(const Graph& g, const Node& node) {
   return OpKind::kElementwise;
 }
 
-double LayerFigures::TileTimeFactor(int64_t rows) const {
-  const auto& t = tile_time_factor;
-  if (t.empty() || (output_shape.size() == 4 && rows >= output_shape[2])) return 1.0;
-  if (rows <= t.front().first) return t.front().second;
-  if (rows >= t.back().first) return t.back().second;
-  auto hi = std::lower_bound(t.begin(), t.end(), std::make_pair(rows, 0.0));
-  if (hi->first == rows) return hi->second;
+namespace {
+// A measured factor at `x` from (x, factor) pairs, x ascending: the factor
+// measured there, linear between the nearest measured points, the nearest
+// one beyond them; 1 with none or at `whole` (the whole layer) and beyond.
+double InterpolateFactor(const std::vector<std::pair<int64_t, double>>& t, int64_t x, int64_t whole) {
+  if (t.empty() || (whole > 0 && x >= whole)) return 1.0;
+  if (x <= t.front().first) return t.front().second;
+  if (x >= t.back().first) return t.back().second;
+  auto hi = std::lower_bound(t.begin(), t.end(), std::make_pair(x, 0.0));
+  if (hi->first == x) return hi->second;
   const auto lo = std::prev(hi);
-  const double a = static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);
+  const double a = static_cast<double>(x - lo->first) / static_cast<double>(hi->first - lo->first);
   return lo->second + a * (hi->second - lo->second);
+}
+}  // namespace
+
+double LayerFigures::TileTimeFactor(int64_t rows) const {
+  return InterpolateFactor(tile_time_factor, rows, output_shape.size() == 4 ? output_shape[2] : 0);
+}
+
+double LayerFigures::SliceTimeFactor(bool fan_out, int64_t channels) const {
+  if (fan_out)
+    return InterpolateFactor(out_slice_time_factor, channels, output_shape.size() == 4 ? output_shape[1] : 0);
+  return InterpolateFactor(in_slice_time_factor, channels,
+                           !input_shapes.empty() && input_shapes[0].size() == 4 ? input_shapes[0][1] : 0);
 }
 
 std::vector<LayerFigures> ComputeLayerFigures(const Graph& graph) {

@@ -53,6 +53,11 @@ struct LayerFigures {
   // ApplyTileProfile): (output rows, factor), rows ascending; a tile of r
   // rows takes factor × r/H of the layer's time. Empty: r/H exactly.
   std::vector<std::pair<int64_t, double>> tile_time_factor;
+  // The same for FDT channel slices (METHODS §4; ApplyTileProfile): a
+  // fan-out slice of c output channels takes factor × c/O of the layer's
+  // time, a fan-in slice of c input channels factor × c/C. Empty: in
+  // proportion.
+  std::vector<std::pair<int64_t, double>> out_slice_time_factor, in_slice_time_factor;
   // The layer's measured time in its layer profile (ms; < 0: none), and how
   // much longer it runs with compact weights (no Winograd) on a device
   // the planner gives them (planner/layer_profile.h ApplyCompactProfile):
@@ -66,6 +71,9 @@ struct LayerFigures {
   // linear between the nearest measured heights (the nearest beyond them); 1
   // when nothing was measured or the tile is the whole layer.
   double TileTimeFactor(int64_t rows) const;
+  // The factor for a slice of `channels` output channels (fan_out) or input
+  // channels, interpolated as TileTimeFactor's; 1 for the whole layer.
+  double SliceTimeFactor(bool fan_out, int64_t channels) const;
   // Whose rate: a profiled layer runs at the device's whole-model rate.
   OpKind RateKind() const { return time_macs >= 0 ? OpKind::kOther : kind; }
 };

@@ -8,6 +8,8 @@
 #    thread's CPU per run (they are part of it) and to most of it;
 #  - the planner reads the file back (--solver tiled): its time model names
 #    the tile profile and the prediction follows the measured factors;
+#  - the memory plan's FDT channel slices are timed too (entries with an
+#    axis), and the planner prices that plan from them;
 #  - a profile measured at another input shape is refused, naming it.
 #   tile_profile.sh TESSERA BUILD_DIR
 set -u
@@ -68,6 +70,36 @@ ok = a * min(lo, 1.0) * 0.95 <= b <= a * max(hi, 1.0) * 1.05 and b != a
 print("%s predicted latency %.6f s -> %.6f s with the tile profile (factors %.2f..%.2f)" % ("PASS" if ok else "FAIL", a, b, lo, hi))
 bad |= not ok
 sys.exit(bad)
+EOF
+
+# FDT channel slices: the memory plan on 3 devices splits weight layers by
+# channels; each compute step of such a slice is an entry with an axis, its
+# channels within the layer's, and the planner prices the plan from them.
+"$T" plan "$cfg" --input-shape 1x3x160x160 --devices 3 --objective memory --out "$d/mem.pb" >/dev/null 2>"$d/plan.err" ||
+  { echo "FAIL plan --objective memory"; cat "$d/plan.err"; exit 1; }
+"$T" run "$cfg" --input-shape 1x3x160x160 --plan "$d/mem.pb" --threads 1 --repeat 3 --warmup 1 --profile --json \
+  >"$d/slices.json" 2>"$d/run.err" || { echo "FAIL tessera run --plan --profile"; cat "$d/run.err"; exit 1; }
+"$py" - "$d/slices.json" <<'EOF' || fail=1
+import json, sys
+t = [e for e in json.load(open(sys.argv[1]))["tile_profile"] if "axis" in e]
+axes = sorted({e["axis"] for e in t})
+ok = len(t) > 0 and all(0 < e["channels"] < e["layer_channels"] and e["ms"] >= 0 for e in t)
+print("%s the memory plan's FDT slices: %d entries, axes %s" % ("PASS" if ok else "FAIL", len(t), axes))
+sys.exit(0 if ok else 1)
+EOF
+mem_plain=$("$T" plan "$cfg" --input-shape 1x3x160x160 --devices 3 --objective memory --json) ||
+  { echo "FAIL plan --objective memory --json"; exit 1; }
+mem_priced=$("$T" plan "$cfg" --input-shape 1x3x160x160 --devices 3 --objective memory --json \
+  --tile-profile "$d/slices.json") || { echo "FAIL plan --objective memory --tile-profile"; exit 1; }
+"$py" - <<EOF || fail=1
+import json
+plain, priced = json.loads('''$mem_plain'''), json.loads('''$mem_priced''')
+tm = priced.get("time_model", "")
+a = sum(d["compute_s"] for d in plain["device_summary"])
+b = sum(d["compute_s"] for d in priced["device_summary"])
+ok = "FDT channel slices" in tm and b != a
+print("%s the memory plan's compute %.6f s -> %.6f s with its slices (%s)" % ("PASS" if ok else "FAIL", a, b, tm))
+raise SystemExit(0 if ok else 1)
 EOF
 
 if out=$("$T" plan "$cfg" --input-shape 1x3x96x96 --devices 3 --objective latency --tile-profile "$d/tiles.json" 2>&1); then

@@ -160,3 +160,96 @@ TEST_CASE("tile profile: the tiled plan's devices take the measured time of thei
   for (size_t i = 0; i < plain->loads.size(); ++i)
     CHECK(priced->loads[i].compute_share == Approx(plain->loads[i].compute_share));
 }
+
+namespace {
+nlohmann::json Slice(const LayerFigures& f, const char* axis, int64_t channels, double ms, double layer_ms) {
+  const bool out = std::string(axis) == "out_channels";
+  return {{"device", "a"},
+          {"index", f.index},
+          {"node", f.name},
+          {"op", f.op},
+          {"axis", axis},
+          {"channels", channels},
+          {"layer_channels", out ? f.output_shape[1] : f.input_shapes[0][1]},
+          {"ms", ms},
+          {"layer_ms", layer_ms}};
+}
+}  // namespace
+
+TEST_CASE("tile profile: FDT channel slices get their own factors, by axis", "[planner][tile_profile]") {
+  LayerFigures f;
+  f.output_shape = {1, 64, 8, 8};
+  f.input_shapes = {{1, 32, 8, 8}};
+  CHECK(f.SliceTimeFactor(true, 16) == 1.0);  // nothing measured
+  f.out_slice_time_factor = {{16, 1.4}, {32, 1.2}};
+  f.in_slice_time_factor = {{8, 1.1}};
+  CHECK(f.SliceTimeFactor(true, 24) == Approx(1.3));
+  CHECK(f.SliceTimeFactor(true, 64) == 1.0);  // the whole layer
+  CHECK(f.SliceTimeFactor(false, 16) == Approx(1.1));
+  CHECK(f.SliceTimeFactor(false, 32) == 1.0);
+
+  const Model& m = Tiny();
+  const LayerFigures& conv = m.layers[2];  // the second conv: 16 input, 32 output channels
+  REQUIRE(conv.op == "Conv");
+  const int64_t O = conv.output_shape[1], C = conv.input_shapes[0][1];
+  // Fan-out: three devices at 1.1x, 1.5x and 1.2x of a quarter of the
+  // layer's 8 ms; fan-in: half the input channels at 1.25x.
+  nlohmann::json j = {{"tile_profile",
+                       {Slice(conv, "out_channels", O / 4, 1.1 * 2, 8), Slice(conv, "out_channels", O / 4, 1.5 * 2, 8),
+                        Slice(conv, "out_channels", O / 4, 1.2 * 2, 8), Slice(conv, "in_channels", C / 2, 1.25 * 4, 8),
+                        Entry(conv, conv.output_shape[2] / 2, 4.4, 8, "a")}}};
+  std::vector<LayerFigures> layers = m.layers;
+  auto summary = ApplyTileProfile(Write(j, "tessera_slices.json"), &layers);
+  REQUIRE(summary.ok());
+  CHECK(summary->slices == 2);
+  CHECK(summary->tiles == 1);
+  REQUIRE(layers[2].out_slice_time_factor.size() == 1);
+  CHECK(layers[2].out_slice_time_factor[0].second == Approx(1.2));
+  CHECK(layers[2].SliceTimeFactor(true, O / 4) == Approx(1.2));
+  CHECK(layers[2].SliceTimeFactor(false, C / 2) == Approx(1.25));
+  CHECK(summary->largest_slice_factor == Approx(1.25));
+  CHECK(DescribeTileProfile("t.json", *summary).find("2 FDT channel slices") != std::string::npos);
+
+  nlohmann::json sideways = Slice(conv, "out_channels", 2, 1, 2);
+  sideways["axis"] = "columns";
+  CHECK(ErrorOf({{"tile_profile", {sideways}}}).find("not out_channels or in_channels") != std::string::npos);
+  nlohmann::json wider = Slice(conv, "in_channels", 2, 1, 2);
+  wider["layer_channels"] = C * 2;  // another model
+  CHECK(ErrorOf({{"tile_profile", {wider}}}).find("input shape") != std::string::npos);
+  CHECK(ErrorOf({{"tile_profile", {Slice(conv, "out_channels", O + 1, 1, 2)}}}).find("channels within the layer") !=
+        std::string::npos);
+}
+
+TEST_CASE("tile profile: an FDT plan's devices take the measured time of their slices", "[planner][tile_profile]") {
+  const Model& m = Tiny();
+  auto c = ParseCluster(
+      "devices:\n"
+      "  - { name: a, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9 }\n"
+      "  - { name: b, ram: 1GiB, flash: 1GiB, macs_per_s: 1e9 }\n"
+      "links:\n  default: { bandwidth: 1000Gbit/s }\n",
+      "two.yaml", {});
+  REQUIRE(c.ok());
+  PlanOptions options;
+  options.objective = Objective::kMemory;
+  auto plain = BuildPlan(m.graph, m.layers, *c, options);
+  REQUIRE(plain.ok());
+  bool sliced = false;
+  for (const PlannedLayer& l : plain->layers) sliced |= l.scheme.rfind("fdt", 0) == 0;
+  REQUIRE(sliced);
+  // Every slice on either axis measured at 1.5x its share.
+  std::vector<LayerFigures> slow = m.layers;
+  for (LayerFigures& f : slow) {
+    f.out_slice_time_factor = {{1, 1.5}};
+    f.in_slice_time_factor = {{1, 1.5}};
+  }
+  auto priced = BuildPlan(m.graph, slow, *c, options);
+  REQUIRE(priced.ok());
+  double before = 0, after = 0;
+  for (size_t i = 0; i < plain->loads.size(); ++i) {
+    before += plain->loads[i].compute_s;
+    after += priced->loads[i].compute_s;
+    CHECK(priced->loads[i].compute_share == Approx(plain->loads[i].compute_share));
+  }
+  CHECK(after > 1.05 * before);
+  CHECK(after < 1.5 * before + 1e-9);
+}
