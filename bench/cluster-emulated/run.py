@@ -353,10 +353,13 @@ class Bench:
         if r.returncode != 0:
             log("slice profile: %s on %d devices: no memory plan (%s)" % (name, n, r.stderr.strip()[-200:]))
             return []
-        out = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--plan", plan,
-                              "--threads", "1", "--repeat", "3", "--warmup", "1", "--profile", "--json"],
-                             capture_output=True, text=True, check=True).stdout
-        slices = [e for e in json.loads(out).get("tile_profile", []) if "axis" in e]
+        r = subprocess.run([self.tessera, "--log-level", "warn", "run", model, "--input-shape", shape, "--plan", plan,
+                            "--threads", "1", "--repeat", "3", "--warmup", "1", "--profile", "--json"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            self.fail("slice profile: %s's memory plan on %d devices did not run: %s" % (name, n, r.stderr.strip()[-200:]))
+            return []
+        slices = [e for e in json.loads(r.stdout).get("tile_profile", []) if "axis" in e]
         factors = sorted(e["ms"] / (e["layer_ms"] * e["channels"] / e["layer_channels"]) for e in slices
                          if e["layer_ms"] >= 0.1 and e["channels"] < e["layer_channels"])
         log("slice profile: %s on %d devices (memory plan), %d slices%s" % (
