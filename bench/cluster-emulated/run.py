@@ -357,7 +357,8 @@ class Bench:
                             "--threads", "1", "--repeat", "3", "--warmup", "1", "--profile", "--json"],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            self.fail("slice profile: %s's memory plan on %d devices did not run: %s" % (name, n, r.stderr.strip()[-200:]))
+            self.fail("slice profile: %s's memory plan on %d devices did not run: %s" %
+                      (name, n, r.stderr.strip()[-200:]))
             return []
         slices = [e for e in json.loads(r.stdout).get("tile_profile", []) if "axis" in e]
         factors = sorted(e["ms"] / (e["layer_ms"] * e["channels"] / e["layer_channels"]) for e in slices
