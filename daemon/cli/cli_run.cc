@@ -87,16 +87,19 @@ nlohmann::json TileProfile(const Graph& graph, const std::vector<DeviceProgram>&
       // `channels` of its input channels and writes partial sums of every
       // output channel. Their time against that share of the layer's
       // prices FDT slices as row tiles are priced (tessera plan --tile-profile).
-      if (tile[2] == full[2] && tile[1] != full[1]) {
+      auto slice = [&](const char* axis, int64_t channels, int64_t layer_channels) {
         out.push_back({{"device", device_names.at(d)},
                        {"index", s.layer},
                        {"node", graph.nodes[node].name},
                        {"op", graph.nodes[node].op},
-                       {"axis", "out_channels"},
-                       {"channels", tile[1]},
-                       {"layer_channels", full[1]},
+                       {"axis", axis},
+                       {"channels", channels},
+                       {"layer_channels", layer_channels},
                        {"ms", step_cpu_seconds[d][i] * 1e3},
                        {"layer_ms", layer_ms}});
+      };
+      if (tile[2] == full[2] && tile[1] != full[1]) {
+        slice("out_channels", tile[1], full[1]);
         continue;
       }
       const auto acts = graph.ActivationInputs(graph.nodes[node]);
@@ -104,15 +107,7 @@ nlohmann::json TileProfile(const Graph& graph, const std::vector<DeviceProgram>&
         const Shape& whole_in = graph.values[acts[0]].shape;
         const Shape slice_in = p.buffers[s.inputs[0]].shape();
         if (whole_in.size() == 4 && slice_in.size() == 4 && slice_in[1] < whole_in[1] && slice_in[2] == whole_in[2])
-          out.push_back({{"device", device_names.at(d)},
-                         {"index", s.layer},
-                         {"node", graph.nodes[node].name},
-                         {"op", graph.nodes[node].op},
-                         {"axis", "in_channels"},
-                         {"channels", slice_in[1]},
-                         {"layer_channels", whole_in[1]},
-                         {"ms", step_cpu_seconds[d][i] * 1e3},
-                         {"layer_ms", layer_ms}});
+          slice("in_channels", slice_in[1], whole_in[1]);
         continue;
       }
       if (tile[1] != full[1]) continue;  // row bands below
