@@ -77,9 +77,16 @@ start_loopback_workers 3 --tls-dir "$D/%n" || exit 1
   { echo "FAIL tessera plan"; exit 1; }
 
 # Refused deploys first: nothing may reach a worker.
+t0=$SECONDS
 "$T" deploy --cluster "$D/cluster.yaml" --plan "$D/plan.pb" --model "$CFG" --input-shape $SHAPE 2>"$D/e.txt" >/dev/null &&
   bad "plaintext deploy to TLS workers accepted" ||
   { grep -q "w1\|w2\|w3" "$D/e.txt" && { ok "plaintext deploy refused, naming the worker"; said; } || { bad "plaintext deploy error"; cat "$D/e.txt"; }; }
+# A refused session is reported once it repeats (grpc_channel.cc
+# WaitUntilConnected), not after the 10 s a starting worker is given.
+took=$(( SECONDS - t0 ))
+[ $took -le 5 ] && grep -q "took the connection but refused the session" "$D/e.txt" &&
+  ok "the refusal is reported in $took s (not at the 10 s connect deadline)" ||
+  { bad "plaintext deploy refusal took $took s"; cat "$D/e.txt"; }
 "$T" deploy --cluster "$D/cluster.yaml" --plan "$D/plan.pb" --model "$CFG" --input-shape $SHAPE \
   --tls-dir "$(tls_dir deploy "$ROGUE")" 2>"$D/e.txt" >/dev/null && bad "deploy with another CA's certificate accepted" ||
   { grep -q "w1\|w2\|w3" "$D/e.txt" && { ok "deploy with another CA's certificate refused, naming the worker"; said; } ||

@@ -85,11 +85,11 @@ Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const std:
   return grpc::InsecureServerCredentials();
 }
 
-Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
-                          const TransportSecurity& security, std::chrono::milliseconds timeout) {
-  if (channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) return Status::OK();
-  // The state says no more than TRANSIENT_FAILURE; a call says why.
-  std::string reason = "no connection";
+namespace {
+
+// Why `channel` has no connection, from a call made without waiting for one
+// (the channel's state says no more than TRANSIENT_FAILURE).
+std::string ConnectFailureReason(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   grpc::ByteBuffer reply;
@@ -106,16 +106,51 @@ Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const s
     done = true;
     cv.notify_all();
   });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return st.error_message().empty() ? "no connection" : st.error_message();
+}
+
+// The peer took the TCP connection and then refused the session: a
+// plaintext client at a TLS server sees the socket closed, a certificate
+// the other side does not accept fails the handshake. A peer that is not
+// listening yet refuses the connection instead ("Connection refused").
+bool PeerRefusedSession(const std::string& reason) {
+  for (const char* sign : {"Socket closed", "andshake", "SSL", "Ssl", "ssl", "TSI", "certificate"})
+    if (reason.find(sign) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+Status WaitUntilConnected(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                          const TransportSecurity& security, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  // Waiting longer cannot mend a refused session (another CA, plaintext at
+  // a TLS peer): after kRefusals of them in a row, a quarter second apart,
+  // this answers at once instead of at the deadline (10 s for deploy and
+  // infer). One refusal alone is not enough: a worker that is restarting
+  // may close a socket once before it listens again.
+  constexpr int kRefusals = 3;
+  int refusals = 0;
+  std::string reason = "no connection";
+  for (;;) {
+    const auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+    if (channel->WaitForConnected(slice)) return Status::OK();
+    const bool expired = std::chrono::system_clock::now() >= deadline;
+    if (channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE || expired) {
+      reason = ConnectFailureReason(channel);
+      refusals = PeerRefusedSession(reason) ? refusals + 1 : 0;
+    }
+    if (expired || refusals >= kRefusals) break;
   }
-  if (!st.error_message().empty()) reason = st.error_message();
   const std::string hint =
       security.tls ? "with TLS identity " + security.tls->name + " from " + security.tls->dir +
                          ": check that the peer has --tls-dir, that the same cluster CA signed both certificates, "
                          "and that its certificate names the host of " + address + " (tessera certs issue --host)"
                    : "in plaintext: if the peer has --tls-dir, pass --tls-dir here too";
+  if (refusals >= kRefusals)
+    return Status::Unavailable(address + " took the connection but refused the session " + hint + " (" + reason + ")");
   return Status::Unavailable("cannot connect to " + address + " within " + std::to_string(timeout.count() / 1000) +
                              " s " + hint + " (" + reason + ")");
 }
