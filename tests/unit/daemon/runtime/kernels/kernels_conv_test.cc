@@ -377,8 +377,11 @@ TEST_CASE("3x3 stride-1 convolutions on the Winograd path match the reference", 
 // Every activation, odd output sizes, batch 2, a conv that keeps the
 // stage-by-stage split, and a 7x7 plane (not Winograd) whose one im2col
 // tile the threads build by channels: equal to the reference, and to one
-// thread exactly (the same sums in the same order).
-TEST_CASE("Winograd in bands of tile rows on two threads matches one thread and the reference", "[kernels][conv]") {
+// thread exactly (the same sums in the same order). Tag [sweep]: left out
+// of the runs on emulated CPUs (tests/CMakeLists.txt cpu_*), where the
+// single-band Winograd cases run the same ISA's code.
+TEST_CASE("Winograd in bands of tile rows on two threads matches one thread and the reference",
+          "[kernels][conv][sweep]") {
   std::mt19937 rng(26);
   std::vector<ConvCase> cases;
   for (const char* act : {"", "relu", "clip", "leaky_relu", "sigmoid"}) {
