@@ -175,6 +175,8 @@ class Bench:
         # script stay on the others. --device-cpus all: no pinning.
         if args.device_cpus != "all":
             self.cgroups.cpus = {int(c) for c in args.device_cpus.split(",")}
+        self.pinned_cpus = self.cgroups.cpus  # pin_for() narrows or widens it per device count
+        self.unpinned = set()  # (model, n) whose devices did not fit on pinned_cpus (logged once)
         self.net = emulation.Network()
         self.procs = []
         self.host_rate = {}  # model name -> this machine's single-thread MAC/s
@@ -478,6 +480,7 @@ class Bench:
             return self.device_rate.get(name)
         key = (name, n)
         if key not in self.tenant_rate:
+            self.pin_for(name, n)
             rate = self.run_rate(name, n)
             self.tenant_rate[key] = rate
             log("the devices' rate with %d sharing the host: %.3g MAC/s (%.2fx one alone)" % (
@@ -676,12 +679,29 @@ class Bench:
             f.write("links:\n  default: { bandwidth: %s, latency: %gms }\n" % (emulation.yaml_rate(rate), delay_ms))
         return path
 
+    def pin_for(self, name, n):
+        """Pins the next devices to --device-cpus when their quotas fit
+        there, else leaves them on every CPU; the point records which
+        (device_cpus). Fitting means the quotas sum to at most those CPUs:
+        MobileNetV2 runs 2 GMAC/s in 18.6 % of a CPU, so 5 devices take 93 %
+        of CPU 0 (the limit was 90 % before). 2026-12-07, 5 devices at
+        1 Gbit/s, latency / memory / communication objective and stream
+        rate: pinned 0.97 / 0.93 / 0.93 and 1.06, then unpinned 1.19 / 1.41 /
+        1.65 and 0.64, then pinned again 1.01 / 0.79 / 0.82 and 1.22: pinned
+        runs scatter around their prediction, the unpinned one lay above it."""
+        fraction, _ = self.quota(name)
+        fits = not self.pinned_cpus or n * fraction <= len(self.pinned_cpus)
+        self.cgroups.cpus = self.pinned_cpus if fits else None
+        if not fits and (name, n) not in self.unpinned:
+            self.unpinned.add((name, n))
+            log("note: %d devices at %.1f%% of a CPU each do not fit on CPU(s) %s (--device-cpus): "
+                "they run unpinned" % (n, 100 * fraction, ",".join(map(str, sorted(self.pinned_cpus)))))
+        return "all" if self.cgroups.cpus is None else ",".join(map(str, sorted(self.cgroups.cpus)))
+
     def start_cluster(self, name, n, rate, ram):
         """n workers, each in its namespace and cgroup; returns [(name, pid, addr, group)]."""
         fraction, period = self.quota(name)
-        if self.cgroups.cpus and n * fraction > 0.9 * len(self.cgroups.cpus):
-            self.fail("%d devices at %.1f%% of a CPU each do not fit on CPU(s) %s (--device-cpus)" %
-                      (n, 100 * fraction, ",".join(map(str, sorted(self.cgroups.cpus)))))
+        self.pin_for(name, n)
         self.net.start()
         workers = []
         for i in range(1, n + 1):
@@ -830,7 +850,7 @@ class Bench:
             net_cost = self.transport_cost(name, rate) if n > 1 or request_macs > 0 else 0.0
         workers = self.start_cluster(name, n, rate, ram)
         point = {"model": name, "devices": n, "bandwidth": rate, "objective": objective, "net_macs_per_byte": net_cost,
-                 "request_macs": request_macs}
+                 "request_macs": request_macs, "device_cpus": self.pin_for(name, n)}
         try:
             point["device_macs_per_s"] = self.device_rate_for(name, n)
             cluster = self.cluster_file(n, [w["addr"] for w in workers], rate, self.args.delay_ms, ram, net_cost,
@@ -1398,7 +1418,7 @@ def smoke(bench, args):
     name = "yolov2-tiny-160"
     # Its devices get up to half a CPU each (a short run on a small model):
     # two of them do not fit on one CPU, so they are not pinned (--device-cpus).
-    bench.cgroups.cpus = None
+    bench.pinned_cpus = bench.cgroups.cpus = None
     args.device_macs = min(args.device_macs, 0.5 * bench.calibrate(name))
     rate = bench.measured_device_rate(name)
     log("smoke: device quota %.1f%% of a CPU gives %.3g MAC/s (target %.3g)" %
