@@ -18,7 +18,16 @@ def main(paths):
         return 2
     steps = []
     for path in paths:
-        lines = [json.loads(x) for x in open(path) if x.strip()]
+        try:
+            with open(path) as f:
+                lines = [json.loads(x) for x in f if x.strip()]
+        except OSError as e:
+            print("%s: %s (run.py --step-trace DIR writes MODEL-NN-RATE-pP-wW.jsonl)" % (path, e.strerror),
+                  file=sys.stderr)
+            return 1
+        except ValueError as e:
+            print("%s: not a step trace (one JSON object a line): %s" % (path, e), file=sys.stderr)
+            return 1
         if not lines:
             print("%s: no steps" % path, file=sys.stderr)
             return 1
