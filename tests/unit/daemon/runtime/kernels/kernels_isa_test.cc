@@ -169,8 +169,9 @@ TEST_CASE("every ISA's GEMM panel equals the reference product", "[kernels][isa]
 // 49 = 48 + 1 columns with a large A take the last column inside the last
 // tile's k loop (AVX-512's GemmTile<3, true>). Tag [sweep]: 840 shapes per
 // level, left out on emulated CPUs (tests/CMakeLists.txt cpu_*;
-// cpu_Haswell.kernels_isa_test took 256 s with it, 74 s without), where the panel cases above run
-// the same microkernels on fewer shapes; the host runs it for every level.
+// cpu_Haswell.kernels_isa_test took 256 s with it, 74 s without), where
+// the panel cases above and the large-A case below run the same
+// microkernels on fewer shapes; the host runs it for every level.
 TEST_CASE("every K-blocked ISA's GEMM over a run of panels equals the reference product", "[kernels][isa][sweep]") {
   std::mt19937 rng(13);
   int levels = 0;
